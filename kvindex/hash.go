@@ -185,9 +185,12 @@ func (e *cborEncoder) head(major byte, n uint64) {
 	}
 }
 
-func (e *cborEncoder) bytes(b []byte) { e.head(majorBytes, uint64(len(b))); e.buf = append(e.buf, b...) }
-func (e *cborEncoder) text(s string)  { e.head(majorText, uint64(len(s))); e.buf = append(e.buf, s...) }
-func (e *cborEncoder) null()          { e.buf = append(e.buf, 0xf6) }
+func (e *cborEncoder) bytes(b []byte) {
+	e.head(majorBytes, uint64(len(b)))
+	e.buf = append(e.buf, b...)
+}
+func (e *cborEncoder) text(s string) { e.head(majorText, uint64(len(s))); e.buf = append(e.buf, s...) }
+func (e *cborEncoder) null()         { e.buf = append(e.buf, 0xf6) }
 
 func (e *cborEncoder) int(v int64) {
 	if v >= 0 {

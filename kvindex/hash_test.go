@@ -25,11 +25,11 @@ type golden struct {
 		BlockHashesUint6 []uint64        `json:"block_hashes_uint64"`
 	} `json:"hash_cases"`
 	Legacy struct {
-		BlockSize    int      `json:"block_size"`
-		Seed         string   `json:"seed"`
-		Tokens       []uint64 `json:"tokens"`
-		NoneHash     uint64   `json:"none_hash_uint64"`
-		BlockHashes  []uint64 `json:"block_hashes_uint64"`
+		BlockSize   int      `json:"block_size"`
+		Seed        string   `json:"seed"`
+		Tokens      []uint64 `json:"tokens"`
+		NoneHash    uint64   `json:"none_hash_uint64"`
+		BlockHashes []uint64 `json:"block_hashes_uint64"`
 	} `json:"legacy_64bit_case"`
 	Hybrid struct {
 		HashBlockSize  int      `json:"hash_block_size"`
