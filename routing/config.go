@@ -1,0 +1,164 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+)
+
+// Defaults for Config. Costs are in token-equivalents: one unit is the work
+// of prefilling one prompt token.
+const (
+	DefaultPrefixWeight       = 1.0
+	DefaultApproximateWeight  = 0.7
+	DefaultQueueWeight        = 512.0
+	DefaultRunningWeight      = 32.0
+	DefaultKVWeight           = 1024.0
+	DefaultKVLimit            = 0.95
+	DefaultEpsilon            = 1.0
+	DefaultBoundedLoadMin     = 8.0
+	DefaultImbalanceThreshold = 32.0
+	DefaultTieTokens          = 8.0
+)
+
+// Config holds the weights and thresholds of Pick. The zero value of every
+// field means "use the default"; SetDefaults fills them in. For the rules
+// that can be switched off (KVLimit, Epsilon, ImbalanceThreshold) a
+// negative value disables the rule. The cost model is described in the
+// package documentation.
+type Config struct {
+	// PrefixWeight is the cost of one prompt token the candidate still has
+	// to prefill (prompt tokens minus the cached prefix). Default 1: it
+	// defines the unit of cost.
+	PrefixWeight float64 `json:"prefix_weight,omitempty"`
+	// ApproximateWeight is the fraction of an approximate-tier match that
+	// is credited as cached, because the prefix tree cannot see evictions.
+	// Default 0.7; must be in (0, 1].
+	ApproximateWeight float64 `json:"approximate_weight,omitempty"`
+	// QueueWeight is the cost of one request queued ahead (Waiting +
+	// Dispatched): an estimate of the average uncached prefill each one
+	// brings, in tokens. Default 512.
+	QueueWeight float64 `json:"queue_weight,omitempty"`
+	// RunningWeight is the cost of one running sequence: its decode step
+	// shares the batch with our prefill chunks. Default 32.
+	RunningWeight float64 `json:"running_weight,omitempty"`
+	// KVWeight is the cost at full KV-cache usage; the term is
+	// KVWeight × KVUsage², negligible at low usage and steep near the
+	// point where the engine starts preempting. Default 1024.
+	KVWeight float64 `json:"kv_weight,omitempty"`
+	// KVLimit is the KV-cache usage at or above which a candidate (with
+	// known load) is excluded as "kv_full". Default 0.95; negative
+	// disables the rule; at most 1.
+	KVLimit float64 `json:"kv_limit,omitempty"`
+	// Epsilon is the bounded-load slack: a candidate whose load would
+	// exceed max((1+Epsilon) × mean load, BoundedLoadMin) with this
+	// request is excluded as "bounded_load", so a replica holding a popular
+	// prefix cannot take all traffic. Default 1 (twice the mean); negative
+	// disables the rule.
+	Epsilon float64 `json:"epsilon,omitempty"`
+	// BoundedLoadMin is the smallest load cap, in requests: below it
+	// affinity is never broken for balance, since a replica running a
+	// handful of requests is no hot spot. Default 8; at least 1.
+	BoundedLoadMin float64 `json:"bounded_load_min,omitempty"`
+	// ImbalanceThreshold, in requests: when the most and least loaded
+	// usable candidates differ by more than this, the prefix term is
+	// dropped and the request goes by load alone. Default 32; negative
+	// disables the rule.
+	ImbalanceThreshold float64 `json:"imbalance_threshold,omitempty"`
+	// TieTokens: candidates whose costs are within this many
+	// token-equivalents of the cheapest are tied, and the tie is broken by
+	// rendezvous hashing of Request.Key over their dials (spreading cold
+	// prefixes). Default 8; negative means exact ties only.
+	TieTokens float64 `json:"tie_tokens,omitempty"`
+}
+
+// SetDefaults replaces every zero field with its default.
+func (c *Config) SetDefaults() {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.PrefixWeight, DefaultPrefixWeight)
+	def(&c.ApproximateWeight, DefaultApproximateWeight)
+	def(&c.QueueWeight, DefaultQueueWeight)
+	def(&c.RunningWeight, DefaultRunningWeight)
+	def(&c.KVWeight, DefaultKVWeight)
+	def(&c.KVLimit, DefaultKVLimit)
+	def(&c.Epsilon, DefaultEpsilon)
+	def(&c.BoundedLoadMin, DefaultBoundedLoadMin)
+	def(&c.ImbalanceThreshold, DefaultImbalanceThreshold)
+	def(&c.TieTokens, DefaultTieTokens)
+}
+
+// Validate reports the first field that is out of range. Zero fields are
+// valid (they mean "default"), so Validate may run before or after
+// SetDefaults.
+func (c Config) Validate() error {
+	fields := []struct {
+		name string
+		v    float64
+		// canDisable: negative values are meaningful (rule off).
+		canDisable bool
+	}{
+		{"prefix_weight", c.PrefixWeight, false},
+		{"approximate_weight", c.ApproximateWeight, false},
+		{"queue_weight", c.QueueWeight, false},
+		{"running_weight", c.RunningWeight, false},
+		{"kv_weight", c.KVWeight, false},
+		{"kv_limit", c.KVLimit, true},
+		{"epsilon", c.Epsilon, true},
+		{"bounded_load_min", c.BoundedLoadMin, false},
+		{"imbalance_threshold", c.ImbalanceThreshold, true},
+		{"tie_tokens", c.TieTokens, true},
+	}
+	for _, f := range fields {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("routing: %s must be a finite number, got %v", f.name, f.v)
+		}
+		if f.v < 0 && !f.canDisable {
+			return fmt.Errorf("routing: %s must not be negative, got %v", f.name, f.v)
+		}
+	}
+	if c.ApproximateWeight > 1 {
+		return fmt.Errorf("routing: approximate_weight must be at most 1, got %v", c.ApproximateWeight)
+	}
+	if c.KVLimit > 1 {
+		return fmt.Errorf("routing: kv_limit must be at most 1 (negative disables), got %v", c.KVLimit)
+	}
+	if c.BoundedLoadMin != 0 && c.BoundedLoadMin < 1 {
+		return fmt.Errorf("routing: bounded_load_min must be at least 1, got %v", c.BoundedLoadMin)
+	}
+	return nil
+}
+
+// normalized returns the config Pick works with: defaults filled in and any
+// out-of-range value replaced by its default, so a bad Config can skew
+// decisions but never break them.
+func (c Config) normalized() Config {
+	c.SetDefaults()
+	fix := func(v *float64, d float64, canDisable bool, max float64) {
+		switch {
+		case math.IsNaN(*v) || math.IsInf(*v, 0):
+			*v = d
+		case *v < 0 && !canDisable:
+			*v = d
+		case *v > max:
+			*v = d
+		}
+	}
+	inf := math.Inf(1)
+	fix(&c.PrefixWeight, DefaultPrefixWeight, false, inf)
+	fix(&c.ApproximateWeight, DefaultApproximateWeight, false, 1)
+	fix(&c.QueueWeight, DefaultQueueWeight, false, inf)
+	fix(&c.RunningWeight, DefaultRunningWeight, false, inf)
+	fix(&c.KVWeight, DefaultKVWeight, false, inf)
+	fix(&c.KVLimit, DefaultKVLimit, true, 1)
+	fix(&c.Epsilon, DefaultEpsilon, true, inf)
+	fix(&c.BoundedLoadMin, DefaultBoundedLoadMin, false, inf)
+	if c.BoundedLoadMin < 1 {
+		c.BoundedLoadMin = 1
+	}
+	fix(&c.ImbalanceThreshold, DefaultImbalanceThreshold, true, inf)
+	fix(&c.TieTokens, DefaultTieTokens, true, inf)
+	return c
+}

@@ -1,0 +1,295 @@
+package routing
+
+import "math"
+
+// Exclusion reasons reported in Scored.Excluded (besides
+// Candidate.Unavailable, which is reported verbatim).
+const (
+	ExcludedSaturated   = "saturated"    // load >= MaxInflight
+	ExcludedKVFull      = "kv_full"      // KVUsage >= Config.KVLimit
+	ExcludedBoundedLoad = "bounded_load" // load would exceed the bounded-load cap
+)
+
+// maxGauge caps sanitised inputs so that sums of them stay finite.
+const maxGauge = 1e9
+
+// stackViews is how many candidates Pick handles without allocating.
+const stackViews = 64
+
+// gauge sanitises a float read from outside: NaN and negatives count as 0.
+func gauge(v float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return math.Min(v, maxGauge)
+}
+
+// counter sanitises a local counter.
+func counter(v int64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	return math.Min(float64(v), maxGauge)
+}
+
+// prompt is Request with its units reconciled.
+type prompt struct {
+	tokens    float64 // prompt length in tokens
+	blockSize float64 // 0 when unknown
+	blocks    int     // full blocks; a match is clamped to it
+}
+
+func newPrompt(r Request) prompt {
+	var p prompt
+	if r.BlockSize > 0 {
+		p.blockSize = float64(r.BlockSize)
+	}
+	switch {
+	case r.PromptTokens > 0:
+		p.tokens = math.Min(float64(r.PromptTokens), maxGauge)
+	case r.TotalBlocks > 0 && r.BlockSize > 0:
+		p.tokens = math.Min(float64(r.TotalBlocks)*p.blockSize, maxGauge)
+	}
+	switch {
+	case r.TotalBlocks > 0:
+		p.blocks = r.TotalBlocks
+	case p.blockSize > 0:
+		p.blocks = int(p.tokens / p.blockSize)
+	}
+	return p
+}
+
+// view is what Pick derives from one candidate.
+type view struct {
+	load    float64 // requests on the candidate (bounded-load and imbalance unit)
+	running float64
+	queued  float64
+	kv      float64
+	matched int     // matched full blocks, clamped to the prompt
+	share   float64 // matched / prompt blocks
+	cached  float64 // tokens credited as cached (tier-weighted)
+	hard    string  // exclusion known before comparing candidates
+}
+
+func (p *prompt) view(c *Candidate, cfg *Config) view {
+	var v view
+	in := counter(c.Inflight)
+	if c.LoadKnown {
+		v.running = gauge(c.Running)
+		v.queued = gauge(c.Waiting) + counter(c.Dispatched)
+		// The gauges lag; our own in-flight count is a floor.
+		v.load = math.Max(v.running+v.queued, in)
+		v.kv = math.Min(gauge(c.KVUsage), 1)
+	} else {
+		// Without gauges all we know is what we sent; assume it runs.
+		v.running = in
+		v.load = in
+	}
+
+	trust := 0.0
+	switch c.Tier {
+	case Precise:
+		trust = 1
+	case Approximate:
+		trust = cfg.ApproximateWeight
+	}
+	if trust > 0 && c.MatchedBlocks > 0 && p.blocks > 0 {
+		v.matched = min(c.MatchedBlocks, p.blocks)
+		v.share = float64(v.matched) / float64(p.blocks)
+		raw := v.share * p.tokens
+		if p.blockSize > 0 {
+			raw = float64(v.matched) * p.blockSize
+		}
+		v.cached = math.Min(raw, p.tokens) * trust
+	}
+
+	switch {
+	case c.Unavailable != "":
+		v.hard = c.Unavailable
+	case c.MaxInflight > 0 && v.load >= float64(c.MaxInflight):
+		v.hard = ExcludedSaturated
+	case c.LoadKnown && cfg.KVLimit > 0 && v.kv >= cfg.KVLimit:
+		v.hard = ExcludedKVFull
+	}
+	return v
+}
+
+// loadCost is the queued work ahead of the request, in token-equivalents.
+func (v *view) loadCost(cfg *Config) float64 {
+	return cfg.QueueWeight*v.queued + cfg.RunningWeight*v.running + cfg.KVWeight*v.kv*v.kv
+}
+
+// Pick chooses the candidate with the least estimated wait for req (see the
+// package documentation for the cost model and the hot-spot rules). It
+// never panics on any input and allocates nothing unless explain is set or
+// there are more than 64 candidates. Index is -1 when cands is empty or every
+// candidate is excluded.
+func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
+	cfg = cfg.normalized()
+	d := Decision{Index: -1, Tier: LoadOnly, Outcome: Miss}
+	if len(cands) == 0 {
+		return d
+	}
+	p := newPrompt(req)
+
+	var buf [stackViews]view
+	views := buf[:0]
+	if len(cands) > stackViews {
+		views = make([]view, 0, len(cands))
+	}
+
+	// Pass 1: derive views; load statistics over usable candidates; the
+	// best prefix on offer among candidates that are up.
+	var (
+		usable                int
+		sum, minLoad, maxLoad float64
+		bestCached            float64
+	)
+	for i := range cands {
+		v := p.view(&cands[i], &cfg)
+		views = append(views, v)
+		if cands[i].Unavailable == "" {
+			bestCached = math.Max(bestCached, v.cached)
+		}
+		if v.hard != "" {
+			continue
+		}
+		if usable == 0 || v.load < minLoad {
+			minLoad = v.load
+		}
+		if usable == 0 || v.load > maxLoad {
+			maxLoad = v.load
+		}
+		sum += v.load
+		usable++
+	}
+
+	loadCap := math.Inf(1)
+	loadOnly := false
+	if usable > 0 {
+		if cfg.Epsilon >= 0 {
+			// Consistent hashing with bounded loads: the mean includes
+			// this request.
+			loadCap = math.Max((1+cfg.Epsilon)*(sum+1)/float64(usable), cfg.BoundedLoadMin)
+		}
+		loadOnly = cfg.ImbalanceThreshold >= 0 && maxLoad-minLoad > cfg.ImbalanceThreshold
+	}
+	excluded := func(v *view) string {
+		if v.hard != "" {
+			return v.hard
+		}
+		// The least loaded candidate is never excluded for balance: it
+		// cannot make the balance better by refusing.
+		if v.load+1 > loadCap && v.load > minLoad {
+			return ExcludedBoundedLoad
+		}
+		return ""
+	}
+	cost := func(v *view) float64 {
+		c := v.loadCost(&cfg)
+		if !loadOnly {
+			c += cfg.PrefixWeight * math.Max(p.tokens-v.cached, 0)
+		}
+		return c
+	}
+
+	// Pass 2: the cheapest cost.
+	minCost := math.Inf(1)
+	found := false
+	for i := range views {
+		if excluded(&views[i]) != "" {
+			continue
+		}
+		if c := cost(&views[i]); !found || c < minCost {
+			minCost, found = c, true
+		}
+	}
+
+	// Pass 3: among (near-)ties, the highest rendezvous weight of the key,
+	// so cold prefixes spread over the fleet yet stay put per key.
+	if found {
+		tie := math.Max(cfg.TieTokens, 0)
+		key := mix64(req.Key)
+		var bestW uint64
+		for i := range views {
+			if excluded(&views[i]) != "" || cost(&views[i]) > minCost+tie {
+				continue
+			}
+			if w := hrwWeight(key, hashString(cands[i].Dial)); d.Index < 0 || w > bestW {
+				d.Index, bestW = i, w
+			}
+		}
+	}
+
+	if d.Index >= 0 {
+		v := &views[d.Index]
+		d.Share = v.share
+		switch {
+		case v.cached < bestCached:
+			d.Outcome = OverriddenByLoad
+		case v.cached > 0:
+			d.Outcome = Hit
+		}
+		switch {
+		case v.cached > 0:
+			d.Tier = cands[d.Index].Tier
+		case req.CacheKey && bestCached == 0:
+			d.Tier = CacheKey
+		}
+	} else if bestCached > 0 {
+		d.Outcome = OverriddenByLoad
+	}
+
+	if explain {
+		d.Scored = make([]Scored, len(cands))
+		for i := range views {
+			v := &views[i]
+			d.Scored[i] = Scored{
+				Dial:          cands[i].Dial,
+				Tier:          cands[i].Tier,
+				MatchedBlocks: v.matched,
+				Share:         v.share,
+				Load:          v.load,
+				Cost:          cost(v),
+				Excluded:      excluded(v),
+			}
+		}
+	}
+	return d
+}
+
+// LeastLoaded is the least_conn-like fallback: the candidate (not
+// Unavailable) with the fewest requests in flight from this gateway, then
+// the fewest Running+Waiting (when LoadKnown). Ties are broken by rendezvous
+// hashing keyed by the fleet's total in-flight and dispatched counts, so
+// successive picks among equals rotate deterministically instead of always
+// landing on the first. It returns -1 when no candidate is available.
+func LeastLoaded(cands []Candidate) int {
+	var key uint64
+	for i := range cands {
+		if cands[i].Unavailable == "" {
+			key += uint64(counter(cands[i].Inflight)) + uint64(counter(cands[i].Dispatched))
+		}
+	}
+	key = mix64(key)
+
+	best := -1
+	var bestIn, bestQ float64
+	var bestW uint64
+	for i := range cands {
+		c := &cands[i]
+		if c.Unavailable != "" {
+			continue
+		}
+		in := counter(c.Inflight)
+		q := 0.0
+		if c.LoadKnown {
+			q = gauge(c.Running) + gauge(c.Waiting)
+		}
+		w := hrwWeight(key, hashString(c.Dial))
+		if best < 0 || in < bestIn || (in == bestIn && (q < bestQ || (q == bestQ && w > bestW))) {
+			best, bestIn, bestQ, bestW = i, in, q, w
+		}
+	}
+	return best
+}

@@ -1,0 +1,167 @@
+package routing
+
+// Tier names the kind of information a routing decision (or one candidate's
+// prefix estimate) rests on, most to least precise.
+type Tier int
+
+const (
+	// Precise: the candidate's matched blocks come from its own KV-cache
+	// events, so the match is known, not guessed.
+	Precise Tier = iota
+	// Approximate: the match comes from the gateway's own prefix tree of
+	// what it routed where (no or stale events, or tokenize failed); the
+	// blocks may have been evicted since, so they are credited at
+	// Config.ApproximateWeight.
+	Approximate
+	// CacheKey: nobody held the prefix and a client-supplied cache key
+	// (Request.CacheKey) chose among the equally good candidates.
+	CacheKey
+	// LoadOnly: load alone decided (no prefix information, nobody matched,
+	// or the fleet was too imbalanced to honour affinity).
+	LoadOnly
+)
+
+// String returns the label used in metrics and the admin API.
+func (t Tier) String() string {
+	switch t {
+	case Precise:
+		return "precise"
+	case Approximate:
+		return "approximate"
+	case CacheKey:
+		return "cache_key"
+	case LoadOnly:
+		return "load_only"
+	}
+	return "unknown"
+}
+
+// MarshalText encodes the tier as its label, so JSON explain output is readable.
+func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// Outcome classifies a decision for metrics.
+type Outcome int
+
+const (
+	// Hit: the picked candidate holds the best prefix on offer and it is
+	// longer than zero blocks.
+	Hit Outcome = iota
+	// Miss: no usable candidate held any of the prompt.
+	Miss
+	// OverriddenByLoad: some candidate held a longer prefix than the one
+	// picked, but load, saturation or hot-spot rules sent the request
+	// elsewhere (or to the caller's fallback, when Index is -1).
+	OverriddenByLoad
+)
+
+// String returns the label used in metrics and the admin API.
+func (o Outcome) String() string {
+	switch o {
+	case Hit:
+		return "hit"
+	case Miss:
+		return "miss"
+	case OverriddenByLoad:
+		return "overridden_by_load"
+	}
+	return "unknown"
+}
+
+// MarshalText encodes the outcome as its label.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Candidate is one upstream the request could go to, with what the caller
+// knows about its cache and its load. Values from outside (engine gauges)
+// are sanitised by Pick: NaN and negatives count as 0.
+type Candidate struct {
+	// Dial is the upstream's address, as Caddy spells it; it keys the
+	// deterministic tie-break.
+	Dial string
+	// Tier says where MatchedBlocks comes from: Precise (fresh KV events)
+	// or Approximate (prefix tree). Any other tier means "no prefix
+	// information" and MatchedBlocks is ignored.
+	Tier Tier
+	// MatchedBlocks is how many leading full blocks of the prompt the
+	// candidate holds. For the approximate tier the caller converts its
+	// matched share to the same unit (share × Request.TotalBlocks).
+	MatchedBlocks int
+
+	// Running and Waiting are the engine's own gauges
+	// (vllm:num_requests_running / _waiting) from the last scrape.
+	Running, Waiting float64
+	// Inflight counts requests this gateway has in flight there now;
+	// Dispatched counts those sent since the last scrape (not yet in the
+	// gauges).
+	Inflight, Dispatched int64
+	// KVUsage is the engine's KV-cache usage, 0..1.
+	KVUsage float64
+	// MaxInflight is the most requests the candidate should hold (0 =
+	// unknown, no limit); at or above it the candidate is "saturated".
+	MaxInflight int
+	// LoadKnown says Running, Waiting, Dispatched and KVUsage are valid
+	// (a recent scrape). When false only Inflight is used.
+	LoadKnown bool
+
+	// Unavailable, when non-empty, is why the caller already knows this
+	// candidate cannot take the request (e.g. "breaker_open",
+	// "unhealthy"). Pick never picks it and reports the reason in
+	// Scored.Excluded; callers may equally leave such upstreams out.
+	Unavailable string
+}
+
+// Request describes the prompt being routed.
+type Request struct {
+	// PromptTokens is the prompt length in tokens (an estimate such as
+	// bytes/4 when tokenizing failed). When 0 it is taken as
+	// TotalBlocks × BlockSize.
+	PromptTokens int
+	// BlockSize is the engines' KV block size in tokens (vLLM default 16).
+	BlockSize int
+	// TotalBlocks is the number of full blocks in the prompt.
+	TotalBlocks int
+	// Key spreads requests that no candidate can serve better than another
+	// (cold prefixes, equal loads) over the candidates, rendezvous-style:
+	// the same key goes to the same candidate while the fleet is unchanged.
+	// Callers should derive it from the prompt's first block hash (or a
+	// client cache key) so that requests sharing a prefix agree.
+	Key uint64
+	// CacheKey says Key came from a client-supplied cache key (e.g. the
+	// OpenAI prompt_cache_key field) rather than from the prompt. A Miss
+	// is then reported under Tier CacheKey.
+	CacheKey bool
+}
+
+// Scored is one candidate as Pick saw it, for the admin explain endpoint.
+type Scored struct {
+	Dial string `json:"dial"`
+	Tier Tier   `json:"tier"`
+	// MatchedBlocks is the match after clamping to the prompt.
+	MatchedBlocks int `json:"matched_blocks"`
+	// Share is MatchedBlocks as a share of the prompt's blocks, 0..1.
+	Share float64 `json:"share"`
+	// Load is the candidate's load in requests (see the package doc).
+	Load float64 `json:"load"`
+	// Cost is the estimated wait in token-equivalents (lower is better).
+	Cost float64 `json:"cost"`
+	// Excluded is why the candidate could not be picked; empty if it could.
+	Excluded string `json:"excluded,omitempty"`
+}
+
+// Decision is the result of Pick.
+type Decision struct {
+	// Index is the picked candidate, or -1 when no candidate may take the
+	// request: the caller then falls back (LeastLoaded, or Caddy's
+	// least_conn among available upstreams).
+	Index int `json:"index"`
+	// Tier is the information the decision rested on: the picked
+	// candidate's tier when it matched part of the prompt; CacheKey for a
+	// miss with Request.CacheKey; LoadOnly otherwise.
+	Tier Tier `json:"tier"`
+	// Outcome classifies the decision (see Outcome).
+	Outcome Outcome `json:"outcome"`
+	// Share is the picked candidate's matched share of the prompt, 0..1.
+	Share float64 `json:"share"`
+	// Scored holds one entry per candidate, in input order, when Pick was
+	// asked to explain; nil otherwise.
+	Scored []Scored `json:"scored,omitempty"`
+}
