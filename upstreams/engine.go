@@ -1,0 +1,280 @@
+package upstreams
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// drainTau is the time constant of the drain-rate estimator: completions
+// older than a few tau no longer count.
+const drainTau = 10 * time.Second
+
+// Unlimited is the free capacity [Engine.Free] reports when no request-count
+// limit applies (MaxInflight == 0).
+const Unlimited = math.MaxInt32
+
+// Engine is one upstream engine: its config, last scraped gauges and the
+// gateway's own accounting. All methods are safe for concurrent use.
+type Engine struct {
+	reg  *Registry // options and OnUpdate; never nil
+	dial string
+
+	lastUsed atomic.Int64 // unix nanos of the last Ensure/Reserve
+
+	mu  sync.Mutex
+	cfg EngineConfig
+	// Scrape state.
+	g         gauges
+	scraped   bool // at least one successful scrape (ever, across config changes)
+	scrapedAt time.Time
+	failures  int
+	stale     bool
+	lastErr   string
+	degraded  bool
+	checked   bool // the startup self-check (first scrape of this config) ran
+	// Local accounting. Reservations are stamped with the scrape epoch at
+	// which they were made; a successful scrape that started at epoch E makes
+	// every reservation with an epoch < E visible in the gauges.
+	inflight  int64
+	epoch     uint64 // incremented when a scrape starts
+	dropBelow uint64 // reservations with epoch < dropBelow are no longer "dispatched"
+	dispCur   int64  // active reservations with epoch == epoch
+	dispOld   int64  // active reservations with dropBelow <= epoch < epoch
+	drainRate float64
+	drainAt   time.Time
+
+	// run is the poller/worker handle; guarded by reg.mu.
+	run *runHandle
+	// kick wakes the poller early (interval change); buffered(1).
+	kick chan struct{}
+}
+
+func newEngine(r *Registry, cfg EngineConfig) *Engine {
+	e := &Engine{reg: r, dial: cfg.Dial, cfg: cfg, kick: make(chan struct{}, 1)}
+	e.touch()
+	return e
+}
+
+func (e *Engine) touch() { e.lastUsed.Store(time.Now().UnixNano()) }
+
+// Dial returns the engine's dial address (the registry key).
+func (e *Engine) Dial() string { return e.dial }
+
+// Config returns a copy of the engine's current config (defaults filled).
+func (e *Engine) Config() EngineConfig {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.clone()
+}
+
+// Load is a snapshot of an engine's state.
+type Load struct {
+	// Running and Waiting are vllm:num_requests_{running,waiting} summed over
+	// all series (the `engine` label = DP ranks served behind one address).
+	Running, Waiting float64
+	// KVUsage is vllm:kv_cache_usage_perc (or legacy
+	// vllm:gpu_cache_usage_perc) in 0..1: the mean over `engine` labels,
+	// weighted by each rank's num_gpu_blocks when known — the fraction of
+	// all KV blocks behind this address in use.
+	KVUsage float64
+	// KVUsageMax is the fullest rank's KV usage (equals KVUsage with one rank).
+	KVUsageMax float64
+	// BlockSize and NumGPUBlocks come from vllm:cache_config_info labels
+	// (blocks summed over engine labels); 0 when not exposed.
+	BlockSize, NumGPUBlocks int
+	// Known: at least one successful scrape and not stale. The gauge fields
+	// keep the last good values while Failures < StaleAfter.
+	Known bool
+	// Stale: StaleAfter or more consecutive polls failed.
+	Stale bool
+	// ScrapedAt is the time of the last successful scrape; Age is how long
+	// ago that was (0 if never).
+	ScrapedAt time.Time
+	Age       time.Duration
+	// Inflight counts requests through THIS gateway currently in flight on
+	// this engine (reserved and not Done).
+	Inflight int64
+	// Dispatched counts requests this gateway reserved on this engine that
+	// the gauges cannot show yet: reserved after the start of the last
+	// successful scrape and not yet Done (a request that finished before any
+	// scrape saw it leaves the count, since it will never appear in running).
+	Dispatched int64
+	// MaxInflight is the configured limit (0 = none).
+	MaxInflight int
+	// DrainRate is the observed completion rate in requests/s: an
+	// exponentially-decaying average (time constant 10s) over completions
+	// through this gateway ([Reservation.Done]). Other clients' traffic is
+	// not included.
+	DrainRate float64
+	// Failures counts consecutive failed polls; LastError is the latest poll
+	// error ("" after a success).
+	Failures  int
+	LastError string
+	// Degraded: the startup self-check failed — the metrics were unreadable
+	// or lacked running/waiting/KV-usage. Cleared by a complete scrape.
+	Degraded bool
+}
+
+// Load returns a snapshot of the engine's gauges and accounting.
+func (e *Engine) Load() Load {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := Load{
+		Running:      e.g.Running,
+		Waiting:      e.g.Waiting,
+		KVUsage:      e.g.KVUsage,
+		KVUsageMax:   e.g.KVUsageMax,
+		BlockSize:    e.g.BlockSize,
+		NumGPUBlocks: e.g.NumGPUBlocks,
+		Known:        e.scraped && !e.stale,
+		Stale:        e.stale,
+		ScrapedAt:    e.scrapedAt,
+		Inflight:     e.inflight,
+		Dispatched:   e.dispCur + e.dispOld,
+		MaxInflight:  e.cfg.MaxInflight,
+		DrainRate:    e.decayedDrain(now),
+		Failures:     e.failures,
+		LastError:    e.lastErr,
+		Degraded:     e.degraded,
+	}
+	if !e.scrapedAt.IsZero() {
+		l.Age = now.Sub(e.scrapedAt)
+	}
+	return l
+}
+
+// Free reports the engine's admission headroom, for the admission gate.
+//
+// When the gauges are known: free = MaxInflight − (Running + Waiting +
+// Dispatched), floored at 0, or [Unlimited] when MaxInflight == 0 (no request
+// limit configured); and free = 0 when kvLimit > 0 and KVUsage >= kvLimit.
+// known is true.
+//
+// When the gauges are not known (never scraped, or stale), known is false and
+// free is a local-accounting-only hint: MaxInflight − Inflight (floored at 0),
+// or [Unlimited]. The gate decides whether to fail open.
+func (e *Engine) Free(kvLimit float64) (free int, known bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	maxIn := e.cfg.MaxInflight
+	if !e.scraped || e.stale {
+		if maxIn <= 0 {
+			return Unlimited, false
+		}
+		return clampFree(float64(maxIn) - float64(e.inflight)), false
+	}
+	if kvLimit > 0 && e.g.KVUsage >= kvLimit {
+		return 0, true
+	}
+	if maxIn <= 0 {
+		return Unlimited, true
+	}
+	used := e.g.Running + e.g.Waiting + float64(e.dispCur+e.dispOld)
+	return clampFree(float64(maxIn) - used), true
+}
+
+func clampFree(f float64) int {
+	switch {
+	case !(f > 0): // also NaN
+		return 0
+	case f >= Unlimited:
+		return Unlimited
+	}
+	return int(f)
+}
+
+// decayedDrain returns the drain rate decayed to now. e.mu held.
+func (e *Engine) decayedDrain(now time.Time) float64 {
+	if e.drainAt.IsZero() {
+		return 0
+	}
+	dt := now.Sub(e.drainAt)
+	if dt <= 0 {
+		return e.drainRate
+	}
+	return e.drainRate * math.Exp(-float64(dt)/float64(drainTau))
+}
+
+// Reservation is one request's claim on an engine's local accounting.
+// Methods are safe for concurrent use; Done is idempotent.
+type Reservation struct {
+	mu    sync.Mutex
+	e     *Engine
+	epoch uint64
+	done  bool
+}
+
+// Reserve records a request dispatched to the engine: Inflight++ and
+// Dispatched++ until the next successful scrape, so admission can count it
+// before the engine's gauges show it. Call Done when the request finishes.
+func (e *Engine) Reserve() *Reservation {
+	e.touch()
+	return &Reservation{e: e, epoch: e.acquire()}
+}
+
+func (e *Engine) acquire() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.inflight++
+	e.dispCur++
+	return e.epoch
+}
+
+// release undoes acquire; completed also feeds the drain rate.
+func (e *Engine) release(epoch uint64, completed bool) {
+	now := time.Now()
+	e.mu.Lock()
+	e.inflight--
+	switch {
+	case epoch < e.dropBelow: // already visible in the gauges
+	case epoch == e.epoch:
+		e.dispCur--
+	default:
+		e.dispOld--
+	}
+	if completed {
+		// Event-driven exponential rate estimator: decay, then add 1/tau.
+		e.drainRate = e.decayedDrain(now) + 1/drainTau.Seconds()
+		e.drainAt = now
+	}
+	e.mu.Unlock()
+	e.touch()
+	e.reg.notify(e.dial)
+}
+
+// Engine returns the engine the reservation currently counts against.
+func (r *Reservation) Engine() *Engine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.e
+}
+
+// Move transfers the reservation to another engine, for when the routing
+// policy picked a different engine than the one reserved. No-op after Done,
+// for nil, or for the same engine.
+func (r *Reservation) Move(to *Engine) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || to == nil || to == r.e {
+		return
+	}
+	from, epoch := r.e, r.epoch
+	to.touch()
+	r.e, r.epoch = to, to.acquire()
+	from.release(epoch, false)
+}
+
+// Done ends the reservation: Inflight--, a completion for the drain rate,
+// and OnUpdate. Idempotent.
+func (r *Reservation) Done() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	r.e.release(r.epoch, true)
+}

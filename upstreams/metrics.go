@@ -1,0 +1,268 @@
+package upstreams
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// vLLM metric families read from /metrics (see vllm/v1/metrics/loggers.py).
+const (
+	metricRunning     = "vllm:num_requests_running"
+	metricWaiting     = "vllm:num_requests_waiting"
+	metricKVUsage     = "vllm:kv_cache_usage_perc"
+	metricKVUsageOld  = "vllm:gpu_cache_usage_perc" // deprecated 0.9.2, removed by vLLM #29330
+	metricCacheConfig = "vllm:cache_config_info"
+)
+
+var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, metricCacheConfig}
+
+// errMissingSeries marks a page that parsed but lacks a required gauge.
+var errMissingSeries = errors.New("missing series")
+
+// gauges is what one successful scrape yields.
+type gauges struct {
+	Running, Waiting float64 // summed over all series (engine = DP rank)
+	KVUsage          float64 // mean over engine labels, weighted by num_gpu_blocks when known
+	KVUsageMax       float64 // max over engine labels
+	BlockSize        int     // from cache_config_info (0 = unknown)
+	NumGPUBlocks     int     // summed over distinct engine labels (0 = unknown)
+	Ranks            int     // distinct engine label values seen in the KV gauge
+}
+
+// filterExposition copies into dst only the sample, HELP and TYPE lines of the
+// families we read. A vLLM page is dominated by histograms we do not need;
+// dropping them before the (allocation-heavy) expfmt parser makes a scrape
+// roughly an order of magnitude cheaper, and the dropped lines cannot affect
+// the families we keep because text-format families are line-local.
+func filterExposition(dst, src []byte) []byte {
+	dst = dst[:0]
+	for len(src) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(src, '\n'); i >= 0 {
+			line, src = src[:i], src[i+1:]
+		} else {
+			line, src = src, nil
+		}
+		l := bytes.TrimLeft(line, " \t")
+		if len(l) == 0 {
+			continue
+		}
+		var name []byte
+		if l[0] == '#' {
+			f := bytes.Fields(l[1:])
+			if len(f) < 2 || (string(f[0]) != "HELP" && string(f[0]) != "TYPE") {
+				continue
+			}
+			name = f[1]
+		} else {
+			end := bytes.IndexAny(l, "{ \t")
+			if end < 0 {
+				continue
+			}
+			name = l[:end]
+		}
+		if !isWanted(name) {
+			continue
+		}
+		dst = append(dst, l...)
+		dst = append(dst, '\n')
+	}
+	return dst
+}
+
+func isWanted(name []byte) bool {
+	for _, w := range wantedFamilies {
+		if string(name) == w {
+			return true
+		}
+	}
+	return false
+}
+
+// parseGauges extracts the vLLM gauges from a Prometheus text exposition.
+// scratch is reused between calls by one poller to avoid reallocating the
+// filtered copy. It never panics on bad input; every problem is an error.
+func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
+	var g gauges
+	filtered := filterExposition(*scratch, page)
+	*scratch = filtered
+	if len(filtered) == 0 {
+		return g, fmt.Errorf("%w: no vLLM gauges on the page (%s)", errMissingSeries, describePage(page))
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(filtered))
+	if err != nil {
+		return g, fmt.Errorf("parse metrics: %w", err)
+	}
+
+	var missing []string
+	var ok bool
+	if g.Running, ok, err = sumFamily(fams[metricRunning]); err != nil {
+		return g, err
+	} else if !ok {
+		missing = append(missing, metricRunning)
+	}
+	if g.Waiting, ok, err = sumFamily(fams[metricWaiting]); err != nil {
+		return g, err
+	} else if !ok {
+		missing = append(missing, metricWaiting)
+	}
+
+	blocks, err := cacheConfig(fams[metricCacheConfig], &g)
+	if err != nil {
+		return g, err
+	}
+
+	kv := fams[metricKVUsage]
+	if len(kv.GetMetric()) == 0 {
+		kv = fams[metricKVUsageOld]
+	}
+	if len(kv.GetMetric()) == 0 {
+		missing = append(missing, metricKVUsage)
+	} else if err := kvUsage(kv, blocks, &g); err != nil {
+		return g, err
+	}
+	if len(missing) > 0 {
+		return g, fmt.Errorf("%w: %v", errMissingSeries, missing)
+	}
+	return g, nil
+}
+
+// sampleValue reads a gauge, untyped or counter sample and rejects
+// non-finite or negative values (all vLLM gauges we read are >= 0).
+func sampleValue(fam *dto.MetricFamily, m *dto.Metric) (float64, error) {
+	var v float64
+	switch {
+	case m.Gauge != nil:
+		v = m.Gauge.GetValue()
+	case m.Untyped != nil:
+		v = m.Untyped.GetValue()
+	case m.Counter != nil:
+		v = m.Counter.GetValue()
+	default:
+		return 0, fmt.Errorf("metric %s: unexpected type %s", fam.GetName(), fam.GetType())
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("metric %s: invalid value %v", fam.GetName(), v)
+	}
+	return v, nil
+}
+
+func sumFamily(fam *dto.MetricFamily) (sum float64, ok bool, err error) {
+	for _, m := range fam.GetMetric() {
+		v, err := sampleValue(fam, m)
+		if err != nil {
+			return 0, false, err
+		}
+		sum += v
+		ok = true
+	}
+	return sum, ok, nil
+}
+
+func labelValue(m *dto.Metric, name string) (string, bool) {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue(), true
+		}
+	}
+	return "", false
+}
+
+// cacheConfig reads block_size and num_gpu_blocks from the info metric, one
+// entry per engine label (duplicates of one engine are counted once), and
+// returns num_gpu_blocks per engine label for weighting the KV usage.
+// Unparsable values (e.g. "None" before profiling) are ignored.
+func cacheConfig(fam *dto.MetricFamily, g *gauges) (map[string]int, error) {
+	if len(fam.GetMetric()) == 0 {
+		return nil, nil
+	}
+	blocks := make(map[string]int, len(fam.GetMetric()))
+	for _, m := range fam.GetMetric() {
+		eng, _ := labelValue(m, "engine")
+		if bs, ok := labelValue(m, "block_size"); ok {
+			if n, err := strconv.Atoi(bs); err == nil && n > 0 && n > g.BlockSize {
+				g.BlockSize = n
+			}
+		}
+		if nb, ok := labelValue(m, "num_gpu_blocks"); ok {
+			n, err := strconv.Atoi(nb)
+			if err != nil || n <= 0 {
+				continue
+			}
+			if _, dup := blocks[eng]; dup {
+				continue
+			}
+			blocks[eng] = n
+			if g.NumGPUBlocks > math.MaxInt32-n {
+				return nil, fmt.Errorf("metric %s: num_gpu_blocks overflow", metricCacheConfig)
+			}
+			g.NumGPUBlocks += n
+		}
+	}
+	return blocks, nil
+}
+
+// kvUsage aggregates the per-rank KV usage. The mean is weighted by each
+// rank's num_gpu_blocks when every rank's is known (so it is the fraction of
+// all blocks behind the address in use), else unweighted. Values are clamped
+// to [0, 1].
+func kvUsage(fam *dto.MetricFamily, blocks map[string]int, g *gauges) error {
+	var sum, wsum float64
+	weighted := len(blocks) > 0
+	seen := make(map[string]struct{}, len(fam.GetMetric()))
+	for _, m := range fam.GetMetric() {
+		v, err := sampleValue(fam, m)
+		if err != nil {
+			return err
+		}
+		v = min(v, 1)
+		eng, _ := labelValue(m, "engine")
+		seen[eng] = struct{}{}
+		w := 1.0
+		if weighted {
+			if b, ok := blocks[eng]; ok {
+				w = float64(b)
+			} else {
+				weighted = false
+			}
+		}
+		sum += v * w
+		wsum += w
+		g.KVUsageMax = max(g.KVUsageMax, v)
+	}
+	if !weighted {
+		// Some rank had no block count: fall back to the plain mean.
+		sum, wsum = 0, 0
+		for _, m := range fam.GetMetric() {
+			v, _ := sampleValue(fam, m)
+			sum += min(v, 1)
+			wsum++
+		}
+	}
+	g.KVUsage = min(sum/wsum, 1)
+	g.Ranks = len(seen)
+	return nil
+}
+
+// describePage gives a short, safe hint about what a page without gauges
+// looked like (HTML, empty, binary) for the error message.
+func describePage(page []byte) string {
+	t := bytes.TrimSpace(page)
+	switch {
+	case len(t) == 0:
+		return "empty body"
+	case t[0] == '<':
+		return "looks like HTML"
+	case t[0] == '{' || t[0] == '[':
+		return "looks like JSON"
+	}
+	return fmt.Sprintf("%d bytes, no vLLM metric lines", len(page))
+}

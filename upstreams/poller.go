@@ -1,0 +1,213 @@
+package upstreams
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// maxRetainedBuf caps the per-poller buffers kept between scrapes, so one
+// large page does not pin megabytes per engine.
+const maxRetainedBuf = 1 << 20
+
+// runHandle stops one engine's poller and worker.
+type runHandle struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (h *runHandle) stop() {
+	if h == nil {
+		return
+	}
+	h.cancel()
+	<-h.done
+}
+
+// start launches the engine's poller and the optional worker. The caller
+// holds reg.mu and stores the handle in e.run.
+func (e *Engine) start(worker func(context.Context, *Engine)) *runHandle {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &runHandle{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		workerDone := make(chan struct{})
+		if worker != nil {
+			go func() {
+				defer close(workerDone)
+				worker(ctx, e)
+			}()
+		} else {
+			close(workerDone)
+		}
+		e.pollLoop(ctx)
+		<-workerDone
+	}()
+	return h
+}
+
+// pollLoop scrapes immediately (the startup self-check), then every
+// PollInterval (+ up to 10% jitter) measured from the start of each scrape.
+func (e *Engine) pollLoop(ctx context.Context) {
+	var buf, scratch []byte
+	for {
+		start := time.Now()
+		e.pollOnce(ctx, &buf, &scratch)
+		if cap(buf) > maxRetainedBuf {
+			buf = nil
+		}
+		if cap(scratch) > maxRetainedBuf {
+			scratch = nil
+		}
+		if !e.waitNext(ctx, start) {
+			return
+		}
+	}
+}
+
+// waitNext sleeps until the next poll is due; false when ctx is done. A kick
+// (interval changed by Apply) recomputes the deadline.
+func (e *Engine) waitNext(ctx context.Context, start time.Time) bool {
+	for {
+		iv := e.reg.options().PollInterval
+		iv += time.Duration(rand.Int64N(int64(iv)/10 + 1))
+		wait := time.Until(start.Add(iv))
+		if wait <= 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-e.kick:
+			t.Stop()
+		case <-t.C:
+			return true
+		}
+	}
+}
+
+// pollOnce runs one scrape and records its result.
+func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
+	o := e.reg.options()
+	e.mu.Lock()
+	url, header := e.cfg.MetricsURL, e.cfg.Header
+	// A new epoch: reservations made from now on may be too recent for this
+	// scrape to see.
+	e.epoch++
+	startEpoch := e.epoch
+	e.dispOld += e.dispCur
+	e.dispCur = 0
+	e.mu.Unlock()
+
+	g, err := scrape(ctx, o, url, header, buf, scratch)
+	if err != nil && ctx.Err() != nil {
+		return // stopping, not an engine failure
+	}
+	e.record(startEpoch, g, err, o)
+	e.reg.notify(e.dial)
+}
+
+// record applies a scrape result: gauges, failure counting, staleness and
+// the self-check.
+func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
+	log := o.Logger.With(zap.String("engine", e.dial))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	firstCheck := !e.checked
+	e.checked = true
+	if err == nil {
+		e.g = g
+		e.scraped = true
+		e.scrapedAt = time.Now()
+		wasStale, wasDegraded := e.stale, e.degraded
+		e.failures, e.stale, e.degraded, e.lastErr = 0, false, false, ""
+		if startEpoch > e.dropBelow {
+			e.dropBelow = startEpoch
+			e.dispOld = 0
+		}
+		if wasStale {
+			log.Info("engine metrics recovered")
+		}
+		if wasDegraded {
+			log.Info("engine metrics self-check now passes")
+		}
+		return
+	}
+	e.failures++
+	e.lastErr = err.Error()
+	if firstCheck {
+		e.degraded = true
+		log.Error("engine metrics self-check failed: admission and routing treat this engine's load as unknown until a scrape succeeds",
+			zap.String("metrics_url", redactURL(e.cfg.MetricsURL)), zap.Error(err))
+	}
+	if !e.stale && e.failures >= o.StaleAfter {
+		e.stale = true
+		e.reg.staleTransitions.Add(1)
+		log.Warn("engine metrics stale", zap.Int("failures", e.failures), zap.Error(err))
+	} else {
+		log.Debug("engine metrics poll failed", zap.Int("failures", e.failures), zap.Error(err))
+	}
+}
+
+// scrape fetches and parses one /metrics page within o.PollTimeout and
+// o.MaxMetricsBytes.
+func scrape(ctx context.Context, o *Options, url string, header http.Header, buf, scratch *[]byte) (gauges, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.PollTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return gauges{}, fmt.Errorf("metrics request: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	}
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		return gauges{}, fmt.Errorf("scrape metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return gauges{}, fmt.Errorf("scrape metrics: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
+	}
+	*buf, err = readLimited(resp.Body, o.MaxMetricsBytes, *buf)
+	if err != nil {
+		return gauges{}, fmt.Errorf("scrape metrics: %w", err)
+	}
+	return parseGauges(*buf, scratch)
+}
+
+var errTooLarge = errors.New("response too large")
+
+// readLimited reads all of r into buf (reused) but fails once more than limit
+// bytes arrive, so a huge or endless body costs at most limit+1 bytes.
+func readLimited(r io.Reader, limit int64, buf []byte) ([]byte, error) {
+	b := bytes.NewBuffer(buf[:0])
+	n, err := b.ReadFrom(io.LimitReader(r, limit+1))
+	if err != nil {
+		return b.Bytes(), fmt.Errorf("read body: %w", err)
+	}
+	if n > limit {
+		return b.Bytes(), fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)
+	}
+	return b.Bytes(), nil
+}
+
+// bodySnippet returns a short quoted prefix of an error body for messages.
+func bodySnippet(r io.Reader) string {
+	var p [160]byte
+	n, _ := io.ReadFull(r, p[:])
+	return strconv.Quote(string(bytes.TrimSpace(p[:n])))
+}

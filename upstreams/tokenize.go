@@ -1,0 +1,344 @@
+package upstreams
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TokenizerOptions tunes a [Tokenizer]. Zero fields take the defaults.
+type TokenizerOptions struct {
+	// Timeout bounds one /tokenize call; default 500ms.
+	Timeout time.Duration
+	// MaxConcurrent bounds the /tokenize calls in flight; a call beyond it
+	// fails at once with [ErrTokenizerBusy]. Default 64.
+	MaxConcurrent int
+	// CacheEntries bounds the LRU cache's entry count; default 4096.
+	// Negative disables the cache.
+	CacheEntries int
+	// CacheMaxTokens bounds the token ids held by the cache in total (8 bytes
+	// each); default 8M (64 MiB). Longer results are not cached.
+	CacheMaxTokens int
+	// MaxResponseBytes limits a /tokenize response; default 16 MiB.
+	MaxResponseBytes int64
+	// Client makes the calls; default a dedicated client whose idle
+	// connections [Tokenizer.Close] closes.
+	Client *http.Client
+}
+
+// ErrTokenizerBusy is returned when MaxConcurrent calls are already in flight.
+var ErrTokenizerBusy = errors.New("tokenize: too many concurrent calls")
+
+// TokenizeRequest is one /tokenize request: either Prompt (completion style)
+// or Messages (chat style), not both. Nil/empty fields are not sent, so the
+// engine's defaults apply (vLLM: add_special_tokens=true for prompts; for
+// chat add_generation_prompt=true, continue_final_message=false,
+// add_special_tokens=false). Fields that change the rendered prompt (Tools,
+// ChatTemplateKwargs, ChatTemplate) must be copied from the client request so
+// the tokens equal what the engine hashes.
+type TokenizeRequest struct {
+	Model                string
+	Prompt               json.RawMessage
+	Messages             json.RawMessage
+	AddGenerationPrompt  *bool
+	ContinueFinalMessage *bool
+	AddSpecialTokens     *bool
+	ChatTemplate         string
+	ChatTemplateKwargs   json.RawMessage
+	Tools                json.RawMessage
+}
+
+type tokenizeWire struct {
+	Model                string          `json:"model,omitempty"`
+	Prompt               json.RawMessage `json:"prompt,omitempty"`
+	Messages             json.RawMessage `json:"messages,omitempty"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt,omitempty"`
+	ContinueFinalMessage *bool           `json:"continue_final_message,omitempty"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens,omitempty"`
+	ChatTemplate         string          `json:"chat_template,omitempty"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	Tools                json.RawMessage `json:"tools,omitempty"`
+}
+
+// body renders the canonical request body: fixed field order, raw JSON
+// compacted (and validated) by encoding/json, chat-only fields dropped for
+// prompts. It doubles as the cache key's input.
+func (r TokenizeRequest) body() ([]byte, error) {
+	hasP, hasM := len(r.Prompt) > 0, len(r.Messages) > 0
+	if hasP == hasM {
+		return nil, errors.New("tokenize: exactly one of prompt or messages must be set")
+	}
+	w := tokenizeWire{Model: r.Model, AddSpecialTokens: r.AddSpecialTokens}
+	if hasP {
+		w.Prompt = r.Prompt
+	} else {
+		w.Messages = r.Messages
+		w.AddGenerationPrompt = r.AddGenerationPrompt
+		w.ContinueFinalMessage = r.ContinueFinalMessage
+		w.ChatTemplate = r.ChatTemplate
+		w.ChatTemplateKwargs = r.ChatTemplateKwargs
+		w.Tools = r.Tools
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: encode request: %w", err)
+	}
+	return b, nil
+}
+
+// cacheKey is a 128-bit keyed hash of the canonical body. The per-process
+// random seeds make collisions impossible to craft from outside.
+type cacheKey [2]uint64
+
+type cacheEntry struct {
+	key    cacheKey
+	tokens []uint64
+}
+
+// call is one in-flight /tokenize call that identical requests share.
+type call struct {
+	done   chan struct{}
+	tokens []uint64
+	err    error
+	// retry: the leader's own context ended the call, so followers whose
+	// contexts are still live should try again rather than inherit that.
+	retry bool
+}
+
+// Tokenizer is a concurrency-limited /tokenize client with a bounded LRU
+// cache keyed by the canonical request body (independent of the URL: all
+// replicas of a model tokenize alike, so repeated system prompts and
+// multi-turn conversations hit it whichever replica served them). Identical
+// concurrent requests share one call. Safe for concurrent use.
+type Tokenizer struct {
+	o         TokenizerOptions
+	client    *http.Client
+	ownClient bool
+	sem       chan struct{}
+	seeds     [2]maphash.Seed
+
+	mu     sync.Mutex
+	lru    list.List // of *cacheEntry, front = most recent
+	items  map[cacheKey]*list.Element
+	ntoks  int
+	flight map[cacheKey]*call
+
+	hits, misses, errs, shared, rejected atomic.Uint64
+	inflight                             atomic.Int64
+}
+
+// NewTokenizer returns a Tokenizer; it starts no goroutines.
+func NewTokenizer(o TokenizerOptions) *Tokenizer {
+	if o.Timeout <= 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 64
+	}
+	if o.CacheEntries == 0 {
+		o.CacheEntries = 4096
+	}
+	if o.CacheMaxTokens <= 0 {
+		o.CacheMaxTokens = 8 << 20
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = 16 << 20
+	}
+	t := &Tokenizer{
+		o:      o,
+		client: o.Client,
+		sem:    make(chan struct{}, o.MaxConcurrent),
+		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		items:  make(map[cacheKey]*list.Element),
+		flight: make(map[cacheKey]*call),
+	}
+	if t.client == nil {
+		t.ownClient = true
+		t.client = &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: min(o.MaxConcurrent, 32),
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return t
+}
+
+// Close releases the default client's idle connections. The Tokenizer stays
+// usable.
+func (t *Tokenizer) Close() {
+	if t.ownClient {
+		t.client.CloseIdleConnections()
+	}
+}
+
+// TokenizerStats are cumulative counters (InFlight, Entries and CachedTokens
+// are current values).
+type TokenizerStats struct {
+	Hits, Misses, Errors uint64 // cache hits; calls made; calls failed
+	Shared               uint64 // requests that joined an identical in-flight call
+	Rejected             uint64 // requests refused with ErrTokenizerBusy
+	InFlight             int64  // calls in flight
+	Entries              int    // cached entries
+	CachedTokens         int    // token ids held by the cache
+}
+
+// Stats returns the tokenizer's counters.
+func (t *Tokenizer) Stats() TokenizerStats {
+	t.mu.Lock()
+	n, toks := len(t.items), t.ntoks
+	t.mu.Unlock()
+	return TokenizerStats{
+		Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(),
+		Shared: t.shared.Load(), Rejected: t.rejected.Load(), InFlight: t.inflight.Load(),
+		Entries: n, CachedTokens: toks,
+	}
+}
+
+// Tokenize returns the engine's token ids for req by POSTing to url (an
+// engine's /tokenize) with the extra headers h. cached reports a cache hit.
+// The returned slice may be shared with the cache and other callers: it
+// must not be modified.
+func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, cached bool, err error) {
+	body, err := req.body()
+	if err != nil {
+		return nil, false, err
+	}
+	key := cacheKey{maphash.Bytes(t.seeds[0], body), maphash.Bytes(t.seeds[1], body)}
+	for {
+		t.mu.Lock()
+		if el, ok := t.items[key]; ok {
+			t.lru.MoveToFront(el)
+			toks := el.Value.(*cacheEntry).tokens
+			t.mu.Unlock()
+			t.hits.Add(1)
+			return toks, true, nil
+		}
+		if c, ok := t.flight[key]; ok {
+			t.mu.Unlock()
+			t.shared.Add(1)
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return nil, false, fmt.Errorf("tokenize: %w", ctx.Err())
+			}
+			if c.retry {
+				if ctx.Err() == nil {
+					continue
+				}
+				return nil, false, fmt.Errorf("tokenize: %w", ctx.Err())
+			}
+			return c.tokens, false, c.err
+		}
+		select {
+		case t.sem <- struct{}{}:
+		default:
+			t.mu.Unlock()
+			t.rejected.Add(1)
+			return nil, false, ErrTokenizerBusy
+		}
+		c := &call{done: make(chan struct{})}
+		t.flight[key] = c
+		t.mu.Unlock()
+		return t.lead(ctx, key, c, url, h, body)
+	}
+}
+
+// lead performs the shared call for key and publishes its result.
+func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, body []byte) ([]uint64, bool, error) {
+	t.misses.Add(1)
+	t.inflight.Add(1)
+	c.tokens, c.err = t.fetch(ctx, url, h, body)
+	t.inflight.Add(-1)
+	<-t.sem
+	if c.err != nil {
+		t.errs.Add(1)
+		c.retry = ctx.Err() != nil
+	}
+	t.mu.Lock()
+	delete(t.flight, key)
+	if c.err == nil {
+		t.insert(key, c.tokens)
+	}
+	t.mu.Unlock()
+	close(c.done)
+	return c.tokens, false, c.err
+}
+
+// insert adds an entry and evicts least-recently-used ones past the bounds.
+// t.mu held.
+func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
+	if t.o.CacheEntries < 0 || len(toks) > t.o.CacheMaxTokens {
+		return
+	}
+	if _, ok := t.items[key]; ok {
+		return
+	}
+	t.items[key] = t.lru.PushFront(&cacheEntry{key: key, tokens: toks})
+	t.ntoks += len(toks)
+	for len(t.items) > t.o.CacheEntries || t.ntoks > t.o.CacheMaxTokens {
+		el := t.lru.Back()
+		ce := el.Value.(*cacheEntry)
+		t.lru.Remove(el)
+		delete(t.items, ce.key)
+		t.ntoks -= len(ce.tokens)
+	}
+}
+
+type tokenizeResponse struct {
+	Count       *int     `json:"count"`
+	MaxModelLen int      `json:"max_model_len"`
+	Tokens      []uint64 `json:"tokens"`
+}
+
+func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: request: %w", err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tokenize: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
+	}
+	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, nil)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	return parseTokenizeResponse(raw)
+}
+
+// parseTokenizeResponse decodes {count, max_model_len, tokens}. Token ids
+// must be non-negative integers and count, if present, must match.
+func parseTokenizeResponse(raw []byte) ([]uint64, error) {
+	var r tokenizeResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("tokenize: decode response: %w", err)
+	}
+	if r.Tokens == nil {
+		return nil, errors.New("tokenize: response has no tokens")
+	}
+	if r.Count != nil && *r.Count != len(r.Tokens) {
+		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", *r.Count, len(r.Tokens))
+	}
+	return r.Tokens, nil
+}
