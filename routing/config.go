@@ -156,7 +156,7 @@ func (c Config) normalized() Config {
 	fix(&c.Epsilon, DefaultEpsilon, true, inf)
 	fix(&c.BoundedLoadMin, DefaultBoundedLoadMin, false, inf)
 	if c.BoundedLoadMin < 1 {
-		c.BoundedLoadMin = 1
+		c.BoundedLoadMin = DefaultBoundedLoadMin
 	}
 	fix(&c.ImbalanceThreshold, DefaultImbalanceThreshold, true, inf)
 	fix(&c.TieTokens, DefaultTieTokens, true, inf)
