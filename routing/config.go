@@ -14,7 +14,7 @@ const (
 	DefaultRunningWeight      = 32.0
 	DefaultKVWeight           = 1024.0
 	DefaultKVLimit            = 0.95
-	DefaultEpsilon            = 1.0
+	DefaultEpsilon            = 1.5
 	DefaultBoundedLoadMin     = 8.0
 	DefaultImbalanceThreshold = 32.0
 	DefaultTieTokens          = 8.0
@@ -52,8 +52,10 @@ type Config struct {
 	// Epsilon is the bounded-load slack: a candidate whose load would
 	// exceed max((1+Epsilon) × mean load, BoundedLoadMin) with this
 	// request is excluded as "bounded_load", so a replica holding a popular
-	// prefix cannot take all traffic. Default 1 (twice the mean); negative
-	// disables the rule.
+	// prefix cannot take all traffic. Default 1.5 (2.5 times the mean): a
+	// safety net against hot spots, not a balancer (the cost's load terms
+	// do the fine balancing), so it only bites well above the mean.
+	// Negative disables the rule.
 	Epsilon float64 `json:"epsilon,omitempty"`
 	// BoundedLoadMin is the smallest load cap, in requests: below it
 	// affinity is never broken for balance, since a replica running a

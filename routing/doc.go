@@ -16,20 +16,21 @@
 //	cached  = MatchedBlocks × BlockSize × trust   (trust 1 for Precise, ApproximateWeight for Approximate)
 //	prefill = PromptTokens − cached               (the uncached blocks plus the partial tail)
 //	cost    = PrefixWeight  × prefill
-//	        + QueueWeight   × (Waiting + Dispatched)
-//	        + RunningWeight × Running
+//	        + QueueWeight   × queued     (Waiting, + Dispatched if Waiting > 0)
+//	        + RunningWeight × running    (Running, + Dispatched if Waiting = 0)
 //	        + KVWeight      × KVUsage²
 //
-// Waiting + Dispatched is the queue ahead (Dispatched covers what this
-// gateway sent since the engine's gauges were last scraped); QueueWeight is
-// the average uncached prefill one queued request brings. Running sequences
+// Waiting is the queue ahead; QueueWeight is the average uncached prefill
+// one queued request brings. Dispatched (what this gateway sent since the
+// engine's gauges were last scraped) joins the queue when the engine was
+// queueing at the scrape (Waiting > 0) and counts as running otherwise. Running sequences
 // cost less each: they only share the batch with our prefill. The KV term
 // is quadratic so it matters only near the preemption point. When the
 // engine's gauges are unknown (LoadKnown false) the gateway's own Inflight
 // count stands in as Running and the KV term is 0.
 //
 // Defaults (Config): PrefixWeight 1, ApproximateWeight 0.7, QueueWeight 512,
-// RunningWeight 32, KVWeight 1024, KVLimit 0.95, Epsilon 1, BoundedLoadMin 8,
+// RunningWeight 32, KVWeight 1024, KVLimit 0.95, Epsilon 1.5, BoundedLoadMin 8,
 // ImbalanceThreshold 32, TieTokens 8.
 //
 // # Worked example
@@ -62,9 +63,9 @@
 //     with mean = (Σ load + 1) / n, a candidate whose load + 1 would exceed
 //     max((1+Epsilon) × mean, BoundedLoadMin) is excluded, unless it is the
 //     least loaded. With the defaults, a holder keeps its traffic until it
-//     runs 8 requests, then until it has twice the mean: four replicas with
-//     loads 30, 10, 10, 10 give mean 15.25 and a cap of 30.5, so the holder
-//     at 30 is excluded and the request spills.
+//     runs 8 requests, then until it has 2.5 times the mean: four replicas
+//     with loads 50, 10, 10, 10 give mean 20.25 and a cap of 50.6, so the
+//     holder at 50 is excluded (51 > 50.6) and the request spills.
 //   - Imbalance: when the most and least loaded candidates differ by more
 //     than ImbalanceThreshold requests, the prefix term is dropped and the
 //     request goes by load alone (as in SGLang's cache-aware router).

@@ -75,8 +75,17 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 	var v view
 	in := counter(c.Inflight)
 	if c.LoadKnown {
+		// Requests dispatched since the scrape join the queue if the
+		// engine was already queueing, else they start running at once;
+		// counting them all as queued would make a holder's own recent
+		// traffic outweigh the prefix it holds.
 		v.running = gauge(c.Running)
-		v.queued = gauge(c.Waiting) + counter(c.Dispatched)
+		v.queued = gauge(c.Waiting)
+		if v.queued > 0 {
+			v.queued += counter(c.Dispatched)
+		} else {
+			v.running += counter(c.Dispatched)
+		}
 		// The gauges lag; our own in-flight count is a floor.
 		v.load = math.Max(v.running+v.queued, in)
 		v.kv = math.Min(gauge(c.KVUsage), 1)

@@ -10,6 +10,17 @@ import (
 // blocks of 16 plus an 8-token tail.
 var prompt1000 = Request{PromptTokens: 1000, BlockSize: 16, TotalBlocks: 62, Key: 42}
 
+// prompt4000 is a prompt of exactly 250 full blocks.
+var prompt4000 = Request{PromptTokens: 4000, BlockSize: 16, TotalBlocks: 250, Key: 42}
+
+// dispatched is a holder with 2 running, the given waiting, and n requests
+// sent since the last scrape.
+func dispatched(matched int, waiting float64, n int64) Candidate {
+	c := withLoad(idle("a:1", matched), 2, waiting)
+	c.Dispatched, c.Inflight = n, n
+	return c
+}
+
 func idle(dial string, matched int) Candidate {
 	return Candidate{Dial: dial, MatchedBlocks: matched, LoadKnown: true}
 }
@@ -92,12 +103,50 @@ func TestPick(t *testing.T) {
 			name: "bounded load excludes a hot holder",
 			req:  prompt1000,
 			cands: []Candidate{
-				withLoad(idle("a:1", 62), 30, 0), withLoad(idle("b:1", 0), 10, 0),
+				withLoad(idle("a:1", 62), 50, 0), withLoad(idle("b:1", 0), 10, 0),
 				withLoad(idle("c:1", 0), 10, 0), withLoad(idle("d:1", 0), 10, 0),
 			},
-			want:    -2, // any of 1..3
+			cfg:     Config{ImbalanceThreshold: -1}, // isolate the bounded-load rule
+			want:    -2,                             // any of 1..3
 			outcome: OverriddenByLoad, tier: LoadOnly,
 			excluded: map[int]string{0: ExcludedBoundedLoad},
+		},
+		{
+			name: "bounded load boundary: just under the cap the holder keeps it",
+			req:  prompt4000,
+			cands: []Candidate{
+				withLoad(idle("a:1", 250), 49, 0), withLoad(idle("b:1", 0), 10, 0),
+				withLoad(idle("c:1", 0), 10, 0), withLoad(idle("d:1", 0), 10, 0),
+			},
+			cfg:     Config{ImbalanceThreshold: -1},
+			want:    0, // mean (79+1)/4 = 20, cap 2.5×20 = 50, 49+1 <= 50
+			outcome: Hit, tier: Precise, share: 1,
+		},
+		{
+			name: "bounded load boundary: one more and it spills",
+			req:  prompt4000,
+			cands: []Candidate{
+				withLoad(idle("a:1", 250), 50, 0), withLoad(idle("b:1", 0), 10, 0),
+				withLoad(idle("c:1", 0), 10, 0), withLoad(idle("d:1", 0), 10, 0),
+			},
+			cfg:     Config{ImbalanceThreshold: -1},
+			want:    -2, // mean 81/4 = 20.25, cap 50.625, 50+1 > cap
+			outcome: OverriddenByLoad, tier: LoadOnly,
+			excluded: map[int]string{0: ExcludedBoundedLoad},
+		},
+		{
+			name:    "dispatched since the scrape count as running when the engine was not queueing",
+			req:     prompt1000,
+			cands:   []Candidate{dispatched(40, 0, 3), idle("b:1", 0)},
+			want:    0, // 360 + 32×(2+3) = 520 < 1000
+			outcome: Hit, tier: Precise, share: 40.0 / 62,
+		},
+		{
+			name:    "dispatched since the scrape count as queued when the engine was queueing",
+			req:     prompt1000,
+			cands:   []Candidate{dispatched(40, 1, 3), idle("b:1", 0)},
+			want:    1, // 360 + 512×(1+3) + 32×2 = 2472 > 1000
+			outcome: OverriddenByLoad, tier: LoadOnly,
 		},
 		{
 			name: "bounded load leaves a lightly loaded holder alone",
@@ -360,7 +409,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero config invalid: %v", err)
 	}
 	c.SetDefaults()
-	want := Config{1, 0.7, 512, 32, 1024, 0.95, 1, 8, 32, 8}
+	want := Config{1, 0.7, 512, 32, 1024, 0.95, 1.5, 8, 32, 8}
 	if c != want {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
