@@ -1,0 +1,472 @@
+// Package zmqsub subscribes to vLLM KV-cache events over ZeroMQ and fetches
+// missed batches from vLLM's replay socket.
+//
+// It uses github.com/go-zeromq/zmq4 v0.17.0 but contains that library's
+// measured sharp edges: it re-dials itself with backoff (zmq4 never
+// reconnects after a publisher restart), probes for a ZMTP greeting before
+// dialling (zmq4's Dial hangs on non-ZMQ servers), recovers panics from
+// zmq4's handshake, reads through a single goroutine (Recv has no timeout),
+// always closes then drains (zmq4 leaks goroutines otherwise), and passes
+// every connection through a ZMTP frame guard (see GuardError) so that
+// oversized or malformed frames are refused before zmq4 allocates for them.
+//
+// Engines must run with ZMTP heartbeats off (vLLM's default): zmq4 delivers
+// PING commands as messages and never answers them. The subscriber drops
+// them, but a publisher expecting PONGs would disconnect.
+package zmqsub
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"go.uber.org/zap"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultProbeTimeout = 2 * time.Second
+	DefaultDialTimeout  = 5 * time.Second
+	DefaultBackoffMin   = 50 * time.Millisecond
+	DefaultBackoffMax   = 500 * time.Millisecond
+	DefaultMaxFrameSize = 64 << 20
+)
+
+// Config configures a Subscriber.
+type Config struct {
+	// Endpoint is "tcp://host:port". In connect mode the engine's PUB binds
+	// (vLLM's default tcp://*:5557) and we dial it. In bind mode we bind this
+	// endpoint ("tcp://*:port", port 0 = OS-chosen) and engines connect to us.
+	Endpoint string
+	// Bind selects bind mode.
+	Bind bool
+	// Topic is the SUB prefix filter; "" receives everything.
+	Topic string
+	// ProbeTimeout bounds waiting for the peer's ZMTP greeting; default 2s.
+	ProbeTimeout time.Duration
+	// DialTimeout bounds TCP connect and the ZMTP handshake; default 5s.
+	DialTimeout time.Duration
+	// BackoffMin and BackoffMax bound the re-dial backoff; defaults 50ms and
+	// 500ms, so a restarted publisher is resubscribed within about 1 s.
+	BackoffMin, BackoffMax time.Duration
+	// IdleTimeout, when > 0, reconnects after no message for this long. 0 =
+	// off: vLLM publishes nothing while idle, so silence is not a failure
+	// (TCP keep-alive detects dead peers).
+	IdleTimeout time.Duration
+	// MaxFrameSize refuses frames announcing more bytes, before allocation;
+	// default 64 MiB. A whole message may carry 64 KiB more (topic, seq).
+	MaxFrameSize int64
+	// Logger receives diagnostics; nil = no-op.
+	Logger *zap.Logger
+}
+
+// Handler receives a subscription's events. Its methods are called
+// sequentially from the goroutine running Run.
+type Handler interface {
+	// Connected reports that a new session began: a dialled publisher
+	// (connect mode) or a publisher that connected to us (bind mode). Sequence
+	// numbers restart or jump across sessions.
+	Connected()
+	// Message delivers one batch [topic, seq, payload]. The slices are not
+	// reused by the subscriber; the handler may keep them.
+	Message(topic []byte, seq uint64, payload []byte)
+	// Disconnected ends the session begun by the last Connected.
+	Disconnected(err error)
+}
+
+// Stats is a snapshot of a Subscriber's counters.
+type Stats struct {
+	Connected   bool      // a session is active
+	Sessions    uint64    // sessions begun (Connected calls)
+	Reconnects  uint64    // sessions begun after an earlier one ended
+	Messages    uint64    // batches delivered to Handler.Message
+	Dropped     uint64    // messages filtered out (not [topic, 8-byte seq, payload], commands)
+	DialErrors  uint64    // failed probes, dials and binds
+	LastError   string    // most recent session or dial error
+	LastMessage time.Time // when the last batch was delivered; zero if none
+}
+
+// ErrIdle ends a session after Config.IdleTimeout without a message.
+var ErrIdle = errors.New("zmqsub: no message within idle timeout")
+
+// Subscriber is a supervised SUB socket. Create it with NewSubscriber, run it
+// with Run, and read its Stats from any goroutine.
+type Subscriber struct {
+	cfg  Config
+	log  *zap.Logger
+	addr string // dial address, or bind address (port fixed after first bind)
+
+	running atomic.Bool
+
+	connected   atomic.Bool
+	sessions    atomic.Uint64
+	reconnects  atomic.Uint64
+	messages    atomic.Uint64
+	dropped     atomic.Uint64
+	dialErrors  atomic.Uint64
+	lastMessage atomic.Int64 // unix nanoseconds
+
+	mu        sync.Mutex
+	lastError string
+	boundAddr string
+}
+
+// NewSubscriber validates cfg and fills in defaults.
+func NewSubscriber(cfg Config) (*Subscriber, error) {
+	host, port, err := splitEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("zmqsub: %w", err)
+	}
+	if !cfg.Bind {
+		if host == "" || host == "*" || port == 0 {
+			return nil, fmt.Errorf("zmqsub: endpoint %q: connect mode needs a host and a port (use Bind to listen)", cfg.Endpoint)
+		}
+	} else if host == "*" {
+		host = ""
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ProbeTimeout", cfg.ProbeTimeout}, {"DialTimeout", cfg.DialTimeout}, {"BackoffMin", cfg.BackoffMin}, {"BackoffMax", cfg.BackoffMax}, {"IdleTimeout", cfg.IdleTimeout}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("zmqsub: %s must not be negative (got %v)", d.name, d.v)
+		}
+	}
+	if cfg.MaxFrameSize < 0 {
+		return nil, fmt.Errorf("zmqsub: MaxFrameSize must not be negative (got %d)", cfg.MaxFrameSize)
+	}
+	cfg.ProbeTimeout = orDefault(cfg.ProbeTimeout, DefaultProbeTimeout)
+	cfg.DialTimeout = orDefault(cfg.DialTimeout, DefaultDialTimeout)
+	cfg.BackoffMin = orDefault(cfg.BackoffMin, DefaultBackoffMin)
+	cfg.BackoffMax = orDefault(cfg.BackoffMax, DefaultBackoffMax)
+	if cfg.BackoffMax < cfg.BackoffMin {
+		return nil, fmt.Errorf("zmqsub: BackoffMax %v is below BackoffMin %v", cfg.BackoffMax, cfg.BackoffMin)
+	}
+	if cfg.MaxFrameSize == 0 {
+		cfg.MaxFrameSize = DefaultMaxFrameSize
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Subscriber{
+		cfg:  cfg,
+		log:  log.With(zap.String("endpoint", cfg.Endpoint)),
+		addr: net.JoinHostPort(host, strconv.Itoa(port)),
+	}, nil
+}
+
+func orDefault(v, d time.Duration) time.Duration {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// Run subscribes with cfg until ctx ends; see Subscriber.Run.
+func Run(ctx context.Context, cfg Config, h Handler) error {
+	s, err := NewSubscriber(cfg)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx, h)
+}
+
+// Stats returns a snapshot of the counters; safe from any goroutine.
+func (s *Subscriber) Stats() Stats {
+	st := Stats{
+		Connected:  s.connected.Load(),
+		Sessions:   s.sessions.Load(),
+		Reconnects: s.reconnects.Load(),
+		Messages:   s.messages.Load(),
+		Dropped:    s.dropped.Load(),
+		DialErrors: s.dialErrors.Load(),
+	}
+	if ns := s.lastMessage.Load(); ns != 0 {
+		st.LastMessage = time.Unix(0, ns)
+	}
+	s.mu.Lock()
+	st.LastError = s.lastError
+	s.mu.Unlock()
+	return st
+}
+
+// BoundAddr returns the listening address in bind mode once bound
+// (useful with port 0), or "".
+func (s *Subscriber) BoundAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.boundAddr
+}
+
+func (s *Subscriber) setError(err error) {
+	s.mu.Lock()
+	s.lastError = err.Error()
+	s.mu.Unlock()
+}
+
+// Run blocks until ctx ends, then returns nil. Network failures never end
+// it: every session that fails is retried with backoff. It returns an error
+// at once only when h is nil, the Subscriber is already running, or zmq4
+// refuses the guarded transport.
+func (s *Subscriber) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return errors.New("zmqsub: nil Handler")
+	}
+	if err := registerTransport(); err != nil {
+		return err
+	}
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("zmqsub: Subscriber is already running")
+	}
+	defer s.running.Store(false)
+
+	backoff := s.cfg.BackoffMin
+	failures := 0
+	for ctx.Err() == nil {
+		var hadSession bool
+		var err error
+		if s.cfg.Bind {
+			hadSession, err = s.bindSession(ctx, h)
+		} else {
+			hadSession, err = s.connectSession(ctx, h)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			s.setError(err)
+		}
+		if hadSession {
+			// Re-dial at once: a restarted publisher may already be back.
+			backoff, failures = s.cfg.BackoffMin, 0
+			continue
+		}
+		s.dialErrors.Add(1)
+		failures++
+		if failures == 1 {
+			s.log.Warn("zmq subscription failed; retrying with backoff", zap.Error(err))
+		} else {
+			s.log.Debug("zmq subscription retry failed", zap.Error(err), zap.Int("failures", failures))
+		}
+		if !sleepCtx(ctx, backoff) {
+			break
+		}
+		backoff = min(2*backoff, s.cfg.BackoffMax)
+	}
+	return nil
+}
+
+func (s *Subscriber) limits(peerTypes ...string) guardLimits {
+	return guardLimits{maxFrame: s.cfg.MaxFrameSize, peerTypes: peerTypes, handshakeTimeout: s.cfg.DialTimeout}
+}
+
+func (s *Subscriber) newSubSession() (*zsession, error) {
+	z := newZSession(zmq4.NewSub, s.limits(string(zmq4.Pub), string(zmq4.XPub)), s.cfg.DialTimeout, s.log)
+	if err := safeCall("subscribe", func() error { return z.sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic) }); err != nil {
+		z.close()
+		return nil, fmt.Errorf("zmq subscribe: %w", err)
+	}
+	return z, nil
+}
+
+// beginSession and endSession keep Stats and the Handler in step.
+func (s *Subscriber) beginSession(h Handler) {
+	if s.sessions.Add(1) > 1 {
+		s.reconnects.Add(1)
+	}
+	s.connected.Store(true)
+	h.Connected()
+}
+
+func (s *Subscriber) endSession(h Handler, err error) {
+	s.connected.Store(false)
+	h.Disconnected(err)
+}
+
+// connectSession probes, dials and serves one connection. It reports whether
+// a session began (Connected was called).
+func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error) {
+	if err := probe(ctx, s.addr, s.cfg.DialTimeout, s.cfg.ProbeTimeout); err != nil {
+		return false, err
+	}
+	z, err := s.newSubSession()
+	if err != nil {
+		return false, err
+	}
+	if err := z.dial(ctx, transportName+"://"+s.addr, s.cfg.DialTimeout); err != nil {
+		z.close()
+		return false, fmt.Errorf("zmq dial %s: %w", s.addr, err)
+	}
+	z.startReader()
+	s.beginSession(h)
+	s.log.Info("zmq subscription connected")
+
+	idle := newIdleTimer(s.cfg.IdleTimeout)
+	defer idle.stop()
+	var endErr error
+	for endErr == nil {
+		select {
+		case <-ctx.Done():
+			endErr = ctx.Err()
+		case <-idle.c():
+			endErr = ErrIdle
+		case r := <-z.msgs:
+			if r.err != nil {
+				endErr = fmt.Errorf("zmq recv: %w", r.err)
+				break
+			}
+			idle.reset()
+			s.deliver(h, r.msg)
+		}
+	}
+	z.close()
+	if ctx.Err() == nil {
+		s.setError(endErr)
+		s.log.Warn("zmq subscription lost; reconnecting", zap.Error(endErr))
+	}
+	s.endSession(h, endErr)
+	return true, endErr
+}
+
+// deliver filters one zmq4 message and hands a well-formed batch to h.
+func (s *Subscriber) deliver(h Handler, m zmq4.Msg) {
+	// Commands (ZMTP PINGs) and anything not [topic, 8-byte seq, payload]
+	// are dropped; so is a topic the publisher should have filtered.
+	if m.Type == zmq4.CmdMsg || len(m.Frames) != 3 || len(m.Frames[1]) != 8 ||
+		!bytes.HasPrefix(m.Frames[0], []byte(s.cfg.Topic)) {
+		s.dropped.Add(1)
+		return
+	}
+	s.messages.Add(1)
+	s.lastMessage.Store(time.Now().UnixNano())
+	h.Message(m.Frames[0], binary.BigEndian.Uint64(m.Frames[1]), m.Frames[2])
+}
+
+// bindSession binds the endpoint and serves publishers that connect, each
+// reported as its own Connected/Disconnected pair. It reports whether the
+// bind succeeded; it ends on ctx, or on the idle timeout while peers are
+// connected (then the socket is rebuilt).
+func (s *Subscriber) bindSession(ctx context.Context, h Handler) (bool, error) {
+	z, err := s.newSubSession()
+	if err != nil {
+		return false, err
+	}
+	var pending atomic.Int64 // handshakes not yet reported
+	notify := make(chan struct{}, 1)
+	z.t.onHandshake = func() {
+		pending.Add(1)
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
+	}
+	if err := z.listen(transportName + "://" + s.addr); err != nil {
+		z.close()
+		return false, fmt.Errorf("zmq bind %s: %w", s.addr, err)
+	}
+	if a := z.sock.Addr(); a != nil {
+		s.mu.Lock()
+		s.boundAddr = a.String()
+		s.mu.Unlock()
+		if _, port, err := net.SplitHostPort(a.String()); err == nil {
+			// Rebinding after a failure must keep the port engines know.
+			host, _, _ := net.SplitHostPort(s.addr)
+			s.addr = net.JoinHostPort(host, port)
+		}
+	}
+	z.startReader()
+	s.log.Info("zmq subscriber bound", zap.String("addr", s.BoundAddr()))
+
+	peers := 0
+	announce := func() {
+		for n := pending.Swap(0); n > 0; n-- {
+			peers++
+			s.beginSession(h)
+		}
+	}
+	idle := newIdleTimer(s.cfg.IdleTimeout)
+	defer idle.stop()
+	var endErr error
+	for endErr == nil {
+		select {
+		case <-ctx.Done():
+			endErr = ctx.Err()
+		case <-idle.c():
+			if peers > 0 {
+				endErr = ErrIdle
+			} else {
+				idle.reset()
+			}
+		case <-notify:
+			announce()
+			idle.reset()
+		case r := <-z.msgs:
+			// A handshake counted before this message was read; report it
+			// first so Connected precedes the peer's messages.
+			announce()
+			if r.err != nil {
+				if peers > 0 {
+					peers--
+					err := fmt.Errorf("zmq recv: %w", r.err)
+					s.setError(err)
+					s.log.Info("zmq publisher disconnected", zap.Error(err))
+					s.connected.Store(peers > 0)
+					h.Disconnected(err)
+				}
+				continue
+			}
+			idle.reset()
+			s.deliver(h, r.msg)
+		}
+	}
+	z.close()
+	if ctx.Err() == nil {
+		s.setError(endErr)
+	}
+	for ; peers > 0; peers-- {
+		s.endSession(h, endErr)
+	}
+	return true, endErr
+}
+
+// idleTimer is an optional inactivity timer; with d == 0 it never fires.
+type idleTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newIdleTimer(d time.Duration) *idleTimer {
+	it := &idleTimer{d: d}
+	if d > 0 {
+		it.t = time.NewTimer(d)
+	}
+	return it
+}
+
+func (it *idleTimer) c() <-chan time.Time {
+	if it.t == nil {
+		return nil
+	}
+	return it.t.C
+}
+
+func (it *idleTimer) reset() {
+	if it.t != nil {
+		it.t.Reset(it.d)
+	}
+}
+
+func (it *idleTimer) stop() {
+	if it.t != nil {
+		it.t.Stop()
+	}
+}
