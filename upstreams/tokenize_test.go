@@ -1,0 +1,455 @@
+package upstreams
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeTokenizer is a real HTTP /tokenize endpoint. Its token ids are the
+// bytes of the prompt, or of the concatenated message contents, so results
+// are checkable. respond, if set, overrides the response.
+type fakeTokenizer struct {
+	srv     *httptest.Server
+	calls   atomic.Int64
+	mu      sync.Mutex
+	bodies  []map[string]json.RawMessage
+	headers []http.Header
+	gate    chan struct{} // if set, requests wait for it (or their cancellation)
+	arrived chan struct{} // if set, receives one value per request
+	respond func(w http.ResponseWriter)
+}
+
+func newFakeTokenizer(t *testing.T) *fakeTokenizer {
+	f := &fakeTokenizer{}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeTokenizer) url() string { return f.srv.URL + "/tokenize" }
+
+func (f *fakeTokenizer) lastBody(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.bodies) == 0 {
+		t.Fatal("no request seen")
+	}
+	return f.bodies[len(f.bodies)-1]
+}
+
+func expectTokens(s string) []uint64 {
+	out := []uint64{}
+	for _, b := range []byte(s) {
+		out = append(out, uint64(b))
+	}
+	return out
+}
+
+func (f *fakeTokenizer) serve(w http.ResponseWriter, r *http.Request) {
+	f.calls.Add(1)
+	var body map[string]json.RawMessage
+	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&body) != nil {
+		http.Error(w, `{"object":"error","message":"bad request"}`, http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.bodies = append(f.bodies, body)
+	f.headers = append(f.headers, r.Header.Clone())
+	gate, arrived, respond := f.gate, f.arrived, f.respond
+	f.mu.Unlock()
+	if arrived != nil {
+		arrived <- struct{}{}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if respond != nil {
+		respond(w)
+		return
+	}
+	var text string
+	if p, ok := body["prompt"]; ok {
+		_ = json.Unmarshal(p, &text)
+	} else {
+		var msgs []struct{ Content string }
+		_ = json.Unmarshal(body["messages"], &msgs)
+		for _, m := range msgs {
+			text += m.Content
+		}
+	}
+	toks := expectTokens(text)
+	_ = json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "max_model_len": 8192, "tokens": toks, "token_strs": nil})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func equalTokens(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTokenizeForms(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{})
+	defer tk.Close()
+	ctx := context.Background()
+
+	tests := []struct {
+		name     string
+		req      TokenizeRequest
+		want     string
+		wantKeys map[string]string // exact JSON of each field sent
+	}{
+		{
+			name: "prompt form sends only prompt fields",
+			req: TokenizeRequest{Model: "m", Prompt: json.RawMessage(`"hello"`), AddSpecialTokens: ptr(false),
+				AddGenerationPrompt: ptr(true), ChatTemplate: "ignored", Tools: json.RawMessage(`[]`)},
+			want:     "hello",
+			wantKeys: map[string]string{"model": `"m"`, "prompt": `"hello"`, "add_special_tokens": "false"},
+		},
+		{
+			name:     "prompt form, engine defaults",
+			req:      TokenizeRequest{Prompt: json.RawMessage(`"abc"`)},
+			want:     "abc",
+			wantKeys: map[string]string{"prompt": `"abc"`},
+		},
+		{
+			name: "chat form sends every set field, compacted",
+			req: TokenizeRequest{Model: "m", Messages: json.RawMessage(`[ {"role":"system","content":"be brief"},
+				{"role":"user","content":"hi"} ]`),
+				AddGenerationPrompt: ptr(true), ContinueFinalMessage: ptr(false), AddSpecialTokens: ptr(false),
+				ChatTemplate: "{{x}}", ChatTemplateKwargs: json.RawMessage(`{"enable_thinking": false}`),
+				Tools: json.RawMessage(`[{"type":"function","function":{"name":"f"}}]`)},
+			want: "be briefhi",
+			wantKeys: map[string]string{
+				"model": `"m"`, "messages": `[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]`,
+				"add_generation_prompt": "true", "continue_final_message": "false", "add_special_tokens": "false",
+				"chat_template": `"{{x}}"`, "chat_template_kwargs": `{"enable_thinking":false}`,
+				"tools": `[{"type":"function","function":{"name":"f"}}]`,
+			},
+		},
+		{
+			name:     "chat form, defaults omitted",
+			req:      TokenizeRequest{Messages: json.RawMessage(`[{"role":"user","content":"yo"}]`)},
+			want:     "yo",
+			wantKeys: map[string]string{"messages": `[{"role":"user","content":"yo"}]`},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			toks, cached, err := tk.Tokenize(ctx, f.url(), nil, tc.req)
+			if err != nil || cached {
+				t.Fatalf("Tokenize: %v cached=%v", err, cached)
+			}
+			if !equalTokens(toks, expectTokens(tc.want)) {
+				t.Fatalf("tokens = %v", toks)
+			}
+			got := f.lastBody(t)
+			if len(got) != len(tc.wantKeys) {
+				t.Fatalf("sent fields %v, want %v", got, tc.wantKeys)
+			}
+			for k, v := range tc.wantKeys {
+				if string(got[k]) != v {
+					t.Fatalf("field %s = %s, want %s", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestTokenizeRejectsBadRequests(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{})
+	defer tk.Close()
+	for _, req := range []TokenizeRequest{
+		{},
+		{Prompt: json.RawMessage(`"a"`), Messages: json.RawMessage(`[]`)},
+		{Prompt: json.RawMessage(`"unterminated`)},
+		{Messages: json.RawMessage(`[{]`)},
+		{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(`{bad`)},
+	} {
+		if _, _, err := tk.Tokenize(context.Background(), f.url(), nil, req); err == nil {
+			t.Errorf("Tokenize(%+v) succeeded", req)
+		}
+	}
+	if f.calls.Load() != 0 {
+		t.Fatalf("bad requests reached the engine %d times", f.calls.Load())
+	}
+}
+
+func TestTokenizeCache(t *testing.T) {
+	f := newFakeTokenizer(t)
+	f2 := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{CacheEntries: 2})
+	defer tk.Close()
+	ctx := context.Background()
+	conv := TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"system","content":"long system prompt"},{"role":"user","content":"q1"}]`)}
+	h := http.Header{"Authorization": {"Bearer tk"}}
+
+	if _, cached, err := tk.Tokenize(ctx, f.url(), h, conv); err != nil || cached {
+		t.Fatalf("first: %v %v", err, cached)
+	}
+	// Same conversation with different whitespace, through another replica.
+	same := conv
+	same.Messages = json.RawMessage("[ {\"role\": \"system\", \"content\": \"long system prompt\"},\n {\"role\":\"user\",\"content\":\"q1\"} ]")
+	toks, cached, err := tk.Tokenize(ctx, f2.url(), nil, same)
+	if err != nil || !cached || !equalTokens(toks, expectTokens("long system promptq1")) {
+		t.Fatalf("repeat: %v %v %v", toks, cached, err)
+	}
+	if f.calls.Load() != 1 || f2.calls.Load() != 0 {
+		t.Fatalf("calls %d/%d", f.calls.Load(), f2.calls.Load())
+	}
+	if got := f.headers[0].Get("Authorization"); got != "Bearer tk" {
+		t.Fatalf("Authorization = %q", got)
+	}
+	// A different option is a different key.
+	other := conv
+	other.AddGenerationPrompt = ptr(false)
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, other); cached {
+		t.Fatal("different request hit the cache")
+	}
+	// LRU: conv was used more recently than... touch conv, add a third: other is evicted.
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, conv); !cached {
+		t.Fatal("conv should be cached")
+	}
+	third := TokenizeRequest{Prompt: json.RawMessage(`"third"`)}
+	_, _, _ = tk.Tokenize(ctx, f.url(), nil, third)
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, conv); !cached {
+		t.Fatal("recently used entry evicted")
+	}
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, other); cached {
+		t.Fatal("least recently used entry not evicted")
+	}
+	st := tk.Stats()
+	if st.Hits != 3 || st.Misses != 4 || st.Errors != 0 || st.Entries != 2 || st.InFlight != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestTokenizeCacheTokenBound(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{CacheMaxTokens: 10})
+	defer tk.Close()
+	ctx := context.Background()
+	long := TokenizeRequest{Prompt: json.RawMessage(`"this is longer than ten"`)}
+	a := TokenizeRequest{Prompt: json.RawMessage(`"123456"`)}
+	b := TokenizeRequest{Prompt: json.RawMessage(`"abcdef"`)}
+	for _, req := range []TokenizeRequest{long, long, a, b} {
+		if _, _, err := tk.Tokenize(ctx, f.url(), nil, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := tk.Stats()
+	if st.Hits != 0 || st.Entries != 1 || st.CachedTokens != 6 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestTokenizeFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		respond func(w http.ResponseWriter)
+		wantErr string
+	}{
+		{"HTTP 500", func(w http.ResponseWriter) { http.Error(w, `{"message":"boom"}`, 500) }, "HTTP 500"},
+		{"not JSON", func(w http.ResponseWriter) { fmt.Fprint(w, "<html>") }, "decode response"},
+		{"negative token", func(w http.ResponseWriter) { fmt.Fprint(w, `{"count":1,"tokens":[-1]}`) }, "decode response"},
+		{"fractional token", func(w http.ResponseWriter) { fmt.Fprint(w, `{"count":1,"tokens":[1.5]}`) }, "decode response"},
+		{"no tokens", func(w http.ResponseWriter) { fmt.Fprint(w, `{"count":0}`) }, "no tokens"},
+		{"count mismatch", func(w http.ResponseWriter) { fmt.Fprint(w, `{"count":3,"tokens":[1,2]}`) }, "count 3"},
+		{"oversized", func(w http.ResponseWriter) {
+			fmt.Fprint(w, `{"tokens":[`+strings.Repeat("1,", 2000)+`1]}`)
+		}, "too large"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeTokenizer(t)
+			f.respond = tc.respond
+			tk := NewTokenizer(TokenizerOptions{MaxResponseBytes: 1024})
+			defer tk.Close()
+			req := TokenizeRequest{Prompt: json.RawMessage(`"x"`)}
+			for range 2 { // errors are not cached
+				if _, _, err := tk.Tokenize(context.Background(), f.url(), nil, req); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+			}
+			if st := tk.Stats(); st.Errors != 2 || st.Entries != 0 || f.calls.Load() != 2 {
+				t.Fatalf("stats %+v calls %d", st, f.calls.Load())
+			}
+		})
+	}
+	t.Run("connection refused", func(t *testing.T) {
+		f := newFakeTokenizer(t)
+		u := f.url()
+		f.srv.Close()
+		tk := NewTokenizer(TokenizerOptions{})
+		if _, _, err := tk.Tokenize(context.Background(), u, nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)}); err == nil {
+			t.Fatal("want error")
+		}
+	})
+}
+
+func TestTokenizeTimeout(t *testing.T) {
+	f := newFakeTokenizer(t)
+	f.gate = make(chan struct{}) // never opened: the server hangs
+	tk := NewTokenizer(TokenizerOptions{Timeout: 100 * time.Millisecond})
+	defer tk.Close()
+	start := time.Now()
+	_, _, err := tk.Tokenize(context.Background(), f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("timeout not enforced: %v", d)
+	}
+	if st := tk.Stats(); st.Errors != 1 || st.InFlight != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestTokenizeConcurrencyLimit(t *testing.T) {
+	f := newFakeTokenizer(t)
+	f.gate, f.arrived = make(chan struct{}), make(chan struct{}, 2)
+	tk := NewTokenizer(TokenizerOptions{MaxConcurrent: 2, Timeout: 30 * time.Second})
+	defer tk.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = tk.Tokenize(ctx, f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(fmt.Sprintf(`"p%d"`, i))})
+		}()
+	}
+	<-f.arrived
+	<-f.arrived
+	if st := tk.Stats(); st.InFlight != 2 {
+		t.Fatalf("in flight = %d", st.InFlight)
+	}
+	_, _, err := tk.Tokenize(ctx, f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"p3"`)})
+	if !errors.Is(err, ErrTokenizerBusy) {
+		t.Fatalf("third call: %v", err)
+	}
+	close(f.gate)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := tk.Stats(); st.Rejected != 1 || f.calls.Load() != 2 {
+		t.Fatalf("stats %+v calls %d", st, f.calls.Load())
+	}
+	// Slots are released: a new call works.
+	if _, _, err := tk.Tokenize(ctx, f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"p3"`)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokenizeSharesIdenticalConcurrentCalls(t *testing.T) {
+	f := newFakeTokenizer(t)
+	f.gate, f.arrived = make(chan struct{}), make(chan struct{}, 1)
+	tk := NewTokenizer(TokenizerOptions{MaxConcurrent: 1, Timeout: 30 * time.Second})
+	defer tk.Close()
+	req := TokenizeRequest{Prompt: json.RawMessage(`"shared"`)}
+	const n = 8
+	var wg sync.WaitGroup
+	results := make([][]uint64, n)
+	errs := make([]error, n)
+	wg.Add(1)
+	go func() { defer wg.Done(); results[0], _, errs[0] = tk.Tokenize(context.Background(), f.url(), nil, req) }()
+	<-f.arrived
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], _, errs[i] = tk.Tokenize(context.Background(), f.url(), nil, req) }()
+	}
+	eventually(t, "followers joined", func() bool { return tk.Stats().Shared == n-1 })
+	close(f.gate)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || !equalTokens(results[i], expectTokens("shared")) {
+			t.Fatalf("caller %d: %v %v", i, results[i], errs[i])
+		}
+	}
+	if f.calls.Load() != 1 || tk.Stats().Rejected != 0 {
+		t.Fatalf("calls = %d, stats %+v", f.calls.Load(), tk.Stats())
+	}
+}
+
+func TestTokenizeFollowerSurvivesLeaderCancel(t *testing.T) {
+	f := newFakeTokenizer(t)
+	f.arrived = make(chan struct{}, 2)
+	f.gate = make(chan struct{})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 30 * time.Second})
+	defer tk.Close()
+	req := TokenizeRequest{Prompt: json.RawMessage(`"z"`)}
+	leaderCtx, cancel := context.WithCancel(context.Background())
+	leaderErr := make(chan error, 1)
+	go func() { _, _, err := tk.Tokenize(leaderCtx, f.url(), nil, req); leaderErr <- err }()
+	<-f.arrived
+	followerDone := make(chan error, 1)
+	var toks []uint64
+	go func() {
+		var err error
+		toks, _, err = tk.Tokenize(context.Background(), f.url(), nil, req)
+		followerDone <- err
+	}()
+	eventually(t, "follower joined", func() bool { return tk.Stats().Shared == 1 })
+	cancel()
+	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("leader: %v", err)
+	}
+	<-f.arrived // the follower retried as the new leader
+	close(f.gate)
+	if err := <-followerDone; err != nil || !equalTokens(toks, expectTokens("z")) {
+		t.Fatalf("follower: %v %v", toks, err)
+	}
+}
+
+func TestParseTokenizeResponse(t *testing.T) {
+	toks, err := parseTokenizeResponse([]byte(`{"count":3,"max_model_len":4096,"tokens":[128000,9906,18446744073709551615],"token_strs":null}`))
+	if err != nil || !equalTokens(toks, []uint64{128000, 9906, 18446744073709551615}) {
+		t.Fatalf("%v %v", toks, err)
+	}
+	if toks, err := parseTokenizeResponse([]byte(`{"count":0,"tokens":[]}`)); err != nil || len(toks) != 0 {
+		t.Fatalf("empty: %v %v", toks, err)
+	}
+}
+
+// FuzzParseTokenizeResponse: arbitrary engine responses never panic and any
+// accepted one is self-consistent.
+func FuzzParseTokenizeResponse(f *testing.F) {
+	f.Add([]byte(`{"count":2,"max_model_len":8192,"tokens":[1,2],"token_strs":null}`))
+	f.Add([]byte(`{"tokens":[]}`))
+	f.Add([]byte(`{"count":1,"tokens":[-5]}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"tokens":[1e400]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		toks, err := parseTokenizeResponse(b)
+		if err == nil && toks == nil {
+			t.Fatal("nil tokens without error")
+		}
+	})
+}
