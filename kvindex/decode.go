@@ -1,0 +1,981 @@
+package kvindex
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// EventKind is the type of one vLLM KV-cache event.
+type EventKind uint8
+
+// The event kinds vLLM publishes. Other tags are counted in Batch.Unknown and
+// skipped.
+const (
+	EventBlockStored EventKind = iota + 1
+	EventBlockRemoved
+	EventAllBlocksCleared
+)
+
+// String returns vLLM's tag for the kind.
+func (k EventKind) String() string {
+	switch k {
+	case EventBlockStored:
+		return "BlockStored"
+	case EventBlockRemoved:
+		return "BlockRemoved"
+	case EventAllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is one decoded KV-cache event, in the same shape whichever wire
+// encoding (positional array or map) and vLLM version produced it. Fields an
+// event kind or version does not carry are left at their zero value.
+type Event struct {
+	Kind EventKind
+	// BlockHashes are the engine's block hashes in event form: ints as
+	// their two's-complement uint64, bytes via ExternalHash.
+	BlockHashes []uint64
+	// Parent is parent_block_hash; HasParent is false when it was nil
+	// (the first new block is block 0 of its request).
+	Parent    uint64
+	HasParent bool
+	TokenIDs  []uint64
+	BlockSize int
+	// LoRAID is the deprecated integer adapter id; HasLoRAID is false when
+	// nil.
+	LoRAID    int64
+	HasLoRAID bool
+	// Medium is the storage tier ("GPU", "CPU", "cpu"...); empty when nil
+	// or absent, which older releases mean as GPU.
+	Medium   string
+	LoRAName string
+	// ExtraKeys holds one entry per block hash: nil for a block without
+	// extra keys, else the tuple's values (string, []byte, int64, uint64,
+	// float64, bool, nil or nested []any). Nil when the field is absent.
+	ExtraKeys     [][]any
+	GroupIdx      int
+	SpecKind      string
+	SlidingWindow int
+}
+
+// Batch is one decoded EventBatch: one ZMQ message's payload.
+type Batch struct {
+	TS     float64
+	Events []Event
+	// DPRank is data_parallel_rank; HasDPRank is false when it was nil or
+	// absent (v0.9.0's two-element batch).
+	DPRank    int
+	HasDPRank bool
+	// Unknown counts events with an unknown tag or shape, skipped.
+	Unknown int
+}
+
+// Decoder limits. A payload can only announce as many elements as it has
+// bytes left, which bounds allocation by the payload size; the depth limit
+// bounds recursion on nested arrays and maps.
+const (
+	maxDepth     = 16
+	maxBlockSize = 1 << 20
+	maxGroupIdx  = 1 << 16
+)
+
+var errTrailing = errors.New("trailing bytes after batch")
+
+// msgpack type codes, as constants so switches compile to jump tables.
+const (
+	cNil      = 0xc0
+	cFalse    = 0xc2
+	cTrue     = 0xc3
+	cBin8     = 0xc4
+	cBin16    = 0xc5
+	cBin32    = 0xc6
+	cExt8     = 0xc7
+	cExt16    = 0xc8
+	cExt32    = 0xc9
+	cFloat    = 0xca
+	cDouble   = 0xcb
+	cUint8    = 0xcc
+	cUint16   = 0xcd
+	cUint32   = 0xce
+	cUint64   = 0xcf
+	cInt8     = 0xd0
+	cInt16    = 0xd1
+	cInt32    = 0xd2
+	cInt64    = 0xd3
+	cFixExt1  = 0xd4
+	cFixExt2  = 0xd5
+	cFixExt4  = 0xd6
+	cFixExt8  = 0xd7
+	cFixExt16 = 0xd8
+	cStr8     = 0xd9
+	cStr16    = 0xda
+	cStr32    = 0xdb
+	cArray16  = 0xdc
+	cArray32  = 0xdd
+	cMap16    = 0xde
+	cMap32    = 0xdf
+)
+
+func isArray(c byte) bool  { return c&0xf0 == 0x90 || c == cArray16 || c == cArray32 }
+func isMap(c byte) bool    { return c&0xf0 == 0x80 || c == cMap16 || c == cMap32 }
+func isStr(c byte) bool    { return c&0xe0 == 0xa0 || c == cStr8 || c == cStr16 || c == cStr32 }
+func isBin(c byte) bool    { return c == cBin8 || c == cBin16 || c == cBin32 }
+func isPosInt(c byte) bool { return c <= 0x7f || (c >= cUint8 && c <= cUint64) }
+func isNegInt(c byte) bool { return c >= 0xe0 || (c >= cInt8 && c <= cInt64) }
+func isInt(c byte) bool    { return isPosInt(c) || isNegInt(c) }
+
+// Decoder decodes vLLM event batches. It reuses its buffers, so decoding a
+// steady stream allocates almost nothing; the Batch it returns is only valid
+// until the next call. A Decoder is not safe for concurrent use.
+type Decoder struct {
+	br    bytes.Reader
+	md    *msgpack.Decoder
+	buf   []byte
+	batch Batch
+	// extra keeps each event slot's ExtraKeys backing array, so events
+	// with extra_keys [nil, ...] (every recent vLLM) do not allocate.
+	extra [][][]any
+	slot  int
+}
+
+// NewDecoder returns a Decoder.
+func NewDecoder() *Decoder {
+	d := &Decoder{}
+	// bytes.Reader is an io.ByteScanner, so msgpack reads it directly
+	// without buffering: br.Len() is exactly the payload left.
+	d.md = msgpack.NewDecoder(&d.br)
+	return d
+}
+
+// DecodeBatch decodes one payload into a freshly allocated Batch.
+func DecodeBatch(payload []byte) (*Batch, error) {
+	b, err := NewDecoder().Decode(payload)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Decode decodes one EventBatch payload: a 2- or 3-element array
+// [ts, events, dp_rank] (or, defensively, a map with those keys) whose events
+// are positional arrays or maps. Unknown event tags are counted and skipped;
+// malformed known events fail the whole batch, since silently dropping a
+// removal would leave the mirror claiming a block the engine no longer has.
+func (d *Decoder) Decode(payload []byte) (b *Batch, err error) {
+	d.br.Reset(payload)
+	b = &d.batch
+	b.TS, b.DPRank, b.HasDPRank, b.Unknown = 0, 0, false, 0
+	b.Events = b.Events[:0]
+	defer func() {
+		// Last line of defence: the decoder is written not to panic, but
+		// an engine must never be able to crash the gateway.
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("kvindex: decode panic: %v", r)
+		}
+	}()
+	if err := d.batchBody(b); err != nil {
+		return nil, fmt.Errorf("kvindex: decode batch: %w", err)
+	}
+	if d.br.Len() != 0 {
+		return nil, fmt.Errorf("kvindex: decode batch: %w (%d)", errTrailing, d.br.Len())
+	}
+	return b, nil
+}
+
+func (d *Decoder) batchBody(b *Batch) error {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return err
+	}
+	switch {
+	case isArray(c):
+		n, err := d.arrayLen()
+		if err != nil {
+			return err
+		}
+		if n < 2 {
+			return fmt.Errorf("batch array has %d elements, want 2 or 3", n)
+		}
+		if b.TS, err = d.float(); err != nil {
+			return fmt.Errorf("ts: %w", err)
+		}
+		if err := d.events(b); err != nil {
+			return err
+		}
+		if n >= 3 {
+			if err := d.dpRank(b); err != nil {
+				return err
+			}
+		}
+		return d.skipN(n-3, 0)
+	case isMap(c):
+		n, err := d.mapLen()
+		if err != nil {
+			return err
+		}
+		var haveEvents bool
+		for i := 0; i < n; i++ {
+			key, ok, err := d.key()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			var name string
+			switch string(key) {
+			case "ts":
+				name = "ts"
+				b.TS, err = d.float()
+			case "events":
+				name, haveEvents = "events", true
+				err = d.events(b)
+			case "data_parallel_rank":
+				name = "data_parallel_rank"
+				err = d.dpRank(b)
+			default:
+				name = "unknown"
+				err = d.skip(0)
+			}
+			if err != nil {
+				return fmt.Errorf("batch field %s: %w", name, err)
+			}
+		}
+		if !haveEvents {
+			return errors.New("batch map without events")
+		}
+		return nil
+	}
+	return fmt.Errorf("batch is not an array or map (code %#x)", c)
+}
+
+func (d *Decoder) dpRank(b *Batch) error {
+	v, ok, err := d.optInt()
+	if err != nil {
+		return fmt.Errorf("data_parallel_rank: %w", err)
+	}
+	if ok {
+		if v < 0 || v > math.MaxInt32 {
+			return fmt.Errorf("data_parallel_rank %d out of range", v)
+		}
+		b.DPRank, b.HasDPRank = int(v), true
+	}
+	return nil
+}
+
+func (d *Decoder) events(b *Batch) error {
+	n, err := d.arrayLen()
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		if len(b.Events) < cap(b.Events) {
+			b.Events = b.Events[:len(b.Events)+1]
+		} else {
+			b.Events = append(b.Events, Event{})
+		}
+		ev := &b.Events[len(b.Events)-1]
+		resetEvent(ev)
+		d.slot = len(b.Events) - 1
+		known, err := d.event(ev)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if !known {
+			b.Events = b.Events[:len(b.Events)-1]
+			b.Unknown++
+		}
+	}
+	return nil
+}
+
+// resetEvent clears ev but keeps its slices' capacity for reuse.
+func resetEvent(ev *Event) {
+	*ev = Event{BlockHashes: ev.BlockHashes[:0], TokenIDs: ev.TokenIDs[:0]}
+}
+
+// Field positions of the positional BlockStored and BlockRemoved arrays,
+// element 0 being the tag.
+const (
+	stHashes = iota + 1
+	stParent
+	stTokens
+	stBlockSize
+	stLoRAID
+	stMedium
+	stLoRAName
+	stExtraKeys
+	stGroupIdx
+	stSpecKind
+	stSlidingWindow
+	stFields
+)
+
+const (
+	rmHashes = iota + 1
+	rmMedium
+	rmGroupIdx
+	rmFields
+)
+
+// event decodes one event into ev; known is false for a skipped unknown one.
+func (d *Decoder) event(ev *Event) (known bool, err error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case isArray(c):
+		return d.arrayEvent(ev)
+	case isMap(c):
+		return d.mapEvent(ev)
+	}
+	return false, d.skip(0)
+}
+
+func (d *Decoder) arrayEvent(ev *Event) (bool, error) {
+	n, err := d.arrayLen()
+	if err != nil || n == 0 {
+		return false, err
+	}
+	tag, ok, err := d.key()
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, d.skipN(n-1, 0)
+	}
+	var fields int
+	switch string(tag) {
+	case "BlockStored":
+		// tag + hashes, parent, token_ids, block_size at least; the
+		// trailing lora_id and later fields depend on the version.
+		if n < stLoRAID {
+			return false, fmt.Errorf("BlockStored has %d elements, want at least %d", n, stLoRAID)
+		}
+		ev.Kind, fields = EventBlockStored, stFields
+		for i := 1; i < n && i < stFields; i++ {
+			if err := d.storedField(ev, i); err != nil {
+				return false, fmt.Errorf("BlockStored element %d: %w", i, err)
+			}
+		}
+	case "BlockRemoved":
+		if n < rmMedium {
+			return false, fmt.Errorf("BlockRemoved has %d elements, want at least %d", n, rmMedium)
+		}
+		ev.Kind, fields = EventBlockRemoved, rmFields
+		for i := 1; i < n && i < rmFields; i++ {
+			if err := d.removedField(ev, i); err != nil {
+				return false, fmt.Errorf("BlockRemoved element %d: %w", i, err)
+			}
+		}
+	case "AllBlocksCleared":
+		ev.Kind, fields = EventAllBlocksCleared, 1
+	default:
+		return false, d.skipN(n-1, 0)
+	}
+	// Fields added by later versions are ignored.
+	return true, d.skipN(n-fields, 0)
+}
+
+func (d *Decoder) storedField(ev *Event, i int) error {
+	var err error
+	switch i {
+	case stHashes:
+		ev.BlockHashes, err = d.hashes(ev.BlockHashes)
+	case stParent:
+		ev.Parent, ev.HasParent, err = d.optHash()
+	case stTokens:
+		ev.TokenIDs, err = d.tokens(ev.TokenIDs)
+	case stBlockSize:
+		var v int64
+		var ok bool
+		if v, ok, err = d.optInt(); err == nil {
+			if !ok || v < 0 || v > maxBlockSize {
+				return fmt.Errorf("block_size %d (present %v) out of range", v, ok)
+			}
+			ev.BlockSize = int(v)
+		}
+	case stLoRAID:
+		ev.LoRAID, ev.HasLoRAID, err = d.optInt()
+	case stMedium:
+		ev.Medium, err = d.medium()
+	case stLoRAName:
+		ev.LoRAName, err = d.optString()
+	case stExtraKeys:
+		ev.ExtraKeys, err = d.extraKeys()
+	case stGroupIdx:
+		ev.GroupIdx, err = d.groupIdx()
+	case stSpecKind:
+		ev.SpecKind, err = d.optString()
+	case stSlidingWindow:
+		var v int64
+		if v, _, err = d.optInt(); err == nil {
+			if v < 0 || v > math.MaxInt32 {
+				return fmt.Errorf("kv_cache_spec_sliding_window %d out of range", v)
+			}
+			ev.SlidingWindow = int(v)
+		}
+	}
+	return err
+}
+
+func (d *Decoder) removedField(ev *Event, i int) error {
+	var err error
+	switch i {
+	case rmHashes:
+		ev.BlockHashes, err = d.hashes(ev.BlockHashes)
+	case rmMedium:
+		ev.Medium, err = d.medium()
+	case rmGroupIdx:
+		ev.GroupIdx, err = d.groupIdx()
+	}
+	return err
+}
+
+// mapEvent decodes a map-encoded event (vLLM after #42892): keys by name in
+// any order, unknown keys ignored, absent optional keys left at nil.
+func (d *Decoder) mapEvent(ev *Event) (bool, error) {
+	n, err := d.mapLen()
+	if err != nil {
+		return false, err
+	}
+	var kind EventKind
+	var unknownTag bool
+	var haveHashes, haveTokens, haveBlockSize bool
+	// The tag may come after the fields (msgspec writes it first, others
+	// need not), so decode every known field and judge at the end.
+	for i := 0; i < n; i++ {
+		key, ok, err := d.key()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			// key() skipped the non-string key; skip its value.
+			if err := d.skip(0); err != nil {
+				return false, err
+			}
+			continue
+		}
+		f := -1
+		switch string(key) {
+		case "type":
+			tag, ok, err := d.key()
+			if err != nil {
+				return false, fmt.Errorf("type: %w", err)
+			}
+			switch {
+			case !ok:
+				unknownTag = true
+			case string(tag) == "BlockStored":
+				kind = EventBlockStored
+			case string(tag) == "BlockRemoved":
+				kind = EventBlockRemoved
+			case string(tag) == "AllBlocksCleared":
+				kind = EventAllBlocksCleared
+			default:
+				unknownTag = true
+			}
+			continue
+		case "block_hashes":
+			f, haveHashes = stHashes, true
+		case "parent_block_hash":
+			f = stParent
+		case "token_ids":
+			f, haveTokens = stTokens, true
+		case "block_size":
+			f, haveBlockSize = stBlockSize, true
+		case "lora_id":
+			f = stLoRAID
+		case "medium":
+			f = stMedium
+		case "lora_name":
+			f = stLoRAName
+		case "extra_keys":
+			f = stExtraKeys
+		case "group_idx":
+			f = stGroupIdx
+		case "kv_cache_spec_kind":
+			f = stSpecKind
+		case "kv_cache_spec_sliding_window":
+			f = stSlidingWindow
+		}
+		if f < 0 {
+			if err := d.skip(0); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if err := d.storedField(ev, f); err != nil {
+			return false, fmt.Errorf("field %s: %w", fieldName(f), err)
+		}
+	}
+	if unknownTag || kind == 0 {
+		return false, nil
+	}
+	ev.Kind = kind
+	switch kind {
+	case EventBlockStored:
+		if !haveHashes || !haveTokens || !haveBlockSize {
+			return false, errors.New("BlockStored map lacks block_hashes, token_ids or block_size")
+		}
+	case EventBlockRemoved:
+		if !haveHashes {
+			return false, errors.New("BlockRemoved map lacks block_hashes")
+		}
+	}
+	return true, nil
+}
+
+func fieldName(f int) string {
+	return [...]string{"", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+		"medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+		"kv_cache_spec_sliding_window"}[f]
+}
+
+// arrayLen reads an array header and checks the announced length against
+// the bytes left: every element takes at least one byte, so nothing is
+// allocated for elements that cannot be there.
+func (d *Decoder) arrayLen() (int, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if !isArray(c) {
+		return 0, fmt.Errorf("expected array, got code %#x", c)
+	}
+	n, err := d.md.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > d.br.Len() {
+		return 0, fmt.Errorf("array of %d elements exceeds the %d bytes left", n, d.br.Len())
+	}
+	return n, nil
+}
+
+func (d *Decoder) mapLen() (int, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if !isMap(c) {
+		return 0, fmt.Errorf("expected map, got code %#x", c)
+	}
+	n, err := d.md.DecodeMapLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > d.br.Len()/2 {
+		return 0, fmt.Errorf("map of %d entries exceeds the %d bytes left", n, d.br.Len())
+	}
+	return n, nil
+}
+
+// rawBytes reads a str or bin value into the scratch buffer, checking its
+// announced length first. The result is only valid until the next read.
+func (d *Decoder) rawBytes() ([]byte, error) {
+	n, err := d.md.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > d.br.Len() {
+		return nil, fmt.Errorf("string of %d bytes exceeds the %d bytes left", n, d.br.Len())
+	}
+	if cap(d.buf) < n {
+		d.buf = make([]byte, n)
+	}
+	d.buf = d.buf[:n]
+	if err := d.md.ReadFull(d.buf); err != nil {
+		return nil, err
+	}
+	return d.buf, nil
+}
+
+// key reads a string (a map key or tag) into the scratch buffer; ok is false,
+// with the value skipped, if it is not a string. Callers compare it with
+// switch string(key), which does not allocate, and must not keep it.
+func (d *Decoder) key() ([]byte, bool, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return nil, false, err
+	}
+	if !isStr(c) {
+		return nil, false, d.skip(0)
+	}
+	b, err := d.rawBytes()
+	if err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
+}
+
+func (d *Decoder) optString() (string, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return "", err
+	}
+	if !isStr(c) {
+		return "", fmt.Errorf("expected string, got code %#x", c)
+	}
+	b, err := d.rawBytes()
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// medium interns the values vLLM sends, so the common case does not
+// allocate.
+func (d *Decoder) medium() (string, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return "", err
+	}
+	if !isStr(c) {
+		return "", fmt.Errorf("medium: expected string, got code %#x", c)
+	}
+	b, err := d.rawBytes()
+	if err != nil {
+		return "", err
+	}
+	switch string(b) {
+	case "GPU":
+		return "GPU", nil
+	case "CPU":
+		return "CPU", nil
+	case "cpu":
+		return "cpu", nil
+	}
+	return string(b), nil
+}
+
+// optInt reads an integer or nil (ok false).
+func (d *Decoder) optInt() (v int64, ok bool, err error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return 0, false, err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return 0, false, err
+	}
+	if !isInt(c) {
+		return 0, false, fmt.Errorf("expected integer, got code %#x", c)
+	}
+	if c == cUint64 {
+		u, err := d.md.DecodeUint64()
+		if err != nil {
+			return 0, false, err
+		}
+		if u > math.MaxInt64 {
+			return 0, false, fmt.Errorf("integer %d out of range", u)
+		}
+		return int64(u), true, nil
+	}
+	v, err = d.md.DecodeInt64()
+	return v, err == nil, err
+}
+
+func (d *Decoder) groupIdx() (int, error) {
+	v, _, err := d.optInt()
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 || v >= maxGroupIdx {
+		return 0, fmt.Errorf("group_idx %d out of range", v)
+	}
+	return int(v), nil
+}
+
+func (d *Decoder) float() (float64, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case c == cDouble || c == cFloat:
+		return d.md.DecodeFloat64()
+	case isPosInt(c) && c != cUint64, isNegInt(c):
+		v, err := d.md.DecodeInt64()
+		return float64(v), err
+	case c == cUint64:
+		v, err := d.md.DecodeUint64()
+		return float64(v), err
+	}
+	return 0, fmt.Errorf("expected number, got code %#x", c)
+}
+
+// hash reads one ExternalBlockHash: an int of any width or sign (two's
+// complement to uint64) or bytes of any length (ExternalHash).
+func (d *Decoder) hash(c byte) (uint64, error) {
+	switch {
+	case isInt(c):
+		// DecodeUint64 sign-extends negative ints: two's complement.
+		return d.md.DecodeUint64()
+	case isBin(c), isStr(c):
+		b, err := d.rawBytes()
+		if err != nil {
+			return 0, err
+		}
+		return ExternalHash(b), nil
+	}
+	return 0, fmt.Errorf("block hash: expected int or bytes, got code %#x", c)
+}
+
+func (d *Decoder) optHash() (uint64, bool, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return 0, false, err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return 0, false, err
+	}
+	h, err := d.hash(c)
+	return h, err == nil, err
+}
+
+func (d *Decoder) hashes(dst []uint64) ([]uint64, error) {
+	n, err := d.arrayLen()
+	if err != nil {
+		return dst, err
+	}
+	dst = dst[:0]
+	for i := 0; i < n; i++ {
+		c, err := d.md.PeekCode()
+		if err != nil {
+			return dst, err
+		}
+		h, err := d.hash(c)
+		if err != nil {
+			return dst, fmt.Errorf("block hash %d: %w", i, err)
+		}
+		dst = append(dst, h)
+	}
+	return dst, nil
+}
+
+// tokens reads token ids: non-negative ints of any width.
+func (d *Decoder) tokens(dst []uint64) ([]uint64, error) {
+	dst = dst[:0]
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return dst, err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return dst, err
+	}
+	n, err := d.arrayLen()
+	if err != nil {
+		return dst, err
+	}
+	if cap(dst) < n {
+		dst = make([]uint64, 0, n)
+	}
+	for i := 0; i < n; i++ {
+		c, err := d.md.PeekCode()
+		if err != nil {
+			return dst, err
+		}
+		var t uint64
+		switch {
+		case isPosInt(c):
+			t, err = d.md.DecodeUint64()
+		case isNegInt(c):
+			var v int64
+			if v, err = d.md.DecodeInt64(); err == nil && v < 0 {
+				err = fmt.Errorf("negative token id %d", v)
+			}
+			t = uint64(v)
+		default:
+			err = fmt.Errorf("expected integer, got code %#x", c)
+		}
+		if err != nil {
+			return dst, fmt.Errorf("token %d: %w", i, err)
+		}
+		dst = append(dst, t)
+	}
+	return dst, nil
+}
+
+// extraKeys reads extra_keys: nil, or an array with one nil or tuple per
+// block.
+func (d *Decoder) extraKeys() ([][]any, error) {
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	if c == cNil {
+		_, err := d.br.ReadByte()
+		return nil, err
+	}
+	n, err := d.arrayLen()
+	if err != nil {
+		return nil, err
+	}
+	for len(d.extra) <= d.slot {
+		d.extra = append(d.extra, nil)
+	}
+	dst := d.extra[d.slot][:0]
+	defer func() { d.extra[d.slot] = dst[:0] }()
+	for i := 0; i < n; i++ {
+		c, err := d.md.PeekCode()
+		if err != nil {
+			return nil, err
+		}
+		if c == cNil {
+			if _, err := d.br.ReadByte(); err != nil {
+				return nil, err
+			}
+			dst = append(dst, nil)
+			continue
+		}
+		if !isArray(c) {
+			return nil, fmt.Errorf("extra keys of block %d: expected array or nil, got code %#x", i, c)
+		}
+		v, err := d.value(1)
+		if err != nil {
+			return nil, fmt.Errorf("extra keys of block %d: %w", i, err)
+		}
+		dst = append(dst, v.([]any))
+	}
+	if dst == nil {
+		dst = [][]any{}
+	}
+	return dst, nil
+}
+
+// value decodes one extra-key value. Maps and extension types never occur
+// in vLLM's hash inputs and are refused.
+func (d *Decoder) value(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("nesting deeper than %d", maxDepth)
+	}
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c == cNil:
+		_, err := d.br.ReadByte()
+		return nil, err
+	case c == cFalse || c == cTrue:
+		return d.md.DecodeBool()
+	case isNegInt(c):
+		return d.md.DecodeInt64()
+	case isPosInt(c):
+		u, err := d.md.DecodeUint64()
+		if err != nil {
+			return nil, err
+		}
+		if u <= math.MaxInt64 {
+			return int64(u), nil
+		}
+		return u, nil
+	case c == cFloat || c == cDouble:
+		return d.md.DecodeFloat64()
+	case isStr(c):
+		b, err := d.rawBytes()
+		return string(b), err
+	case isBin(c):
+		b, err := d.rawBytes()
+		return bytes.Clone(b), err
+	case isArray(c):
+		n, err := d.arrayLen()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = d.value(depth + 1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unsupported extra-key value code %#x", c)
+}
+
+// skipN skips n values.
+func (d *Decoder) skipN(n, depth int) error {
+	for i := 0; i < n; i++ {
+		if err := d.skip(depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skip skips one value of any type with bounded depth and without reading
+// strings or binaries into memory.
+func (d *Decoder) skip(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("nesting deeper than %d", maxDepth)
+	}
+	c, err := d.md.PeekCode()
+	if err != nil {
+		return err
+	}
+	switch {
+	case isArray(c):
+		n, err := d.arrayLen()
+		if err != nil {
+			return err
+		}
+		return d.skipN(n, depth+1)
+	case isMap(c):
+		n, err := d.mapLen()
+		if err != nil {
+			return err
+		}
+		return d.skipN(2*n, depth+1)
+	case isStr(c) || isBin(c):
+		n, err := d.md.DecodeBytesLen()
+		if err != nil {
+			return err
+		}
+		return d.discard(n)
+	case c >= cFixExt1 && c <= cFixExt16:
+		_, _ = d.br.ReadByte()
+		return d.discard(1 + 1<<(c-cFixExt1))
+	case c == cExt8 || c == cExt16 || c == cExt32:
+		_, _ = d.br.ReadByte()
+		var hdr [4]byte
+		w := 1 << (c - cExt8)
+		if _, err := io.ReadFull(&d.br, hdr[:w]); err != nil {
+			return err
+		}
+		var n int
+		for _, x := range hdr[:w] {
+			n = n<<8 | int(x)
+		}
+		return d.discard(n + 1)
+	}
+	// Scalars: nil, bools, ints, floats; Skip knows their widths.
+	return d.md.Skip()
+}
+
+func (d *Decoder) discard(n int) error {
+	if n < 0 || n > d.br.Len() {
+		return fmt.Errorf("value of %d bytes exceeds the %d bytes left", n, d.br.Len())
+	}
+	_, err := d.br.Seek(int64(n), io.SeekCurrent)
+	return err
+}
