@@ -1,0 +1,143 @@
+package vllmsim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config describes one simulated vLLM engine (one data-parallel rank). Zero
+// fields take vLLM-like defaults.
+type Config struct {
+	Model               string        // served model name; default "sim-model"
+	Addr                string        // HTTP listen address; default "127.0.0.1:0"
+	MaxNumSeqs          int           // --max-num-seqs; default 16
+	NumGPUBlocks        int           // KV cache size in blocks (block 0 is vLLM's null block); default 2048
+	BlockSize           int           // tokens per block; default 16
+	MaxModelLen         int           // default 32768
+	MaxNumBatchedTokens int           // token budget of one step (chunked prefill); default 8192
+	PrefillTokensPerSec float64       // prefill speed of uncached prompt tokens; default 10000
+	DecodeStepTime      time.Duration // time of one step (one token for every running seq); default 20ms
+	TimeScale           float64       // >1 runs faster than real time (simulated durations are divided by it); default 1
+	HashSeed            string        // PYTHONHASHSEED for sha256_cbor; default "0"
+	DPRank              int           // data-parallel rank: reported in batches and as the `engine` label
+	KVEvents            *KVEventsConfig
+	// DefaultMaxTokens is used when a request sets no max_tokens. Real vLLM
+	// generates up to the context length; the simulator defaults to 16 to keep
+	// tests short.
+	DefaultMaxTokens int
+}
+
+// KVEventsConfig mirrors vLLM's --kv-events-config for the ZMQ publisher.
+type KVEventsConfig struct {
+	// Endpoint of the PUB socket. vLLM's rule: it binds when the endpoint
+	// contains "*" or "::" or uses ipc://, and connects otherwise. A tcp port
+	// of 0 also binds (to an OS-chosen port, reported by KVEndpoint). "*" binds
+	// on the host of Config.Addr (loopback by default).
+	Endpoint string
+	// ReplayEndpoint is the ROUTER replay socket (always bound); "" = none.
+	ReplayEndpoint string
+	Topic          string
+	// MapEvents encodes events as msgpack maps (vLLM >= PR #42892) instead of
+	// positional arrays.
+	MapEvents bool
+	// BytesHashes publishes 32-byte digests (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)
+	// instead of uint64.
+	BytesHashes bool
+	// LegacyReplayLayout answers replay without the topic frame (before vLLM #45177).
+	LegacyReplayLayout bool
+	// BufferSteps is the replay ring size in batches; default 10000.
+	BufferSteps int
+	// HWM is the per-subscriber send queue limit in messages (vLLM's hwm);
+	// messages beyond it are dropped. Default 100000.
+	HWM int
+}
+
+const (
+	defaultModel        = "sim-model"
+	maxBlocks           = 1 << 24
+	maxSeqs             = 1 << 16
+	defaultBufferSteps  = 10000
+	defaultHWM          = 100000
+	defaultMaxTokensVal = 16
+)
+
+// withDefaults returns a copy of c with defaults filled in, or an error when
+// a value is out of range.
+func (c Config) withDefaults() (Config, error) {
+	if c.Model == "" {
+		c.Model = defaultModel
+	}
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:0"
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = 16
+	}
+	if c.NumGPUBlocks == 0 {
+		c.NumGPUBlocks = 2048
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxModelLen == 0 {
+		c.MaxModelLen = 32768
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = 8192
+	}
+	if c.PrefillTokensPerSec == 0 {
+		c.PrefillTokensPerSec = 10000
+	}
+	if c.DecodeStepTime == 0 {
+		c.DecodeStepTime = 20 * time.Millisecond
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if c.HashSeed == "" {
+		c.HashSeed = "0"
+	}
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = defaultMaxTokensVal
+	}
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.MaxNumSeqs > 0 && c.MaxNumSeqs <= maxSeqs, "max_num_seqs %d out of range 1..%d", c.MaxNumSeqs, maxSeqs)
+	check(c.NumGPUBlocks >= 2 && c.NumGPUBlocks <= maxBlocks, "num_gpu_blocks %d out of range 2..%d", c.NumGPUBlocks, maxBlocks)
+	check(c.BlockSize > 0 && c.BlockSize <= 4096, "block_size %d out of range 1..4096", c.BlockSize)
+	check(c.MaxModelLen > 0 && c.MaxModelLen <= 1<<24, "max_model_len %d out of range", c.MaxModelLen)
+	check(c.MaxNumBatchedTokens > 0, "max_num_batched_tokens %d must be positive", c.MaxNumBatchedTokens)
+	check(c.PrefillTokensPerSec > 0 && !math.IsInf(c.PrefillTokensPerSec, 0), "prefill_tokens_per_sec %v must be positive", c.PrefillTokensPerSec)
+	check(c.DecodeStepTime > 0, "decode_step_time %v must be positive", c.DecodeStepTime)
+	check(c.TimeScale > 0 && !math.IsInf(c.TimeScale, 0) && !math.IsNaN(c.TimeScale), "time_scale %v must be positive", c.TimeScale)
+	check(c.DPRank >= 0, "dp rank %d must not be negative", c.DPRank)
+	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
+	if c.KVEvents != nil {
+		kv := *c.KVEvents
+		if kv.BufferSteps == 0 {
+			kv.BufferSteps = defaultBufferSteps
+		}
+		if kv.HWM == 0 {
+			kv.HWM = defaultHWM
+		}
+		check(kv.Endpoint != "", "kv events: endpoint is empty")
+		check(kv.BufferSteps > 0 && kv.BufferSteps <= 1<<22, "kv events: buffer_steps %d out of range", kv.BufferSteps)
+		check(kv.HWM > 0, "kv events: hwm %d must be positive", kv.HWM)
+		c.KVEvents = &kv
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("vllmsim: invalid config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// scaled converts a simulated duration to wall time.
+func (c *Config) scaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / c.TimeScale)
+}

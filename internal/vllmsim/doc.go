@@ -1,0 +1,44 @@
+// Package vllmsim simulates a vLLM (v1 engine) OpenAI-compatible server closely
+// enough that a gateway cannot tell it from the real thing: the HTTP API
+// (/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /health,
+// /metrics, /reset_prefix_cache), KV-cache events over ZeroMQ/msgpack with
+// vLLM's exact wire forms and block hashes (sha256_cbor via kvindex), and the
+// replay ROUTER socket. It runs many engines in one process at a small cost,
+// with a TimeScale to run faster than real time.
+//
+// # Scheduler model
+//
+// Each Engine runs one scheduler goroutine that repeats vLLM's step loop:
+//
+//   - Running requests (at most MaxNumSeqs) are scheduled first, then the FIFO
+//     waiting queue. A waiting request is admitted only when the KV blocks its
+//     whole prompt needs (after prefix-cache hits) are free or evictable; the
+//     head of the queue blocks the others (no skipping), as in vLLM.
+//   - Admission looks up the prompt's block hashes in the prefix cache; the
+//     longest cached prefix is reused (never the whole prompt: the last token
+//     is always recomputed, as vLLM does) and counted in
+//     prefix_cache_hits/cached_tokens.
+//   - A step has a token budget (MaxNumBatchedTokens): one token per decoding
+//     request, the rest split over prefilling requests in order (chunked
+//     prefill). Its simulated duration is DecodeStepTime plus the step's
+//     prefill tokens divided by PrefillTokensPerSec, so cached prefixes shorten
+//     time to first token. Durations are divided by TimeScale.
+//   - Full blocks are hashed and cached when the step that computes them is
+//     scheduled (prompt blocks and blocks filled by generated tokens), and
+//     announced with BlockStored. Reusing a free block that still holds a
+//     cached hash evicts it (LRU: a finished request's blocks go to the tail of
+//     the free queue, last block first) and announces BlockRemoved. The events
+//     of one step are published as one batch after the step.
+//   - A decoding request that needs a new block when none is free preempts the
+//     most recently admitted running request (recompute preemption: its blocks
+//     are freed and it returns to the head of the waiting queue).
+//   - Output tokens are a deterministic function of the prompt token ids, so
+//     identical requests produce identical text and identical block hashes.
+//
+// # Time
+//
+// Every simulated duration is divided by Config.TimeScale before the engine
+// sleeps. Latency histograms (vllm:time_to_first_token_seconds) report
+// simulated seconds, i.e. wall time multiplied by TimeScale, so figures are
+// comparable across scales.
+package vllmsim

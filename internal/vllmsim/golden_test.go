@@ -1,0 +1,195 @@
+package vllmsim
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func goldenDigests(t *testing.T, hexes []string) []kvindex.Digest {
+	t.Helper()
+	var out []kvindex.Digest
+	for _, h := range hexes {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != 32 {
+			t.Fatalf("bad golden digest %q", h)
+		}
+		out = append(out, kvindex.Digest(b))
+	}
+	return out
+}
+
+// TestEncodeMatchesGoldenPayloads builds the events of vLLM's golden
+// payloads and compares the encoder's bytes with msgspec's.
+func TestEncodeMatchesGoldenPayloads(t *testing.T) {
+	g := loadGolden(t)
+	ds := goldenDigests(t, g.HashCases[0].BlockHashesHex) // bs16_seed0_32tok
+	toks := make([]uint64, 32)
+	for i := range toks {
+		toks[i] = uint64(i)
+	}
+	storedRemovedCleared := []kvEvent{
+		{kind: evStored, hashes: ds, tokens: toks, blockSize: 16},
+		{kind: evRemoved, hashes: ds[1:2]},
+		{kind: evCleared},
+	}
+	secondBlock := []kvEvent{
+		{kind: evStored, hashes: ds[1:2], hasParent: true, parent: ds[0], tokens: toks[16:], blockSize: 16},
+	}
+	cases := []struct {
+		golden      string
+		mapEvents   bool
+		bytesHashes bool
+		events      []kvEvent
+	}{
+		{"map_pr42892_stored_removed_cleared", true, false, storedRemovedCleared},
+		{"array_pr40984_stored_removed_cleared", false, false, storedRemovedCleared},
+		{"map_bytes_hashes_env0_second_block", true, true, secondBlock},
+	}
+	payloads := map[string]string{}
+	for _, p := range g.MsgpackPayloads {
+		payloads[p.Name] = p.PayloadHex
+	}
+	for _, tc := range cases {
+		t.Run(tc.golden, func(t *testing.T) {
+			want, ok := payloads[tc.golden]
+			if !ok {
+				t.Fatalf("golden payload %q missing", tc.golden)
+			}
+			enc := newEventEncoder(tc.mapEvents, tc.bytesHashes)
+			got := hex.EncodeToString(enc.encodeBatch(1760000000.25, tc.events, 0))
+			if got != want {
+				t.Fatalf("payload mismatch\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// TestZMQFramesGolden checks the topic and sequence frames.
+func TestZMQFramesGolden(t *testing.T) {
+	g := loadGolden(t)
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], g.ZMQFrames.Seq)
+	if got := hex.EncodeToString([]byte(g.ZMQFrames.Topic)); got != g.ZMQFrames.Frame0Hex {
+		t.Errorf("topic frame %s, want %s", got, g.ZMQFrames.Frame0Hex)
+	}
+	if got := hex.EncodeToString(seq[:]); got != g.ZMQFrames.Frame1Hex {
+		t.Errorf("seq frame %s, want %s", got, g.ZMQFrames.Frame1Hex)
+	}
+	if got := hex.EncodeToString(endSeq); got != g.ZMQFrames.EndSeqHex {
+		t.Errorf("end marker %s, want %s", got, g.ZMQFrames.EndSeqHex)
+	}
+}
+
+// TestAnnouncedHashesMatchGolden sends the golden token ids to the engine
+// and checks the BlockStored events it publishes, in every wire shape.
+func TestAnnouncedHashesMatchGolden(t *testing.T) {
+	g := loadGolden(t)
+	for _, gc := range g.HashCases {
+		if gc.Name != "bs16_seed0_32tok" && gc.Name != "bs64_seed1234_long300" && gc.Name != "bs16_seed0_cache_salt" {
+			continue
+		}
+		for _, shape := range []struct {
+			name               string
+			mapEvents, bytesHs bool
+		}{{"array-int", false, false}, {"map-int", true, false}, {"array-bytes", false, true}, {"map-bytes", true, true}} {
+			t.Run(gc.Name+"/"+shape.name, func(t *testing.T) {
+				e := startEngine(t, Config{
+					BlockSize: gc.BlockSize, HashSeed: gc.Seed, TimeScale: 100, DPRank: 3,
+					KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", Topic: "kv@sim", MapEvents: shape.mapEvents, BytesHashes: shape.bytesHs},
+				})
+				sub := dialSub(t, e.KVEndpoint(), "kv@")
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := e.WaitKVSubscribers(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				body := map[string]any{"prompt": gc.Tokens, "max_tokens": 1}
+				var salt string
+				if len(gc.ExtraKeys) > 0 && gc.ExtraKeys[0] != nil {
+					salt = gc.ExtraKeys[0][0].(string)
+					body["cache_salt"] = salt
+				}
+				status, out := postJSON(t, newClient(t), e.URL()+"/v1/completions", body)
+				if status != 200 {
+					t.Fatalf("status %d: %s", status, out)
+				}
+				msg := sub.next(t, 10*time.Second)
+				if len(msg) != 3 || string(msg[0]) != "kv@sim" || len(msg[1]) != 8 {
+					t.Fatalf("frames %q", msg[:min(len(msg), 2)])
+				}
+				if seq := binary.BigEndian.Uint64(msg[1]); seq != 0 {
+					t.Errorf("first seq %d, want 0", seq)
+				}
+				b := decodeBatch(t, msg[2])
+				if b.rank != 3 {
+					t.Errorf("dp rank %d, want 3", b.rank)
+				}
+				if d := time.Since(time.Unix(0, int64(b.ts*1e9))); d < 0 || d > time.Minute {
+					t.Errorf("ts %v is not now", b.ts)
+				}
+				if len(b.events) != 1 {
+					t.Fatalf("%d events, want 1", len(b.events))
+				}
+				ev := asEvent(t, b.events[0], shape.mapEvents)
+				wantFields := 12
+				if shape.mapEvents {
+					wantFields = 11
+				}
+				if ev.typ != "BlockStored" || ev.nfields != wantFields {
+					t.Fatalf("event %s with %d fields", ev.typ, ev.nfields)
+				}
+				if ev.parent != nil {
+					t.Errorf("parent %v, want nil", ev.parent)
+				}
+				nFull := len(gc.Tokens) / gc.BlockSize
+				if len(ev.hashes) != nFull || len(gc.BlockHashesU64) != nFull {
+					t.Fatalf("%d hashes, want %d", len(ev.hashes), nFull)
+				}
+				for i, h := range ev.hashes {
+					if shape.bytesHs {
+						bh, ok := h.([]byte)
+						if !ok || hex.EncodeToString(bh) != gc.BlockHashesHex[i] {
+							t.Errorf("hash %d = %x, want %s", i, h, gc.BlockHashesHex[i])
+						}
+					} else if got := hashU64(t, h); got != gc.BlockHashesU64[i] {
+						t.Errorf("hash %d = %d, want %d", i, got, gc.BlockHashesU64[i])
+					}
+				}
+				if len(ev.tokens) != nFull*gc.BlockSize {
+					t.Fatalf("%d token ids, want %d", len(ev.tokens), nFull*gc.BlockSize)
+				}
+				for i, tok := range ev.tokens {
+					if tok != gc.Tokens[i] {
+						t.Fatalf("token %d = %d, want %d", i, tok, gc.Tokens[i])
+					}
+				}
+				if ev.bs != int64(gc.BlockSize) {
+					t.Errorf("block_size %d", ev.bs)
+				}
+				if len(ev.extra) != nFull {
+					t.Fatalf("extra_keys has %d entries, want %d", len(ev.extra), nFull)
+				}
+				for i, x := range ev.extra {
+					if i == 0 && salt != "" {
+						keys, ok := x.([]any)
+						if !ok || len(keys) != 1 || keys[0] != salt {
+							t.Errorf("extra_keys[0] = %v, want [%q]", x, salt)
+						}
+					} else if x != nil {
+						t.Errorf("extra_keys[%d] = %v, want nil", i, x)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,654 @@
+package vllmsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+)
+
+const maxBodyBytes = 32 << 20
+
+func (e *Engine) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
+	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
+	mux.HandleFunc("GET /v1/models", e.handleModels)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "0.26.0+vllmsim"})
+	})
+	mux.HandleFunc("POST /tokenize", e.handleTokenize)
+	mux.HandleFunc("GET /metrics", e.handleMetrics)
+	mux.HandleFunc("POST /reset_prefix_cache", e.handleResetPrefixCache)
+	mux.HandleFunc("GET /sim/faults", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, e.Faults()) })
+	mux.HandleFunc("POST /sim/faults", e.handleSetFaults)
+	mux.HandleFunc("POST /sim/restart", e.handleRestart)
+	mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, e.Stats()) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !e.enterHandler() {
+			writeError(w, http.StatusServiceUnavailable, "engine is shutting down")
+			return
+		}
+		defer e.handlers.Done()
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// apiError is vLLM's ErrorResponse body: {"error": {...}}.
+type apiError struct {
+	Error apiErrorInfo `json:"error"`
+}
+
+type apiErrorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+func errorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "BadRequestError"
+	case http.StatusNotFound:
+		return "NotFoundError"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailableError"
+	default:
+		return "InternalServerError"
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeErrorParam(w, status, msg, nil)
+}
+
+func writeErrorParam(w http.ResponseWriter, status int, msg string, param *string) {
+	writeJSON(w, status, apiError{Error: apiErrorInfo{Message: msg, Type: errorType(status), Param: param, Code: status}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// genRequest is the union of the OpenAI completion and chat request fields
+// the simulator honours.
+type genRequest struct {
+	Model                string          `json:"model"`
+	Prompt               json.RawMessage `json:"prompt"`
+	Messages             []chatMessage   `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	MaxTokens            *int            `json:"max_tokens"`
+	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
+	N                    *int            `json:"n"`
+	Stream               bool            `json:"stream"`
+	StreamOptions        *streamOptions  `json:"stream_options"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	CacheSalt            *string         `json:"cache_salt"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// decodeBody reads a JSON body with a size limit.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return badRequest("request body larger than %d bytes", maxBodyBytes)
+		}
+		return badRequest("invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// promptTokens renders and tokenizes a request exactly as /tokenize does.
+func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
+	if chat {
+		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+		text, err := renderChat(req.Messages, req.Tools, addGen, req.ContinueFinalMessage)
+		if err != nil {
+			return nil, err
+		}
+		addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
+		return tokenize(nil, text, addSpecial), nil
+	}
+	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+	p := bytes.TrimSpace(req.Prompt)
+	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
+		return nil, badRequest("prompt is required")
+	}
+	switch p[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(p, &s); err != nil {
+			return nil, badRequest("prompt: %v", err)
+		}
+		if len(s) > maxPromptBytes {
+			return nil, badRequest("prompt of %d bytes is too long", len(s))
+		}
+		return tokenize(nil, s, addSpecial), nil
+	case '[':
+		var ids []uint64
+		if err := json.Unmarshal(p, &ids); err == nil {
+			for _, id := range ids {
+				if id > tokBOS {
+					return nil, badRequest("token id %d is out of vocabulary", id)
+				}
+			}
+			return ids, nil
+		}
+		var strs []string
+		if err := json.Unmarshal(p, &strs); err == nil && len(strs) == 1 {
+			return tokenize(nil, strs[0], addSpecial), nil
+		}
+		return nil, badRequest("prompt must be a string, a list of one string, or a list of token ids")
+	}
+	return nil, badRequest("prompt must be a string or a list of token ids")
+}
+
+func (e *Engine) checkModel(w http.ResponseWriter, model string) bool {
+	if model == "" || model == e.cfg.Model {
+		return true
+	}
+	param := "model"
+	writeErrorParam(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model), &param)
+	return false
+}
+
+func writeReqError(w http.ResponseWriter, err error) {
+	if errors.Is(err, errBadRequest) {
+		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
+		return
+	}
+	writeError(w, http.StatusInternalServerError, err.Error())
+}
+
+func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) { e.handleGenerate(w, r, true) }
+func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	e.handleGenerate(w, r, false)
+}
+
+func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	faults := e.Faults()
+	var req genRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeReqError(w, err)
+		return
+	}
+	if !e.checkModel(w, req.Model) {
+		return
+	}
+	if faults.Error500 {
+		writeError(w, http.StatusInternalServerError, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		writeError(w, http.StatusBadRequest, "n must be 1 in this simulator")
+		return
+	}
+	if chat && len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "messages is required")
+		return
+	}
+	prompt, err := e.promptTokens(&req, chat)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	if len(prompt) == 0 {
+		writeError(w, http.StatusBadRequest, "The prompt is empty.")
+		return
+	}
+	maxTokens := e.cfg.DefaultMaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	}
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTokens))
+		return
+	}
+	// The engine must be able to hold the whole sequence.
+	limit := min(e.cfg.MaxModelLen, (e.cfg.NumGPUBlocks-1)*e.cfg.BlockSize)
+	if len(prompt)+maxTokens > limit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			limit, len(prompt)+maxTokens, len(prompt), maxTokens))
+		return
+	}
+	sr := &simRequest{
+		tokens:    prompt,
+		promptLen: len(prompt),
+		maxTokens: maxTokens,
+		seed:      promptSeed(prompt),
+		arrival:   time.Now(),
+		notify:    make(chan struct{}, 1),
+	}
+	if req.CacheSalt != nil {
+		if *req.CacheSalt == "" {
+			writeError(w, http.StatusBadRequest, "cache_salt must not be empty")
+			return
+		}
+		sr.extra0 = []any{*req.CacheSalt}
+	}
+	h := e.hashers.Get().(*kvindex.Hasher)
+	var extra [][]any
+	if sr.extra0 != nil {
+		extra = [][]any{sr.extra0}
+	}
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, len(prompt)/e.cfg.BlockSize+maxTokens/e.cfg.BlockSize+1), prompt, extra)
+	e.hashers.Put(h)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	sr.id = prefix + randomID()
+	if err := e.submit(sr); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "engine is not running")
+		return
+	}
+	created := time.Now().Unix()
+	if req.Stream {
+		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+		e.stream(w, r, sr, chat, created, includeUsage, faults.DropStreamAfter)
+		return
+	}
+	// Non-streaming: wait for the end.
+	for {
+		_, done, _ := sr.progress()
+		if done {
+			break
+		}
+		select {
+		case <-r.Context().Done():
+			e.abort(sr)
+			return
+		case <-sr.notify:
+		}
+	}
+	sr.mu.Lock()
+	out, rerr, finish, cached := sr.out, sr.err, sr.finish, sr.cached
+	sr.mu.Unlock()
+	if rerr != nil {
+		// The process "died": the connection goes away without a response.
+		panic(http.ErrAbortHandler)
+	}
+	var text strings.Builder
+	for k := range out {
+		_, s := outputToken(sr.seed, k)
+		text.WriteString(s)
+	}
+	u := makeUsage(sr.promptLen, out, cached)
+	if chat {
+		writeJSON(w, http.StatusOK, chatResponse{
+			ID: sr.id, Object: "chat.completion", Created: created, Model: e.cfg.Model,
+			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: text.String(), ToolCalls: []any{}}, FinishReason: finish}},
+			Usage:   u,
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, completionResponse{
+		ID: sr.id, Object: "text_completion", Created: created, Model: e.cfg.Model,
+		Choices: []completionChoice{{Text: text.String(), FinishReason: &finish}},
+		Usage:   u,
+	})
+}
+
+// stream writes an SSE response: one chunk per generated token, the finish
+// reason on the last one, an optional usage chunk, then [DONE].
+func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, chat bool, created int64, includeUsage bool, dropAfter int) {
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	finished := false
+	defer func() {
+		if !finished {
+			e.abort(sr)
+		}
+	}()
+	var buf []byte
+	send := func(v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		buf = append(buf[:0], "data: "...)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		return true
+	}
+	object := "text_completion"
+	if chat {
+		object = "chat.completion.chunk"
+		// vLLM's first chat chunk carries the role.
+		if !send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+			Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: strPtr("")}}}}) {
+			return
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	sent := 0
+	for {
+		sr.mu.Lock()
+		out, done, rerr, finish, cached := sr.out, sr.done, sr.err, sr.finish, sr.cached
+		sr.mu.Unlock()
+		if rerr != nil {
+			panic(http.ErrAbortHandler)
+		}
+		for sent < out {
+			_, s := outputToken(sr.seed, sent)
+			sent++
+			var fr *string
+			if done && sent == out {
+				fr = &finish
+			}
+			var ok bool
+			if chat {
+				ok = send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+					Choices: []chatChunkChoice{{Delta: chatDelta{Content: &s}, FinishReason: fr}}})
+			} else {
+				ok = send(completionChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+					Choices: []completionChoice{{Text: s, FinishReason: fr}}})
+			}
+			if !ok {
+				return
+			}
+			if dropAfter > 0 && sent >= dropAfter && !(done && sent == out) {
+				if fl != nil {
+					fl.Flush()
+				}
+				panic(http.ErrAbortHandler) // cut the connection mid-stream
+			}
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		if done {
+			finished = true
+			if includeUsage {
+				u := makeUsage(sr.promptLen, out, cached)
+				if chat {
+					send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model, Choices: []chatChunkChoice{}, Usage: &u})
+				} else {
+					send(completionChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model, Choices: []completionChoice{}, Usage: &u})
+				}
+			}
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			if fl != nil {
+				fl.Flush()
+			}
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-sr.notify:
+		}
+	}
+}
+
+func strPtr(s string) *string { return &s }
+
+type usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// makeUsage reports cached tokens as vLLM does with
+// --enable-prompt-tokens-details: only when there are some.
+func makeUsage(prompt, completion, cached int) usage {
+	u := usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	if cached > 0 {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: cached}
+	}
+	return u
+}
+
+type chatResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []chatChoice `json:"choices"`
+	ServiceTier       *string      `json:"service_tier"`
+	SystemFingerprint *string      `json:"system_fingerprint"`
+	Usage             usage        `json:"usage"`
+	PromptLogprobs    any          `json:"prompt_logprobs"`
+	KVTransferParams  any          `json:"kv_transfer_params"`
+}
+
+type chatChoice struct {
+	Index        int             `json:"index"`
+	Message      chatRespMessage `json:"message"`
+	Logprobs     any             `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+	StopReason   any             `json:"stop_reason"`
+}
+
+type chatRespMessage struct {
+	Role             string  `json:"role"`
+	Content          string  `json:"content"`
+	Refusal          *string `json:"refusal"`
+	Annotations      any     `json:"annotations"`
+	Audio            any     `json:"audio"`
+	FunctionCall     any     `json:"function_call"`
+	ToolCalls        []any   `json:"tool_calls"`
+	ReasoningContent *string `json:"reasoning_content"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   *usage            `json:"usage,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	Logprobs     any       `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type completionResponse struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	Choices           []completionChoice `json:"choices"`
+	ServiceTier       *string            `json:"service_tier"`
+	SystemFingerprint *string            `json:"system_fingerprint"`
+	Usage             usage              `json:"usage"`
+	KVTransferParams  any                `json:"kv_transfer_params"`
+}
+
+type completionChoice struct {
+	Index          int     `json:"index"`
+	Text           string  `json:"text"`
+	Logprobs       any     `json:"logprobs"`
+	FinishReason   *string `json:"finish_reason"`
+	StopReason     any     `json:"stop_reason"`
+	PromptLogprobs any     `json:"prompt_logprobs,omitempty"`
+}
+
+type completionChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+		Permission  []any   `json:"permission"`
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []model{{ID: e.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "vllm",
+			Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen, Permission: []any{}}},
+	})
+}
+
+type tokenizeRequest struct {
+	Model                string          `json:"model"`
+	Prompt               *string         `json:"prompt"`
+	Messages             []chatMessage   `json:"messages"`
+	Tools                json.RawMessage `json:"tools"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+}
+
+type tokenizeResponse struct {
+	Count       int      `json:"count"`
+	MaxModelLen int      `json:"max_model_len"`
+	Tokens      []uint64 `json:"tokens"`
+	TokenStrs   []string `json:"token_strs"`
+}
+
+// handleTokenize is vLLM's /tokenize in both forms. The chat form renders
+// with the same template and defaults as /v1/chat/completions, so its tokens
+// are the prompt the engine hashes.
+func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	faults := e.Faults()
+	if faults.TokenizeDelay > 0 {
+		t := time.NewTimer(faults.TokenizeDelay)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		case <-e.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	if faults.TokenizeFail {
+		writeError(w, http.StatusInternalServerError, "tokenizer failure (injected)")
+		return
+	}
+	var req tokenizeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeReqError(w, err)
+		return
+	}
+	if !e.checkModel(w, req.Model) {
+		return
+	}
+	var toks []uint64
+	switch {
+	case req.Messages != nil:
+		g := genRequest{Messages: req.Messages, Tools: req.Tools, AddSpecialTokens: req.AddSpecialTokens,
+			AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: req.ContinueFinalMessage}
+		var err error
+		if toks, err = e.promptTokens(&g, true); err != nil {
+			writeReqError(w, err)
+			return
+		}
+	case req.Prompt != nil:
+		if len(*req.Prompt) > maxPromptBytes {
+			writeError(w, http.StatusBadRequest, "prompt is too long")
+			return
+		}
+		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+		toks = tokenize(nil, *req.Prompt, addSpecial)
+	default:
+		writeError(w, http.StatusBadRequest, "either prompt or messages is required")
+		return
+	}
+	if toks == nil {
+		toks = []uint64{}
+	}
+	writeJSON(w, http.StatusOK, tokenizeResponse{Count: len(toks), MaxModelLen: e.cfg.MaxModelLen, Tokens: toks})
+}
+
+func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	if !e.ResetPrefixCache() {
+		// vLLM logs a warning and still answers 200 from the dev endpoint;
+		// the simulator reports the failure so tests can tell.
+		writeError(w, http.StatusConflict, "prefix cache not reset: blocks are in use")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	if err := decodeBody(w, r, &f); err != nil {
+		writeReqError(w, err)
+		return
+	}
+	if err := f.validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	e.SetFaults(f)
+	writeJSON(w, http.StatusOK, e.Faults())
+}
+
+func (e *Engine) handleRestart(w http.ResponseWriter, r *http.Request) {
+	// Answer first: the restart drops every connection, this one included.
+	w.WriteHeader(http.StatusAccepted)
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	if err := e.Restart(); err != nil {
+		return
+	}
+}

@@ -1,0 +1,393 @@
+package vllmsim
+
+import (
+	"sync"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+)
+
+// simRequest is one generation request. Scheduler fields are guarded by
+// Engine.mu; the output fields by mu, so handlers never take Engine.mu to
+// read progress.
+type simRequest struct {
+	id        string
+	tokens    []uint64 // prompt, then generated tokens
+	promptLen int
+	maxTokens int
+	seed      uint64
+	extra0    []any            // extra keys of block 0 (cache_salt), nil if none
+	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
+	arrival   time.Time
+
+	// Scheduler state (Engine.mu).
+	blocks      []int32
+	numComputed int
+	numStored   int // leading blocks cached by this request (hits or stored)
+	stepTokens  int
+	admitted    bool // counted in prefix-cache queries once
+	aborted     bool
+	finished    bool
+
+	mu       sync.Mutex
+	notify   chan struct{} // cap 1: progress was made
+	out      int           // generated tokens
+	cached   int           // prompt tokens served from the prefix cache
+	done     bool
+	err      error
+	finish   string
+	firstTok time.Time
+}
+
+func (r *simRequest) signal() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// progress returns the output state.
+func (r *simRequest) progress() (out int, done bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out, r.done, r.err
+}
+
+// counters are the engine's cumulative statistics for the current process.
+type counters struct {
+	requestsServed uint64
+	promptTokens   uint64
+	genTokens      uint64
+	queries        uint64
+	hits           uint64
+	preemptions    uint64
+	batches        uint64
+	events         uint64
+	ttft           histogram
+}
+
+// ttftBuckets are vLLM's time_to_first_token_seconds buckets.
+var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+
+type histogram struct {
+	counts [len(ttftBuckets)]uint64 // non-cumulative
+	count  uint64
+	sum    float64
+}
+
+func (h *histogram) observe(v float64) {
+	h.count++
+	h.sum += v
+	for i, b := range ttftBuckets {
+		if v <= b {
+			h.counts[i]++
+			return
+		}
+	}
+}
+
+func (e *Engine) blocksFor(tokens int) int {
+	return (tokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize
+}
+
+// hasWorkLocked reports whether a step would do anything.
+func (e *Engine) hasWorkLocked() bool { return len(e.running) > 0 || len(e.waiting) > 0 }
+
+// run is the scheduler goroutine: schedule a step, sleep its simulated
+// duration, apply its outputs, repeat; idle when nothing is queued.
+func (e *Engine) run() {
+	defer e.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var deadline time.Time
+	for {
+		e.mu.Lock()
+		if !e.hasWorkLocked() {
+			e.mu.Unlock()
+			select {
+			case <-e.stop:
+				return
+			case <-e.wake:
+			}
+			continue
+		}
+		epoch := e.epoch
+		dur := e.scheduleLocked()
+		e.mu.Unlock()
+
+		// Sleep until the step's end. The deadline advances by the step's
+		// duration so that short steps (large TimeScale) keep their average
+		// rate even when a single sleep overshoots; after idling or falling
+		// far behind it restarts from now.
+		now := time.Now()
+		if deadline.IsZero() || now.Sub(deadline) > 50*time.Millisecond {
+			deadline = now
+		}
+		deadline = deadline.Add(e.cfg.scaled(dur))
+		if wait := time.Until(deadline); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-e.stop:
+				return
+			case <-timer.C:
+			}
+		}
+
+		e.mu.Lock()
+		if e.epoch == epoch {
+			e.completeLocked()
+		}
+		e.mu.Unlock()
+	}
+}
+
+// scheduleLocked plans one step and returns its simulated duration.
+func (e *Engine) scheduleLocked() time.Duration {
+	cfg := &e.cfg
+	bs := cfg.BlockSize
+	budget := cfg.MaxNumBatchedTokens
+	prefill := 0
+	e.step = e.step[:0]
+
+	// Drop aborted requests first so their blocks are reusable.
+	e.waiting = removeFunc(e.waiting, func(r *simRequest) bool {
+		if r.aborted {
+			e.finishLocked(r, "abort", nil)
+			return true
+		}
+		return false
+	})
+	e.running = removeFunc(e.running, func(r *simRequest) bool {
+		if r.aborted {
+			e.freeLocked(r)
+			e.finishLocked(r, "abort", nil)
+			return true
+		}
+		return false
+	})
+
+	// Running requests first.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		r := e.running[i]
+		n := min(len(r.tokens)-r.numComputed, budget)
+		if n <= 0 {
+			continue
+		}
+		need := e.blocksFor(r.numComputed+n) - len(r.blocks)
+		preemptedSelf := false
+		for need > 0 {
+			var ok bool
+			if r.blocks, ok = e.pool.allocate(r.blocks, need); ok {
+				break
+			}
+			victim := e.running[len(e.running)-1]
+			e.preemptLocked(victim)
+			if victim == r {
+				preemptedSelf = true
+				break
+			}
+		}
+		if preemptedSelf {
+			break
+		}
+		if len(r.tokens)-r.numComputed > 1 || r.numComputed < r.promptLen {
+			prefill += n
+		}
+		r.stepTokens = n
+		budget -= n
+		e.storeBlocksLocked(r, r.numComputed+n)
+		e.step = append(e.step, r)
+	}
+
+	// Then admit from the waiting queue, in order.
+	for len(e.waiting) > 0 && len(e.running) < cfg.MaxNumSeqs && budget > 0 {
+		r := e.waiting[0]
+		maxHit := min(len(r.hashes), (len(r.tokens)-1)/bs)
+		e.hitBuf = e.pool.lookup(e.hitBuf[:0], r.hashes[:maxHit])
+		hits := e.hitBuf
+		need := e.blocksFor(len(r.tokens)) - len(hits)
+		if need > e.pool.numFree-e.pool.freeAmong(hits) {
+			break // head of line waits for blocks
+		}
+		e.pool.touch(hits)
+		r.blocks = append(r.blocks[:0], hits...)
+		r.blocks, _ = e.pool.allocate(r.blocks, need)
+		r.numComputed = len(hits) * bs
+		r.numStored = len(hits)
+		if !r.admitted {
+			r.admitted = true
+			e.ctr.queries += uint64(r.promptLen)
+			e.ctr.hits += uint64(r.numComputed)
+			r.mu.Lock()
+			r.cached = r.numComputed
+			r.mu.Unlock()
+		}
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, r)
+
+		n := min(len(r.tokens)-r.numComputed, budget)
+		prefill += n
+		r.stepTokens = n
+		budget -= n
+		e.storeBlocksLocked(r, r.numComputed+n)
+		e.step = append(e.step, r)
+	}
+	if len(e.step) == 0 {
+		return cfg.DecodeStepTime
+	}
+	return cfg.DecodeStepTime + time.Duration(float64(prefill)/cfg.PrefillTokensPerSec*float64(time.Second))
+}
+
+// storeBlocksLocked caches the request's blocks that are full once upto
+// tokens are computed and records one BlockStored event for them.
+func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
+	bs := e.cfg.BlockSize
+	full := upto / bs
+	if full <= r.numStored {
+		return
+	}
+	for len(r.hashes) < full {
+		i := len(r.hashes)
+		parent := e.hasher.Root()
+		if i > 0 {
+			parent = r.hashes[i-1]
+		}
+		var extra []any
+		if i == 0 {
+			extra = r.extra0
+		}
+		d, err := e.hasher.Block(parent, r.tokens[i*bs:(i+1)*bs], extra)
+		if err != nil {
+			// Extra keys are strings only; hashing cannot fail.
+			panic("vllmsim: block hash: " + err.Error())
+		}
+		r.hashes = append(r.hashes, d)
+	}
+	ev := kvEvent{
+		kind:      evStored,
+		hashes:    r.hashes[r.numStored:full],
+		tokens:    r.tokens[r.numStored*bs : full*bs],
+		blockSize: bs,
+	}
+	if r.numStored > 0 {
+		ev.hasParent, ev.parent = true, r.hashes[r.numStored-1]
+	}
+	if r.extra0 != nil && r.numStored == 0 {
+		ev.extra = [][]any{r.extra0}
+	}
+	for b := r.numStored; b < full; b++ {
+		e.pool.cache(r.blocks[b], r.hashes[b])
+	}
+	r.numStored = full
+	if e.pub != nil {
+		e.events = append(e.events, ev)
+	}
+}
+
+// preemptLocked frees a running request's blocks and puts it back at the
+// head of the waiting queue (vLLM's recompute preemption).
+func (e *Engine) preemptLocked(r *simRequest) {
+	e.freeLocked(r)
+	r.numComputed, r.numStored = 0, 0
+	e.running = removeFunc(e.running, func(x *simRequest) bool { return x == r })
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = r
+	e.ctr.preemptions++
+}
+
+func (e *Engine) freeLocked(r *simRequest) {
+	e.pool.free(r.blocks)
+	r.blocks = r.blocks[:0]
+}
+
+// completeLocked applies the outputs of the step just simulated and
+// publishes its events.
+func (e *Engine) completeLocked() {
+	now := time.Now()
+	finished := false
+	for _, r := range e.step {
+		if r.finished || r.aborted {
+			continue
+		}
+		r.numComputed += r.stepTokens
+		r.stepTokens = 0
+		if r.numComputed < len(r.tokens) {
+			continue // chunked prefill continues next step
+		}
+		r.mu.Lock()
+		k := r.out
+		tok, _ := outputToken(r.seed, k)
+		r.tokens = append(r.tokens, tok)
+		r.out++
+		if k == 0 {
+			r.firstTok = now
+			e.ctr.promptTokens += uint64(r.promptLen)
+			e.ctr.ttft.observe(now.Sub(r.arrival).Seconds() * e.cfg.TimeScale)
+		}
+		e.ctr.genTokens++
+		done := r.out >= r.maxTokens
+		r.mu.Unlock()
+		if done {
+			e.freeLocked(r)
+			e.finishLocked(r, "length", nil)
+			e.ctr.requestsServed++
+			finished = true
+		} else {
+			r.signal()
+		}
+	}
+	if finished {
+		e.running = removeFunc(e.running, func(r *simRequest) bool { return r.finished })
+	}
+	e.step = e.step[:0]
+	e.flushEventsLocked(now)
+}
+
+// finishLocked marks a request finished and wakes its handler.
+func (e *Engine) finishLocked(r *simRequest, reason string, err error) {
+	r.finished = true
+	r.mu.Lock()
+	r.done = true
+	r.finish = reason
+	r.err = err
+	r.mu.Unlock()
+	r.signal()
+}
+
+// flushEventsLocked publishes the pending events as one batch.
+func (e *Engine) flushEventsLocked(now time.Time) {
+	if len(e.events) == 0 {
+		return
+	}
+	if e.pub != nil {
+		ts := float64(now.UnixNano()) / 1e9
+		payload := e.enc.encodeBatch(ts, e.events, e.cfg.DPRank)
+		e.pub.publish(payload)
+		e.ctr.batches++
+		e.ctr.events += uint64(len(e.events))
+	}
+	clear(e.events)
+	e.events = e.events[:0]
+}
+
+// onEvict records BlockRemoved for an evicted cached block.
+func (e *Engine) onEvict(h kvindex.Digest) {
+	if e.pub == nil {
+		return
+	}
+	e.events = append(e.events, kvEvent{kind: evRemoved, hashes: []kvindex.Digest{h}})
+}
+
+func removeFunc(s []*simRequest, del func(*simRequest) bool) []*simRequest {
+	out := s[:0]
+	for _, r := range s {
+		if !del(r) {
+			out = append(out, r)
+		}
+	}
+	clear(s[len(out):])
+	return out
+}
