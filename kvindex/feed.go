@@ -1,0 +1,161 @@
+package kvindex
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Replayer asks the engine's replay endpoint for every buffered message
+// with seq >= startSeq, oldest first, and calls fn for each one,
+// synchronously, until the buffer's end marker, ctx is done, or fn returns
+// an error; it then stops and returns (fn's error may be returned as is).
+// fn must not be called after the Replayer returns.
+type Replayer func(ctx context.Context, startSeq uint64, fn func(seq uint64, payload []byte) error) error
+
+// FeedConfig tunes a Feed.
+type FeedConfig struct {
+	// ReplayTimeout bounds one gap replay (default 2s).
+	ReplayTimeout time.Duration
+	// MaxReplay is the largest gap, in messages, worth replaying (default
+	// 10000, vLLM's default replay buffer); a larger gap resets at once.
+	MaxReplay uint64
+}
+
+// Feed applies one engine's ZeroMQ event stream to its Mirror, tracking
+// sequence numbers so that the mirror never holds a block the engine has
+// dropped for longer than one resync: any message it cannot account for
+// (a gap the replay endpoint cannot fill, a sequence going backwards, an
+// undecodable payload) resets the mirror.
+//
+// Connected, Message and Disconnected must be called from one goroutine
+// (the subscriber's); Close may be called from any.
+type Feed struct {
+	m      *Mirror
+	replay Replayer
+	cfg    FeedConfig
+	dec    *Decoder
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	haveSeq bool
+	last    uint64
+}
+
+// NewFeed returns a Feed applying events to m. replay may be nil when the
+// engine has no replay endpoint; gaps then always reset.
+func NewFeed(m *Mirror, replay Replayer, cfg FeedConfig) *Feed {
+	if cfg.ReplayTimeout <= 0 {
+		cfg.ReplayTimeout = 2 * time.Second
+	}
+	if cfg.MaxReplay == 0 {
+		cfg.MaxReplay = 10000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Feed{m: m, replay: replay, cfg: cfg, dec: NewDecoder(), ctx: ctx, cancel: cancel}
+}
+
+// Close aborts a replay in progress. The Feed's methods become cheap
+// no-ops for replay; messages are still applied.
+func (f *Feed) Close() { f.cancel() }
+
+// Connected reports that a new connection or subscription began: what was
+// published meanwhile is unknown, so the mirror is reset (reason
+// "subscribe") and the next message's sequence number is taken as is.
+func (f *Feed) Connected() {
+	f.m.wmu.Lock()
+	defer f.m.wmu.Unlock()
+	f.haveSeq = false
+	f.m.setConnected(true, nil)
+	f.m.clear("subscribe")
+}
+
+// Disconnected reports that the subscription ended. Nothing the engine does
+// from now on can be seen, so the mirror is reset (reason "disconnect")
+// rather than left to claim blocks the engine may drop.
+func (f *Feed) Disconnected(err error) {
+	f.m.wmu.Lock()
+	defer f.m.wmu.Unlock()
+	f.haveSeq = false
+	f.m.setConnected(false, err)
+	f.m.clear("disconnect")
+}
+
+var (
+	errReplayDone = errors.New("kvindex: replay complete")
+	errReplayHole = errors.New("kvindex: replay skipped a message")
+)
+
+// Message applies one ZMQ message [topic, seq, payload]. The topic is not
+// interpreted: subscription filtering happens in the subscriber.
+func (f *Feed) Message(topic []byte, seq uint64, payload []byte) {
+	f.m.wmu.Lock()
+	defer f.m.wmu.Unlock()
+	switch {
+	case !f.haveSeq || seq == f.last+1:
+	case seq > f.last+1:
+		if !f.fill(f.last+1, seq) {
+			f.m.clear("gap")
+		}
+	default:
+		// vLLM numbers messages from 0 in every process: a sequence
+		// going backwards is a restarted engine with an empty cache.
+		f.m.clear("restart")
+	}
+	f.haveSeq, f.last = true, seq
+	f.applyPayload(seq, payload)
+}
+
+// fill replays messages [from, to) and reports whether every one of them
+// was applied.
+func (f *Feed) fill(from, to uint64) bool {
+	if f.replay == nil || to-from > f.cfg.MaxReplay {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.ReplayTimeout)
+	defer cancel()
+	next := from
+	var mu sync.Mutex // fn may, against its contract, be called late
+	done := false
+	err := f.replay(ctx, from, func(seq uint64, payload []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case done || next == to:
+			return errReplayDone
+		case seq < next:
+			return nil // already applied: an overlap, not a hole
+		case seq > next:
+			return errReplayHole
+		}
+		f.applyPayload(seq, payload)
+		next++
+		if next == to {
+			return errReplayDone
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	done = true
+	_ = err // success is judged by what was applied, not how the replay ended
+	return next == to
+}
+
+// applyPayload decodes and applies one payload. Callers hold m.wmu.
+func (f *Feed) applyPayload(seq uint64, payload []byte) {
+	b, err := f.dec.Decode(payload)
+	if err != nil {
+		// A lost event could have been a removal: only a reset keeps the
+		// mirror from claiming a block the engine dropped.
+		f.m.noteDecodeError(seq, err)
+		f.m.clear("decode")
+		return
+	}
+	for i := range b.Events {
+		f.m.verify.check(&b.Events[i])
+	}
+	f.m.apply(seq, b)
+}

@@ -1,0 +1,277 @@
+package kvindex
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// IndexConfig bounds an Index.
+type IndexConfig struct {
+	// MaxEngines is the most engines the index tracks at once (default
+	// 256). Engines are bit positions in 64-bit words, one word per 64.
+	MaxEngines int
+	// MaxBlocksPerEngine is the hard cap on blocks mirrored per engine,
+	// whatever SetCapacity says (default 1<<20, about 100 MB per engine at
+	// the worst). Beyond it the oldest blocks are evicted.
+	MaxBlocksPerEngine int
+}
+
+const (
+	defaultMaxEngines = 256
+	defaultMaxBlocks  = 1 << 20
+)
+
+// Index is the cross-engine prefix index: for every gateway block key, the
+// set of engines holding that block, fed by one Mirror per engine. It is
+// safe for concurrent use: queries share a read lock, and each engine's
+// writer takes the write lock once per event batch.
+type Index struct {
+	cfg IndexConfig
+
+	mu    sync.RWMutex
+	byID  map[string]*Mirror
+	slots []*Mirror // by slot; nil is free
+	// banks[b] maps a key to the bitset of slots 64b..64b+63 holding it.
+	banks []map[uint64]uint64
+	// live[b] has the bits of slots whose claims queries may use; a slot
+	// is hidden while its mirror is being cleared.
+	live []uint64
+}
+
+// NewIndex returns an empty Index.
+func NewIndex(cfg IndexConfig) *Index {
+	if cfg.MaxEngines <= 0 {
+		cfg.MaxEngines = defaultMaxEngines
+	}
+	if cfg.MaxBlocksPerEngine <= 0 {
+		cfg.MaxBlocksPerEngine = defaultMaxBlocks
+	}
+	nb := (cfg.MaxEngines + 63) / 64
+	ix := &Index{
+		cfg:   cfg,
+		byID:  make(map[string]*Mirror),
+		slots: make([]*Mirror, cfg.MaxEngines),
+		banks: make([]map[uint64]uint64, nb),
+		live:  make([]uint64, nb),
+	}
+	for i := range ix.banks {
+		ix.banks[i] = make(map[uint64]uint64)
+	}
+	return ix
+}
+
+// MirrorConfig configures one engine's mirror.
+type MirrorConfig struct {
+	// Capacity is the engine's number of GPU blocks (num_gpu_blocks from
+	// vllm:cache_config_info) when known; 0 means unknown. See
+	// Mirror.SetCapacity.
+	Capacity int
+	// Verify configures hash verification.
+	Verify VerifyConfig
+}
+
+// Errors returned by AddEngine.
+var (
+	ErrEngineExists = errors.New("kvindex: engine already in index")
+	ErrIndexFull    = errors.New("kvindex: index has no free engine slot")
+)
+
+// AddEngine registers an engine, identified by id (its dial address), and
+// returns its empty Mirror. Feed the mirror with NewFeed.
+func (ix *Index) AddEngine(id string, cfg MirrorConfig) (*Mirror, error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if _, ok := ix.byID[id]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrEngineExists, id)
+	}
+	slot := slices.Index(ix.slots, nil)
+	if slot < 0 {
+		return nil, fmt.Errorf("%w (%d engines)", ErrIndexFull, len(ix.slots))
+	}
+	m := newMirror(ix, id, slot, cfg)
+	ix.slots[slot] = m
+	ix.byID[id] = m
+	ix.live[m.bank] |= m.bit
+	return m, nil
+}
+
+// Mirror returns the mirror of engine id, or nil.
+func (ix *Index) Mirror(id string) *Mirror {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.byID[id]
+}
+
+// RemoveEngine drops engine id and all its blocks from the index. A Feed
+// still attached to its mirror keeps running but changes nothing. It reports
+// whether the engine was present.
+func (ix *Index) RemoveEngine(id string) bool {
+	m := ix.Mirror(id)
+	if m == nil {
+		return false
+	}
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	if m.removed.Load() {
+		return false
+	}
+	m.clear("removed")
+	ix.mu.Lock()
+	m.removed.Store(true)
+	ix.slots[m.slot] = nil
+	ix.live[m.bank] &^= m.bit
+	delete(ix.byID, id)
+	ix.mu.Unlock()
+	return true
+}
+
+// Stats returns every engine's statistics, sorted by engine id.
+func (ix *Index) Stats() []MirrorStats {
+	ix.mu.RLock()
+	ms := make([]*Mirror, 0, len(ix.byID))
+	for _, m := range ix.byID {
+		ms = append(ms, m)
+	}
+	ix.mu.RUnlock()
+	out := make([]MirrorStats, len(ms))
+	for i, m := range ms {
+		out[i] = m.Stats()
+	}
+	slices.SortFunc(out, func(a, b MirrorStats) int { return strings.Compare(a.Engine, b.Engine) })
+	return out
+}
+
+// EngineMatch is how much of a prompt one engine holds.
+type EngineMatch struct {
+	Engine string
+	// Blocks is the number of leading full blocks the engine holds.
+	Blocks int
+	// BlockSize is the engine's block size in tokens; Tokens is
+	// Blocks*BlockSize, comparable across engines of different block
+	// sizes.
+	BlockSize int
+	Tokens    int
+}
+
+// MatchKeys returns, for every engine of the given block size that holds at
+// least the first block, how many leading blocks of keys it holds: a block
+// an engine lacks ends its count even if later ones are present, since vLLM
+// only reuses a cached prefix. keys come from Keys with the same block size
+// and group. The result is sorted by Tokens, longest first, then engine id.
+// Cost: one lookup per block per 64 engines, stopping at the first block no
+// remaining engine holds.
+func (ix *Index) MatchKeys(blockSize, group int, keys []uint64) []EngineMatch {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.matchLocked(blockSize, group, keys, nil)
+}
+
+func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMatch) []EngineMatch {
+	var activeBuf [4]uint64
+	active := activeBuf[:0]
+	for range ix.banks {
+		active = append(active, 0)
+	}
+	var found bool
+	for slot, m := range ix.slots {
+		if m == nil || m.groupBlockSize(group) != blockSize {
+			continue
+		}
+		b, bit := slot/64, uint64(1)<<(slot%64)
+		if ix.live[b]&bit != 0 {
+			active[b] |= bit
+			found = true
+		}
+	}
+	if !found || len(keys) == 0 {
+		return out
+	}
+	emit := func(b int, lost uint64, n int) {
+		for lost != 0 {
+			i := bits.TrailingZeros64(lost)
+			lost &^= 1 << i
+			if n > 0 {
+				out = append(out, EngineMatch{Engine: ix.slots[b*64+i].id, Blocks: n, BlockSize: blockSize, Tokens: n * blockSize})
+			}
+		}
+	}
+	for i, k := range keys {
+		left := false
+		for b, a := range active {
+			if a == 0 {
+				continue
+			}
+			have := ix.banks[b][k] & a
+			if lost := a &^ have; lost != 0 {
+				emit(b, lost, i)
+			}
+			active[b] = have
+			left = left || have != 0
+		}
+		if !left {
+			break
+		}
+	}
+	for b, a := range active {
+		emit(b, a, len(keys))
+	}
+	sortMatches(out)
+	return out
+}
+
+func sortMatches(out []EngineMatch) {
+	slices.SortFunc(out, func(a, b EngineMatch) int {
+		if a.Tokens != b.Tokens {
+			return b.Tokens - a.Tokens
+		}
+		return strings.Compare(a.Engine, b.Engine)
+	})
+}
+
+// Query is a prompt to match against the index with Match.
+type Query struct {
+	Tokens []uint64
+	// Group is the KV-cache group to match (0 unless the model is hybrid).
+	Group int
+	// LoRAName and CacheSalt are the request's adapter and cache_salt,
+	// which vLLM hashes as extra keys: blocks stored under another
+	// adapter or salt do not match.
+	LoRAName  string
+	CacheSalt string
+}
+
+// Match keys q's tokens at every block size the engines use and returns
+// each engine's leading matched blocks, as MatchKeys. Multimodal prompts
+// need their identifiers as extra keys: use Keys and MatchKeys.
+func (ix *Index) Match(q Query) ([]EngineMatch, error) {
+	ix.mu.RLock()
+	var sizesBuf [4]int
+	sizes := sizesBuf[:0]
+	for _, m := range ix.slots {
+		if m == nil {
+			continue
+		}
+		if bs := m.groupBlockSize(q.Group); bs > 0 && !slices.Contains(sizes, bs) {
+			sizes = append(sizes, bs)
+		}
+	}
+	ix.mu.RUnlock()
+	var out []EngineMatch
+	var keys []uint64
+	for _, bs := range sizes {
+		var err error
+		keys, err = Keys(keys[:0], q.Tokens, bs, q.Group, RequestExtraKeys(q.LoRAName, q.CacheSalt, len(q.Tokens)/bs))
+		if err != nil {
+			return nil, fmt.Errorf("kvindex: match: %w", err)
+		}
+		ix.mu.RLock()
+		out = ix.matchLocked(bs, q.Group, keys, out)
+		ix.mu.RUnlock()
+	}
+	sortMatches(out)
+	return out, nil
+}

@@ -1,0 +1,189 @@
+package kvindex
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// The index is keyed by the gateway's own chained hash of block tokens, not
+// by the engine's hash: key_i = xxh64(seed = key_{i-1}, tokens_i ‖ extra_i),
+// with key_{-1} derived from the KV-cache group. It does not depend on the
+// engine's PYTHONHASHSEED or hash algorithm, so events can be used even when
+// the engine's hashes cannot be reproduced. Keys only live in this process,
+// which is why hashing the in-memory bytes of the token slice is fine.
+
+// rootKey is the chain's starting value for a KV-cache group, so equal token
+// blocks in different groups (which vLLM gives equal hashes) get different
+// keys.
+func rootKey(group int) uint64 {
+	// splitmix64 finaliser over a constant offset: any fixed injective mix
+	// would do.
+	z := uint64(group) + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// keyHasher computes chained gateway keys. Not safe for concurrent use.
+type keyHasher struct {
+	d   xxhash.Digest
+	buf []byte
+}
+
+func tokenBytes(t []uint64) []byte {
+	if len(t) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(t))), len(t)*8)
+}
+
+// next returns the key of the block holding tokens after parent's block.
+func (h *keyHasher) next(parent uint64, tokens []uint64, extra []any) (uint64, error) {
+	h.d.ResetWithSeed(parent)
+	_, _ = h.d.Write(tokenBytes(tokens))
+	if len(extra) > 0 {
+		var err error
+		// A marker, then a self-delimiting encoding: a block with extra
+		// keys never hashes like one without.
+		h.buf, err = appendExtra(append(h.buf[:0], 0xee), extra)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = h.d.Write(h.buf)
+	}
+	return h.d.Sum64(), nil
+}
+
+// appendExtra writes a canonical, unambiguous encoding of extra-key values:
+// equal values (int64(5) and uint64(5) included) encode equally.
+func appendExtra(b []byte, vals []any) ([]byte, error) {
+	b = binary.AppendUvarint(append(b, 'T'), uint64(len(vals)))
+	for _, v := range vals {
+		var err error
+		if b, err = appendValue(b, v); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+func appendValue(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, 'n'), nil
+	case bool:
+		if x {
+			return append(b, 't'), nil
+		}
+		return append(b, 'f'), nil
+	case int:
+		return appendInt(b, int64(x)), nil
+	case int8:
+		return appendInt(b, int64(x)), nil
+	case int16:
+		return appendInt(b, int64(x)), nil
+	case int32:
+		return appendInt(b, int64(x)), nil
+	case int64:
+		return appendInt(b, x), nil
+	case uint:
+		return appendUint(b, uint64(x)), nil
+	case uint8:
+		return appendUint(b, uint64(x)), nil
+	case uint16:
+		return appendUint(b, uint64(x)), nil
+	case uint32:
+		return appendUint(b, uint64(x)), nil
+	case uint64:
+		return appendUint(b, x), nil
+	case float64:
+		return binary.LittleEndian.AppendUint64(append(b, 'd'), math.Float64bits(x)), nil
+	case float32:
+		return binary.LittleEndian.AppendUint64(append(b, 'd'), math.Float64bits(float64(x))), nil
+	case string:
+		return append(binary.AppendUvarint(append(b, 's'), uint64(len(x))), x...), nil
+	case []byte:
+		return append(binary.AppendUvarint(append(b, 'b'), uint64(len(x))), x...), nil
+	case []any:
+		return appendExtra(b, x)
+	case []string:
+		b = binary.AppendUvarint(append(b, 'T'), uint64(len(x)))
+		for _, s := range x {
+			b = append(binary.AppendUvarint(append(b, 's'), uint64(len(s))), s...)
+		}
+		return b, nil
+	}
+	return b, fmt.Errorf("kvindex: extra key of type %T cannot be keyed", v)
+}
+
+func appendInt(b []byte, v int64) []byte {
+	if v >= 0 {
+		return appendUint(b, uint64(v))
+	}
+	return binary.LittleEndian.AppendUint64(append(b, '-'), uint64(v))
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	return binary.LittleEndian.AppendUint64(append(b, '+'), v)
+}
+
+var errBlockSize = errors.New("kvindex: block size must be positive")
+
+// Keys appends to dst the gateway keys of every full block of tokens (a
+// partial tail is never keyed, as vLLM never caches it) for an engine with
+// the given block size and KV-cache group. extra, when not nil, holds block
+// i's extra keys at extra[i], in vLLM's order (LoRA name, multimodal
+// identifiers, cache salt on block 0); see RequestExtraKeys.
+func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, error) {
+	if blockSize <= 0 {
+		return dst, errBlockSize
+	}
+	var h keyHasher
+	key := rootKey(group)
+	n := len(tokens) / blockSize
+	for i := 0; i < n; i++ {
+		var e []any
+		if i < len(extra) {
+			e = extra[i]
+		}
+		var err error
+		if key, err = h.next(key, tokens[i*blockSize:(i+1)*blockSize], e); err != nil {
+			return dst, fmt.Errorf("block %d: %w", i, err)
+		}
+		dst = append(dst, key)
+	}
+	return dst, nil
+}
+
+// RequestExtraKeys returns the per-block extra keys vLLM hashes for a
+// text-only request of nBlocks blocks: the LoRA adapter name on every block
+// and the cache salt on block 0 only. It returns nil when both are empty.
+// Multimodal identifiers depend on item positions and must be supplied by
+// the caller.
+func RequestExtraKeys(loraName, cacheSalt string, nBlocks int) [][]any {
+	if (loraName == "" && cacheSalt == "") || nBlocks <= 0 {
+		return nil
+	}
+	out := make([][]any, nBlocks)
+	var rest []any
+	if loraName != "" {
+		rest = []any{loraName}
+	}
+	for i := 1; i < nBlocks; i++ {
+		out[i] = rest
+	}
+	switch {
+	case loraName != "" && cacheSalt != "":
+		out[0] = []any{loraName, cacheSalt}
+	case cacheSalt != "":
+		out[0] = []any{cacheSalt}
+	default:
+		out[0] = rest
+	}
+	return out
+}

@@ -1,0 +1,496 @@
+package kvindex
+
+import (
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mirror is the index's copy of one engine's GPU prefix cache: the engine's
+// block hashes with their gateway keys and reference counts. It is written
+// by one Feed; its claims are visible to queries through the Index.
+//
+// Scope, by design:
+//   - Only the GPU tier is mirrored. Events for other media (the CPU
+//     offload tier, "cpu" from Mooncake, LMCache) carry no token ids or
+//     describe copies that need a load before use; they are counted in
+//     MirrorStats.OtherTier and ignored.
+//   - A BlockStored whose parent is unknown (its request began before the
+//     subscription or the last resync) cannot be chained to a gateway key;
+//     its blocks are counted in Unchainable and skipped. They could never
+//     match a prompt from its first block anyway.
+//   - Every KV-cache group is mirrored, keyed by (group, key): see
+//     Query.Group.
+type Mirror struct {
+	ix   *Index
+	id   string
+	slot int
+	bank int
+	bit  uint64
+	now  func() time.Time
+
+	// wmu serialises writers: the Feed, Reset, SetCapacity, RemoveEngine.
+	wmu     sync.Mutex
+	removed atomic.Bool
+	kh      keyHasher // used with wmu held
+
+	// Guarded by ix.mu, written with wmu held as well.
+	groups  map[int]*group
+	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
+	blocks  int
+	userCap int
+	stamp   uint32
+	st      MirrorStats
+
+	verify verifier
+}
+
+// group is one KV-cache group of an engine.
+type group struct {
+	blockSize int
+	entries   map[uint64]blockEntry // engine block hash → entry
+	// fifo holds (hash, stamp) in insertion order for oldest-first
+	// eviction; items whose entry is gone or re-stored are stale and
+	// skipped. Struct-of-arrays to keep it at 12 bytes per block.
+	fifoH []uint64
+	fifoS []uint32
+	head  int
+}
+
+type blockEntry struct {
+	key   uint64 // gateway key
+	refs  uint32 // times stored without being removed
+	stamp uint32 // insertion stamp, matches its fifo item
+}
+
+// MirrorStats describes one engine's mirror.
+type MirrorStats struct {
+	Engine string
+	// Connected is true between the Feed's Connected and Disconnected.
+	Connected bool
+	LastError string
+	// LastSeq is the last applied message sequence number (HasSeq false
+	// before the first message since Connected).
+	LastSeq     uint64
+	HasSeq      bool
+	LastMessage time.Time
+	// Blocks is the number of distinct blocks held; Capacity the bound
+	// they are evicted at; BlockSize the block size of group 0 (or of the
+	// lowest group seen), 0 until a BlockStored arrives.
+	Blocks    int
+	Capacity  int
+	BlockSize int
+	// Events applied, by type, and events skipped for unknown tags.
+	Stored, Removed, Cleared, Unknown uint64
+	DecodeErrors                      uint64
+	LastDecodeError                   string
+	// Unchainable counts blocks skipped because their parent was unknown;
+	// Malformed, events skipped because len(token_ids) was not
+	// len(block_hashes)*block_size; OtherTier, events for a non-GPU medium;
+	// RemovedUnknown, removals of blocks not mirrored; Evicted, blocks
+	// dropped for capacity.
+	Unchainable, Malformed, OtherTier, RemovedUnknown, Evicted uint64
+	// Resyncs counts full resets by reason: "subscribe", "gap",
+	// "restart", "cleared", "decode", "disconnect", "block_size",
+	// "manual".
+	Resyncs          map[string]uint64
+	LastResync       time.Time
+	LastResyncReason string
+	Verify           VerifyStats
+}
+
+func newMirror(ix *Index, id string, slot int, cfg MirrorConfig) *Mirror {
+	m := &Mirror{
+		ix: ix, id: id, slot: slot, bank: slot / 64, bit: 1 << (slot % 64),
+		now:     time.Now,
+		groups:  make(map[int]*group),
+		userCap: cfg.Capacity,
+	}
+	m.st.Engine = id
+	m.st.Resyncs = make(map[string]uint64)
+	m.verify.now = time.Now
+	m.verify.setConfig(cfg.Verify)
+	return m
+}
+
+// ID returns the engine id.
+func (m *Mirror) ID() string { return m.id }
+
+// Stats returns a snapshot of the mirror's statistics.
+func (m *Mirror) Stats() MirrorStats {
+	m.ix.mu.RLock()
+	st := m.st
+	st.Resyncs = maps.Clone(m.st.Resyncs)
+	st.Blocks = m.blocks
+	st.Capacity = m.capacityLocked()
+	st.BlockSize = m.blockSizeLocked()
+	m.ix.mu.RUnlock()
+	st.Verify = m.verify.stats()
+	return st
+}
+
+// BlockSize returns the engine's block size as announced by its events
+// (group 0, else the lowest group seen), or 0 before the first BlockStored.
+func (m *Mirror) BlockSize() int {
+	m.ix.mu.RLock()
+	defer m.ix.mu.RUnlock()
+	return m.blockSizeLocked()
+}
+
+func (m *Mirror) blockSizeLocked() int {
+	if g, ok := m.groups[0]; ok {
+		return g.blockSize
+	}
+	best, bs := -1, 0
+	for i, g := range m.groups {
+		if best < 0 || i < best {
+			best, bs = i, g.blockSize
+		}
+	}
+	return bs
+}
+
+func (m *Mirror) groupBlockSize(group int) int {
+	if g, ok := m.groups[group]; ok {
+		return g.blockSize
+	}
+	return 0
+}
+
+// SetCapacity sets the most blocks the engine can hold (num_gpu_blocks);
+// n <= 0 means unknown. The index's MaxBlocksPerEngine applies either way.
+// Blocks beyond the new capacity are evicted oldest first.
+func (m *Mirror) SetCapacity(n int) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	m.ix.mu.Lock()
+	defer m.ix.mu.Unlock()
+	m.userCap = n
+	for m.blocks > m.capacityLocked() && m.evictOldestLocked() {
+	}
+}
+
+func (m *Mirror) capacityLocked() int {
+	c := m.ix.cfg.MaxBlocksPerEngine
+	if m.userCap > 0 && m.userCap < c {
+		c = m.userCap
+	}
+	return c
+}
+
+// SetVerify replaces the hash verification settings and resets its
+// counters.
+func (m *Mirror) SetVerify(cfg VerifyConfig) { m.verify.setConfig(cfg) }
+
+// Reset drops every block of the mirror, counted as a resync with the given
+// reason. The Feed resets on its own; this is for callers that learn of an
+// engine restart some other way.
+func (m *Mirror) Reset(reason string) {
+	if reason == "" {
+		reason = "manual"
+	}
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	m.clear(reason)
+}
+
+// clear empties the mirror and withdraws its claims from the index. The
+// engine is hidden from queries first, so no query sees a half-cleared
+// mirror, then its claims are withdrawn in chunks so a large mirror does
+// not stall queries. Callers hold wmu, not ix.mu.
+func (m *Mirror) clear(reason string) {
+	ix := m.ix
+	ix.mu.Lock()
+	old := m.groups
+	m.groups = make(map[int]*group, len(old))
+	for i, g := range old {
+		m.groups[i] = &group{blockSize: g.blockSize, entries: make(map[uint64]blockEntry)}
+	}
+	m.multi = nil
+	m.blocks = 0
+	wasLive := ix.live[m.bank]&m.bit != 0
+	ix.live[m.bank] &^= m.bit
+	if reason != "removed" {
+		m.st.Resyncs[reason]++
+		m.st.LastResync = m.now()
+		m.st.LastResyncReason = reason
+	}
+	ix.mu.Unlock()
+
+	const chunk = 4096
+	buf := make([]uint64, 0, chunk)
+	flush := func() {
+		ix.mu.Lock()
+		bank := ix.banks[m.bank]
+		for _, k := range buf {
+			if v := bank[k] &^ m.bit; v == 0 {
+				delete(bank, k)
+			} else {
+				bank[k] = v
+			}
+		}
+		ix.mu.Unlock()
+		buf = buf[:0]
+	}
+	for _, g := range old {
+		for _, e := range g.entries {
+			buf = append(buf, e.key)
+			if len(buf) == chunk {
+				flush()
+			}
+		}
+	}
+	flush()
+	if wasLive {
+		ix.mu.Lock()
+		if !m.removed.Load() {
+			ix.live[m.bank] |= m.bit
+		}
+		ix.mu.Unlock()
+	}
+}
+
+func isGPU(medium string) bool { return medium == "" || strings.EqualFold(medium, "GPU") }
+
+// apply applies one decoded batch received with sequence number seq.
+// Callers hold wmu.
+func (m *Mirror) apply(seq uint64, b *Batch) {
+	if m.removed.Load() {
+		return
+	}
+	ix := m.ix
+	ix.mu.Lock()
+	m.st.LastSeq, m.st.HasSeq, m.st.LastMessage = seq, true, m.now()
+	m.st.Unknown += uint64(b.Unknown)
+	for i := range b.Events {
+		ev := &b.Events[i]
+		switch ev.Kind {
+		case EventAllBlocksCleared:
+			m.st.Cleared++
+			ix.mu.Unlock()
+			m.clear("cleared")
+			ix.mu.Lock()
+		case EventBlockStored:
+			m.st.Stored++
+			if !m.storeLocked(ev) {
+				// The group's block size changed: the engine was
+				// reconfigured under us. Start over.
+				ix.mu.Unlock()
+				m.clear("block_size")
+				ix.mu.Lock()
+				m.storeLocked(ev)
+			}
+		case EventBlockRemoved:
+			m.st.Removed++
+			m.removeLocked(ev)
+		}
+	}
+	ix.mu.Unlock()
+}
+
+// storeLocked applies a BlockStored. It returns false, changing nothing, if
+// the event's block size differs from the one its group holds blocks of.
+func (m *Mirror) storeLocked(ev *Event) bool {
+	if !isGPU(ev.Medium) {
+		m.st.OtherTier++
+		return true
+	}
+	n, bs := len(ev.BlockHashes), ev.BlockSize
+	if n == 0 {
+		return true
+	}
+	// Checked before slicing: masked blocks (vLLM #44451) can make
+	// token_ids span blocks that have no hash.
+	if bs <= 0 || len(ev.TokenIDs) != n*bs {
+		m.st.Malformed++
+		return true
+	}
+	g := m.groups[ev.GroupIdx]
+	if g == nil {
+		g = &group{blockSize: bs, entries: make(map[uint64]blockEntry)}
+		m.groups[ev.GroupIdx] = g
+	}
+	if g.blockSize != bs {
+		if len(g.entries) > 0 {
+			return false
+		}
+		g.blockSize = bs
+	}
+	key := rootKey(ev.GroupIdx)
+	if ev.HasParent {
+		e, ok := g.entries[ev.Parent]
+		if !ok {
+			m.st.Unchainable += uint64(n)
+			return true
+		}
+		key = e.key
+	}
+	// Before extra_keys existed (vLLM < #33304) the LoRA name was still
+	// hashed on every block; salt and multimodal keys are unknowable then.
+	var loraOnly []any
+	if ev.ExtraKeys == nil && ev.LoRAName != "" {
+		loraOnly = []any{ev.LoRAName}
+	}
+	for i := 0; i < n; i++ {
+		extra := loraOnly
+		if ev.ExtraKeys != nil {
+			extra = nil
+			if i < len(ev.ExtraKeys) {
+				extra = ev.ExtraKeys[i]
+			}
+		}
+		var err error
+		if key, err = m.kh.next(key, ev.TokenIDs[i*bs:(i+1)*bs], extra); err != nil {
+			m.st.Malformed++
+			return true
+		}
+		m.addLocked(g, ev.BlockHashes[i], key)
+	}
+	return true
+}
+
+func (m *Mirror) addLocked(g *group, h, key uint64) {
+	if e, ok := g.entries[h]; ok {
+		e.refs++
+		g.entries[h] = e
+		return
+	}
+	if m.blocks >= m.capacityLocked() {
+		m.evictOldestLocked()
+	}
+	m.stamp++
+	g.entries[h] = blockEntry{key: key, refs: 1, stamp: m.stamp}
+	g.fifoH = append(g.fifoH, h)
+	g.fifoS = append(g.fifoS, m.stamp)
+	m.blocks++
+	bank := m.ix.banks[m.bank]
+	if old := bank[key]; old&m.bit != 0 {
+		// Another engine hash of this engine already claims the key
+		// (extra keys the events do not show): count it so the claim
+		// outlives either of them.
+		if m.multi == nil {
+			m.multi = make(map[uint64]uint32)
+		}
+		m.multi[key]++
+	} else {
+		bank[key] = old | m.bit
+	}
+	if len(g.fifoH) >= 2*len(g.entries)+1024 {
+		g.compact()
+	}
+}
+
+func (m *Mirror) dropLocked(g *group, h uint64, e blockEntry) {
+	delete(g.entries, h)
+	m.blocks--
+	if c := m.multi[e.key]; c > 0 {
+		if c == 1 {
+			delete(m.multi, e.key)
+		} else {
+			m.multi[e.key] = c - 1
+		}
+		return
+	}
+	bank := m.ix.banks[m.bank]
+	if v := bank[e.key] &^ m.bit; v == 0 {
+		delete(bank, e.key)
+	} else {
+		bank[e.key] = v
+	}
+}
+
+func (m *Mirror) removeLocked(ev *Event) {
+	if !isGPU(ev.Medium) {
+		m.st.OtherTier++
+		return
+	}
+	g := m.groups[ev.GroupIdx]
+	for _, h := range ev.BlockHashes {
+		var e blockEntry
+		ok := false
+		if g != nil {
+			e, ok = g.entries[h]
+		}
+		if !ok {
+			m.st.RemovedUnknown++
+			continue
+		}
+		if e.refs > 1 {
+			e.refs--
+			g.entries[h] = e
+			continue
+		}
+		m.dropLocked(g, h, e)
+	}
+}
+
+// evictOldestLocked drops the block stored longest ago, across groups. It
+// reports whether there was one.
+func (m *Mirror) evictOldestLocked() bool {
+	var oldest *group
+	for _, g := range m.groups {
+		if !g.skipStale() {
+			continue
+		}
+		if oldest == nil || int32(g.fifoS[g.head]-oldest.fifoS[oldest.head]) < 0 {
+			oldest = g
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	h := oldest.fifoH[oldest.head]
+	oldest.head++
+	m.dropLocked(oldest, h, oldest.entries[h])
+	m.st.Evicted++
+	return true
+}
+
+// skipStale advances the fifo head to the oldest live item and reports
+// whether there is one.
+func (g *group) skipStale() bool {
+	for g.head < len(g.fifoH) {
+		if e, ok := g.entries[g.fifoH[g.head]]; ok && e.stamp == g.fifoS[g.head] {
+			return true
+		}
+		g.head++
+	}
+	return false
+}
+
+// compact drops consumed and stale fifo items; amortised O(1) per insert
+// since it runs only when they outnumber the live ones.
+func (g *group) compact() {
+	j := 0
+	for i := g.head; i < len(g.fifoH); i++ {
+		h, s := g.fifoH[i], g.fifoS[i]
+		if e, ok := g.entries[h]; ok && e.stamp == s {
+			g.fifoH[j], g.fifoS[j] = h, s
+			j++
+		}
+	}
+	g.fifoH, g.fifoS, g.head = g.fifoH[:j], g.fifoS[:j], 0
+}
+
+// noteDecodeError counts a payload that failed to decode.
+func (m *Mirror) noteDecodeError(seq uint64, err error) {
+	m.ix.mu.Lock()
+	m.st.DecodeErrors++
+	m.st.LastDecodeError = err.Error()
+	m.st.LastSeq, m.st.HasSeq, m.st.LastMessage = seq, true, m.now()
+	m.ix.mu.Unlock()
+}
+
+func (m *Mirror) setConnected(c bool, err error) {
+	m.ix.mu.Lock()
+	m.st.Connected = c
+	if c {
+		m.st.HasSeq = false
+	}
+	if err != nil {
+		m.st.LastError = err.Error()
+	}
+	m.ix.mu.Unlock()
+}
