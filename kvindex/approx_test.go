@@ -1,0 +1,146 @@
+package kvindex
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func approxOf(tr *ApproxTree, text string) (string, int) {
+	ms, total := tr.Match(text)
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%s=%d ", m.Engine, m.Bytes)
+	}
+	return strings.TrimSpace(b.String()), total
+}
+
+func TestApproxMatchLengths(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, Now: clk.Now})
+	tr.Insert("aaaabbbbccccdd", "e1") // chunks aaaa bbbb cccc dd
+	tr.Insert("aaaabbbbxxxx", "e2")
+	for _, c := range []struct {
+		text  string
+		want  string
+		total int
+	}{
+		{"aaaabbbbccccdd", "e1=14 e2=8", 14},
+		{"aaaabbbbccccddee", "e1=12 e2=8", 16}, // "dd" was a partial chunk
+		{"aaaabbbbxxxxyyyy", "e2=12 e1=8", 16},
+		{"aaaabbb", "e1=4 e2=4", 7},
+		{"aaaa", "e1=4 e2=4", 4},
+		{"zzzzaaaa", "", 8},
+		{"", "", 0},
+	} {
+		got, total := approxOf(tr, c.text)
+		if got != c.want || total != c.total {
+			t.Errorf("Match(%q) = %q, %d; want %q, %d", c.text, got, total, c.want, c.total)
+		}
+	}
+}
+
+func TestApproxTTL(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, TTL: time.Minute, Now: clk.Now})
+	tr.Insert("aaaabbbbcccc", "e1")
+	clk.add(40 * time.Second)
+	tr.Insert("aaaabbbb", "e2")
+	tr.Insert("aaaa", "e1") // refreshes only e1's first chunk
+	clk.add(30 * time.Second)
+	// e1's chunks 2-3 are 70s old: expired. e2 and e1's first chunk are not.
+	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "e2=8 e1=4" {
+		t.Fatalf("after 70s: %q", got)
+	}
+	clk.add(time.Minute)
+	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "" {
+		t.Fatalf("after 130s: %q", got)
+	}
+	tr.Insert("qqqq", "e3") // inserting sweeps expired chunks
+	if n := tr.Len(); n != 1 {
+		t.Fatalf("%d chunks left, want 1", n)
+	}
+}
+
+func TestApproxSizeCapEvictsLeavesFirst(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, MaxNodes: 5, Now: clk.Now})
+	tr.Insert("aaaabbbbcccc", "e1")
+	clk.add(time.Second)
+	tr.Insert("xxxxyyyy", "e2") // 5 chunks: at the cap
+	if tr.Len() != 5 {
+		t.Fatalf("len %d", tr.Len())
+	}
+	clk.add(time.Second)
+	tr.Insert("zzzz", "e3") // one over: e1's leaf goes, not its root
+	if tr.Len() != 5 {
+		t.Fatalf("len %d, want 5", tr.Len())
+	}
+	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "e1=8" {
+		t.Fatalf("after eviction: %q", got)
+	}
+}
+
+func TestApproxRemoveEngineAndMaxChunks(t *testing.T) {
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, MaxChunks: 2})
+	tr.Insert("aaaabbbbcccc", "e1")
+	tr.Insert("aaaabbbbcccc", "e2")
+	if got, total := approxOf(tr, "aaaabbbbcccc"); got != "e1=8 e2=8" || total != 12 {
+		t.Fatalf("max chunks: %q %d", got, total)
+	}
+	tr.RemoveEngine("e1")
+	tr.RemoveEngine("unknown")
+	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "e2=8" {
+		t.Fatalf("after remove: %q", got)
+	}
+	tr.RemoveEngine("e2")
+	if tr.Len() != 0 {
+		t.Fatalf("len %d after removing every engine", tr.Len())
+	}
+	tr.Insert("aaaa", "e3") // reuses a freed engine index
+	if got, _ := approxOf(tr, "aaaabbbb"); got != "e3=4" {
+		t.Fatalf("after reuse: %q", got)
+	}
+}
+
+func TestApproxConcurrent(t *testing.T) {
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 8, MaxNodes: 500})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				text := fmt.Sprintf("system prompt %d / user %d / %s", i%7, i, strings.Repeat("x", i%50))
+				tr.Insert(text, fmt.Sprintf("e%d", (g+i)%5))
+				tr.Match(text)
+				if i%100 == 99 {
+					tr.RemoveEngine(fmt.Sprintf("e%d", i%5))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := tr.Len(); n > 500 {
+		t.Fatalf("%d chunks over the cap", n)
+	}
+}
