@@ -56,17 +56,18 @@ func filterExposition(dst, src []byte) []byte {
 		}
 		var name []byte
 		if l[0] == '#' {
-			f := bytes.Fields(l[1:])
-			if len(f) < 2 || (string(f[0]) != "HELP" && string(f[0]) != "TYPE") {
+			rest := bytes.TrimLeft(l[1:], " \t")
+			if len(rest) < 5 || (string(rest[:4]) != "HELP" && string(rest[:4]) != "TYPE") || (rest[4] != ' ' && rest[4] != '\t') {
 				continue
 			}
-			name = f[1]
+			rest = bytes.TrimLeft(rest[5:], " \t")
+			name = rest[:metricNameLen(rest)]
 		} else {
-			end := bytes.IndexAny(l, "{ \t")
-			if end < 0 {
+			n := metricNameLen(l)
+			if n == len(l) || (l[n] != '{' && l[n] != ' ' && l[n] != '\t') {
 				continue
 			}
-			name = l[:end]
+			name = l[:n]
 		}
 		if !isWanted(name) {
 			continue
@@ -77,7 +78,21 @@ func filterExposition(dst, src []byte) []byte {
 	return dst
 }
 
+// metricNameLen returns the length of the legacy metric name at the start
+// of b ([a-zA-Z0-9_:]; all vLLM names are legacy-valid).
+func metricNameLen(b []byte) int {
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == ':') {
+			return i
+		}
+	}
+	return len(b)
+}
+
 func isWanted(name []byte) bool {
+	if len(name) < len("vllm:") || string(name[:5]) != "vllm:" {
+		return false
+	}
 	for _, w := range wantedFamilies {
 		if string(name) == w {
 			return true

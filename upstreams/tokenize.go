@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,25 +70,35 @@ type tokenizeWire struct {
 	Tools                json.RawMessage `json:"tools,omitempty"`
 }
 
-// body renders the canonical request body: fixed field order, raw JSON
-// compacted (and validated) by encoding/json, chat-only fields dropped for
-// prompts. It doubles as the cache key's input.
-func (r TokenizeRequest) body() ([]byte, error) {
-	hasP, hasM := len(r.Prompt) > 0, len(r.Messages) > 0
-	if hasP == hasM {
-		return nil, errors.New("tokenize: exactly one of prompt or messages must be set")
+// validate checks the Prompt/Messages choice (JSON validity is checked when
+// the body is encoded, on a cache miss).
+func (r TokenizeRequest) validate() error {
+	if (len(r.Prompt) > 0) == (len(r.Messages) > 0) {
+		return errors.New("tokenize: exactly one of prompt or messages must be set")
 	}
+	return nil
+}
+
+// wire returns the fields actually sent: chat-only fields are dropped for
+// prompts (the completion-style endpoint does not take them).
+func (r TokenizeRequest) wire() tokenizeWire {
 	w := tokenizeWire{Model: r.Model, AddSpecialTokens: r.AddSpecialTokens}
-	if hasP {
+	if len(r.Prompt) > 0 {
 		w.Prompt = r.Prompt
-	} else {
-		w.Messages = r.Messages
-		w.AddGenerationPrompt = r.AddGenerationPrompt
-		w.ContinueFinalMessage = r.ContinueFinalMessage
-		w.ChatTemplate = r.ChatTemplate
-		w.ChatTemplateKwargs = r.ChatTemplateKwargs
-		w.Tools = r.Tools
+		return w
 	}
+	w.Messages = r.Messages
+	w.AddGenerationPrompt = r.AddGenerationPrompt
+	w.ContinueFinalMessage = r.ContinueFinalMessage
+	w.ChatTemplate = r.ChatTemplate
+	w.ChatTemplateKwargs = r.ChatTemplateKwargs
+	w.Tools = r.Tools
+	return w
+}
+
+// body encodes the request body (fixed field order, unset fields omitted;
+// encoding/json validates and compacts the raw JSON).
+func (w tokenizeWire) body() ([]byte, error) {
 	b, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: encode request: %w", err)
@@ -95,7 +106,52 @@ func (r TokenizeRequest) body() ([]byte, error) {
 	return b, nil
 }
 
-// cacheKey is a 128-bit keyed hash of the canonical body. The per-process
+// key hashes exactly the fields that are sent, each tagged and
+// length-prefixed, byte for byte: identical requests share a key whatever
+// the URL, and building it costs no JSON work on the cache-hit path. (JSON
+// whitespace is therefore significant: a differently formatted but
+// equivalent request is a miss, never a wrong hit.)
+func (t *Tokenizer) key(w *tokenizeWire) cacheKey {
+	var k cacheKey
+	for i := range k {
+		var h maphash.Hash
+		h.SetSeed(t.seeds[i])
+		var n [binary.MaxVarintLen64 + 1]byte
+		field := func(tag byte, b []byte) {
+			n[0] = tag
+			h.Write(binary.AppendUvarint(n[:1], uint64(len(b))))
+			h.Write(b)
+		}
+		str := func(tag byte, s string) {
+			n[0] = tag
+			h.Write(binary.AppendUvarint(n[:1], uint64(len(s))))
+			h.WriteString(s)
+		}
+		flag := func(tag byte, b *bool) {
+			v := byte(0)
+			if b != nil {
+				v = 1
+				if *b {
+					v = 2
+				}
+			}
+			h.Write([]byte{tag, v})
+		}
+		str('m', w.Model)
+		field('p', w.Prompt)
+		field('M', w.Messages)
+		flag('g', w.AddGenerationPrompt)
+		flag('c', w.ContinueFinalMessage)
+		flag('s', w.AddSpecialTokens)
+		str('T', w.ChatTemplate)
+		field('k', w.ChatTemplateKwargs)
+		field('t', w.Tools)
+		k[i] = h.Sum64()
+	}
+	return k
+}
+
+// cacheKey is a 128-bit keyed hash of the request's fields. The per-process
 // random seeds make collisions impossible to craft from outside.
 type cacheKey [2]uint64
 
@@ -115,7 +171,7 @@ type call struct {
 }
 
 // Tokenizer is a concurrency-limited /tokenize client with a bounded LRU
-// cache keyed by the canonical request body (independent of the URL: all
+// cache keyed by the request's fields (independent of the URL: all
 // replicas of a model tokenize alike, so repeated system prompts and
 // multi-turn conversations hit it whichever replica served them). Identical
 // concurrent requests share one call. Safe for concurrent use.
@@ -209,11 +265,11 @@ func (t *Tokenizer) Stats() TokenizerStats {
 // The returned slice may be shared with the cache and other callers: it
 // must not be modified.
 func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, cached bool, err error) {
-	body, err := req.body()
-	if err != nil {
+	if err := req.validate(); err != nil {
 		return nil, false, err
 	}
-	key := cacheKey{maphash.Bytes(t.seeds[0], body), maphash.Bytes(t.seeds[1], body)}
+	w := req.wire()
+	key := t.key(&w)
 	for {
 		t.mu.Lock()
 		if el, ok := t.items[key]; ok {
@@ -249,16 +305,20 @@ func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req
 		c := &call{done: make(chan struct{})}
 		t.flight[key] = c
 		t.mu.Unlock()
-		return t.lead(ctx, key, c, url, h, body)
+		return t.lead(ctx, key, c, url, h, &w)
 	}
 }
 
 // lead performs the shared call for key and publishes its result.
-func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, body []byte) ([]uint64, bool, error) {
-	t.misses.Add(1)
-	t.inflight.Add(1)
-	c.tokens, c.err = t.fetch(ctx, url, h, body)
-	t.inflight.Add(-1)
+func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
+	if body, err := w.body(); err != nil {
+		c.err = err
+	} else {
+		t.misses.Add(1)
+		t.inflight.Add(1)
+		c.tokens, c.err = t.fetch(ctx, url, h, body)
+		t.inflight.Add(-1)
+	}
 	<-t.sem
 	if c.err != nil {
 		t.errs.Add(1)

@@ -201,7 +201,7 @@ func TestTokenizeRejectsBadRequests(t *testing.T) {
 func TestTokenizeCache(t *testing.T) {
 	f := newFakeTokenizer(t)
 	f2 := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{CacheEntries: 2})
+	tk := NewTokenizer(TokenizerOptions{})
 	defer tk.Close()
 	ctx := context.Background()
 	conv := TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"system","content":"long system prompt"},{"role":"user","content":"q1"}]`)}
@@ -210,9 +210,9 @@ func TestTokenizeCache(t *testing.T) {
 	if _, cached, err := tk.Tokenize(ctx, f.url(), h, conv); err != nil || cached {
 		t.Fatalf("first: %v %v", err, cached)
 	}
-	// Same conversation with different whitespace, through another replica.
+	// The same conversation through another replica: the key ignores the URL.
 	same := conv
-	same.Messages = json.RawMessage("[ {\"role\": \"system\", \"content\": \"long system prompt\"},\n {\"role\":\"user\",\"content\":\"q1\"} ]")
+	same.Messages = append(json.RawMessage(nil), conv.Messages...)
 	toks, cached, err := tk.Tokenize(ctx, f2.url(), nil, same)
 	if err != nil || !cached || !equalTokens(toks, expectTokens("long system promptq1")) {
 		t.Fatalf("repeat: %v %v %v", toks, cached, err)
@@ -223,27 +223,76 @@ func TestTokenizeCache(t *testing.T) {
 	if got := f.headers[0].Get("Authorization"); got != "Bearer tk" {
 		t.Fatalf("Authorization = %q", got)
 	}
+	// A chat-only field on a prompt request is not sent, so it shares the key.
+	p1 := TokenizeRequest{Model: "m", Prompt: json.RawMessage(`"pp"`)}
+	p2 := p1
+	p2.Tools = json.RawMessage(`[1]`)
+	_, _, _ = tk.Tokenize(ctx, f.url(), nil, p1)
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, p2); !cached {
+		t.Fatal("ignored field changed the key")
+	}
+	// Reformatted JSON is a different key (never a wrong hit), same tokens.
+	ws := conv
+	ws.Messages = json.RawMessage("[ {\"role\": \"system\", \"content\": \"long system prompt\"},\n {\"role\":\"user\",\"content\":\"q1\"} ]")
+	toks, cached, err = tk.Tokenize(ctx, f.url(), nil, ws)
+	if err != nil || cached || !equalTokens(toks, expectTokens("long system promptq1")) {
+		t.Fatalf("reformatted: %v %v %v", toks, cached, err)
+	}
+	// Fields differing only in which field holds the bytes differ in key.
+	k1 := TokenizeRequest{Messages: json.RawMessage(`[]`), Tools: json.RawMessage(`[1]`)}
+	k2 := TokenizeRequest{Messages: json.RawMessage(`[]`), ChatTemplateKwargs: json.RawMessage(`[1]`)}
+	w1, w2 := k1.wire(), k2.wire()
+	if tk.key(&w1) == tk.key(&w2) {
+		t.Fatal("field boundaries not part of the key")
+	}
 	// A different option is a different key.
 	other := conv
 	other.AddGenerationPrompt = ptr(false)
 	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, other); cached {
 		t.Fatal("different request hit the cache")
 	}
-	// LRU: conv was used more recently than... touch conv, add a third: other is evicted.
-	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, conv); !cached {
-		t.Fatal("conv should be cached")
+	st := tk.Stats()
+	if st.Hits != 2 || st.Misses != 4 || st.Errors != 0 || st.Entries != 4 || st.InFlight != 0 {
+		t.Fatalf("stats: %+v", st)
 	}
-	third := TokenizeRequest{Prompt: json.RawMessage(`"third"`)}
-	_, _, _ = tk.Tokenize(ctx, f.url(), nil, third)
-	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, conv); !cached {
+}
+
+func TestTokenizeLRUEviction(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{CacheEntries: 2})
+	defer tk.Close()
+	ctx := context.Background()
+	a := TokenizeRequest{Prompt: json.RawMessage(`"a"`)}
+	b := TokenizeRequest{Prompt: json.RawMessage(`"b"`)}
+	c := TokenizeRequest{Prompt: json.RawMessage(`"c"`)}
+	for _, req := range []TokenizeRequest{a, b, a, c} { // b is least recently used when c arrives
+		if _, _, err := tk.Tokenize(ctx, f.url(), nil, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, a); !cached {
 		t.Fatal("recently used entry evicted")
 	}
-	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, other); cached {
+	if _, cached, _ := tk.Tokenize(ctx, f.url(), nil, b); cached {
 		t.Fatal("least recently used entry not evicted")
 	}
-	st := tk.Stats()
-	if st.Hits != 3 || st.Misses != 4 || st.Errors != 0 || st.Entries != 2 || st.InFlight != 0 {
+	if st := tk.Stats(); st.Entries != 2 || st.Hits != 2 || st.Misses != 4 {
 		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestTokenizeCacheDisabled(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{CacheEntries: -1})
+	defer tk.Close()
+	req := TokenizeRequest{Prompt: json.RawMessage(`"a"`)}
+	for range 2 {
+		if _, cached, err := tk.Tokenize(context.Background(), f.url(), nil, req); err != nil || cached {
+			t.Fatal(err, cached)
+		}
+	}
+	if f.calls.Load() != 2 {
+		t.Fatalf("calls = %d", f.calls.Load())
 	}
 }
 
