@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"go.uber.org/goleak"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeFleetAndStop(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	started := make(chan []*vllmsim.Engine, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"-n", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50", "-model", "m1"}, &out, started)
+	}()
+	var engines []*vllmsim.Engine
+	select {
+	case engines = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("fleet did not start")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "engine 1 url=http://127.0.0.1:") || !strings.Contains(lines[0], "kv=tcp://127.0.0.1:") {
+		t.Fatalf("output %q", out.String())
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for _, e := range engines {
+		resp, err := client.Get(e.URL() + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("health %d", resp.StatusCode)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestServeRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", "0", "-port", "0"},
+		{"-port", "-1"},
+		{"-block-size", "-3", "-port", "0"},
+		{"-kv-endpoint", "udp://x:1", "-port", "0"},
+		{"extra"},
+	} {
+		var out bytes.Buffer
+		if err := serve(context.Background(), args, &out, nil); err == nil {
+			t.Errorf("serve(%q) succeeded", args)
+		}
+	}
+}
