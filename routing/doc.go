@@ -82,6 +82,9 @@
 // every candidate was excluded; the caller falls back to LeastLoaded or
 // Caddy's least_conn.
 //
-// Breaker is a per-replica circuit breaker the adapter consults before
-// building candidates (marking open ones Unavailable).
+// Breaker is a per-replica circuit breaker. The intended use: while
+// building candidates call Allow for each upstream and mark the refused
+// ones Unavailable ("breaker_open"); after Pick, Release the half-open
+// probe claimed for any upstream that was not picked; report the picked
+// upstream's result with Success or Failure.
 package routing

@@ -21,7 +21,7 @@ func gauge(v float64) float64 {
 	if !(v > 0) {
 		return 0
 	}
-	return math.Min(v, maxGauge)
+	return fmin(v, maxGauge)
 }
 
 // counter sanitises a local counter.
@@ -29,7 +29,23 @@ func counter(v int64) float64 {
 	if v <= 0 {
 		return 0
 	}
-	return math.Min(float64(v), maxGauge)
+	return fmin(float64(v), maxGauge)
+}
+
+// fmin and fmax are for sanitised (non-NaN) values; unlike math.Min/Max
+// they inline, which matters in Pick's per-candidate loops.
+func fmin(a, b float64) float64 {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func fmax(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // prompt is Request with its units reconciled.
@@ -46,9 +62,9 @@ func newPrompt(r Request) prompt {
 	}
 	switch {
 	case r.PromptTokens > 0:
-		p.tokens = math.Min(float64(r.PromptTokens), maxGauge)
+		p.tokens = fmin(float64(r.PromptTokens), maxGauge)
 	case r.TotalBlocks > 0 && r.BlockSize > 0:
-		p.tokens = math.Min(float64(r.TotalBlocks)*p.blockSize, maxGauge)
+		p.tokens = fmin(float64(r.TotalBlocks)*p.blockSize, maxGauge)
 	}
 	switch {
 	case r.TotalBlocks > 0:
@@ -87,8 +103,8 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 			v.running += counter(c.Dispatched)
 		}
 		// The gauges lag; our own in-flight count is a floor.
-		v.load = math.Max(v.running+v.queued, in)
-		v.kv = math.Min(gauge(c.KVUsage), 1)
+		v.load = fmax(v.running+v.queued, in)
+		v.kv = fmin(gauge(c.KVUsage), 1)
 	} else {
 		// Without gauges all we know is what we sent; assume it runs.
 		v.running = in
@@ -109,7 +125,7 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 		if p.blockSize > 0 {
 			raw = float64(v.matched) * p.blockSize
 		}
-		v.cached = math.Min(raw, p.tokens) * trust
+		v.cached = fmin(raw, p.tokens) * trust
 	}
 
 	switch {
@@ -158,7 +174,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		v := p.view(&cands[i], &cfg)
 		views = append(views, v)
 		if cands[i].Unavailable == "" {
-			bestCached = math.Max(bestCached, v.cached)
+			bestCached = fmax(bestCached, v.cached)
 		}
 		if v.hard != "" {
 			continue
@@ -179,7 +195,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		if cfg.Epsilon >= 0 {
 			// Consistent hashing with bounded loads: the mean includes
 			// this request.
-			loadCap = math.Max((1+cfg.Epsilon)*(sum+1)/float64(usable), cfg.BoundedLoadMin)
+			loadCap = fmax((1+cfg.Epsilon)*(sum+1)/float64(usable), cfg.BoundedLoadMin)
 		}
 		loadOnly = cfg.ImbalanceThreshold >= 0 && maxLoad-minLoad > cfg.ImbalanceThreshold
 	}
@@ -197,7 +213,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 	cost := func(v *view) float64 {
 		c := v.loadCost(&cfg)
 		if !loadOnly {
-			c += cfg.PrefixWeight * math.Max(p.tokens-v.cached, 0)
+			c += cfg.PrefixWeight * fmax(p.tokens-v.cached, 0)
 		}
 		return c
 	}
@@ -217,7 +233,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 	// Pass 3: among (near-)ties, the highest rendezvous weight of the key,
 	// so cold prefixes spread over the fleet yet stay put per key.
 	if found {
-		tie := math.Max(cfg.TieTokens, 0)
+		tie := fmax(cfg.TieTokens, 0)
 		key := mix64(req.Key)
 		var bestW uint64
 		for i := range views {
