@@ -128,7 +128,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// fastOpts polls often so state machines move quickly in tests.
+// fastOpts polls often so state machines move quickly in tests; the timeout
+// is generous so a loaded machine (-race, shared cores) does not fail
+// scrapes that should succeed.
 func fastOpts() Options {
-	return Options{PollInterval: 20 * time.Millisecond, PollTimeout: 300 * time.Millisecond, StaleAfter: 3}
+	return Options{PollInterval: 20 * time.Millisecond, PollTimeout: 10 * time.Second, StaleAfter: 3}
 }

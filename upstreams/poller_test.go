@@ -32,6 +32,9 @@ func TestPollerFailureModesStaleAndRecovery(t *testing.T) {
 			f.set(5, 2, 0.5)
 			var updates atomic.Int64
 			o := fastOpts()
+			if tc.mode == modeHang {
+				o.PollTimeout = 300 * time.Millisecond
+			}
 			o.OnUpdate = func(dial string) {
 				if dial == f.dial() {
 					updates.Add(1)

@@ -111,7 +111,7 @@ func equalTokens(a, b []uint64) bool {
 
 func TestTokenizeForms(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
 	defer tk.Close()
 	ctx := context.Background()
 
@@ -180,7 +180,7 @@ func TestTokenizeForms(t *testing.T) {
 
 func TestTokenizeRejectsBadRequests(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
 	defer tk.Close()
 	for _, req := range []TokenizeRequest{
 		{},
@@ -201,7 +201,7 @@ func TestTokenizeRejectsBadRequests(t *testing.T) {
 func TestTokenizeCache(t *testing.T) {
 	f := newFakeTokenizer(t)
 	f2 := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
 	defer tk.Close()
 	ctx := context.Background()
 	conv := TokenizeRequest{Model: "m", Messages: json.RawMessage(`[{"role":"system","content":"long system prompt"},{"role":"user","content":"q1"}]`)}
@@ -259,7 +259,7 @@ func TestTokenizeCache(t *testing.T) {
 
 func TestTokenizeLRUEviction(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{CacheEntries: 2})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: 2})
 	defer tk.Close()
 	ctx := context.Background()
 	a := TokenizeRequest{Prompt: json.RawMessage(`"a"`)}
@@ -283,7 +283,7 @@ func TestTokenizeLRUEviction(t *testing.T) {
 
 func TestTokenizeCacheDisabled(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{CacheEntries: -1})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: -1})
 	defer tk.Close()
 	req := TokenizeRequest{Prompt: json.RawMessage(`"a"`)}
 	for range 2 {
@@ -298,7 +298,7 @@ func TestTokenizeCacheDisabled(t *testing.T) {
 
 func TestTokenizeCacheTokenBound(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{CacheMaxTokens: 10})
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheMaxTokens: 10})
 	defer tk.Close()
 	ctx := context.Background()
 	long := TokenizeRequest{Prompt: json.RawMessage(`"this is longer than ten"`)}
@@ -335,7 +335,7 @@ func TestTokenizeFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeTokenizer(t)
 			f.respond = tc.respond
-			tk := NewTokenizer(TokenizerOptions{MaxResponseBytes: 1024})
+			tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxResponseBytes: 1024})
 			defer tk.Close()
 			req := TokenizeRequest{Prompt: json.RawMessage(`"x"`)}
 			for range 2 { // errors are not cached
@@ -352,7 +352,7 @@ func TestTokenizeFailures(t *testing.T) {
 		f := newFakeTokenizer(t)
 		u := f.url()
 		f.srv.Close()
-		tk := NewTokenizer(TokenizerOptions{})
+		tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
 		if _, _, err := tk.Tokenize(context.Background(), u, nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)}); err == nil {
 			t.Fatal("want error")
 		}
