@@ -241,6 +241,12 @@ func TestErrorEventAndKeepAlive(t *testing.T) {
 	if string(ev) != want {
 		t.Errorf("ErrorEvent = %q", ev)
 	}
+	o := NewStreamObserver(StreamConfig{})
+	o.Write(KeepAlive)
+	o.Write(ev)
+	if st := o.Stats(); !st.Error || st.ErrorMessage != "upstream\nfailed" || st.Events != 1 {
+		t.Errorf("observer on KeepAlive+ErrorEvent: %+v", st)
+	}
 	if bytes.Count(ev, []byte("\n")) != 3 {
 		t.Errorf("ErrorEvent has a raw newline inside the data line: %q", ev)
 	}
