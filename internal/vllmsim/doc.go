@@ -38,7 +38,8 @@
 // # Time
 //
 // Every simulated duration is divided by Config.TimeScale before the engine
-// sleeps. Latency histograms (vllm:time_to_first_token_seconds) report
-// simulated seconds, i.e. wall time multiplied by TimeScale, so figures are
-// comparable across scales.
+// sleeps. Latency histograms (vllm:time_to_first_token_seconds) are measured
+// on a simulated clock that advances by the simulated duration of each step
+// and stands still while the engine idles, so they report what the modelled
+// GPU would take, independent of TimeScale and of the host's own overheads.
 package vllmsim

@@ -86,6 +86,10 @@ type Engine struct {
 	restarts int
 	faults   Faults
 	nextID   uint64
+	simClock float64   // simulated seconds at the end of the last step
+	inStep   bool      // a step is being simulated
+	stepWall time.Time // wall time the current step started
+	stepEnd  float64   // simulated time the current step ends
 
 	restartMu sync.Mutex // serialises Restart and Close
 	closed    bool
@@ -338,6 +342,9 @@ func (e *Engine) Restart() error {
 		r.stepTokens = 0
 	}
 	e.running, e.waiting, e.step = nil, nil, e.step[:0]
+	if e.inStep {
+		e.simClock, e.inStep = e.stepEnd, false
+	}
 	clear(e.events)
 	e.events = e.events[:0]
 	e.pool.reset()
@@ -436,6 +443,7 @@ func (e *Engine) submit(r *simRequest) error {
 	default:
 	}
 	e.nextID++
+	r.arrival = e.simNowLocked()
 	e.waiting = append(e.waiting, r)
 	e.mu.Unlock()
 	select {

@@ -245,7 +245,6 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		promptLen: len(prompt),
 		maxTokens: maxTokens,
 		seed:      promptSeed(prompt),
-		arrival:   time.Now(),
 		notify:    make(chan struct{}, 1),
 	}
 	if req.CacheSalt != nil {

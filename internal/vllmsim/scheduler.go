@@ -18,7 +18,7 @@ type simRequest struct {
 	seed      uint64
 	extra0    []any            // extra keys of block 0 (cache_salt), nil if none
 	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
-	arrival   time.Time
+	arrival   float64          // simulated clock at submission, seconds
 
 	// Scheduler state (Engine.mu).
 	blocks      []int32
@@ -86,6 +86,17 @@ func (h *histogram) observe(v float64) {
 	}
 }
 
+// simNowLocked is the simulated clock: it advances by each step's simulated
+// duration (interpolated from wall time inside a step) and stands still
+// while the engine idles, so latency metrics exclude the host's own
+// overheads and do not depend on TimeScale.
+func (e *Engine) simNowLocked() float64 {
+	if !e.inStep {
+		return e.simClock
+	}
+	return min(e.simClock+time.Since(e.stepWall).Seconds()*e.cfg.TimeScale, e.stepEnd)
+}
+
 func (e *Engine) blocksFor(tokens int) int {
 	return (tokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize
 }
@@ -114,6 +125,7 @@ func (e *Engine) run() {
 		}
 		epoch := e.epoch
 		dur := e.scheduleLocked()
+		e.inStep, e.stepWall, e.stepEnd = true, time.Now(), e.simClock+dur.Seconds()
 		e.mu.Unlock()
 
 		// Sleep until the step's end. The deadline advances by the step's
@@ -307,6 +319,7 @@ func (e *Engine) freeLocked(r *simRequest) {
 // publishes its events.
 func (e *Engine) completeLocked() {
 	now := time.Now()
+	e.simClock, e.inStep = e.stepEnd, false
 	finished := false
 	for _, r := range e.step {
 		if r.finished || r.aborted {
@@ -325,7 +338,7 @@ func (e *Engine) completeLocked() {
 		if k == 0 {
 			r.firstTok = now
 			e.ctr.promptTokens += uint64(r.promptLen)
-			e.ctr.ttft.observe(now.Sub(r.arrival).Seconds() * e.cfg.TimeScale)
+			e.ctr.ttft.observe(e.simClock - r.arrival)
 		}
 		e.ctr.genTokens++
 		done := r.out >= r.maxTokens
