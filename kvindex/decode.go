@@ -83,7 +83,7 @@ type Batch struct {
 const (
 	maxDepth     = 16
 	maxBlockSize = 1 << 20
-	maxGroupIdx  = 1 << 16
+	maxGroupIdx  = 1 << 10
 )
 
 var errTrailing = errors.New("trailing bytes after batch")
@@ -135,10 +135,11 @@ func isInt(c byte) bool    { return isPosInt(c) || isNegInt(c) }
 // steady stream allocates almost nothing; the Batch it returns is only valid
 // until the next call. A Decoder is not safe for concurrent use.
 type Decoder struct {
-	br    bytes.Reader
-	md    *msgpack.Decoder
-	buf   []byte
-	batch Batch
+	br      bytes.Reader
+	payload []byte // what br reads, for the token fast path
+	md      *msgpack.Decoder
+	buf     []byte
+	batch   Batch
 	// extra keeps each event slot's ExtraKeys backing array, so events
 	// with extra_keys [nil, ...] (every recent vLLM) do not allocate.
 	extra [][][]any
@@ -170,6 +171,7 @@ func DecodeBatch(payload []byte) (*Batch, error) {
 // removal would leave the mirror claiming a block the engine no longer has.
 func (d *Decoder) Decode(payload []byte) (b *Batch, err error) {
 	d.br.Reset(payload)
+	d.payload = payload
 	b = &d.batch
 	b.TS, b.DPRank, b.HasDPRank, b.Unknown = 0, 0, false, 0
 	b.Events = b.Events[:0]
@@ -190,7 +192,7 @@ func (d *Decoder) Decode(payload []byte) (b *Batch, err error) {
 }
 
 func (d *Decoder) batchBody(b *Batch) error {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return err
 	}
@@ -327,7 +329,7 @@ const (
 
 // event decodes one event into ev; known is false for a skipped unknown one.
 func (d *Decoder) event(ev *Event) (known bool, err error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return false, err
 	}
@@ -406,7 +408,7 @@ func (d *Decoder) storedField(ev *Event, i int) error {
 	case stLoRAID:
 		ev.LoRAID, ev.HasLoRAID, err = d.optInt()
 	case stMedium:
-		ev.Medium, err = d.medium()
+		ev.Medium, err = d.optString()
 	case stLoRAName:
 		ev.LoRAName, err = d.optString()
 	case stExtraKeys:
@@ -433,7 +435,7 @@ func (d *Decoder) removedField(ev *Event, i int) error {
 	case rmHashes:
 		ev.BlockHashes, err = d.hashes(ev.BlockHashes)
 	case rmMedium:
-		ev.Medium, err = d.medium()
+		ev.Medium, err = d.optString()
 	case rmGroupIdx:
 		ev.GroupIdx, err = d.groupIdx()
 	}
@@ -540,11 +542,22 @@ func fieldName(f int) string {
 		"kv_cache_spec_sliding_window"}[f]
 }
 
+// peek returns the next type code without consuming it. It reads the
+// payload directly rather than through msgpack's PeekCode, which costs two
+// interface calls per value.
+func (d *Decoder) peek() (byte, error) {
+	off := len(d.payload) - d.br.Len()
+	if off >= len(d.payload) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return d.payload[off], nil
+}
+
 // arrayLen reads an array header and checks the announced length against
 // the bytes left: every element takes at least one byte, so nothing is
 // allocated for elements that cannot be there.
 func (d *Decoder) arrayLen() (int, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, err
 	}
@@ -562,7 +575,7 @@ func (d *Decoder) arrayLen() (int, error) {
 }
 
 func (d *Decoder) mapLen() (int, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, err
 	}
@@ -603,7 +616,7 @@ func (d *Decoder) rawBytes() ([]byte, error) {
 // with the value skipped, if it is not a string. Callers compare it with
 // switch string(key), which does not allocate, and must not keep it.
 func (d *Decoder) key() ([]byte, bool, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return nil, false, err
 	}
@@ -618,7 +631,7 @@ func (d *Decoder) key() ([]byte, bool, error) {
 }
 
 func (d *Decoder) optString() (string, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return "", err
 	}
@@ -633,41 +646,32 @@ func (d *Decoder) optString() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(b), nil
+	return intern(b), nil
 }
 
-// medium interns the values vLLM sends, so the common case does not
-// allocate.
-func (d *Decoder) medium() (string, error) {
-	c, err := d.md.PeekCode()
-	if err != nil {
-		return "", err
-	}
-	if c == cNil {
-		_, err := d.br.ReadByte()
-		return "", err
-	}
-	if !isStr(c) {
-		return "", fmt.Errorf("medium: expected string, got code %#x", c)
-	}
-	b, err := d.rawBytes()
-	if err != nil {
-		return "", err
-	}
+// intern returns the values vLLM sends in every event (medium, spec kind)
+// without allocating.
+func intern(b []byte) string {
 	switch string(b) {
 	case "GPU":
-		return "GPU", nil
+		return "GPU"
 	case "CPU":
-		return "CPU", nil
+		return "CPU"
 	case "cpu":
-		return "cpu", nil
+		return "cpu"
+	case "full_attention":
+		return "full_attention"
+	case "sliding_window":
+		return "sliding_window"
+	case "mamba":
+		return "mamba"
 	}
-	return string(b), nil
+	return string(b)
 }
 
 // optInt reads an integer or nil (ok false).
 func (d *Decoder) optInt() (v int64, ok bool, err error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, false, err
 	}
@@ -704,7 +708,7 @@ func (d *Decoder) groupIdx() (int, error) {
 }
 
 func (d *Decoder) float() (float64, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, err
 	}
@@ -739,7 +743,7 @@ func (d *Decoder) hash(c byte) (uint64, error) {
 }
 
 func (d *Decoder) optHash() (uint64, bool, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return 0, false, err
 	}
@@ -758,7 +762,7 @@ func (d *Decoder) hashes(dst []uint64) ([]uint64, error) {
 	}
 	dst = dst[:0]
 	for i := 0; i < n; i++ {
-		c, err := d.md.PeekCode()
+		c, err := d.peek()
 		if err != nil {
 			return dst, err
 		}
@@ -774,7 +778,7 @@ func (d *Decoder) hashes(dst []uint64) ([]uint64, error) {
 // tokens reads token ids: non-negative ints of any width.
 func (d *Decoder) tokens(dst []uint64) ([]uint64, error) {
 	dst = dst[:0]
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return dst, err
 	}
@@ -789,36 +793,61 @@ func (d *Decoder) tokens(dst []uint64) ([]uint64, error) {
 	if cap(dst) < n {
 		dst = make([]uint64, 0, n)
 	}
-	for i := 0; i < n; i++ {
-		c, err := d.md.PeekCode()
-		if err != nil {
-			return dst, err
+	return d.tokenList(dst, n)
+}
+
+// tokenList parses n token ids straight from the payload: they are most of
+// every BlockStored, and going through the Decoder's io.Reader calls per
+// byte costs several times more. The accepted encodings are the ones
+// DecodeUint64/DecodeInt64 accept, minus negative values.
+func (d *Decoder) tokenList(dst []uint64, n int) ([]uint64, error) {
+	p := d.payload[len(d.payload)-d.br.Len():]
+	i := 0
+	for k := 0; k < n; k++ {
+		if i >= len(p) {
+			return dst, fmt.Errorf("token %d: %w", k, io.ErrUnexpectedEOF)
 		}
-		var t uint64
+		c := p[i]
+		var w int // bytes after the code
 		switch {
-		case isPosInt(c):
-			t, err = d.md.DecodeUint64()
-		case isNegInt(c):
-			var v int64
-			if v, err = d.md.DecodeInt64(); err == nil && v < 0 {
-				err = fmt.Errorf("negative token id %d", v)
-			}
-			t = uint64(v)
+		case c <= 0x7f:
+			dst = append(dst, uint64(c))
+			i++
+			continue
+		case c == cUint8 || c == cInt8:
+			w = 1
+		case c == cUint16 || c == cInt16:
+			w = 2
+		case c == cUint32 || c == cInt32:
+			w = 4
+		case c == cUint64 || c == cInt64:
+			w = 8
+		case c >= 0xe0:
+			return dst, fmt.Errorf("token %d: negative token id %d", k, int8(c))
 		default:
-			err = fmt.Errorf("expected integer, got code %#x", c)
+			return dst, fmt.Errorf("token %d: expected integer, got code %#x", k, c)
 		}
-		if err != nil {
-			return dst, fmt.Errorf("token %d: %w", i, err)
+		if i+1+w > len(p) {
+			return dst, fmt.Errorf("token %d: %w", k, io.ErrUnexpectedEOF)
 		}
-		dst = append(dst, t)
+		var v uint64
+		for _, x := range p[i+1 : i+1+w] {
+			v = v<<8 | uint64(x)
+		}
+		if c >= cInt8 && v>>(8*w-1) != 0 {
+			return dst, fmt.Errorf("token %d: negative token id", k)
+		}
+		dst = append(dst, v)
+		i += 1 + w
 	}
-	return dst, nil
+	_, err := d.br.Seek(int64(i), io.SeekCurrent)
+	return dst, err
 }
 
 // extraKeys reads extra_keys: nil, or an array with one nil or tuple per
 // block.
 func (d *Decoder) extraKeys() ([][]any, error) {
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return nil, err
 	}
@@ -834,9 +863,8 @@ func (d *Decoder) extraKeys() ([][]any, error) {
 		d.extra = append(d.extra, nil)
 	}
 	dst := d.extra[d.slot][:0]
-	defer func() { d.extra[d.slot] = dst[:0] }()
 	for i := 0; i < n; i++ {
-		c, err := d.md.PeekCode()
+		c, err := d.peek()
 		if err != nil {
 			return nil, err
 		}
@@ -859,6 +887,7 @@ func (d *Decoder) extraKeys() ([][]any, error) {
 	if dst == nil {
 		dst = [][]any{}
 	}
+	d.extra[d.slot] = dst
 	return dst, nil
 }
 
@@ -868,7 +897,7 @@ func (d *Decoder) value(depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("nesting deeper than %d", maxDepth)
 	}
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return nil, err
 	}
@@ -929,7 +958,7 @@ func (d *Decoder) skip(depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("nesting deeper than %d", maxDepth)
 	}
-	c, err := d.md.PeekCode()
+	c, err := d.peek()
 	if err != nil {
 		return err
 	}

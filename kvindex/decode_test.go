@@ -408,6 +408,24 @@ func TestDecodeHashWidths(t *testing.T) {
 	if got := b.Events[0].TokenIDs; !reflect.DeepEqual(got, []uint64{math.MaxUint64, 5, math.MaxInt64}) {
 		t.Errorf("tokens = %v", got)
 	}
+	// Every integer encoding another encoder might choose for a token.
+	tokBytes := raw{0x9a, 0x05, 0xcc, 0xff, 0xcd, 0x01, 0x00, 0xce, 0, 1, 0, 0, 0xcf, 1, 0, 0, 0, 0, 0, 0, 0,
+		0xd0, 0x7f, 0xd1, 0x7f, 0xff, 0xd2, 0x7f, 0xff, 0xff, 0xff, 0xd3, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00}
+	p = payload(raw{0x92}, 0.0, raw{0x91, 0x96}, "BlockStored", arr{1}, nil, tokBytes, 10, nil)
+	b, err = DecodeBatch(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{5, 255, 256, 65536, 1 << 56, 127, 32767, math.MaxInt32, math.MaxInt64, 0}
+	if got := b.Events[0].TokenIDs; !reflect.DeepEqual(got, want) {
+		t.Errorf("tokens = %v, want %v", got, want)
+	}
+	for _, neg := range []raw{{0xff}, {0xd0, 0x80}, {0xd1, 0xff, 0xff}, {0xd2, 0x80, 0, 0, 0}, {0xd3, 0xff, 0, 0, 0, 0, 0, 0, 0}, {0xcd, 0x01}} {
+		p := payload(raw{0x92}, 0.0, raw{0x91, 0x96}, "BlockStored", arr{1}, nil, raw{0x91}, neg, 1, nil)
+		if _, err := DecodeBatch(p); err == nil {
+			t.Errorf("token %x accepted", neg)
+		}
+	}
 }
 
 func TestDecodeHostile(t *testing.T) {

@@ -1,0 +1,131 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+)
+
+// fillMirror stores n blocks as chains of 64 blocks of bs tokens through
+// the mirror's own apply path (no decoding).
+func fillMirror(tb testing.TB, m *Mirror, n, bs int, rng *rand.Rand) {
+	const chain = 64
+	ev := Event{Kind: EventBlockStored, BlockSize: bs, Medium: "GPU"}
+	ev.TokenIDs = make([]uint64, chain*bs)
+	b := &Batch{Events: []Event{ev}}
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	for done := 0; done < n; done += chain {
+		e := &b.Events[0]
+		k := min(chain, n-done)
+		e.BlockHashes = e.BlockHashes[:0]
+		for i := 0; i < k; i++ {
+			e.BlockHashes = append(e.BlockHashes, rng.Uint64())
+		}
+		e.TokenIDs = e.TokenIDs[:k*bs]
+		for i := range e.TokenIDs {
+			e.TokenIDs[i] = uint64(rng.IntN(151000))
+		}
+		m.apply(uint64(done), b)
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkBytesPerBlock measures the heap held per indexed block: mirror
+// entry, eviction fifo and index entry, for one engine holding 256Ki
+// distinct blocks (the worst case: no key shared with another engine).
+func BenchmarkBytesPerBlock(b *testing.B) {
+	const n = 256 << 10
+	for b.Loop() {
+		before := heapInUse()
+		ix := NewIndex(IndexConfig{})
+		m, err := ix.AddEngine("e1", MirrorConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fillMirror(b, m, n, 16, rand.New(rand.NewPCG(3, 4)))
+		after := heapInUse()
+		if m.Stats().Blocks != n {
+			b.Fatalf("%d blocks", m.Stats().Blocks)
+		}
+		b.ReportMetric(float64(after-before)/n, "B/block")
+		runtime.KeepAlive(ix)
+	}
+}
+
+// matchFixture is 32 engines of block size 16 holding leading parts of
+// one 128Ki-token prompt, from all of it down to a quarter, plus 32Ki
+// unrelated blocks each so the index is not trivially small.
+func matchFixture(b *testing.B) (*Index, []uint64) {
+	const engines, bs = 32, 16
+	p := prompt(128<<10, 77)
+	keys, err := Keys(nil, p, bs, 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ix := NewIndex(IndexConfig{})
+	sim := newEngineSim(b, "0", bs)
+	hs := sim.hashes(p, nil)
+	for e := 0; e < engines; e++ {
+		m, err := ix.AddEngine(fmt.Sprintf("10.0.0.%d:8000", e), MirrorConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fillMirror(b, m, 32<<10, bs, rand.New(rand.NewPCG(uint64(e), 5)))
+		n := len(keys) - e*len(keys)/(engines*4/3)
+		ev := Event{Kind: EventBlockStored, BlockSize: bs, BlockHashes: hs[:n], TokenIDs: p[:n*bs]}
+		m.wmu.Lock()
+		m.apply(1<<40, &Batch{Events: []Event{ev}})
+		m.wmu.Unlock()
+	}
+	return ix, keys
+}
+
+// BenchmarkMatchKeys128k32Engines measures the lookup for a 128Ki-token
+// prompt (8192 blocks) across 32 engines, hashing excluded.
+func BenchmarkMatchKeys128k32Engines(b *testing.B) {
+	ix, keys := matchFixture(b)
+	got := ix.MatchKeys(16, 0, keys)
+	if len(got) != 32 || got[0].Blocks != len(keys) {
+		b.Fatalf("fixture: %d matches, first %+v", len(got), got[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.MatchKeys(16, 0, keys)
+	}
+}
+
+// BenchmarkKeys128k measures the gateway's key hashing of a 128Ki-token
+// prompt at block size 16.
+func BenchmarkKeys128k(b *testing.B) {
+	p := prompt(128<<10, 78)
+	keys := make([]uint64, 0, len(p)/16)
+	b.SetBytes(int64(len(p) * 8))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if keys, err = Keys(keys[:0], p, 16, 0, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMatch128k32Engines is Match end to end: hashing plus lookup.
+func BenchmarkMatch128k32Engines(b *testing.B) {
+	ix, _ := matchFixture(b)
+	p := prompt(128<<10, 77)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ix.Match(Query{Tokens: p}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
