@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -113,12 +114,20 @@ func (g *Gate) SetConfig(cfg Config) {
 	g.mu.Unlock()
 }
 
-// Config returns the configuration in force, with defaults applied
-// (QueueSize 0 and Aging 0 there mean "no parking" and "no aging").
+// Config returns the configuration in force with defaults filled in;
+// disabled parking or aging show as -1, so the result can be passed back to
+// SetConfig unchanged.
 func (g *Gate) Config() Config {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.cfg
+	c := g.cfg
+	g.mu.Unlock()
+	if c.QueueSize == 0 {
+		c.QueueSize = -1
+	}
+	if c.Aging == 0 {
+		c.Aging = -1
+	}
+	return c
 }
 
 // nowNanos returns the current time as nanoseconds since the gate's epoch.
@@ -188,8 +197,11 @@ func (g *Gate) Enter(band Band, try TryFunc) (*Waiter, error) {
 // a completed request). It admits parked waiters in order while their
 // TryFunc succeeds and stops at the first failure. It returns at once when
 // nothing is parked and never blocks on waiters; admitted waiters are woken
-// by closing their Ready channel. It returns the number admitted.
-func (g *Gate) Kick() int {
+// by closing their Ready channel.
+func (g *Gate) Kick() { g.kick() }
+
+// kick is Kick returning the number admitted.
+func (g *Gate) kick() int {
 	if g.waiting.Load() == 0 {
 		return 0
 	}
@@ -428,6 +440,22 @@ func (w *Waiter) Leave() (admitted bool) {
 		g.kickLocked(now)
 	}
 	return false
+}
+
+// Wait blocks until the request is admitted or ctx is done, whichever comes
+// first. It returns nil when admitted (the caller then owns the reservation),
+// or ctx's error after leaving the queue. Handlers that must do something
+// while parked (SSE keep-alives) select on Ready themselves instead.
+func (w *Waiter) Wait(ctx context.Context) error {
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		if w.Leave() {
+			return nil // admitted in a race with the deadline
+		}
+		return ctx.Err()
+	}
 }
 
 // Position returns the waiter's current 1-based place in effective

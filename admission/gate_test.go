@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -112,11 +113,17 @@ func TestConfigDefaults(t *testing.T) {
 	}{
 		{Config{}, Config{QueueSize: DefaultQueueSize, Aging: DefaultAging}},
 		{Config{QueueSize: 5, Aging: time.Second}, Config{QueueSize: 5, Aging: time.Second}},
-		{Config{QueueSize: -1, Aging: -1}, Config{QueueSize: 0, Aging: 0}},
+		{Config{QueueSize: -1, Aging: -1}, Config{QueueSize: -1, Aging: -1}},
+		{Config{QueueSize: -7, Aging: -time.Second}, Config{QueueSize: -1, Aging: -1}},
 	}
 	for _, tt := range tests {
-		if got := NewGate(tt.in).Config(); got != tt.want {
+		g := NewGate(tt.in)
+		if got := g.Config(); got != tt.want {
 			t.Errorf("NewGate(%+v).Config() = %+v, want %+v", tt.in, got, tt.want)
+		}
+		g.SetConfig(g.Config())
+		if got := g.Config(); got != tt.want {
+			t.Errorf("Config round trip of %+v gave %+v", tt.in, got)
 		}
 	}
 }
@@ -177,11 +184,11 @@ func TestParkAndKick(t *testing.T) {
 	if d := w.Waited(); d != 3*time.Second {
 		t.Errorf("Waited = %v", d)
 	}
-	if n := g.Kick(); n != 0 || isReady(w) {
+	if n := g.kick(); n != 0 || isReady(w) {
 		t.Fatalf("Kick without capacity admitted %d", n)
 	}
 	c.release(1)
-	if n := g.Kick(); n != 1 || !isReady(w) {
+	if n := g.kick(); n != 1 || !isReady(w) {
 		t.Fatalf("Kick with capacity admitted %d, ready=%v", n, isReady(w))
 	}
 	clk.Advance(time.Second)
@@ -217,6 +224,44 @@ func TestKickWakesBlockedGoroutine(t *testing.T) {
 	}
 }
 
+func TestWaiterWait(t *testing.T) {
+	g := NewGate(Config{})
+	c := &capacity{}
+	w := mustEnter(t, g, Normal, c.try)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait on a cancelled context = %v", err)
+	}
+	if d := g.Stats().Depth[Normal]; d != 0 {
+		t.Errorf("depth after cancelled Wait = %d", d)
+	}
+	// Admitted while waiting: nil, even with a context that ends later.
+	w = mustEnter(t, g, Normal, c.try)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- w.Wait(ctx) }()
+	c.release(1)
+	g.Kick()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Wait = %v after admission", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait not woken by admission")
+	}
+	// Already admitted and already cancelled: admission wins.
+	c.release(1)
+	w = mustEnter(t, g, Normal, c.try)
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if err := w.Wait(ctx); err != nil {
+		t.Errorf("Wait on admitted waiter with cancelled ctx = %v", err)
+	}
+}
+
 // admitAll releases one unit at a time and kicks, returning the admission
 // order of the given waiters by name.
 func admitAll(t *testing.T, g *Gate, c *capacity, names map[*Waiter]string) []string {
@@ -224,7 +269,7 @@ func admitAll(t *testing.T, g *Gate, c *capacity, names map[*Waiter]string) []st
 	var order []string
 	for range names {
 		c.release(1)
-		if n := g.Kick(); n != 1 {
+		if n := g.kick(); n != 1 {
 			t.Fatalf("Kick admitted %d, want 1", n)
 		}
 		for w, name := range names {
@@ -420,7 +465,7 @@ func TestLeave(t *testing.T) {
 		t.Error("second Leave reported admitted")
 	}
 	c.release(3)
-	if n := g.Kick(); n != 2 {
+	if n := g.kick(); n != 2 {
 		t.Errorf("Kick admitted %d, want 2", n)
 	}
 	if isReady(b) {
@@ -439,7 +484,7 @@ func TestKickStopsAtFirstFailure(t *testing.T) {
 	head := mustEnter(t, g, Normal, headTry)
 	second := mustEnter(t, g, Normal, c.try)
 	c.release(1)
-	if n := g.Kick(); n != 0 {
+	if n := g.kick(); n != 0 {
 		t.Fatalf("Kick admitted %d past a failing head", n)
 	}
 	if c.calls != 0 {
