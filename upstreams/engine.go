@@ -21,7 +21,7 @@ type Engine struct {
 	reg  *Registry // options and OnUpdate; never nil
 	dial string
 
-	lastUsed atomic.Int64 // unix nanos of the last Ensure/Reserve
+	lastUsed atomic.Int64 // unix nanos of the last Ensure/Reserve/Done (0 = never)
 
 	mu  sync.Mutex
 	cfg EngineConfig
@@ -51,9 +51,13 @@ type Engine struct {
 	kick chan struct{}
 }
 
+// newEngine creates an engine; a dynamic one counts as used now (it is being
+// Ensure'd), a static one only once traffic touches it.
 func newEngine(r *Registry, cfg EngineConfig) *Engine {
 	e := &Engine{reg: r, dial: cfg.Dial, cfg: cfg, kick: make(chan struct{}, 1)}
-	e.touch()
+	if !cfg.Static {
+		e.touch()
+	}
 	return e
 }
 

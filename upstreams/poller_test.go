@@ -262,6 +262,8 @@ func TestDispatchedDuringScrapeSurvivesIt(t *testing.T) {
 	go func() { defer close(done); pollOnceT(e) }()
 	<-f.arrived
 	during := e.Reserve() // the engine's page may already be rendered without it
+	brief := e.Reserve()
+	brief.Done() // finished while the scrape was in flight: never counted again
 	close(f.gate)
 	<-done
 	if l := e.Load(); !l.Known || l.Inflight != 2 || l.Dispatched != 1 {

@@ -87,11 +87,14 @@ func (r *Registry) notify(dial string) {
 //   - Known dial: kept running with its state. If its config changed in a way
 //     that affects polling or the worker (URLs, Header, Pool, Attrs), its
 //     poller and worker are stopped and restarted with the new config (state
-//     and accounting survive); MaxInflight is updated in place.
+//     and accounting survive; the old gauges stay until the new poller's
+//     first scrape, which also re-runs the self-check); MaxInflight is
+//     updated in place.
 //   - Static engine no longer configured: if it has requests in flight or
-//     was used (Ensure/Reserve) within IdleTTL, it is demoted to dynamic and
-//     later garbage-collected like any dynamic engine; otherwise it is
-//     stopped and removed now.
+//     was used (Ensure, Reserve or Done) within IdleTTL, it is demoted to
+//     dynamic — keeping its config, state and goroutines, since the new
+//     config may still route to it — and later garbage-collected like any
+//     dynamic engine; otherwise it is stopped and removed now.
 //
 // Options (except Worker) replace the previous ones. The first Apply starts
 // pollers for engines Ensure'd before it, and the idle-engine GC loop. Apply

@@ -95,8 +95,7 @@ func TestApplyAddKeepRemoveRestart(t *testing.T) {
 		t.Fatalf("kept engine state: %+v", l)
 	}
 
-	// Remove B (idle, but it was used at creation: make it look old), add C.
-	b.lastUsed.Store(time.Now().Add(-time.Hour).UnixNano())
+	// Remove B (configured, never used), add C.
 	r.Apply([]EngineConfig{{Dial: fa.dial(), MaxInflight: 9}, {Dial: fc.dial()}}, o2)
 	if _, ok := r.Get(fb.dial()); ok {
 		t.Fatal("removed static engine still registered")
@@ -144,6 +143,13 @@ func TestApplyAddKeepRemoveRestart(t *testing.T) {
 	}
 	if c.Config().Pool != DefaultPool {
 		t.Fatal("duplicate config should be ignored")
+	}
+
+	// A removed static engine that was recently used stays, as dynamic.
+	r.Ensure(fc.dial())
+	r.Apply(nil, o2)
+	if c2, ok := r.Get(fc.dial()); !ok || c2 != c || c.Config().Static {
+		t.Fatal("recently used removed engine should be kept as dynamic")
 	}
 }
 
