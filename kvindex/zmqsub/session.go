@@ -97,12 +97,7 @@ func (s *zsession) startReader() {
 	go func() {
 		defer close(s.readerDone)
 		for {
-			var r recvResult
-			r.err = safeCall("recv", func() error {
-				var err error
-				r.msg, err = s.sock.Recv()
-				return err
-			})
+			r := s.recv()
 			if r.err != nil && s.closing.Load() {
 				return
 			}
@@ -111,6 +106,17 @@ func (s *zsession) startReader() {
 			s.msgs <- r
 		}
 	}()
+}
+
+// recv calls Recv once, turning a panic inside zmq4 into an error.
+func (s *zsession) recv() (r recvResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.err = fmt.Errorf("zmq4 recv panicked: %v", p)
+		}
+	}()
+	r.msg, r.err = s.sock.Recv()
+	return r
 }
 
 // close shuts the session down without leaking: zmq4 leaks a reader
