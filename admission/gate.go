@@ -392,15 +392,16 @@ const (
 
 // Waiter is one request's place at the gate, returned by Gate.Enter.
 type Waiter struct {
-	g     *Gate
-	ready chan struct{}
-	try   TryFunc
-	t     int64  // arrival, ns since the gate's epoch
-	done  int64  // admission or departure time
-	seq   uint64 // arrival order
-	idx   int    // slot in g.q[band] while parked
-	band  Band
-	state waiterState // guarded by g.mu
+	g       *Gate
+	ready   chan struct{}
+	try     TryFunc
+	t       int64  // arrival, ns since the gate's epoch
+	done    int64  // admission or departure time
+	seq     uint64 // arrival order
+	idx     int    // slot in g.q[band] while parked
+	leftPos int    // position when it left
+	band    Band
+	state   waiterState // guarded by g.mu
 }
 
 // Ready returns a channel that is closed when the request is admitted. It
@@ -412,9 +413,8 @@ func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 // with the caller giving up: the capacity reserved by its TryFunc then
 // belongs to the caller, who must use or release it. Leave is idempotent and
 // may be called after admission (it then just returns true).
-//
-// Call Position before Leave if it is needed for a Retry-After: a waiter
-// that left has no position.
+// After Leave, Position reports the place the waiter had when it left, for
+// the Retry-After of the refusal.
 func (w *Waiter) Leave() (admitted bool) {
 	g := w.g
 	g.mu.Lock()
@@ -427,6 +427,7 @@ func (w *Waiter) Leave() (admitted bool) {
 	}
 	now := g.nowNanos()
 	first, _ := g.next(g.agedCutoff(now))
+	w.leftPos = g.position(w, now)
 	g.q[w.band].remove(w.idx)
 	g.waiting.Add(-1)
 	w.state = stateLeft
@@ -459,14 +460,18 @@ func (w *Waiter) Wait(ctx context.Context) error {
 }
 
 // Position returns the waiter's current 1-based place in effective
-// admission order, or 0 once it was admitted or left. It changes as others
-// are admitted, leave, arrive in higher bands, or age.
+// admission order: 1 means it is next. It changes as others are admitted,
+// leave, arrive in higher bands, or age. It is 0 once the waiter was
+// admitted; after Leave it is the place the waiter had when it left.
 func (w *Waiter) Position() int {
 	g := w.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if w.state != stateParked {
+	switch w.state {
+	case stateAdmitted:
 		return 0
+	case stateLeft:
+		return w.leftPos
 	}
 	return g.position(w, g.nowNanos())
 }

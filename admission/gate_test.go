@@ -455,8 +455,8 @@ func TestLeave(t *testing.T) {
 	if s := g.Stats(); s.Depth[Normal] != 2 || s.Abandoned[Normal] != 1 {
 		t.Errorf("after Leave: stats = %+v", s)
 	}
-	if b.Position() != 0 || d.Position() != 2 || a.Position() != 1 {
-		t.Errorf("positions a=%d b=%d d=%d, want 1 0 2", a.Position(), b.Position(), d.Position())
+	if b.Position() != 2 || d.Position() != 2 || a.Position() != 1 {
+		t.Errorf("positions a=%d b=%d d=%d, want 1 2 (when it left) 2", a.Position(), b.Position(), d.Position())
 	}
 	if b.Waited() != time.Second {
 		t.Errorf("Waited = %v", b.Waited())
@@ -724,8 +724,12 @@ func TestGateAgainstModel(t *testing.T) {
 					model = append(model, modelWaiter{w: w, band: b, t: now, seq: seq})
 				case op < 7 && len(model) > 0: // leave
 					i := r.IntN(len(model))
+					wantPos := slices.IndexFunc(modelOrder(model, now, agingNs), func(m modelWaiter) bool { return m.w == model[i].w }) + 1
 					if model[i].w.Leave() {
 						t.Fatalf("step %d: parked waiter reported admitted", step)
+					}
+					if p := model[i].w.Position(); p != wantPos {
+						t.Fatalf("step %d: position after Leave %d, model %d", step, p, wantPos)
 					}
 					model = slices.Delete(model, i, i+1)
 					// Leaving the head kicks; mirror that in the model below.
