@@ -313,3 +313,17 @@ func TestEngineConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestEnsureOddDialsFailCleanly(t *testing.T) {
+	o := fastOpts()
+	r := NewRegistry(o)
+	defer r.Close()
+	r.Apply(nil, o)
+	for _, d := range []string{"", "has space:80", "127.0.0.1:1", "%zz"} {
+		e := r.Ensure(d)
+		eventually(t, "failed poll for "+d, func() bool { l := e.Load(); return l.Failures > 0 && l.Degraded })
+		if l := e.Load(); l.Known || l.LastError == "" {
+			t.Fatalf("%q: %+v", d, l)
+		}
+	}
+}
