@@ -1,0 +1,199 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+)
+
+func init() {
+	caddy.RegisterModule(adminAPI{})
+}
+
+// adminAPI is the `admin.api.llm` module: the llm routes on Caddy's admin
+// listener (loopback by default, never on the public listener). It keeps no
+// state of its own and reads the running llm app at request time, because
+// admin modules are provisioned before apps and survive failed reloads.
+//
+//	GET  /llm/engines                  every engine: gauges, local accounting, KV mirror state
+//	GET  /llm/queue                    admission queues: depth and oldest wait per band
+//	POST /llm/explain                  body: an inference request; the routing decision, without proxying
+//	POST /llm/engines/{dial}/drain     no new requests to the engine (in-flight ones finish)
+//	POST /llm/engines/{dial}/undrain
+type adminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (adminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.llm",
+		New: func() caddy.Module { return adminAPI{} },
+	}
+}
+
+// Routes returns the admin routes of the llm app.
+func (a adminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{
+		{Pattern: "/llm/engines", Handler: caddy.AdminHandlerFunc(a.engines)},
+		{Pattern: "/llm/engines/", Handler: caddy.AdminHandlerFunc(a.engineAction)},
+		{Pattern: "/llm/queue", Handler: caddy.AdminHandlerFunc(a.queue)},
+		{Pattern: "/llm/explain", Handler: caddy.AdminHandlerFunc(a.explain)},
+	}
+}
+
+func runningFleet() (*fleet, error) {
+	app := current.Load()
+	if app == nil || app.fleet == nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("the llm app is not running")}
+	}
+	return app.fleet, nil
+}
+
+func method(r *http.Request, m string) error {
+	if r.Method != m {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method not allowed: use %s", m)}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (adminAPI) engines(w http.ResponseWriter, r *http.Request) error {
+	if err := method(r, http.MethodGet); err != nil {
+		return err
+	}
+	f, err := runningFleet()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, f.engineReports())
+}
+
+func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
+	if err := method(r, http.MethodGet); err != nil {
+		return err
+	}
+	f, err := runningFleet()
+	if err != nil {
+		return err
+	}
+	type bandReport struct {
+		Depth      int     `json:"depth"`
+		OldestWait float64 `json:"oldest_wait_seconds"`
+		Admitted   uint64  `json:"admitted"`
+		Parked     uint64  `json:"parked"`
+	}
+	out := map[string]map[string]bandReport{}
+	for name, g := range f.gatesByPool() {
+		st := g.Stats()
+		bands := map[string]bandReport{}
+		for b := 0; b < admission.NumBands; b++ {
+			bands[admission.Band(b).String()] = bandReport{
+				Depth:      st.Depth[b],
+				OldestWait: st.OldestWait[b].Seconds(),
+				Admitted:   st.Admitted[b],
+				Parked:     st.Parked[b],
+			}
+		}
+		out[name] = bands
+	}
+	return writeJSON(w, map[string]any{"pools": out})
+}
+
+// explain routes a request body as the policy would and reports every
+// candidate, without proxying, reserving or learning anything.
+func (adminAPI) explain(w http.ResponseWriter, r *http.Request) error {
+	if err := method(r, http.MethodPost); err != nil {
+		return err
+	}
+	f, err := runningFleet()
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20+1))
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("reading body: %w", err)}
+	}
+	if len(body) > 8<<20 {
+		return caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: errors.New("body over 8 MiB")}
+	}
+	req, err := admission.ParseRequest(body)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
+	}
+	poolName := r.URL.Query().Get("pool")
+	if poolName == "" {
+		poolName = "default"
+	}
+	dials := f.poolDials(poolName)
+	if len(dials) == 0 {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("pool %q has no engines yet", poolName)}
+	}
+	s := f.policySettings(poolName)
+	start := time.Now()
+	res := f.route(r.Context(), req, dials, s, true)
+	out := map[string]any{
+		"pool":       poolName,
+		"candidates": res.decision.Scored,
+		"tier":       res.decision.Tier,
+		"outcome":    res.decision.Outcome,
+		"share":      res.decision.Share,
+		"tokens":     res.tokens,
+		"block_size": res.blockSize,
+		"took_ms":    float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if res.tokenizeErr != nil {
+		out["tokenize_error"] = res.tokenizeErr.Error()
+	}
+	if res.decision.Index >= 0 {
+		out["pick"] = dials[res.decision.Index]
+	} else {
+		out["pick"] = nil
+	}
+	return writeJSON(w, out)
+}
+
+// engineAction handles POST /llm/engines/{dial}/drain and /undrain.
+func (adminAPI) engineAction(w http.ResponseWriter, r *http.Request) error {
+	rest := strings.TrimPrefix(r.URL.Path, "/llm/engines/")
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("use /llm/engines/{dial}/drain or /undrain")}
+	}
+	dial, action := rest[:i], rest[i+1:]
+	if d, err := url.PathUnescape(dial); err == nil {
+		dial = d
+	}
+	if err := method(r, http.MethodPost); err != nil {
+		return err
+	}
+	f, err := runningFleet()
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "drain":
+		f.setDrained(dial, true)
+	case "undrain":
+		f.setDrained(dial, false)
+	default:
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("unknown action %q", action)}
+	}
+	return writeJSON(w, map[string]any{"dial": dial, "drained": f.isDrained(dial)})
+}
+
+// Interface guards
+var _ caddy.AdminRouter = adminAPI{}

@@ -1,0 +1,434 @@
+package caddymodule
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// kvConfig is one engine's KV-event subscription.
+type kvConfig struct {
+	Endpoint string
+	Bind     bool
+	Replay   string
+	Topic    string
+}
+
+// kvLive is a running subscription, for the admin API and the routing tier.
+type kvLive struct {
+	cfg  kvConfig
+	sub  *zmqsub.Subscriber
+	feed *kvindex.Feed
+}
+
+// fleet is the process-wide state shared by every config generation (see
+// pool). All methods are safe for concurrent use.
+type fleet struct {
+	logger    *zap.Logger
+	registry  *upstreams.Registry
+	index     *kvindex.Index
+	approx    *kvindex.ApproxTree
+	tokenizer atomic.Pointer[upstreams.Tokenizer]
+	tokOpts   upstreams.TokenizerOptions // guarded by mu
+	breaker   *routing.Breaker           // guarded by mu; replaced when its config changes
+
+	kick     chan struct{}
+	stop     context.CancelFunc
+	stopped  chan struct{}
+	startOne sync.Once
+
+	mu           sync.Mutex
+	gates        map[string]*admission.Gate
+	pools        map[string][]string // pool name -> dials, learned from the policy
+	kvLive       map[string]*kvLive
+	drained      map[string]bool
+	kvEventsPort int
+	kvReplayPort int
+	verifySeed   *string
+	poolModels   map[string]string // pool -> model last seen, for metrics
+	policies     map[string]routeSettings
+	breakerCfg   routing.BreakerConfig
+}
+
+func newFleet(logger *zap.Logger) *fleet {
+	f := &fleet{
+		logger:  logger,
+		index:   kvindex.NewIndex(kvindex.IndexConfig{}),
+		approx:  kvindex.NewApproxTree(kvindex.ApproxConfig{}),
+		breaker: routing.NewBreaker(routing.BreakerConfig{}),
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		gates:   make(map[string]*admission.Gate),
+		pools:   make(map[string][]string),
+		kvLive:  make(map[string]*kvLive),
+		drained: make(map[string]bool),
+	}
+	f.registry = upstreams.NewRegistry(f.registryOptions(nil))
+	f.tokenizer.Store(upstreams.NewTokenizer(upstreams.TokenizerOptions{}))
+	return f
+}
+
+func (f *fleet) registryOptions(a *App) upstreams.Options {
+	o := upstreams.Options{
+		Logger:   f.logger.Named("poller"),
+		OnUpdate: f.onUpdate,
+		Worker:   f.kvWorker,
+	}
+	if a != nil {
+		o.PollInterval = time.Duration(a.PollInterval)
+		o.PollTimeout = time.Duration(a.PollTimeout)
+		o.StaleAfter = a.StaleAfter
+		o.IdleTTL = time.Duration(a.IdleTTL)
+	}
+	return o
+}
+
+// apply makes the fleet follow the config of a starting app generation.
+func (f *fleet) apply(a *App) {
+	f.startOne.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		f.stop = cancel
+		go f.kicker(ctx)
+	})
+	tok := upstreams.TokenizerOptions{
+		Timeout:       time.Duration(a.TokenizeTimeout),
+		MaxConcurrent: a.TokenizeConcurrency,
+		CacheEntries:  a.TokenizeCacheSize,
+	}
+	f.mu.Lock()
+	f.kvEventsPort, f.kvReplayPort = a.KVEventsPort, a.KVReplayPort
+	f.verifySeed = a.HashSeed
+	if tok != f.tokOpts {
+		// New limits take a new client; calls in flight finish on the old.
+		f.tokOpts = tok
+		f.tokenizer.Swap(upstreams.NewTokenizer(tok)).Close()
+	}
+	f.mu.Unlock()
+	f.registry.Apply(a.engineConfigs(), f.registryOptions(a))
+}
+
+// kvWorker is the registry's per-engine worker: it keeps the engine's KV
+// subscription running while the engine is registered. The registry
+// restarts it when the engine's config (its KV attributes included) changes.
+func (f *fleet) kvWorker(ctx context.Context, e *upstreams.Engine) {
+	dial := e.Dial()
+	cfg := kvFromAttrs(e.Config().Attrs)
+	if cfg.Endpoint == "" {
+		// A discovered engine: the app-wide ports, if any.
+		f.mu.Lock()
+		cfg.Endpoint = derivedEndpoint(dial, f.kvEventsPort)
+		cfg.Replay = derivedEndpoint(dial, f.kvReplayPort)
+		f.mu.Unlock()
+	}
+	if cfg.Endpoint == "" {
+		return
+	}
+	f.runSubscription(ctx, dial, cfg)
+}
+
+// runSubscription mirrors one engine's KV events into the index until ctx
+// ends; the engine's mirror lives exactly as long.
+func (f *fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) {
+	log := f.logger.Named("kv").With(zap.String("engine", dial))
+	f.mu.Lock()
+	var verify kvindex.VerifyConfig
+	if f.verifySeed != nil {
+		verify = kvindex.VerifyConfig{Seed: *f.verifySeed, Sample: 16}
+	}
+	f.mu.Unlock()
+	f.index.RemoveEngine(dial) // a mirror left by an earlier subscription is stale
+	mirror, err := f.index.AddEngine(dial, kvindex.MirrorConfig{Verify: verify})
+	if err != nil {
+		log.Error("cannot mirror engine's KV events", zap.Error(err))
+		<-ctx.Done()
+		return
+	}
+	defer f.index.RemoveEngine(dial)
+	if l := f.registry.Ensure(dial).Load(); l.NumGPUBlocks > 0 {
+		mirror.SetCapacity(l.NumGPUBlocks)
+	}
+	var replay kvindex.Replayer
+	if cfg.Replay != "" {
+		ep := cfg.Replay
+		replay = func(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error {
+			return zmqsub.Replay(ctx, ep, start, 0, fn)
+		}
+	}
+	feed := kvindex.NewFeed(mirror, replay, kvindex.FeedConfig{})
+	defer feed.Close()
+	sub, err := zmqsub.NewSubscriber(zmqsub.Config{
+		Endpoint: cfg.Endpoint,
+		Bind:     cfg.Bind,
+		Topic:    cfg.Topic,
+		Logger:   log,
+	})
+	if err != nil {
+		log.Error("bad KV events endpoint", zap.Error(err))
+		<-ctx.Done()
+		return
+	}
+	f.mu.Lock()
+	f.kvLive[dial] = &kvLive{cfg: cfg, sub: sub, feed: feed}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.kvLive, dial)
+		f.mu.Unlock()
+	}()
+	if err := sub.Run(ctx, feed); err != nil {
+		log.Error("KV subscription ended", zap.Error(err))
+	}
+}
+
+// preciseFresh reports whether dial's KV mirror is live: subscribed and
+// connected, so its blocks can be trusted for routing.
+func (f *fleet) preciseFresh(dial string) bool {
+	f.mu.Lock()
+	l := f.kvLive[dial]
+	f.mu.Unlock()
+	return l != nil && l.sub.Stats().Connected
+}
+
+func (f *fleet) onUpdate(dial string) {
+	// Keep the mirror no larger than what the engine can hold.
+	if m := f.index.Mirror(dial); m != nil {
+		if e, ok := f.registry.Get(dial); ok {
+			if n := e.Load().NumGPUBlocks; n > 0 {
+				m.SetCapacity(n)
+			}
+		}
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kicker wakes every admission gate after poll results and completions.
+// One goroutine coalesces bursts and keeps gate locks out of the pollers.
+func (f *fleet) kicker(ctx context.Context) {
+	defer close(f.stopped)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+		}
+		f.mu.Lock()
+		gates := make([]*admission.Gate, 0, len(f.gates))
+		for _, g := range f.gates {
+			gates = append(gates, g)
+		}
+		f.mu.Unlock()
+		for _, g := range gates {
+			g.Kick()
+		}
+	}
+}
+
+// gate returns the admission gate of a pool, updating its tunables.
+func (f *fleet) gate(name string, cfg admission.Config) *admission.Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.gates[name]
+	if !ok {
+		g = admission.NewGate(cfg)
+		f.gates[name] = g
+		return g
+	}
+	g.SetConfig(cfg)
+	return g
+}
+
+// learnPool records the upstreams a selection policy saw for a pool, so the
+// admission handler of the same route knows which engines serve it.
+func (f *fleet) learnPool(name string, dials []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.pools[name]
+	if len(old) == len(dials) {
+		same := true
+		for i := range old {
+			if old[i] != dials[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	f.pools[name] = append([]string(nil), dials...)
+}
+
+// poolDials returns the engines serving a pool: learned from the policy, or
+// every engine the registry knows.
+func (f *fleet) poolDials(name string) []string {
+	f.mu.Lock()
+	d, ok := f.pools[name]
+	f.mu.Unlock()
+	if ok {
+		return d
+	}
+	var out []string
+	for _, e := range f.registry.Engines() {
+		out = append(out, e.Dial())
+	}
+	return out
+}
+
+func (f *fleet) setDrained(dial string, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if on {
+		f.drained[dial] = true
+	} else {
+		delete(f.drained, dial)
+	}
+}
+
+func (f *fleet) isDrained(dial string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drained[dial]
+}
+
+func (f *fleet) drainedList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.drained))
+	for d := range f.drained {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Destruct stops every worker; called when the last config is unloaded.
+func (f *fleet) Destruct() error {
+	if f.stop != nil {
+		f.stop()
+		<-f.stopped
+	}
+	f.registry.Close()
+	return nil
+}
+
+// limits are one handler's admission limits.
+type limits struct {
+	kv          float64
+	maxInflight int
+	failClosed  bool
+}
+
+// tryReserve admits a request when an engine of the pool has room, reserving
+// it on the engine with the most room (the policy moves the reservation if it
+// routes elsewhere). Engines whose state is unknown or stale admit too
+// (fail-open, reported) unless failClosed. An empty pool fails open.
+func (f *fleet) tryReserve(dials []string, lim limits) (res *upstreams.Reservation, failOpen, ok bool) {
+	var best, unknown *upstreams.Engine
+	bestFree := 0
+	for _, d := range dials {
+		if f.isDrained(d) {
+			continue
+		}
+		e := f.registry.Ensure(d)
+		l := e.Load()
+		if !l.Known {
+			if unknown == nil || l.Inflight < unknown.Load().Inflight {
+				unknown = e
+			}
+			continue
+		}
+		if free := engineFree(l, lim); free > bestFree {
+			best, bestFree = e, free
+		}
+	}
+	switch {
+	case best != nil:
+		return best.Reserve(), false, true
+	case unknown != nil && !lim.failClosed:
+		return unknown.Reserve(), true, true
+	case len(dials) == 0 && !lim.failClosed:
+		return nil, true, true
+	}
+	return nil, false, false
+}
+
+// engineFree is how many more requests an engine with known gauges takes:
+// none at or over the KV limit; up to max_inflight counting running, waiting
+// and what this gateway dispatched since the last scrape. Without a limit it
+// is full exactly when its scheduler reports waiting requests; local
+// accounting then has nothing to count against, so configure max_inflight
+// (vLLM's --max-num-seqs) for a cap tighter than the poll interval.
+func engineFree(l upstreams.Load, lim limits) int {
+	if l.KVUsage >= lim.kv {
+		return 0
+	}
+	max := l.MaxInflight
+	if max == 0 {
+		max = lim.maxInflight
+	}
+	if max == 0 {
+		if l.Waiting > 0 {
+			return 0
+		}
+		return 1
+	}
+	return max - int(l.Running+l.Waiting) - int(l.Dispatched)
+}
+
+// drainRate is the pool's observed completions per second.
+func (f *fleet) drainRate(dials []string) float64 {
+	var sum float64
+	for _, d := range dials {
+		if e, ok := f.registry.Get(d); ok {
+			sum += e.Load().DrainRate
+		}
+	}
+	return sum
+}
+
+// notePoolModel remembers the model a pool serves, for the saturation metric.
+func (f *fleet) notePoolModel(pool, model string) {
+	if model == "" {
+		return
+	}
+	f.mu.Lock()
+	if f.poolModels == nil {
+		f.poolModels = make(map[string]string)
+	}
+	f.poolModels[pool] = model
+	f.mu.Unlock()
+}
+
+func (c kvConfig) attrs() map[string]string {
+	if c.Endpoint == "" {
+		return nil
+	}
+	m := map[string]string{"kv_events": c.Endpoint}
+	if c.Bind {
+		m["kv_bind"] = "true"
+	}
+	if c.Replay != "" {
+		m["kv_replay"] = c.Replay
+	}
+	if c.Topic != "" {
+		m["kv_topic"] = c.Topic
+	}
+	return m
+}
+
+func kvFromAttrs(m map[string]string) kvConfig {
+	return kvConfig{Endpoint: m["kv_events"], Bind: m["kv_bind"] == "true", Replay: m["kv_replay"], Topic: m["kv_topic"]}
+}

@@ -1,0 +1,448 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+func init() {
+	caddy.RegisterModule(new(Admission))
+}
+
+// Request vars shared between the handler and the selection policy (the
+// reverse proxy's cloned request shares the vars map, see
+// caddyhttp.GetVar).
+const (
+	varRequest     = "llm.request"     // *admission.Request
+	varReservation = "llm.reservation" // *upstreams.Reservation
+	varPool        = "llm.pool"        // string
+	varTried       = "llm.tried"       // map[string]bool
+)
+
+// Admission is the `llm_admission` HTTP handler: engine-wide admission
+// control in front of reverse_proxy. It reads the request body once (bounded),
+// extracts model and stream, and admits the request while some engine of the
+// target pool is below its limits according to the engine's own gauges (so it
+// sees every gateway and direct caller), with local accounting between
+// scrapes. Otherwise it parks the request in a priority band — streaming
+// clients get `: keep-alive` SSE comments while they wait — and answers 503
+// with a computed Retry-After when parking runs out. When the engines' state
+// is unknown it admits (fail-open) unless configured otherwise.
+//
+// The parsed request is left in the request vars for the llm selection
+// policy; {http.vars.llm.band} and {http.vars.llm.queue_wait} are set for
+// logs.
+//
+// EXPERIMENTAL: Subject to change.
+type Admission struct {
+	// Largest request body read, in bytes. Larger bodies get 413.
+	// Default: 1 MiB.
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// Deadline for reading the request body (slow clients get 408).
+	// Default: 30s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
+	// An engine whose vllm:kv_cache_usage_perc is at or above this is full.
+	// Default: 0.90.
+	KVLimit float64 `json:"kv_limit,omitempty"`
+
+	// Limit on running + waiting + dispatched-since-scrape requests per
+	// engine, for engines without their own max_inflight in the llm app.
+	// Default: 0, which treats an engine reporting waiting requests as full.
+	MaxInflight int `json:"max_inflight,omitempty"`
+
+	// Longest a request stays parked before 503. Default: 120s.
+	MaxPark caddy.Duration `json:"max_park,omitempty"`
+
+	// Parked requests per band; a full band answers 503 at once.
+	// Default: 1024.
+	QueueSize int `json:"queue_size,omitempty"`
+
+	// Interval of `: keep-alive` comments to parked streaming clients.
+	// Default: 15s.
+	Heartbeat caddy.Duration `json:"heartbeat,omitempty"`
+
+	// A request parked this long is served as high priority, so that low
+	// is not starved. Default: 10s.
+	Aging caddy.Duration `json:"aging,omitempty"`
+
+	// Header choosing the band: high, normal or low. Default: X-Priority.
+	PriorityHeader string `json:"priority_header,omitempty"`
+
+	// Header that, when "true", puts the request in the low band (cache
+	// warm-up traffic). Default: X-Warmup.
+	WarmupHeader string `json:"warmup_header,omitempty"`
+
+	// Forward the band headers upstream. Default: false (removed).
+	ForwardBandHeaders bool `json:"forward_band_headers,omitempty"`
+
+	// Pool name. Requests of one pool share a queue; the llm selection
+	// policy of the same route tells the pool's engines. Name pools when a
+	// config has several. Default: "default".
+	Pool string `json:"pool,omitempty"`
+
+	// The engines (dial addresses) of this pool, overriding what the
+	// policy learned. Default: learned, else every engine the llm app knows.
+	Engines []string `json:"engines,omitempty"`
+
+	// Only requests for these models are gated; others pass straight
+	// through. Default: all models.
+	Models []string `json:"models,omitempty"`
+
+	// Reject (503) instead of admitting when every engine's state is
+	// unknown or stale. Default: false (fail open: a metrics outage must not
+	// become an inference outage).
+	FailClosed bool `json:"fail_closed,omitempty"`
+
+	app    *App
+	fleet  *fleet
+	logger *zap.Logger
+	models map[string]bool
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Admission) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.llm_admission",
+		New: func() caddy.Module { return new(Admission) },
+	}
+}
+
+// Provision sets up the handler.
+func (h *Admission) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if h.MaxBody == 0 {
+		h.MaxBody = 1 << 20
+	}
+	if h.BodyTimeout == 0 {
+		h.BodyTimeout = caddy.Duration(30 * time.Second)
+	}
+	if h.KVLimit == 0 {
+		h.KVLimit = 0.90
+	}
+	if h.MaxPark == 0 {
+		h.MaxPark = caddy.Duration(120 * time.Second)
+	}
+	if h.QueueSize == 0 {
+		h.QueueSize = 1024
+	}
+	if h.Heartbeat == 0 {
+		h.Heartbeat = caddy.Duration(15 * time.Second)
+	}
+	if h.Aging == 0 {
+		h.Aging = caddy.Duration(10 * time.Second)
+	}
+	if h.PriorityHeader == "" {
+		h.PriorityHeader = "X-Priority"
+	}
+	if h.WarmupHeader == "" {
+		h.WarmupHeader = "X-Warmup"
+	}
+	if h.Pool == "" {
+		h.Pool = "default"
+	}
+	if len(h.Models) > 0 {
+		h.models = make(map[string]bool, len(h.Models))
+		for _, m := range h.Models {
+			h.models[m] = true
+		}
+	}
+	app, err := appFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	h.app, h.fleet = app, app.fleet
+	return nil
+}
+
+// Validate checks the configuration.
+func (h *Admission) Validate() error {
+	switch {
+	case h.MaxBody < 0:
+		return fmt.Errorf("max_body must not be negative")
+	case h.KVLimit <= 0 || h.KVLimit > 1:
+		return fmt.Errorf("kv_limit must be in (0, 1], got %v", h.KVLimit)
+	case h.MaxInflight < 0:
+		return fmt.Errorf("max_inflight must not be negative")
+	case h.MaxPark < 0 || h.Heartbeat <= 0 || h.BodyTimeout < 0:
+		return fmt.Errorf("max_park, heartbeat and body_timeout must be positive")
+	case h.QueueSize < 0:
+		return fmt.Errorf("queue_size must not be negative")
+	}
+	return nil
+}
+
+// isInference reports whether the request is an OpenAI-style inference call
+// that carries a JSON body worth reading.
+func isInference(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := r.URL.Path
+	if !strings.HasSuffix(p, "/chat/completions") && !strings.HasSuffix(p, "/completions") {
+		return false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return false
+		}
+	}
+	return true
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !isInference(r) {
+		return next.ServeHTTP(w, r)
+	}
+	body, status, err := h.readBody(w, r)
+	if err != nil {
+		return writeJSONError(w, status, err.Error())
+	}
+	req, err := admission.ParseRequest(body)
+	if err != nil {
+		return writeJSONError(w, http.StatusBadRequest, err.Error())
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	caddyhttp.SetVar(r.Context(), varRequest, req)
+	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
+
+	band := h.band(r)
+	if h.models != nil && !h.models[req.Model] {
+		return next.ServeHTTP(w, r)
+	}
+	caddyhttp.SetVar(r.Context(), "llm.band", band.String())
+	h.fleet.notePoolModel(h.Pool, req.Model)
+
+	var res *upstreams.Reservation
+	var failOpen bool
+	try := func() bool {
+		rr, fo, ok := h.fleet.tryReserve(h.dials(), h.limits())
+		if ok {
+			res, failOpen = rr, fo
+		}
+		return ok
+	}
+	gate := h.fleet.gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
+	waiter, err := gate.Enter(band, try)
+	if errors.Is(err, admission.ErrQueueFull) {
+		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
+		return h.reject(w, gate, band, 0, "queue_full")
+	}
+	if err != nil {
+		return writeJSONError(w, http.StatusInternalServerError, err.Error())
+	}
+
+	sseSent := false
+	select {
+	case <-waiter.Ready():
+	default:
+		parkedTotal.WithLabelValues(band.String()).Inc()
+		var ok bool
+		ok, sseSent = h.park(w, r, waiter, req.Stream)
+		if !ok {
+			if r.Context().Err() != nil {
+				rejectedTotal.WithLabelValues(band.String(), "client_gone").Inc()
+				return nil
+			}
+			rejectedTotal.WithLabelValues(band.String(), "max_park").Inc()
+			if sseSent {
+				_, _ = w.Write(admission.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
+				flush(w)
+				return nil
+			}
+			return h.reject(w, gate, band, waiter.Position(), "max_park")
+		}
+	}
+	admittedTotal.WithLabelValues(band.String()).Inc()
+	if failOpen {
+		failOpenTotal.Inc()
+	}
+	caddyhttp.SetVar(r.Context(), "llm.queue_wait", waiter.Waited().String())
+	if res != nil {
+		caddyhttp.SetVar(r.Context(), varReservation, res)
+		defer res.Done()
+	}
+	ow := newObservingWriter(w, r, sseSent, time.Now(), req.Model)
+	err = next.ServeHTTP(ow, r)
+	ow.finish()
+	if r.Context().Err() == nil { // a client that left says nothing about the engine
+		h.fleet.reportOutcome(servedBy(r), err, ow.status)
+	}
+	if sseSent {
+		// Headers are out: an upstream failure can only be told in-band, and
+		// returning an error would make Caddy write into the open stream.
+		if err != nil || ow.status >= 400 {
+			msg := "upstream error"
+			if err != nil {
+				msg = "upstream error: " + err.Error()
+			} else if ow.errBody.Len() > 0 {
+				msg = fmt.Sprintf("upstream error (%d): %s", ow.status, bytes.TrimSpace(ow.errBody.Bytes()))
+			}
+			st := ow.status
+			if st < 400 {
+				st = http.StatusBadGateway
+			}
+			_, _ = ow.ResponseWriterWrapper.Write(admission.ErrorEvent(msg, st))
+			flush(w)
+			if c := h.logger.Check(zapcore.DebugLevel, "upstream failed after SSE headers"); c != nil {
+				c.Write(zap.Int("status", ow.status), zap.Error(err))
+			}
+		}
+		return nil
+	}
+	return err
+}
+
+// readBody reads the whole body under max_body and body_timeout.
+func (h *Admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+	if r.ContentLength > h.MaxBody {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes exceeds max_body %d", r.ContentLength, h.MaxBody)
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Duration(h.BodyTimeout)))
+	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }()
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.MaxBody+1))
+	if err != nil {
+		return nil, http.StatusRequestTimeout, fmt.Errorf("reading request body: %w", err)
+	}
+	if int64(len(body)) > h.MaxBody {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body exceeds max_body %d bytes", h.MaxBody)
+	}
+	return body, 0, nil
+}
+
+// band picks the priority band from the request headers, and strips them
+// unless they are to be forwarded.
+func (h *Admission) band(r *http.Request) admission.Band {
+	b := admission.Normal
+	if v := r.Header.Get(h.PriorityHeader); v != "" {
+		if pb, ok := admission.ParseBand(v); ok {
+			b = pb
+		}
+	}
+	if strings.EqualFold(r.Header.Get(h.WarmupHeader), "true") {
+		b = admission.Low
+	}
+	if !h.ForwardBandHeaders {
+		r.Header.Del(h.PriorityHeader)
+		r.Header.Del(h.WarmupHeader)
+	}
+	return b
+}
+
+func (h *Admission) dials() []string {
+	if len(h.Engines) > 0 {
+		return h.Engines
+	}
+	return h.fleet.poolDials(h.Pool)
+}
+
+func (h *Admission) limits() limits {
+	return limits{kv: h.KVLimit, maxInflight: h.MaxInflight, failClosed: h.FailClosed}
+}
+
+// park waits for admission. Streaming clients get the SSE response headers
+// and keep-alive comments meanwhile. It returns whether the request was
+// admitted and whether SSE headers were sent.
+func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admission.Waiter, stream bool) (admitted, sseSent bool) {
+	timer := time.NewTimer(time.Duration(h.MaxPark))
+	defer timer.Stop()
+	var tick <-chan time.Time
+	if stream {
+		hdr := w.Header()
+		hdr.Set("Content-Type", "text/event-stream")
+		hdr.Set("Cache-Control", "no-cache")
+		hdr.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(admission.KeepAlive)
+		flush(w)
+		sseSent = true
+		t := time.NewTicker(time.Duration(h.Heartbeat))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-waiter.Ready():
+			return true, sseSent
+		case <-r.Context().Done():
+			return waiter.Leave(), sseSent
+		case <-timer.C:
+			return waiter.Leave(), sseSent
+		case <-tick:
+			if _, err := w.Write(admission.KeepAlive); err != nil {
+				return waiter.Leave(), sseSent
+			}
+			flush(w)
+		}
+	}
+}
+
+// reject answers 503 with a Retry-After computed from the pool's observed
+// drain rate and the request's queue position.
+func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) error {
+	if position <= 0 {
+		st := gate.Stats()
+		for b := 0; b <= int(band); b++ {
+			position += st.Depth[b]
+		}
+		position++
+	}
+	ra := admission.RetryAfter(position, h.fleet.drainRate(h.dials()), time.Second, time.Duration(h.MaxPark))
+	w.Header().Set("Retry-After", strconv.Itoa(int((ra+time.Second-1)/time.Second)))
+	msg := "all engines are at capacity"
+	if reason == "queue_full" {
+		msg = "admission queue is full"
+	}
+	return writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+}
+
+// writeJSONError answers with an OpenAI-style JSON error. It returns nil:
+// the response is complete, and Caddy must not write another one.
+func writeJSONError(w http.ResponseWriter, status int, msg string) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	_, _ = w.Write(admission.ErrorJSON(msg, typ, status))
+	return nil
+}
+
+// servedBy is the upstream reverse_proxy used last, whatever its policy.
+func servedBy(r *http.Request) string {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return ""
+	}
+	return repl.ReplaceAll("{http.reverse_proxy.upstream.hostport}", "")
+}
+
+func flush(w http.ResponseWriter) { _ = http.NewResponseController(w).Flush() }
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Admission)(nil)
+	_ caddy.Validator             = (*Admission)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Admission)(nil)
+)

@@ -1,0 +1,189 @@
+package caddymodule
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+)
+
+// Counters and histograms are package-level and re-registered into each
+// config's registry (Caddy creates a registry per config context), so their
+// values survive reloads — the pattern caddy-ratelimit and Caddy's own
+// reverse_proxy use. Per-engine and per-queue gauges are read from the fleet
+// at scrape time by fleetCollector, so removed engines disappear.
+var (
+	admittedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_admission_admitted_total",
+		Help: "Requests admitted by llm_admission, by band.",
+	}, []string{"band"})
+	parkedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_admission_parked_total",
+		Help: "Requests that had to park before admission, by band.",
+	}, []string{"band"})
+	rejectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_admission_rejected_total",
+		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone).",
+	}, []string{"band", "reason"})
+	failOpenTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "llmgw_admission_fail_open_total",
+		Help: "Requests admitted because the engines' state was unknown or stale.",
+	})
+	ttftSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgw_ttft_seconds",
+		Help:    "Time to first token of streamed responses, from admission.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"model", "engine"})
+	itlSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgw_itl_seconds",
+		Help:    "Gaps between SSE data events of streamed responses.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"model", "engine"})
+	tokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_tokens_total",
+		Help: "Tokens reported in responses' usage, by kind (prompt, completion, cached).",
+	}, []string{"kind"})
+	responsesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_responses_total",
+		Help: "Admitted requests by model, serving engine and outcome.",
+	}, []string{"model", "engine", "outcome"})
+	prefixDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_prefix_decisions_total",
+		Help: "Routing decisions by tier (precise, approximate, cache_key, load_only) and outcome (hit, miss, overridden_by_load).",
+	}, []string{"tier", "outcome"})
+	prefixShare = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "llmgw_prefix_match_share",
+		Help:    "Share of the prompt's blocks held by the chosen engine.",
+		Buckets: []float64{0, .1, .25, .5, .75, .9, .99, 1},
+	})
+	tokenizeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "llmgw_tokenize_duration_seconds",
+		Help:    "Duration of /tokenize calls made for routing (cache hits excluded).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	tokenizeCacheHits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "llmgw_tokenize_cache_hits_total",
+		Help: "Routing tokenizations answered from the cache.",
+	})
+	tokenizeFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "llmgw_tokenize_failures_total",
+		Help: "Tokenizations that failed or timed out; those requests were routed on the approximate tier.",
+	})
+)
+
+func collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		admittedTotal, parkedTotal, rejectedTotal, failOpenTotal,
+		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
+		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures,
+	}
+}
+
+// registerMetrics adds the llmgw collectors to a config's registry.
+// Registering the same package-level collector twice into one registry (two
+// apps cannot exist, but a retried provision can) is not an error.
+func registerMetrics(reg *prometheus.Registry, f *fleet, logger *zap.Logger) {
+	if reg == nil {
+		return
+	}
+	for _, c := range append(collectors(), &fleetCollector{f: f}) {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				logger.Error("registering metrics", zap.Error(err))
+			}
+		}
+	}
+}
+
+var (
+	descQueueDepth = prometheus.NewDesc("llmgw_admission_queue_depth",
+		"Requests parked in admission queues, by band.", []string{"band"}, nil)
+	descInflight = prometheus.NewDesc("llmgw_endpoint_inflight",
+		"Requests in flight through this gateway per engine.", []string{"replica", "pool"}, nil)
+	descWaiting = prometheus.NewDesc("llmgw_endpoint_waiting",
+		"vllm:num_requests_waiting as last scraped.", []string{"replica", "pool"}, nil)
+	descRunning = prometheus.NewDesc("llmgw_endpoint_running",
+		"vllm:num_requests_running as last scraped.", []string{"replica", "pool"}, nil)
+	descKVUsage = prometheus.NewDesc("llmgw_endpoint_kv_cache_usage",
+		"vllm:kv_cache_usage_perc as last scraped (0-1).", []string{"replica", "pool"}, nil)
+	descDrainRate = prometheus.NewDesc("llmgw_endpoint_drain_rate",
+		"Observed completions per second per engine.", []string{"replica", "pool"}, nil)
+	descStale = prometheus.NewDesc("llmgw_endpoint_metrics_stale",
+		"1 when the engine's gauges are stale or unknown.", []string{"replica", "pool"}, nil)
+	descSaturation = prometheus.NewDesc("llmgw_pool_saturation",
+		"Share of a pool's engines with no free capacity, by the model the pool serves.", []string{"model"}, nil)
+	descStaleTotal = prometheus.NewDesc("llmgw_engine_state_stale_total",
+		"Transitions of engines from fresh to stale gauges.", nil, nil)
+	descDegraded = prometheus.NewDesc("llmgw_observer_degraded",
+		"Engines whose metrics could not be read or lack the expected series at start-up.", nil, nil)
+	descBreaker = prometheus.NewDesc("llmgw_breaker_open",
+		"1 while the replica's circuit breaker is open.", []string{"replica"}, nil)
+	descKVEvents = prometheus.NewDesc("llmgw_kv_events_total",
+		"KV-cache events applied per engine, by type.", []string{"engine", "type"}, nil)
+	descKVBlocks = prometheus.NewDesc("llmgw_kv_index_blocks",
+		"Blocks the gateway's mirror holds per engine.", []string{"engine"}, nil)
+	descKVResyncs = prometheus.NewDesc("llmgw_kv_resyncs_total",
+		"Mirror resets per engine, by reason.", []string{"engine", "reason"}, nil)
+	descKVMismatch = prometheus.NewDesc("llmgw_kv_hash_mismatches_total",
+		"BlockStored hashes that did not match the exact vLLM recomputation (wrong PYTHONHASHSEED or block size).", []string{"engine"}, nil)
+)
+
+// fleetCollector reads the fleet's live state at scrape time.
+type fleetCollector struct{ f *fleet }
+
+// Describe implements prometheus.Collector.
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
+		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
+		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.f
+	var depth [admission.NumBands]int
+	for _, g := range f.gateList() {
+		st := g.Stats()
+		for b := range depth {
+			depth[b] += st.Depth[b]
+		}
+	}
+	for b, d := range depth {
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(d), admission.Band(b).String())
+	}
+	for _, e := range f.registry.Engines() {
+		l := e.Load()
+		dial, poolName := e.Dial(), e.Config().Pool
+		if poolName == "" {
+			poolName = "default"
+		}
+		stale := 0.0
+		if !l.Known {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(l.Inflight), dial, poolName)
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, l.Waiting, dial, poolName)
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, l.Running, dial, poolName)
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, l.KVUsage, dial, poolName)
+		ch <- prometheus.MustNewConstMetric(descDrainRate, prometheus.GaugeValue, l.DrainRate, dial, poolName)
+		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, stale, dial, poolName)
+	}
+	for model, sat := range f.saturation() {
+		ch <- prometheus.MustNewConstMetric(descSaturation, prometheus.GaugeValue, sat, model)
+	}
+	ch <- prometheus.MustNewConstMetric(descStaleTotal, prometheus.CounterValue, float64(f.registry.StaleTransitions()))
+	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, float64(f.registry.Degraded()))
+	for _, b := range f.breakerStates() {
+		v := 0.0
+		if b.open {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, b.dial)
+	}
+	f.collectKV(ch)
+}

@@ -1,0 +1,253 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// routeSettings are one policy's knobs, kept by pool for the explain API.
+type routeSettings struct {
+	cost      routing.Config
+	blockSize int
+	tokenize  bool
+}
+
+// routeResult is a routing decision with what it was made from.
+type routeResult struct {
+	decision    routing.Decision
+	text        string // the prompt text the approximate tier keys on
+	tokens      int    // prompt tokens (0 when tokenizing failed)
+	blockSize   int
+	tokenizeErr error
+}
+
+// route gathers, for each candidate engine, the prefix it holds (precise
+// tier from its KV mirror when its events are live and the prompt could be
+// tokenized, approximate tier otherwise) and its load, and lets routing.Pick
+// decide. It has no side effects, so the explain API uses it as is.
+func (f *fleet) route(ctx context.Context, req *admission.Request, dials []string, s routeSettings, explain bool) routeResult {
+	res := routeResult{text: promptText(req), blockSize: s.blockSize}
+	engines := make([]*upstreams.Engine, len(dials))
+	loads := make([]upstreams.Load, len(dials))
+	for i, d := range dials {
+		engines[i] = f.registry.Ensure(d)
+		loads[i] = engines[i].Load()
+		if loads[i].BlockSize > 0 && res.blockSize == s.blockSize {
+			res.blockSize = loads[i].BlockSize
+		}
+	}
+	for _, d := range dials {
+		if m := f.index.Mirror(d); m != nil && m.BlockSize() > 0 {
+			res.blockSize = m.BlockSize() // what the engines' events say beats the gauges
+			break
+		}
+	}
+	bs := res.blockSize
+
+	var tokens []uint64
+	if s.tokenize {
+		tokens, res.tokenizeErr = f.tokenize(ctx, req, engines, loads)
+	}
+	var precise map[string]int
+	promptTokens := len(res.text) / 4 // rough bytes-per-token when untokenized
+	if tokens != nil {
+		res.tokens, promptTokens = len(tokens), len(tokens)
+		precise = make(map[string]int)
+		matches, err := f.index.Match(kvindex.Query{Tokens: tokens, CacheSalt: req.CacheSalt})
+		if err == nil {
+			for _, m := range matches {
+				precise[m.Engine] = m.Blocks
+			}
+		}
+	}
+	total := promptTokens / bs
+	approxList, approxTotal := f.approx.Match(res.text)
+	approx := make(map[string]int, len(approxList))
+	for _, m := range approxList {
+		approx[m.Engine] = m.Bytes
+	}
+
+	cands := make([]routing.Candidate, len(dials))
+	for i, d := range dials {
+		l := loads[i]
+		c := routing.Candidate{
+			Dial:        d,
+			Running:     l.Running,
+			Waiting:     l.Waiting,
+			Inflight:    l.Inflight,
+			Dispatched:  l.Dispatched,
+			KVUsage:     l.KVUsage,
+			MaxInflight: l.MaxInflight,
+			LoadKnown:   l.Known,
+		}
+		if tokens != nil && f.preciseFresh(d) {
+			c.Tier, c.MatchedBlocks = routing.Precise, precise[d]
+		} else {
+			c.Tier = routing.Approximate
+			if approxTotal > 0 {
+				c.MatchedBlocks = int(float64(approx[d]) / float64(approxTotal) * float64(total))
+			}
+		}
+		cands[i] = c
+	}
+	res.decision = routing.Pick(routing.Request{
+		PromptTokens: promptTokens,
+		BlockSize:    bs,
+		TotalBlocks:  total,
+		Key:          spreadKey(tokens, bs, res.text),
+	}, cands, s.cost, explain)
+	return res
+}
+
+// tokenize asks the least busy known engine to tokenize the prompt exactly
+// as it will render it.
+func (f *fleet) tokenize(ctx context.Context, req *admission.Request, engines []*upstreams.Engine, loads []upstreams.Load) ([]uint64, error) {
+	pick := -1
+	for i, l := range loads {
+		if pick < 0 || (l.Known && !loads[pick].Known) || (l.Known == loads[pick].Known && l.Inflight < loads[pick].Inflight) {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return nil, nil
+	}
+	cfg := engines[pick].Config()
+	start := time.Now()
+	tokens, cached, err := f.tokenizer.Load().Tokenize(ctx, cfg.TokenizeURL, cfg.Header, upstreams.TokenizeRequest{
+		Model:                req.Model,
+		Prompt:               req.Prompt,
+		Messages:             req.Messages,
+		AddGenerationPrompt:  req.AddGenerationPrompt,
+		ContinueFinalMessage: req.ContinueFinalMessage,
+		AddSpecialTokens:     req.AddSpecialTokens,
+		ChatTemplate:         req.ChatTemplate,
+		ChatTemplateKwargs:   req.ChatTemplateKwargs,
+		Tools:                req.Tools,
+	})
+	switch {
+	case err != nil:
+		tokenizeFailures.Inc()
+		return nil, err
+	case cached:
+		tokenizeCacheHits.Inc()
+	default:
+		tokenizeSeconds.Observe(time.Since(start).Seconds())
+	}
+	return tokens, nil
+}
+
+// promptText is what the approximate tier keys on: the raw prompt, or the
+// raw messages array (a conversation's earlier turns are a byte prefix of
+// its later requests).
+func promptText(req *admission.Request) string {
+	if len(req.Messages) > 0 {
+		return string(req.Messages)
+	}
+	return string(req.Prompt)
+}
+
+// spreadKey derives the tie-break key from the prompt's first block, so that
+// requests sharing a prefix agree on where a cold prefix goes.
+func spreadKey(tokens []uint64, bs int, text string) uint64 {
+	h := fnv.New64a()
+	if len(tokens) > 0 {
+		var b [8]byte
+		for _, t := range tokens[:min(len(tokens), bs)] {
+			binary.LittleEndian.PutUint64(b[:], t)
+			h.Write(b[:])
+		}
+	} else {
+		h.Write([]byte(text[:min(len(text), 256)]))
+	}
+	return h.Sum64()
+}
+
+// account moves the request's admission reservation to the chosen engine, or
+// reserves there when llm_admission did not run (released when the request
+// ends).
+func (f *fleet) account(r *http.Request, dial string) {
+	e := f.registry.Ensure(dial)
+	if res, ok := caddyhttp.GetVar(r.Context(), varReservation).(*upstreams.Reservation); ok && res != nil {
+		res.Move(e)
+		return
+	}
+	res := e.Reserve()
+	caddyhttp.SetVar(r.Context(), varReservation, res)
+	context.AfterFunc(r.Context(), res.Done)
+}
+
+func (f *fleet) setPolicy(pool string, s routeSettings) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.policies == nil {
+		f.policies = make(map[string]routeSettings)
+	}
+	f.policies[pool] = s
+}
+
+// policySettings are the settings of the pool's policy, or the defaults.
+func (f *fleet) policySettings(pool string) routeSettings {
+	f.mu.Lock()
+	s, ok := f.policies[pool]
+	f.mu.Unlock()
+	if !ok {
+		s = routeSettings{blockSize: 16, tokenize: true}
+		s.cost.SetDefaults()
+	}
+	return s
+}
+
+func (f *fleet) setBreaker(cfg routing.BreakerConfig) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.breaker == nil || f.breakerCfg != cfg {
+		f.breakerCfg = cfg
+		f.breaker = routing.NewBreaker(cfg)
+	}
+}
+
+func (f *fleet) currentBreaker() *routing.Breaker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.breaker
+}
+
+func (f *fleet) breakerAllow(dial string, now time.Time) bool {
+	return f.currentBreaker().Allow(dial, now)
+}
+
+func (f *fleet) breakerFailure(dial string) { f.currentBreaker().Failure(dial, time.Now()) }
+
+func (f *fleet) breakerSuccess(dial string) { f.currentBreaker().Success(dial, time.Now()) }
+
+// reportOutcome feeds the circuit breaker with the result of a proxied
+// request: transport errors and 5xx count against the replica.
+func (f *fleet) reportOutcome(dial string, err error, status int) {
+	if dial == "" {
+		return
+	}
+	if err != nil || status == 0 || status >= 500 {
+		f.breakerFailure(dial)
+		return
+	}
+	f.breakerSuccess(dial)
+}
+
+// breakerRelease returns a half-open probe claimed by Allow for a replica
+// that was not picked.
+func (f *fleet) breakerRelease(dial string) {
+	b := f.currentBreaker()
+	if b.State(dial, time.Now()) == routing.StateHalfOpen {
+		b.Release(dial)
+	}
+}
