@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -189,6 +190,16 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 	b := s.b
 	for {
 		i := s.i
+		// Skip 8 plain bytes at a time (SWAR); most of a request body is
+		// message text. A word with a quote, backslash or control byte
+		// falls through to the byte loop.
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if hasLess(x, 0x20)|hasZero(x^(lsb*'"'))|hasZero(x^(lsb*'\\')) != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(b) && strPlain[b[i]] {
 			i++
 		}
@@ -229,6 +240,17 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		}
 	}
 }
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasZero is non-zero iff some byte of x is zero.
+func hasZero(x uint64) uint64 { return (x - lsb) & ^x & msb }
+
+// hasLess is non-zero iff some byte of x is below n (n <= 128).
+func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'

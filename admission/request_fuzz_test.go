@@ -148,3 +148,26 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestParseRequestStringPositions puts each kind of special byte at every
+// offset of strings around the 8-byte word size of the string scanner, and
+// compares with encoding/json.
+func TestParseRequestStringPositions(t *testing.T) {
+	specials := []string{`\"`, `\\`, `\n`, `\u00e9`, "\x01", "\x1f", "é", "😀", `"`, `\`, "\x7f", "\xff"}
+	for n := 0; n <= 40; n++ {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				text := strings.Repeat("a", pos) + sp + strings.Repeat("b", n-pos)
+				body := []byte(`{"model":"` + text + `","x":1}`)
+				got, err := ParseRequest(body)
+				want, ok := oracleRequest(t, body)
+				if (err == nil) != ok {
+					t.Fatalf("%q: err = %v, encoding/json ok = %v", body, err, ok)
+				}
+				if ok && got.Model != want.Model {
+					t.Fatalf("%q: model %q, want %q", body, got.Model, want.Model)
+				}
+			}
+		}
+	}
+}
