@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -266,4 +267,8 @@ func hashU64(t testing.TB, v any) uint64 {
 	default:
 		return uint64(toInt(v))
 	}
+}
+
+func kvindexHasher(cfg Config) (*kvindex.Hasher, error) {
+	return kvindex.NewHasher(cfg.HashSeed, cfg.BlockSize)
 }

@@ -204,72 +204,11 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, http.StatusInternalServerError, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
 		return
 	}
-	if req.N != nil && *req.N != 1 {
-		writeError(w, http.StatusBadRequest, "n must be 1 in this simulator")
-		return
-	}
-	if chat && len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "messages is required")
-		return
-	}
-	prompt, err := e.promptTokens(&req, chat)
+	sr, err := e.newSimRequest(&req, chat)
 	if err != nil {
 		writeReqError(w, err)
 		return
 	}
-	if len(prompt) == 0 {
-		writeError(w, http.StatusBadRequest, "The prompt is empty.")
-		return
-	}
-	maxTokens := e.cfg.DefaultMaxTokens
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	}
-	if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 1 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTokens))
-		return
-	}
-	// The engine must be able to hold the whole sequence.
-	limit := min(e.cfg.MaxModelLen, (e.cfg.NumGPUBlocks-1)*e.cfg.BlockSize)
-	if len(prompt)+maxTokens > limit {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf(
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			limit, len(prompt)+maxTokens, len(prompt), maxTokens))
-		return
-	}
-	sr := &simRequest{
-		tokens:    prompt,
-		promptLen: len(prompt),
-		maxTokens: maxTokens,
-		seed:      promptSeed(prompt),
-		notify:    make(chan struct{}, 1),
-	}
-	if req.CacheSalt != nil {
-		if *req.CacheSalt == "" {
-			writeError(w, http.StatusBadRequest, "cache_salt must not be empty")
-			return
-		}
-		sr.extra0 = []any{*req.CacheSalt}
-	}
-	h := e.hashers.Get().(*kvindex.Hasher)
-	var extra [][]any
-	if sr.extra0 != nil {
-		extra = [][]any{sr.extra0}
-	}
-	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, len(prompt)/e.cfg.BlockSize+maxTokens/e.cfg.BlockSize+1), prompt, extra)
-	e.hashers.Put(h)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	prefix := "cmpl-"
-	if chat {
-		prefix = "chatcmpl-"
-	}
-	sr.id = prefix + randomID()
 	if err := e.submit(sr); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "engine is not running")
 		return
@@ -319,6 +258,70 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		Choices: []completionChoice{{Text: text.String(), FinishReason: &finish}},
 		Usage:   u,
 	})
+}
+
+// newSimRequest validates a generation request and turns it into a
+// scheduler request: prompt tokens (rendered exactly as /tokenize does),
+// output length, cache salt and the prompt's block hashes.
+func (e *Engine) newSimRequest(req *genRequest, chat bool) (*simRequest, error) {
+	if req.N != nil && *req.N != 1 {
+		return nil, badRequest("n must be 1 in this simulator")
+	}
+	if chat && len(req.Messages) == 0 {
+		return nil, badRequest("messages is required")
+	}
+	prompt, err := e.promptTokens(req, chat)
+	if err != nil {
+		return nil, err
+	}
+	if len(prompt) == 0 {
+		return nil, badRequest("The prompt is empty.")
+	}
+	maxTokens := e.cfg.DefaultMaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	}
+	if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 {
+		return nil, badRequest("max_tokens must be at least 1, got %d.", maxTokens)
+	}
+	// The engine must be able to hold the whole sequence.
+	limit := min(e.cfg.MaxModelLen, (e.cfg.NumGPUBlocks-1)*e.cfg.BlockSize)
+	if len(prompt) > limit || maxTokens > limit-len(prompt) {
+		return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			limit, len(prompt)+maxTokens, len(prompt), maxTokens)
+	}
+	sr := &simRequest{
+		tokens:    prompt,
+		promptLen: len(prompt),
+		maxTokens: maxTokens,
+		seed:      promptSeed(prompt),
+		stream:    req.Stream,
+		notify:    make(chan struct{}, 1),
+	}
+	var extra [][]any
+	if req.CacheSalt != nil {
+		if *req.CacheSalt == "" {
+			return nil, badRequest("cache_salt must not be empty")
+		}
+		sr.extra0 = []any{*req.CacheSalt}
+		extra = [][]any{sr.extra0}
+	}
+	bs := e.cfg.BlockSize
+	h := e.hashers.Get().(*kvindex.Hasher)
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, extra)
+	e.hashers.Put(h)
+	if err != nil {
+		return nil, fmt.Errorf("hash prompt: %w", err)
+	}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	sr.id = prefix + randomID()
+	return sr, nil
 }
 
 // stream writes an SSE response: one chunk per generated token, the finish

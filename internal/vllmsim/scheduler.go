@@ -16,6 +16,7 @@ type simRequest struct {
 	promptLen int
 	maxTokens int
 	seed      uint64
+	stream    bool             // wake the handler for every token, not only at the end
 	extra0    []any            // extra keys of block 0 (cache_salt), nil if none
 	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
 	arrival   float64          // simulated clock at submission, seconds
@@ -348,7 +349,7 @@ func (e *Engine) completeLocked() {
 			e.finishLocked(r, "length", nil)
 			e.ctr.requestsServed++
 			finished = true
-		} else {
+		} else if r.stream {
 			r.signal()
 		}
 	}

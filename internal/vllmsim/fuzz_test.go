@@ -1,0 +1,180 @@
+package vllmsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// fuzzEngine is an engine whose request parsing is exercised without
+// starting its scheduler or sockets.
+func fuzzEngine(t testing.TB) *Engine {
+	cfg, err := Config{MaxModelLen: 4096, NumGPUBlocks: 512}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{cfg: cfg, stop: make(chan struct{})}
+	e.hashers.New = func() any {
+		h, _ := kvindexHasher(cfg)
+		return h
+	}
+	return e
+}
+
+func FuzzGenerateRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":"hello","max_tokens":3}`,
+		`{"prompt":[1,2,3],"cache_salt":"s"}`,
+		`{"prompt":["one"]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"add_generation_prompt":false}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"continue_final_message":true,"add_generation_prompt":false}`,
+		`{"prompt":"x","max_tokens":-1}`,
+		`{"prompt":"x","max_tokens":9223372036854775807}`,
+		`{"messages":[{"role":"user","content":{"x":1}}]}`,
+		`{"prompt":[18446744073709551615]}`,
+		`[1,2]`, `null`, `{`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	e := fuzzEngine(f)
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		var req genRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return
+		}
+		sr, err := e.newSimRequest(&req, chat)
+		if err != nil {
+			if !errors.Is(err, errBadRequest) {
+				t.Fatalf("non-client error %v for %q", err, body)
+			}
+			return
+		}
+		limit := min(e.cfg.MaxModelLen, (e.cfg.NumGPUBlocks-1)*e.cfg.BlockSize)
+		if sr.promptLen == 0 || sr.maxTokens < 1 || sr.promptLen+sr.maxTokens > limit {
+			t.Fatalf("accepted prompt %d + max_tokens %d over limit %d", sr.promptLen, sr.maxTokens, limit)
+		}
+		if len(sr.hashes) != sr.promptLen/e.cfg.BlockSize {
+			t.Fatalf("%d hashes for %d tokens", len(sr.hashes), sr.promptLen)
+		}
+	})
+}
+
+func FuzzTokenizeHandler(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":"hello world"}`,
+		`{"prompt":"hi","add_special_tokens":false}`,
+		`{"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"other","prompt":"x"}`,
+		`{}`, `{"messages":[]}`, `not json`,
+	} {
+		f.Add([]byte(s))
+	}
+	e := fuzzEngine(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := httptest.NewRecorder()
+		e.handleTokenize(rec, httptest.NewRequest(http.MethodPost, "/tokenize", bytes.NewReader(body)))
+		switch rec.Code {
+		case 200:
+			var r tokenizeResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil || r.Count != len(r.Tokens) {
+				t.Fatalf("bad 200 body %s", rec.Body.Bytes())
+			}
+		case 400, 404:
+			var er apiError
+			if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || er.Error.Code != rec.Code {
+				t.Fatalf("bad error body %s", rec.Body.Bytes())
+			}
+		default:
+			t.Fatalf("status %d for %q", rec.Code, body)
+		}
+	})
+}
+
+// byteConn is a net.Conn reading from a fixed buffer and discarding writes.
+type byteConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *byteConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *byteConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *byteConn) SetDeadline(time.Time) error      { return nil }
+func (c *byteConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *byteConn) Close() error                     { return nil }
+
+// zmtpPeerGreeting is a valid ZMTP 3.0 NULL greeting plus READY from a peer.
+func zmtpPeerGreeting(sockType string) []byte {
+	g := make([]byte, greetingLen)
+	g[0], g[9], g[10] = 0xff, 0x7f, 3
+	copy(g[12:], "NULL")
+	prop := append([]byte{11}, "Socket-Type"...)
+	prop = append(prop, 0, 0, 0, byte(len(sockType)))
+	prop = append(prop, sockType...)
+	body := append(append([]byte{5}, "READY"...), prop...)
+	return append(g, append([]byte{flagCommand, byte(len(body))}, body...)...)
+}
+
+// FuzzPeerStream feeds arbitrary bytes after a valid handshake, and
+// arbitrary handshakes, to the frame guard and reader: no panic, no frame
+// over the limit.
+func FuzzPeerStream(f *testing.F) {
+	f.Add(appendFrames(nil, []byte{1}), true)
+	f.Add(appendFrames(nil, nil, make([]byte, 8)), true)
+	f.Add([]byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, true)
+	f.Add([]byte{flagMore, 0, flagMore, 0, flagMore, 0}, true)
+	f.Add(bytes.Repeat([]byte{flagMore, 1, 'x'}, 40), true)
+	f.Add(zmtpPeerGreeting("SUB")[:70], false)
+	f.Add(append(zmtpPeerGreeting("SUB")[:64], flagCommand|flagLong, 0, 0, 1, 0, 0, 0, 0, 0), false)
+	f.Fuzz(func(t *testing.T, data []byte, afterHandshake bool) {
+		in := data
+		if afterHandshake {
+			in = append(zmtpPeerGreeting("SUB"), data...)
+		}
+		g, err := handshake(&byteConn{r: bytes.NewReader(in)}, zmq4.Pub, true)
+		if err != nil {
+			return
+		}
+		for range 100 {
+			frames, _, err := readMsg(g)
+			if err != nil {
+				return
+			}
+			if len(frames) > maxInFrames {
+				t.Fatalf("%d frames", len(frames))
+			}
+			for _, fr := range frames {
+				if len(fr) > maxInFrame {
+					t.Fatalf("frame of %d bytes", len(fr))
+				}
+			}
+		}
+	})
+}
+
+func FuzzParseEndpoint(f *testing.F) {
+	for _, s := range []string{"tcp://*:5557", "tcp://127.0.0.1:0", "ipc:///tmp/x", "tcp://[::]:1", "inproc://a", "tcp://", "://", strings.Repeat("a", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ep, err := parseEndpoint(s, "127.0.0.1")
+		if err != nil {
+			return
+		}
+		if ep.network != "tcp" && ep.network != "unix" {
+			t.Fatalf("network %q", ep.network)
+		}
+		if _, err := offsetEndpoint(s, 3); err != nil && ep.network == "unix" {
+			t.Fatalf("offset of %q: %v", s, err)
+		}
+	})
+}
