@@ -36,7 +36,7 @@ type Index struct {
 	byID  map[string]*Mirror
 	slots []*Mirror // by slot; nil is free
 	// banks[b] maps a key to the bitset of slots 64b..64b+63 holding it.
-	banks []map[uint64]uint64
+	banks []*keyTable
 	// live[b] has the bits of slots whose claims queries may use; a slot
 	// is hidden while its mirror is being cleared.
 	live []uint64
@@ -55,11 +55,11 @@ func NewIndex(cfg IndexConfig) *Index {
 		cfg:   cfg,
 		byID:  make(map[string]*Mirror),
 		slots: make([]*Mirror, cfg.MaxEngines),
-		banks: make([]map[uint64]uint64, nb),
+		banks: make([]*keyTable, nb),
 		live:  make([]uint64, nb),
 	}
 	for i := range ix.banks {
-		ix.banks[i] = make(map[uint64]uint64)
+		ix.banks[i] = new(keyTable)
 	}
 	return ix
 }
@@ -199,18 +199,33 @@ func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMa
 			}
 		}
 	}
-	for i, k := range keys {
+	// Keys are looked up a chunk at a time, the lookups of a chunk being
+	// independent of each other, so the CPU overlaps their cache misses;
+	// then the chunk's results are walked in order. At most one chunk
+	// beyond the last match is looked up.
+	const chunk = 16
+	var got [chunk]uint64
+	for start := 0; start < len(keys); start += chunk {
+		ck := keys[start:min(start+chunk, len(keys))]
 		left := false
 		for b, a := range active {
 			if a == 0 {
 				continue
 			}
-			have := ix.banks[b][k] & a
-			if lost := a &^ have; lost != 0 {
-				emit(b, lost, i)
+			t := ix.banks[b]
+			for j, k := range ck {
+				got[j] = t.get(k)
 			}
-			active[b] = have
-			left = left || have != 0
+			for j := range ck {
+				if have := got[j] & a; have != a {
+					emit(b, a&^have, start+j)
+					if a = have; a == 0 {
+						break
+					}
+				}
+			}
+			active[b] = a
+			left = left || a != 0
 		}
 		if !left {
 			break

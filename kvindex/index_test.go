@@ -206,12 +206,12 @@ func TestIndexNoStaleClaimsAfterReset(t *testing.T) {
 	ix.mu.RLock()
 	n, keys := 0, 0
 	for _, bank := range ix.banks {
-		for _, v := range bank {
+		bank.each(func(_, v uint64) {
 			if v&m.bit != 0 {
 				n++
 			}
-		}
-		keys += len(bank)
+		})
+		keys += bank.len()
 	}
 	ix.mu.RUnlock()
 	if keys != 3 {

@@ -225,11 +225,7 @@ func (m *Mirror) clear(reason string) {
 		ix.mu.Lock()
 		bank := ix.banks[m.bank]
 		for _, k := range buf {
-			if v := bank[k] &^ m.bit; v == 0 {
-				delete(bank, k)
-			} else {
-				bank[k] = v
-			}
+			bank.andNot(k, m.bit)
 		}
 		ix.mu.Unlock()
 		buf = buf[:0]
@@ -365,8 +361,7 @@ func (m *Mirror) addLocked(g *group, h, key uint64) {
 	g.fifoH = append(g.fifoH, h)
 	g.fifoS = append(g.fifoS, m.stamp)
 	m.blocks++
-	bank := m.ix.banks[m.bank]
-	if old := bank[key]; old&m.bit != 0 {
+	if old := m.ix.banks[m.bank].or(key, m.bit); old&m.bit != 0 {
 		// Another engine hash of this engine already claims the key
 		// (extra keys the events do not show): count it so the claim
 		// outlives either of them.
@@ -374,8 +369,6 @@ func (m *Mirror) addLocked(g *group, h, key uint64) {
 			m.multi = make(map[uint64]uint32)
 		}
 		m.multi[key]++
-	} else {
-		bank[key] = old | m.bit
 	}
 	if len(g.fifoH) >= 2*len(g.entries)+1024 {
 		g.compact()
@@ -393,12 +386,7 @@ func (m *Mirror) dropLocked(g *group, h uint64, e blockEntry) {
 		}
 		return
 	}
-	bank := m.ix.banks[m.bank]
-	if v := bank[e.key] &^ m.bit; v == 0 {
-		delete(bank, e.key)
-	} else {
-		bank[e.key] = v
-	}
+	m.ix.banks[m.bank].andNot(e.key, m.bit)
 }
 
 func (m *Mirror) removeLocked(ev *Event) {
