@@ -1,9 +1,11 @@
 package vllmsim
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +31,37 @@ type Faults struct {
 	DropStreamAfter int           `json:"drop_stream_after"` // >0: streams are cut abruptly after this many tokens
 	SeqGap          int           `json:"seq_gap"`           // >0: the next published batch skips this many sequence numbers
 	Error500        bool          `json:"error_500"`         // completions answer 500 with vLLM's JSON error
+}
+
+// UnmarshalJSON accepts tokenize_delay as nanoseconds or as a Go duration
+// string ("250ms"), so the control API is easy to drive with curl.
+func (f *Faults) UnmarshalJSON(b []byte) error {
+	type plain Faults
+	var aux struct {
+		plain
+		TokenizeDelay json.RawMessage `json:"tokenize_delay"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	*f = Faults(aux.plain)
+	f.TokenizeDelay = 0
+	if d := bytes.TrimSpace(aux.TokenizeDelay); len(d) > 0 && !bytes.Equal(d, []byte("null")) {
+		if d[0] == '"' {
+			var s string
+			if err := json.Unmarshal(d, &s); err != nil {
+				return err
+			}
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				return fmt.Errorf("tokenize_delay: %w", err)
+			}
+			f.TokenizeDelay = v
+		} else if err := json.Unmarshal(d, (*int64)(&f.TokenizeDelay)); err != nil {
+			return fmt.Errorf("tokenize_delay: %w", err)
+		}
+	}
+	return nil
 }
 
 func (f Faults) validate() error {
@@ -85,7 +118,6 @@ type Engine struct {
 	epoch    uint64
 	restarts int
 	faults   Faults
-	nextID   uint64
 	simClock float64   // simulated seconds at the end of the last step
 	inStep   bool      // a step is being simulated
 	stepWall time.Time // wall time the current step started
@@ -442,7 +474,6 @@ func (e *Engine) submit(r *simRequest) error {
 		return errRestarted
 	default:
 	}
-	e.nextID++
 	r.arrival = e.simNowLocked()
 	e.waiting = append(e.waiting, r)
 	e.mu.Unlock()

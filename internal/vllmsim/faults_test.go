@@ -94,6 +94,16 @@ func TestMetricsFaults(t *testing.T) {
 func TestTokenizeFaults(t *testing.T) {
 	e := startEngine(t, Config{TimeScale: 100})
 	c := newClient(t)
+	// Durations are accepted as Go duration strings over the control API.
+	if st, out := postJSON(t, c, e.URL()+"/sim/faults", map[string]any{"tokenize_delay": "300ms"}); st != 200 {
+		t.Fatalf("set faults: %d %s", st, out)
+	}
+	if got := e.Faults().TokenizeDelay; got != 300*time.Millisecond {
+		t.Fatalf("tokenize_delay %v", got)
+	}
+	if st, _ := postJSON(t, c, e.URL()+"/sim/faults", map[string]any{"tokenize_delay": "soon"}); st != 400 {
+		t.Errorf("bad duration accepted: %d", st)
+	}
 	e.SetFaults(Faults{TokenizeDelay: 300 * time.Millisecond})
 	start := time.Now()
 	tokenizeReq(t, c, e, map[string]any{"prompt": "slow"})

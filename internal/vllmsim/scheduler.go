@@ -125,7 +125,18 @@ func (e *Engine) run() {
 			continue
 		}
 		epoch := e.epoch
-		dur := e.scheduleLocked()
+		dur, ok := e.scheduleLocked()
+		if !ok {
+			// Nothing could be scheduled (the queue head waits for blocks
+			// that only a finishing request frees): idle until woken.
+			e.mu.Unlock()
+			select {
+			case <-e.stop:
+				return
+			case <-e.wake:
+			}
+			continue
+		}
 		e.inStep, e.stepWall, e.stepEnd = true, time.Now(), e.simClock+dur.Seconds()
 		e.mu.Unlock()
 
@@ -155,8 +166,9 @@ func (e *Engine) run() {
 	}
 }
 
-// scheduleLocked plans one step and returns its simulated duration.
-func (e *Engine) scheduleLocked() time.Duration {
+// scheduleLocked plans one step and returns its simulated duration, or
+// false when nothing could be scheduled.
+func (e *Engine) scheduleLocked() (time.Duration, bool) {
 	cfg := &e.cfg
 	bs := cfg.BlockSize
 	budget := cfg.MaxNumBatchedTokens
@@ -248,9 +260,9 @@ func (e *Engine) scheduleLocked() time.Duration {
 		e.step = append(e.step, r)
 	}
 	if len(e.step) == 0 {
-		return cfg.DecodeStepTime
+		return 0, false
 	}
-	return cfg.DecodeStepTime + time.Duration(float64(prefill)/cfg.PrefillTokensPerSec*float64(time.Second))
+	return cfg.DecodeStepTime + time.Duration(float64(prefill)/cfg.PrefillTokensPerSec*float64(time.Second)), true
 }
 
 // storeBlocksLocked caches the request's blocks that are full once upto
