@@ -57,8 +57,9 @@ func NewFeed(m *Mirror, replay Replayer, cfg FeedConfig) *Feed {
 	return &Feed{m: m, replay: replay, cfg: cfg, dec: NewDecoder(), ctx: ctx, cancel: cancel}
 }
 
-// Close aborts a replay in progress. The Feed's methods become cheap
-// no-ops for replay; messages are still applied.
+// Close aborts a replay in progress and makes later gaps reset at once
+// instead of replaying. Messages are still applied; stop calling the Feed
+// to stop that.
 func (f *Feed) Close() { f.cancel() }
 
 // Connected reports that a new connection or subscription began: what was

@@ -406,15 +406,29 @@ func TestMatchManyEnginesAndBlockSizes(t *testing.T) {
 		}
 	}
 	// Removing an engine withdraws its claims and frees its slot.
+	removedMirror := ix.Mirror("10.0.0.5:8000")
 	if !ix.RemoveEngine("10.0.0.5:8000") || ix.RemoveEngine("10.0.0.5:8000") {
 		t.Fatal("RemoveEngine")
 	}
 	delete(want, "10.0.0.5:8000")
 	wantMatch(t, ix, Query{Tokens: p}, want)
-	if _, err := ix.AddEngine("new", MirrorConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	m5, f5 := newTestFeed(t, ix, "new", nil) // takes the freed slot
+	e := newEngineSim(t, "0", 4)
+	e.msg(f5, e.stored(p, nil, 0, 2))
+	want["new"] = 2
 	wantMatch(t, ix, Query{Tokens: p}, want)
+	// The removed engine's feed, still running, must not disturb the
+	// slot's new owner.
+	old := newEngineSim(t, "0", 4)
+	stale := NewFeed(removedMirror, nil, FeedConfig{})
+	stale.Connected()
+	old.msg(stale, old.stored(p, nil, 0, 16))
+	stale.Disconnected(nil)
+	stale.Close()
+	wantMatch(t, ix, Query{Tokens: p}, want)
+	if m5.Stats().Blocks != 2 {
+		t.Fatalf("new engine stats %+v", m5.Stats())
+	}
 	if got := len(ix.Stats()); got != 130 {
 		t.Fatalf("%d stats, want 130", got)
 	}

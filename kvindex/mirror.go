@@ -37,7 +37,7 @@ type Mirror struct {
 	kh      keyHasher // used with wmu held
 
 	// Guarded by ix.mu, written with wmu held as well.
-	groups  map[int]*group
+	groups  []*group // by group index; nil for groups not seen
 	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
 	blocks  int
 	userCap int
@@ -105,7 +105,6 @@ func newMirror(ix *Index, id string, slot int, cfg MirrorConfig) *Mirror {
 	m := &Mirror{
 		ix: ix, id: id, slot: slot, bank: slot / 64, bit: 1 << (slot % 64),
 		now:     time.Now,
-		groups:  make(map[int]*group),
 		userCap: cfg.Capacity,
 	}
 	m.st.Engine = id
@@ -140,21 +139,17 @@ func (m *Mirror) BlockSize() int {
 }
 
 func (m *Mirror) blockSizeLocked() int {
-	if g, ok := m.groups[0]; ok {
-		return g.blockSize
-	}
-	best, bs := -1, 0
-	for i, g := range m.groups {
-		if best < 0 || i < best {
-			best, bs = i, g.blockSize
+	for _, g := range m.groups {
+		if g != nil {
+			return g.blockSize
 		}
 	}
-	return bs
+	return 0
 }
 
 func (m *Mirror) groupBlockSize(group int) int {
-	if g, ok := m.groups[group]; ok {
-		return g.blockSize
+	if group >= 0 && group < len(m.groups) && m.groups[group] != nil {
+		return m.groups[group].blockSize
 	}
 	return 0
 }
@@ -203,10 +198,17 @@ func (m *Mirror) Reset(reason string) {
 func (m *Mirror) clear(reason string) {
 	ix := m.ix
 	ix.mu.Lock()
+	if m.removed.Load() {
+		// Empty already, and its slot may belong to another engine now.
+		ix.mu.Unlock()
+		return
+	}
 	old := m.groups
-	m.groups = make(map[int]*group, len(old))
+	m.groups = make([]*group, len(old))
 	for i, g := range old {
-		m.groups[i] = &group{blockSize: g.blockSize, entries: make(map[uint64]blockEntry)}
+		if g != nil {
+			m.groups[i] = &group{blockSize: g.blockSize, entries: make(map[uint64]blockEntry)}
+		}
 	}
 	m.multi = nil
 	m.blocks = 0
@@ -231,6 +233,9 @@ func (m *Mirror) clear(reason string) {
 		buf = buf[:0]
 	}
 	for _, g := range old {
+		if g == nil {
+			continue
+		}
 		for _, e := range g.entries {
 			buf = append(buf, e.key)
 			if len(buf) == chunk {
@@ -302,6 +307,9 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 	if bs <= 0 || len(ev.TokenIDs) != n*bs {
 		m.st.Malformed++
 		return true
+	}
+	for len(m.groups) <= ev.GroupIdx {
+		m.groups = append(m.groups, nil)
 	}
 	g := m.groups[ev.GroupIdx]
 	if g == nil {
@@ -394,7 +402,10 @@ func (m *Mirror) removeLocked(ev *Event) {
 		m.st.OtherTier++
 		return
 	}
-	g := m.groups[ev.GroupIdx]
+	var g *group
+	if ev.GroupIdx < len(m.groups) {
+		g = m.groups[ev.GroupIdx]
+	}
 	for _, h := range ev.BlockHashes {
 		var e blockEntry
 		ok := false
@@ -419,7 +430,7 @@ func (m *Mirror) removeLocked(ev *Event) {
 func (m *Mirror) evictOldestLocked() bool {
 	var oldest *group
 	for _, g := range m.groups {
-		if !g.skipStale() {
+		if g == nil || !g.skipStale() {
 			continue
 		}
 		if oldest == nil || int32(g.fifoS[g.head]-oldest.fifoS[oldest.head]) < 0 {
