@@ -37,7 +37,7 @@ type Mirror struct {
 	kh      keyHasher // used with wmu held
 
 	// Guarded by ix.mu, written with wmu held as well.
-	groups  []*group // by group index; nil for groups not seen
+	groups  []*group          // by group index; nil for groups not seen
 	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
 	blocks  int
 	userCap int
