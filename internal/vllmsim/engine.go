@@ -91,6 +91,7 @@ type Stats struct {
 	Preemptions        uint64  `json:"preemptions"`
 	BatchesPublished   uint64  `json:"batches_published"`
 	EventsPublished    uint64  `json:"events_published"`
+	KVMessagesDropped  uint64  `json:"kv_messages_dropped"` // subscriber queues full (HWM)
 	Restarts           int     `json:"restarts"`
 }
 
@@ -319,7 +320,14 @@ func (e *Engine) Faults() Faults {
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var dropped uint64
+	if e.pub != nil {
+		e.pub.mu.Lock()
+		dropped = e.pub.dropped
+		e.pub.mu.Unlock()
+	}
 	return Stats{
+		KVMessagesDropped:  dropped,
 		Running:            len(e.running),
 		Waiting:            len(e.waiting),
 		KVCacheUsage:       e.pool.usage(),

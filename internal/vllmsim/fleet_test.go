@@ -56,6 +56,27 @@ func TestStartFleet(t *testing.T) {
 	}
 }
 
+func TestIPCEndpoint(t *testing.T) {
+	ep := "ipc://" + t.TempDir() + "/kv.sock"
+	e := startEngine(t, Config{TimeScale: 100, KVEvents: &KVEventsConfig{Endpoint: ep}})
+	if e.KVEndpoint() != ep {
+		t.Fatalf("KVEndpoint %q, want %q", e.KVEndpoint(), ep)
+	}
+	sub := dialSub(t, ep, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.WaitKVSubscribers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, newClient(t), e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("over a unix socket ", 8), "max_tokens": 1})
+	if b := decodeBatch(t, sub.next(t, 5*time.Second)[2]); len(b.events) != 1 {
+		t.Fatalf("events %v", b.events)
+	}
+	if err := e.Restart(); err != nil {
+		t.Fatalf("restart on ipc: %v", err)
+	}
+}
+
 func TestOffsetEndpoints(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"tcp://*:5557", "tcp://*:5559"},
@@ -242,4 +263,26 @@ func runRoutingWorkload(t *testing.T, byPrefix bool) (hitRate, meanTTFT float64)
 		e.mu.Unlock()
 	}
 	return float64(h) / float64(q), ttftSum / float64(n)
+}
+
+func TestSubscriberQueueLimits(t *testing.T) {
+	s := &subConn{notify: make(chan struct{}, 1)}
+	msg := make([]byte, 1<<20)
+	if !s.enqueue(msg, 2) || !s.enqueue(msg, 2) {
+		t.Fatal("queue refused below HWM")
+	}
+	if s.enqueue(msg, 2) {
+		t.Error("queue accepted a message at HWM")
+	}
+	s = &subConn{notify: make(chan struct{}, 1)}
+	n := 0
+	for s.enqueue(msg, 1<<30) {
+		n++
+		if n > 1000 {
+			t.Fatal("no byte limit")
+		}
+	}
+	if n != maxQueueBytes/len(msg) {
+		t.Errorf("%d messages of 1 MiB queued, want %d", n, maxQueueBytes/len(msg))
+	}
 }

@@ -381,7 +381,7 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 			var ok bool
 			if chat {
 				ok = send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
-					Choices: []chatChunkChoice{{Delta: chatDelta{Content: &s}, FinishReason: fr}}})
+					Choices: []chatChunkChoice{{Delta: chatDelta{Content: &s}, FinishReason: fr, StopReason: stopReason(fr)}}})
 			} else {
 				ok = send(completionChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
 					Choices: []completionChoice{{Text: s, FinishReason: fr}}})
@@ -402,7 +402,7 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 		if done {
 			finished = true
 			if includeUsage {
-				u := makeUsage(sr.promptLen, out, cached)
+				u := streamUsage(makeUsage(sr.promptLen, out, cached))
 				if chat {
 					send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model, Choices: []chatChunkChoice{}, Usage: &u})
 				} else {
@@ -424,6 +424,14 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 }
 
 func strPtr(s string) *string { return &s }
+
+func stopReason(finish *string) *json.RawMessage {
+	if finish == nil {
+		return nil
+	}
+	null := json.RawMessage("null") // vLLM sets stop_reason=None explicitly
+	return &null
+}
 
 type usage struct {
 	PromptTokens        int                  `json:"prompt_tokens"`
@@ -484,7 +492,7 @@ type chatChunk struct {
 	Created int64             `json:"created"`
 	Model   string            `json:"model"`
 	Choices []chatChunkChoice `json:"choices"`
-	Usage   *usage            `json:"usage,omitempty"`
+	Usage   *streamUsage      `json:"usage,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -492,6 +500,17 @@ type chatChunkChoice struct {
 	Delta        chatDelta `json:"delta"`
 	Logprobs     any       `json:"logprobs"`
 	FinishReason *string   `json:"finish_reason"`
+	// StopReason is present (null) only on the final chunk, as in vLLM.
+	StopReason *json.RawMessage `json:"stop_reason,omitempty"`
+}
+
+// streamUsage is the usage of the final streaming chunk, which vLLM
+// serialises with exclude_none: no prompt_tokens_details when there is none.
+type streamUsage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
 }
 
 type chatDelta struct {
@@ -526,7 +545,7 @@ type completionChunk struct {
 	Created int64              `json:"created"`
 	Model   string             `json:"model"`
 	Choices []completionChoice `json:"choices"`
-	Usage   *usage             `json:"usage,omitempty"`
+	Usage   *streamUsage       `json:"usage,omitempty"`
 }
 
 func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {

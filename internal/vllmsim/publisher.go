@@ -321,7 +321,12 @@ type subConn struct {
 	mu     sync.Mutex
 	topics [][]byte
 	q      [][]byte
+	qBytes int
 }
+
+// maxQueueBytes bounds one subscriber's queue in bytes as well as in
+// messages: a stalled subscriber must not grow the simulator without limit.
+const maxQueueBytes = 64 << 20
 
 func (s *subConn) subscribed(topic []byte) bool {
 	s.mu.Lock()
@@ -371,11 +376,12 @@ func (s *subConn) command(cmd []byte) {
 // enqueue queues one encoded message unless hwm messages are waiting.
 func (s *subConn) enqueue(wire []byte, hwm int) bool {
 	s.mu.Lock()
-	if len(s.q) >= hwm {
+	if len(s.q) >= hwm || s.qBytes+len(wire) > maxQueueBytes {
 		s.mu.Unlock()
 		return false
 	}
 	s.q = append(s.q, wire)
+	s.qBytes += len(wire)
 	s.mu.Unlock()
 	select {
 	case s.notify <- struct{}{}:
@@ -395,6 +401,7 @@ func (s *subConn) writeLoop() {
 		s.mu.Lock()
 		batch := s.q
 		s.q = spare[:0]
+		s.qBytes = 0
 		s.mu.Unlock()
 		if len(batch) == 0 {
 			continue
