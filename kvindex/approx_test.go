@@ -144,3 +144,55 @@ func TestApproxConcurrent(t *testing.T) {
 		t.Fatalf("%d chunks over the cap", n)
 	}
 }
+
+// approxTexts returns n prompts of about size bytes sharing a 2 KiB system
+// prompt, like chat traffic.
+func approxTexts(n, size int) []string {
+	system := strings.Repeat("You are a helpful assistant. ", 80)[:2048]
+	out := make([]string, n)
+	for i := range out {
+		var b strings.Builder
+		b.WriteString(system)
+		for b.Len() < size {
+			fmt.Fprintf(&b, "user %d says something about topic %d. ", i, b.Len())
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+// BenchmarkApproxInsert8k records 8 KiB prompts (128 chunks) into a tree
+// kept at its 64Ki-chunk cap.
+func BenchmarkApproxInsert8k(b *testing.B) {
+	texts := approxTexts(1024, 8192)
+	tr := NewApproxTree(ApproxConfig{MaxNodes: 64 << 10})
+	for i, s := range texts {
+		tr.Insert(s, fmt.Sprintf("e%d", i%16))
+	}
+	b.SetBytes(8192)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tr.Insert(texts[i%len(texts)], fmt.Sprintf("e%d", i%16))
+		i++
+	}
+}
+
+// BenchmarkApproxMatch8k matches 8 KiB prompts whose first 2 KiB sixteen
+// engines served, and the rest one engine.
+func BenchmarkApproxMatch8k(b *testing.B) {
+	texts := approxTexts(1024, 8192)
+	tr := NewApproxTree(ApproxConfig{MaxNodes: 1 << 20})
+	for i, s := range texts {
+		tr.Insert(s, fmt.Sprintf("e%d", i%16))
+	}
+	b.SetBytes(8192)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if ms, _ := tr.Match(texts[i%len(texts)]); len(ms) != 16 {
+			b.Fatalf("%d matches", len(ms))
+		}
+		i++
+	}
+}
