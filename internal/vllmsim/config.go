@@ -22,7 +22,7 @@ type Config struct {
 	TimeScale           float64       // >1 runs faster than real time (simulated durations are divided by it); default 1
 	HashSeed            string        // PYTHONHASHSEED for sha256_cbor; default "0"
 	DPRank              int           // data-parallel rank: reported in batches and as the `engine` label
-	KVEvents            *KVEventsConfig
+	KVEvents            *KVEventsConfig // nil: no KV events
 	// DefaultMaxTokens is used when a request sets no max_tokens. Real vLLM
 	// generates up to the context length; the simulator defaults to 16 to keep
 	// tests short.

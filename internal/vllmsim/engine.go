@@ -263,9 +263,10 @@ func addrOf(ep endpoint) net.Addr {
 	return a
 }
 
-// WaitKVSubscribers blocks until at least n peers are connected to the PUB
-// socket and subscribed to a prefix of the topic. ZMQ drops what a PUB sends
-// before a subscription arrives, so tests wait for this before sending.
+// WaitKVSubscribers blocks until exactly n peers are connected to the PUB
+// socket and subscribed to a prefix of the topic (n = 0 waits for every
+// subscriber to go away). ZMQ drops what a PUB sends before a subscription
+// arrives, so tests wait for this before sending.
 func (e *Engine) WaitKVSubscribers(ctx context.Context, n int) error {
 	for {
 		e.mu.Lock()
@@ -274,6 +275,9 @@ func (e *Engine) WaitKVSubscribers(ctx context.Context, n int) error {
 		if pub == nil {
 			if e.cfg.KVEvents == nil {
 				return errors.New("vllmsim: kv events are off")
+			}
+			if n == 0 {
+				return nil // between the sockets of a restart nobody is subscribed
 			}
 			// Between the sockets of a restart.
 			select {
@@ -284,7 +288,7 @@ func (e *Engine) WaitKVSubscribers(ctx context.Context, n int) error {
 			continue
 		}
 		have, changed := pub.subscribers()
-		if have >= n {
+		if have == n {
 			return nil
 		}
 		select {

@@ -72,6 +72,11 @@ func TestIPCEndpoint(t *testing.T) {
 	if b := decodeBatch(t, sub.next(t, 5*time.Second)[2]); len(b.events) != 1 {
 		t.Fatalf("events %v", b.events)
 	}
+	// The subscriber leaves: WaitKVSubscribers(0) sees it go.
+	sub.c.Close()
+	if err := e.WaitKVSubscribers(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Restart(); err != nil {
 		t.Fatalf("restart on ipc: %v", err)
 	}
