@@ -10,18 +10,18 @@ import (
 // Config describes one simulated vLLM engine (one data-parallel rank). Zero
 // fields take vLLM-like defaults.
 type Config struct {
-	Model               string        // served model name; default "sim-model"
-	Addr                string        // HTTP listen address; default "127.0.0.1:0"
-	MaxNumSeqs          int           // --max-num-seqs; default 16
-	NumGPUBlocks        int           // KV cache size in blocks (block 0 is vLLM's null block); default 2048
-	BlockSize           int           // tokens per block; default 16
-	MaxModelLen         int           // default 32768
-	MaxNumBatchedTokens int           // token budget of one step (chunked prefill); default 8192
-	PrefillTokensPerSec float64       // prefill speed of uncached prompt tokens; default 10000
-	DecodeStepTime      time.Duration // time of one step (one token for every running seq); default 20ms
-	TimeScale           float64       // >1 runs faster than real time (simulated durations are divided by it); default 1
-	HashSeed            string        // PYTHONHASHSEED for sha256_cbor; default "0"
-	DPRank              int           // data-parallel rank: reported in batches and as the `engine` label
+	Model               string          // served model name; default "sim-model"
+	Addr                string          // HTTP listen address; default "127.0.0.1:0"
+	MaxNumSeqs          int             // --max-num-seqs; default 16
+	NumGPUBlocks        int             // KV cache size in blocks (block 0 is vLLM's null block); default 2048
+	BlockSize           int             // tokens per block; default 16
+	MaxModelLen         int             // default 32768
+	MaxNumBatchedTokens int             // token budget of one step (chunked prefill); default 8192
+	PrefillTokensPerSec float64         // prefill speed of uncached prompt tokens; default 10000
+	DecodeStepTime      time.Duration   // time of one step (one token for every running seq); default 20ms
+	TimeScale           float64         // >1 runs faster than real time (simulated durations are divided by it); default 1
+	HashSeed            string          // PYTHONHASHSEED for sha256_cbor; default "0"
+	DPRank              int             // data-parallel rank: reported in batches and as the `engine` label
 	KVEvents            *KVEventsConfig // nil: no KV events
 	// DefaultMaxTokens is used when a request sets no max_tokens. Real vLLM
 	// generates up to the context length; the simulator defaults to 16 to keep
