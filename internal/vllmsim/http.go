@@ -14,7 +14,10 @@ import (
 	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
-const maxBodyBytes = 32 << 20
+const (
+	maxBodyBytes    = 32 << 20
+	bodyReadTimeout = 30 * time.Second
+)
 
 func (e *Engine) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -111,6 +114,11 @@ type streamOptions struct {
 
 // decodeBody reads a JSON body with a size limit.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A deadline for the body only: a server-wide ReadTimeout would also
+	// cancel long streaming responses.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
