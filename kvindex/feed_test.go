@@ -463,6 +463,7 @@ func TestMirrorCapacityEviction(t *testing.T) {
 	}
 	wantKeys(ka, 2, 0)
 	wantKeys(kb, 1, 3)
+	checkConsistent(t, ix)
 	m.SetCapacity(100) // above the hard cap: the cap wins
 	if st := m.Stats(); st.Capacity != 6 {
 		t.Fatalf("capacity %d, want 6", st.Capacity)
@@ -571,4 +572,92 @@ func TestMirrorGoldenPayloads(t *testing.T) {
 	if st.Verify.Verified < 3 || st.Verify.Mismatched != 1 {
 		t.Fatalf("verify %+v", st.Verify)
 	}
+}
+
+// checkConsistent verifies the index's claims are exactly its mirrors'
+// blocks: every mirrored block's key carries its engine's bit, and every
+// bit belongs to a mirrored block.
+func checkConsistent(t testing.TB, ix *Index) {
+	t.Helper()
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for slot, m := range ix.slots {
+		if m == nil {
+			continue
+		}
+		keys := map[uint64]bool{}
+		n := 0
+		for _, g := range m.groups {
+			if g == nil {
+				continue
+			}
+			for _, e := range g.entries {
+				keys[normKey(e.key)] = true
+				if e.refs == 0 {
+					t.Fatalf("engine %s: block with 0 refs", m.id)
+				}
+			}
+			n += len(g.entries)
+		}
+		if n != m.blocks {
+			t.Fatalf("engine %s: %d entries, blocks counter %d", m.id, n, m.blocks)
+		}
+		if n > m.capacityLocked() {
+			t.Fatalf("engine %s: %d blocks over capacity %d", m.id, n, m.capacityLocked())
+		}
+		bit := uint64(1) << (slot % 64)
+		claimed := 0
+		ix.banks[slot/64].each(func(k, bits uint64) {
+			if bits&bit == 0 {
+				return
+			}
+			claimed++
+			if !keys[k] {
+				t.Fatalf("engine %s: index claims key %#x it does not hold", m.id, k)
+			}
+		})
+		if claimed != len(keys) {
+			t.Fatalf("engine %s: index claims %d keys, mirror holds %d", m.id, claimed, len(keys))
+		}
+	}
+}
+
+// FuzzFeed drives two engines' feeds with arbitrary payloads and
+// sequence numbers and checks the index stays consistent with the mirrors.
+func FuzzFeed(f *testing.F) {
+	g := loadGolden(f)
+	for _, p := range g.Payloads {
+		raw, _ := hex.DecodeString(p.PayloadHex)
+		f.Add(raw, raw, uint8(1), uint8(2))
+	}
+	e := newEngineSim(f, "0", 2)
+	pr := prompt(16, 1)
+	hs := e.hashes(pr, nil)
+	f.Add(batch(e.stored(pr, nil, 0, 4)), batch(e.stored(pr, nil, 4, 8), removed(hs[1])), uint8(1), uint8(7))
+	f.Add(batch(e.stored(pr, nil, 0, 8)), batch(arr{"AllBlocksCleared"}, e.stored(pr, nil, 0, 2)), uint8(0), uint8(1))
+	f.Fuzz(func(t *testing.T, p1, p2 []byte, s1, s2 uint8) {
+		ix := NewIndex(IndexConfig{MaxBlocksPerEngine: 5})
+		var feeds []*Feed
+		for _, id := range []string{"a", "b"} {
+			m, err := ix.AddEngine(id, MirrorConfig{Verify: VerifyConfig{Sample: 1, Seed: "0"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd := NewFeed(m, nil, FeedConfig{})
+			defer fd.Close()
+			fd.Connected()
+			feeds = append(feeds, fd)
+		}
+		for i, step := range []struct {
+			seq uint64
+			p   []byte
+		}{{0, p1}, {uint64(s1), p2}, {uint64(s2), p1}, {uint64(s2) + 1, p2}} {
+			feeds[i%2].Message(nil, step.seq, step.p)
+			feeds[(i+1)%2].Message(nil, uint64(i), step.p)
+			checkConsistent(t, ix)
+		}
+		if _, err := ix.Match(Query{Tokens: pr}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

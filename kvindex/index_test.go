@@ -158,6 +158,7 @@ func TestIndexAgainstModel(t *testing.T) {
 	writers.Wait()
 	stop.Store(true)
 	readers.Wait()
+	checkConsistent(t, ix)
 	nonEmpty := 0
 	for j := range ps {
 		want := map[string]int{}
