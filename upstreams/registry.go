@@ -34,12 +34,13 @@ type Registry struct {
 	closed   bool
 	gcCancel context.CancelFunc
 	gcDone   chan struct{}
+	gcWake   chan struct{} // an IdleTTL change re-arms the GC timer at once
 }
 
 // NewRegistry returns an empty registry. No goroutines run until the first
 // [Registry.Apply].
 func NewRegistry(opts Options) *Registry {
-	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker}
+	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker, gcWake: make(chan struct{}, 1)}
 	r.setOptions(opts)
 	return r
 }
@@ -67,6 +68,12 @@ func (r *Registry) setOptions(o Options) (intervalChanged bool) {
 		o.Client = r.ownClient
 	}
 	old := r.opts.Swap(&o)
+	if old != nil && old.IdleTTL != o.IdleTTL {
+		select {
+		case r.gcWake <- struct{}{}:
+		default:
+		}
+	}
 	return old != nil && old.PollInterval != o.PollInterval
 }
 
@@ -337,6 +344,8 @@ func (r *Registry) gcLoop(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-r.gcWake:
+			t.Stop()
 		case <-t.C:
 		}
 		r.collect(ctx)

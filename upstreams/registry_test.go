@@ -3,7 +3,9 @@ package upstreams
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,5 +327,35 @@ func TestEnsureOddDialsFailCleanly(t *testing.T) {
 		if l := e.Load(); l.Known || l.LastError == "" {
 			t.Fatalf("%q: %+v", d, l)
 		}
+	}
+}
+
+// TestApplyShorterIdleTTLTakesEffectNow is a regression test: the GC loop
+// slept on the timer armed with the old IdleTTL (up to a minute), so a
+// reload that shortened idle_ttl did not collect demoted engines in time.
+func TestApplyShorterIdleTTLTakesEffectNow(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	dial := strings.TrimPrefix(srv.URL, "http://")
+	r := NewRegistry(Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	defer r.Close()
+	r.Apply([]EngineConfig{{Dial: dial}}, Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	r.Ensure(dial) // used recently: removal demotes it to dynamic
+	r.Apply(nil, Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	if _, ok := r.Get(dial); !ok {
+		t.Fatal("recently used engine removed at once; want it demoted")
+	}
+	r.Apply(nil, Options{PollInterval: time.Hour, IdleTTL: 20 * time.Millisecond})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := r.Get(dial); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("demoted engine not collected after IdleTTL was shortened")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
