@@ -1,0 +1,105 @@
+package caddymodule
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// warm sends one request straight to an engine so that it caches (and
+// announces) the prompt's blocks.
+func warm(t *testing.T, e *vllmsim.Engine, content string) {
+	t.Helper()
+	res, err := client.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(false, content)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, res); res.StatusCode != http.StatusOK {
+		t.Fatalf("warming %s: %d %s", e.Addr(), res.StatusCode, body)
+	}
+}
+
+func longText(words int) string {
+	var b strings.Builder
+	for i := range words {
+		b.WriteString("token")
+		b.WriteByte(byte('a' + i%26))
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// TestKVSubscriptionLifecycle: the llm app subscribes to every engine's KV
+// events, mirrors them (/llm/engines and llmgw_kv_* metrics), survives a
+// config reload without resubscribing, resets the mirror when the engine
+// restarts, and stops the subscription of an engine removed from the config
+// once it is idle.
+func TestKVSubscriptionLifecycle(t *testing.T) {
+	engines := startEngines(t, 2, vllmsim.Config{})
+	a, b := engines[0], engines[1]
+	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines}))
+
+	eventually(t, 10*time.Second, "both subscriptions connected", func() bool {
+		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
+		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
+	})
+	warm(t, a, longText(200))
+	eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
+		r := getEngineReport(t, a.Addr())
+		return r.KV.Blocks > 0 && r.KV.LastSeq != nil
+	})
+	ra := getEngineReport(t, a.Addr())
+	if ra.KV.Mode != "connect" || ra.KV.Endpoint != a.KVEndpoint() || ra.KV.Stored == 0 {
+		t.Errorf("engine a KV report: %+v", *ra.KV)
+	}
+	if v := metricValue(t, "llmgw_kv_index_blocks", `engine="`+a.Addr()+`"`); v != float64(ra.KV.Blocks) {
+		t.Errorf("llmgw_kv_index_blocks = %v, want %d", v, ra.KV.Blocks)
+	}
+	if v := metricValue(t, "llmgw_kv_events_total", `engine="`+a.Addr()+`"`, `type="stored"`); v == 0 {
+		t.Error("llmgw_kv_events_total{type=stored} is 0")
+	}
+	sessions := ra.KV.Sessions
+
+	// A reload with a changed, unrelated setting keeps the subscription
+	// and the mirror.
+	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines, appExtra: "\t\tstale_after 4\n"}))
+	after := getEngineReport(t, a.Addr())
+	if after.KV == nil || after.KV.Sessions != sessions || after.KV.Blocks != ra.KV.Blocks {
+		t.Fatalf("reload disturbed the subscription: before sessions=%d blocks=%d, after %+v", sessions, ra.KV.Blocks, after.KV)
+	}
+
+	// An engine restart (sequence back to 0, cache gone) resets the mirror
+	// and resubscribes.
+	if err := a.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "mirror reset after restart", func() bool {
+		r := getEngineReport(t, a.Addr())
+		return r.KV != nil && r.KV.Connected && r.KV.Blocks == 0 && r.KV.Sessions > sessions
+	})
+	warm(t, a, longText(100))
+	eventually(t, 10*time.Second, "blocks mirrored again after restart", func() bool {
+		return getEngineReport(t, a.Addr()).KV.Blocks > 0
+	})
+
+	// Removing engine b from the config stops its subscription once it is
+	// idle (a removed engine that the new config still routes to, or that
+	// has requests in flight, lives on as a discovered engine until then).
+	newTester(t, gatewayCaddyfile(fleetConfig{engines: []*vllmsim.Engine{a}, appExtra: "\t\tidle_ttl 500ms\n"}))
+	eventually(t, 10*time.Second, "engine b's subscription stopped", func() bool {
+		r := getEngineReport(t, b.Addr())
+		return r.KV == nil
+	})
+	if v := metricValue(t, "llmgw_kv_index_blocks", `engine="`+b.Addr()+`"`); v != 0 {
+		t.Errorf("removed engine still has llmgw_kv_index_blocks = %v", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.WaitKVSubscribers(ctx, 0); err != nil {
+		t.Errorf("engine b still has subscribers: %v", err)
+	}
+}
