@@ -3,6 +3,7 @@ package kvindex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -112,7 +113,11 @@ func (f *Feed) Message(topic []byte, seq uint64, payload []byte) {
 // fill replays messages [from, to) and reports whether every one of them
 // was applied.
 func (f *Feed) fill(from, to uint64) bool {
-	if f.replay == nil || to-from > f.cfg.MaxReplay {
+	if f.replay == nil {
+		return false
+	}
+	if to-from > f.cfg.MaxReplay {
+		f.m.noteReplay(false, 0, fmt.Errorf("gap of %d messages exceeds MaxReplay %d", to-from, f.cfg.MaxReplay))
 		return false
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.ReplayTimeout)
@@ -141,8 +146,19 @@ func (f *Feed) fill(from, to uint64) bool {
 	mu.Lock()
 	defer mu.Unlock()
 	done = true
-	_ = err // success is judged by what was applied, not how the replay ended
-	return next == to
+	// Success is judged by what was applied, not by how the replay ended.
+	filled := next == to
+	switch {
+	case filled:
+	case errors.Is(err, errReplayHole):
+		err = fmt.Errorf("replay from %d skipped %d", from, next)
+	case err == nil:
+		err = fmt.Errorf("replay from %d ended at %d, before %d", from, next, to)
+	default:
+		err = fmt.Errorf("replay from %d: %w", from, err)
+	}
+	f.m.noteReplay(filled, next-from, err)
+	return filled
 }
 
 // applyPayload decodes and applies one payload. Callers hold m.wmu.

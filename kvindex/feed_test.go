@@ -237,10 +237,13 @@ func TestFeedGapReplay(t *testing.T) {
 				if st.Unchainable != 2 {
 					t.Fatalf("unchainable %d, want 2", st.Unchainable)
 				}
+				if !c.nilReplay && (st.GapsFilled != 0 || st.LastReplayError == "") {
+					t.Fatalf("failed replay not reported: %+v", st)
+				}
 			} else {
 				wantMatch(t, ix, Query{Tokens: p}, map[string]int{"e1": 8})
-				if log.calls != 1 || st.LastSeq != 13 {
-					t.Fatalf("calls %d, last seq %d", log.calls, st.LastSeq)
+				if log.calls != 1 || st.LastSeq != 13 || st.GapsFilled != 1 || st.Replayed != 2 {
+					t.Fatalf("calls %d, stats %+v", log.calls, st)
 				}
 			}
 			// The next in-order message applies normally.
@@ -660,4 +663,23 @@ func FuzzFeed(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func TestFeedGapBeyondMaxReplay(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	m, err := ix.AddEngine("e1", MirrorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &replayLog{msgs: map[uint64][]byte{}, failAfter: -1}
+	f := NewFeed(m, log.replay, FeedConfig{MaxReplay: 3})
+	defer f.Close()
+	f.Connected()
+	e := newEngineSim(t, "0", 4)
+	f.Message(nil, 0, batch(e.stored(prompt(8, 1), nil, 0, 2)))
+	f.Message(nil, 5, batch(arr{"AllBlocksCleared"})) // 4 missing > 3
+	st := m.Stats()
+	if log.calls != 0 || st.Resyncs["gap"] != 1 || !strings.Contains(st.LastReplayError, "MaxReplay") {
+		t.Fatalf("calls %d, stats %+v", log.calls, st)
+	}
 }

@@ -40,6 +40,10 @@ type Index struct {
 	// live[b] has the bits of slots whose claims queries may use; a slot
 	// is hidden while its mirror is being cleared.
 	live []uint64
+
+	// keysPool recycles Match's key buffers, 64 KiB for a 128Ki-token
+	// prompt.
+	keysPool sync.Pool
 }
 
 // NewIndex returns an empty Index.
@@ -276,10 +280,14 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 	}
 	ix.mu.RUnlock()
 	var out []EngineMatch
-	var keys []uint64
+	kp, _ := ix.keysPool.Get().(*[]uint64)
+	if kp == nil {
+		kp = new([]uint64)
+	}
+	defer ix.keysPool.Put(kp)
 	for _, bs := range sizes {
-		var err error
-		keys, err = Keys(keys[:0], q.Tokens, bs, q.Group, RequestExtraKeys(q.LoRAName, q.CacheSalt, len(q.Tokens)/bs))
+		keys, err := requestKeys((*kp)[:0], q.Tokens, bs, q.Group, q.LoRAName, q.CacheSalt)
+		*kp = keys
 		if err != nil {
 			return nil, fmt.Errorf("kvindex: match: %w", err)
 		}

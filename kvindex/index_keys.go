@@ -160,6 +160,46 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 	return dst, nil
 }
 
+// requestKeys is Keys for a text-only request's extra keys (see
+// RequestExtraKeys) without materialising one entry per block.
+func requestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
+	if blockSize <= 0 {
+		return dst, errBlockSize
+	}
+	first, rest := requestExtra(loraName, cacheSalt)
+	var h keyHasher
+	key := rootKey(group)
+	n := len(tokens) / blockSize
+	for i := 0; i < n; i++ {
+		e := rest
+		if i == 0 {
+			e = first
+		}
+		var err error
+		if key, err = h.next(key, tokens[i*blockSize:(i+1)*blockSize], e); err != nil {
+			return dst, fmt.Errorf("block %d: %w", i, err)
+		}
+		dst = append(dst, key)
+	}
+	return dst, nil
+}
+
+// requestExtra returns the extra keys of block 0 and of later blocks.
+func requestExtra(loraName, cacheSalt string) (first, rest []any) {
+	if loraName != "" {
+		rest = []any{loraName}
+	}
+	switch {
+	case loraName != "" && cacheSalt != "":
+		first = []any{loraName, cacheSalt}
+	case cacheSalt != "":
+		first = []any{cacheSalt}
+	default:
+		first = rest
+	}
+	return first, rest
+}
+
 // RequestExtraKeys returns the per-block extra keys vLLM hashes for a
 // text-only request of nBlocks blocks: the LoRA adapter name on every block
 // and the cache salt on block 0 only. It returns nil when both are empty.
@@ -169,21 +209,11 @@ func RequestExtraKeys(loraName, cacheSalt string, nBlocks int) [][]any {
 	if (loraName == "" && cacheSalt == "") || nBlocks <= 0 {
 		return nil
 	}
+	first, rest := requestExtra(loraName, cacheSalt)
 	out := make([][]any, nBlocks)
-	var rest []any
-	if loraName != "" {
-		rest = []any{loraName}
-	}
+	out[0] = first
 	for i := 1; i < nBlocks; i++ {
 		out[i] = rest
-	}
-	switch {
-	case loraName != "" && cacheSalt != "":
-		out[0] = []any{loraName, cacheSalt}
-	case cacheSalt != "":
-		out[0] = []any{cacheSalt}
-	default:
-		out[0] = rest
 	}
 	return out
 }

@@ -62,6 +62,13 @@ func TestKeys(t *testing.T) {
 	if e[0] != k16[0] || e[1] != k16[1] {
 		t.Fatal("empty extra keys changed the key")
 	}
+	for _, c := range [][2]string{{"", ""}, {"l", ""}, {"", "s"}, {"l", "s"}} {
+		want, _ := Keys(nil, p, 8, 2, RequestExtraKeys(c[0], c[1], len(p)/8))
+		got, err := requestKeys(nil, p, 8, 2, c[0], c[1])
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("requestKeys%v = %v, %v; Keys gives %v", c, got, err, want)
+		}
+	}
 	if got := RequestExtraKeys("", "", 3); got != nil {
 		t.Fatalf("RequestExtraKeys without lora or salt = %v", got)
 	}

@@ -92,6 +92,10 @@ type MirrorStats struct {
 	// RemovedUnknown, removals of blocks not mirrored; Evicted, blocks
 	// dropped for capacity.
 	Unchainable, Malformed, OtherTier, RemovedUnknown, Evicted uint64
+	// GapsFilled counts sequence gaps the replay endpoint filled, with
+	// Replayed messages; a gap it could not fill is Resyncs["gap"].
+	GapsFilled, Replayed uint64
+	LastReplayError      string
 	// Resyncs counts full resets by reason: "subscribe", "gap",
 	// "restart", "cleared", "decode", "disconnect", "block_size",
 	// "manual".
@@ -479,6 +483,18 @@ func (m *Mirror) noteDecodeError(seq uint64, err error) {
 	m.st.DecodeErrors++
 	m.st.LastDecodeError = err.Error()
 	m.st.LastSeq, m.st.HasSeq, m.st.LastMessage = seq, true, m.now()
+	m.ix.mu.Unlock()
+}
+
+func (m *Mirror) noteReplay(filled bool, replayed uint64, err error) {
+	m.ix.mu.Lock()
+	if filled {
+		m.st.GapsFilled++
+	}
+	m.st.Replayed += replayed
+	if err != nil && !filled {
+		m.st.LastReplayError = err.Error()
+	}
 	m.ix.mu.Unlock()
 }
 
