@@ -93,9 +93,13 @@ func TestHostileBeforeSession(t *testing.T) {
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := startRun(t, fastCfg(tc.addr(t)))
+			addr := tc.addr(t)
+			fd0 := countFDs(t)
+			r := startRun(t, fastCfg(addr))
 			waitFor(t, 10*time.Second, "3 dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
 			stopPromptly(t, r)
+			// Failed handshakes leave no connection open on either side.
+			waitFor(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
 			st := r.s.Stats()
 			if st.Sessions != 0 || st.Connected {
 				t.Fatalf("a session began: %+v", st)
@@ -167,6 +171,7 @@ func TestHostileAfterHandshake(t *testing.T) {
 			})
 			cfg := fastCfg(addr)
 			cfg.MaxFrameSize = tc.maxFrame
+			fd0 := countFDs(t)
 			var before runtime.MemStats
 			runtime.ReadMemStats(&before)
 			r := startRun(t, cfg)
@@ -187,6 +192,7 @@ func TestHostileAfterHandshake(t *testing.T) {
 				}
 			}
 			stopPromptly(t, r)
+			waitFor(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
 			if tc.checkAlloc {
 				var after runtime.MemStats
 				runtime.ReadMemStats(&after)

@@ -170,6 +170,9 @@ func probe(ctx context.Context, addr string, dialTimeout, probeTimeout time.Dura
 	d := net.Dialer{Timeout: dialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err() // net reports a context deadline as "i/o timeout"
+		}
 		return fmt.Errorf("connect %s: %w", addr, err)
 	}
 	defer c.Close()
@@ -182,7 +185,7 @@ func probe(ctx context.Context, addr string, dialTimeout, probeTimeout time.Dura
 	n, err := io.ReadFull(c, sig[:])
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return fmt.Errorf("probe %s: %w", addr, ctx.Err())
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {

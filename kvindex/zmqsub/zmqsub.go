@@ -46,7 +46,10 @@ type Config struct {
 	// (vLLM's default tcp://*:5557) and we dial it. In bind mode we bind this
 	// endpoint ("tcp://*:port", port 0 = OS-chosen) and engines connect to us.
 	Endpoint string
-	// Bind selects bind mode.
+	// Bind selects bind mode. One publisher per bound endpoint is expected
+	// (vLLM's seq numbers are per engine); each publisher connection is
+	// reported as its own Connected/Disconnected pair, so overlapping
+	// publishers produce interleaved pairs and interleaved batches.
 	Bind bool
 	// Topic is the SUB prefix filter; "" receives everything.
 	Topic string
@@ -78,7 +81,9 @@ type Handler interface {
 	// Message delivers one batch [topic, seq, payload]. The slices are not
 	// reused by the subscriber; the handler may keep them.
 	Message(topic []byte, seq uint64, payload []byte)
-	// Disconnected ends the session begun by the last Connected.
+	// Disconnected ends a session begun by Connected; err says why
+	// (ctx.Err() when Run is stopping, ErrIdle, a *GuardError, an I/O error).
+	// Every Connected is followed by exactly one Disconnected.
 	Disconnected(err error)
 }
 
