@@ -50,7 +50,6 @@ type tracker struct {
 	// has not closed yet: each has a zmq4 reader goroutine.
 	live     int
 	liveZero chan struct{} // closed when shut down and live reaches 0
-	listener *guardListener
 }
 
 func newTracker(lim guardLimits, dialTimeout time.Duration) *tracker {
@@ -192,11 +191,7 @@ func (guardTransport) Listen(ctx context.Context, addr string) (net.Listener, er
 	if err != nil {
 		return nil, err
 	}
-	gl := &guardListener{Listener: l, t: t, closed: make(chan struct{})}
-	t.mu.Lock()
-	t.listener = gl
-	t.mu.Unlock()
-	return gl, nil
+	return &guardListener{Listener: l, t: t, closed: make(chan struct{})}, nil
 }
 
 func (guardTransport) Addr(ep string) (string, error) {
