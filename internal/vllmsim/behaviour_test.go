@@ -234,31 +234,43 @@ func TestMaxNumSeqsQueuesTheRest(t *testing.T) {
 func TestPreemptionWhenBlocksRunOut(t *testing.T) {
 	// 6 usable blocks of 4 tokens; 3 requests of 4 prompt tokens each grow
 	// to 12 tokens (3 blocks): they cannot all fit, so decoding preempts.
-	e := startEngine(t, Config{NumGPUBlocks: 7, BlockSize: 4, TimeScale: 50})
-	c := newClient(t)
-	errs := make(chan error, 3)
+	// They are submitted together (steps of 5 ms leave no time for one to
+	// finish first).
+	e := startEngine(t, Config{NumGPUBlocks: 7, BlockSize: 4, DecodeStepTime: 5 * time.Millisecond})
+	var reqs []*simRequest
 	for i := range 3 {
-		go func() {
-			st, out := postJSON(t, c, e.URL()+"/v1/completions", map[string]any{"prompt": []int{i, i + 1, i + 2, i + 3}, "max_tokens": 8})
-			if st != 200 {
-				errs <- fmt.Errorf("status %d: %s", st, out)
-				return
-			}
-			var r completionResp
-			if err := json.Unmarshal(out, &r); err != nil || r.Usage.CompletionTokens != 8 {
-				errs <- fmt.Errorf("response %s", out)
-				return
-			}
-			errs <- nil
-		}()
+		maxTokens := 8
+		sr, err := e.newSimRequest(&genRequest{Prompt: json.RawMessage(fmt.Sprintf("[%d,%d,%d,%d]", i, i+1, i+2, i+3)), MaxTokens: &maxTokens}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, sr)
 	}
-	for range 3 {
-		if err := <-errs; err != nil {
+	for _, sr := range reqs {
+		if err := e.submit(sr); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st := e.Stats(); st.Preemptions == 0 || st.RequestsServed != 3 {
-		t.Errorf("stats %+v, want preemptions > 0 and 3 served", st)
+	for _, sr := range reqs {
+		deadline := time.After(30 * time.Second)
+		for {
+			out, done, err := sr.progress()
+			if done {
+				if err != nil || out != 8 {
+					t.Fatalf("request ended with %d tokens, %v", out, err)
+				}
+				break
+			}
+			select {
+			case <-sr.notify:
+			case <-time.After(10 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("request did not finish")
+			}
+		}
+	}
+	if st := e.Stats(); st.Preemptions == 0 || st.RequestsServed != 3 || st.KVCacheUsage != 0 {
+		t.Errorf("stats %+v, want preemptions > 0, 3 served, no block in use", st)
 	}
 }
 

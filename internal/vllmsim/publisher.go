@@ -404,6 +404,10 @@ func (s *subConn) writeLoop() {
 		s.qBytes = 0
 		s.mu.Unlock()
 		if len(batch) == 0 {
+			// A spurious wake-up: batch is the empty queue just swapped
+			// out, and the queue now owns spare's array, so batch becomes
+			// the spare (keeping spare would hand its array out twice).
+			spare = batch
 			continue
 		}
 		_ = s.c.SetWriteDeadline(time.Now().Add(writeTimeout))
