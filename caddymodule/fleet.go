@@ -115,6 +115,14 @@ func (f *fleet) apply(a *App) {
 	}
 	f.mu.Unlock()
 	f.registry.Apply(a.engineConfigs(), f.registryOptions(a))
+	// A new config may route a pool to other upstreams: forget what the
+	// policies learned, or admission would gate (and fail open) on departed
+	// engines until the first request of the pool reaches Select — which a
+	// request parked on the stale list never does. Policies relearn on
+	// their next Select; meanwhile poolDials falls back to the config.
+	f.mu.Lock()
+	clear(f.pools)
+	f.mu.Unlock()
 }
 
 // kvWorker is the registry's per-engine worker: it keeps the engine's KV
@@ -271,8 +279,9 @@ func (f *fleet) learnPool(name string, dials []string) {
 	f.pools[name] = append([]string(nil), dials...)
 }
 
-// poolDials returns the engines serving a pool: learned from the policy, or
-// every engine the registry knows.
+// poolDials returns the engines serving a pool: learned from the policy
+// under the running config, else the engines the llm app configures for the
+// pool, else every engine the registry knows.
 func (f *fleet) poolDials(name string) []string {
 	f.mu.Lock()
 	d, ok := f.pools[name]
@@ -280,11 +289,19 @@ func (f *fleet) poolDials(name string) []string {
 	if ok {
 		return d
 	}
-	var out []string
+	// The engines configured for this pool in the llm app, else every
+	// engine known (the discovered ones included).
+	var static, all []string
 	for _, e := range f.registry.Engines() {
-		out = append(out, e.Dial())
+		all = append(all, e.Dial())
+		if c := e.Config(); c.Static && (c.Pool == name || c.Pool == "" && name == "default") {
+			static = append(static, e.Dial())
+		}
 	}
-	return out
+	if len(static) > 0 {
+		return static
+	}
+	return all
 }
 
 func (f *fleet) setDrained(dial string, on bool) {
