@@ -9,6 +9,9 @@ type limits struct {
 	kv          float64
 	maxInflight int
 	failClosed  bool
+	// ignoreDispatched disables local accounting: only the scraped gauges
+	// count (disable_local_accounting).
+	ignoreDispatched bool
 }
 
 // tryReserve admits a request when an engine of the pool has room, reserving
@@ -65,7 +68,25 @@ func engineFree(l upstreams.Load, lim limits) int {
 		}
 		return 1
 	}
-	return max - int(l.Running+l.Waiting) - int(l.Dispatched)
+	used := int(l.Running + l.Waiting)
+	if !lim.ignoreDispatched {
+		used += int(l.Dispatched)
+	}
+	return max - used
+}
+
+// anyKnown reports whether some undrained engine of the pool has fresh
+// gauges, so that a fail-closed admission has something to wait for.
+func (f *fleet) anyKnown(dials []string) bool {
+	for _, d := range dials {
+		if f.isDrained(d) {
+			continue
+		}
+		if e, ok := f.registry.Get(d); ok && e.Load().Known {
+			return true
+		}
+	}
+	return false
 }
 
 // drainRate is the pool's observed completions per second.

@@ -110,6 +110,14 @@ type Admission struct {
 	// become an inference outage).
 	FailClosed bool `json:"fail_closed,omitempty"`
 
+	// Ignore this gateway's local accounting when deciding whether an engine
+	// has room: admission then trusts only the engines' last scraped gauges,
+	// so a burst between two scrapes can overshoot max_inflight by the
+	// whole burst. For comparison and debugging; leave it off. Default:
+	// false (requests dispatched since the last scrape count against the
+	// limit).
+	DisableLocalAccounting bool `json:"disable_local_accounting,omitempty"`
+
 	app    *App
 	fleet  *fleet
 	logger *zap.Logger
@@ -127,6 +135,17 @@ func (*Admission) CaddyModule() caddy.ModuleInfo {
 // Provision sets up the handler.
 func (h *Admission) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.setDefaults()
+	app, err := appFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	h.app, h.fleet = app, app.fleet
+	return nil
+}
+
+// setDefaults fills the unset tunables.
+func (h *Admission) setDefaults() {
 	if h.MaxBody == 0 {
 		h.MaxBody = 1 << 20
 	}
@@ -163,12 +182,6 @@ func (h *Admission) Provision(ctx caddy.Context) error {
 			h.models[m] = true
 		}
 	}
-	app, err := appFromContext(ctx)
-	if err != nil {
-		return err
-	}
-	h.app, h.fleet = app, app.fleet
-	return nil
 }
 
 // Validate checks the configuration.
@@ -218,14 +231,17 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	}
 	req, err := admission.ParseRequest(body)
 	if err != nil {
-		return writeJSONError(w, http.StatusBadRequest, err.Error())
+		return writeRequestError(w, err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil // the body is now of known length
 	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	caddyhttp.SetVar(r.Context(), varRequest, req)
 	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
 
+	// The band headers are read and removed before anything else sees the
+	// request, whether or not it is gated.
 	band := h.band(r)
 	if h.models != nil && !h.models[req.Model] {
 		return next.ServeHTTP(w, r)
@@ -233,62 +249,29 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	caddyhttp.SetVar(r.Context(), "llm.band", band.String())
 	h.fleet.notePoolModel(h.Pool, req.Model)
 
-	var res *upstreams.Reservation
-	var failOpen bool
-	try := func() bool {
-		rr, fo, ok := h.fleet.tryReserve(h.dials(), h.limits())
-		if ok {
-			res, failOpen = rr, fo
-		}
-		return ok
+	a, done := h.admit(w, r, band, req.Stream)
+	if done {
+		return nil
 	}
-	gate := h.fleet.gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
-	waiter, err := gate.Enter(band, try)
-	if errors.Is(err, admission.ErrQueueFull) {
-		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
-		return h.reject(w, gate, band, 0, "queue_full")
-	}
-	if err != nil {
-		return writeJSONError(w, http.StatusInternalServerError, err.Error())
-	}
-
-	sseSent := false
-	select {
-	case <-waiter.Ready():
-	default:
-		parkedTotal.WithLabelValues(band.String()).Inc()
-		var ok bool
-		ok, sseSent = h.park(w, r, waiter, req.Stream)
-		if !ok {
-			if r.Context().Err() != nil {
-				rejectedTotal.WithLabelValues(band.String(), "client_gone").Inc()
-				return nil
-			}
-			rejectedTotal.WithLabelValues(band.String(), "max_park").Inc()
-			if sseSent {
-				_, _ = w.Write(admission.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
-				flush(w)
-				return nil
-			}
-			return h.reject(w, gate, band, waiter.Position(), "max_park")
-		}
+	if a.res != nil {
+		caddyhttp.SetVar(r.Context(), varReservation, a.res)
+		// Released however the proxy ends, panics (http.ErrAbortHandler)
+		// included; the release wakes parked requests.
+		defer a.res.Done()
 	}
 	admittedTotal.WithLabelValues(band.String()).Inc()
-	if failOpen {
+	if a.failOpen {
 		failOpenTotal.Inc()
 	}
-	caddyhttp.SetVar(r.Context(), "llm.queue_wait", waiter.Waited().String())
-	if res != nil {
-		caddyhttp.SetVar(r.Context(), varReservation, res)
-		defer res.Done()
-	}
-	ow := newObservingWriter(w, r, sseSent, time.Now(), req.Model)
+	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
+
+	ow := newObservingWriter(w, r, a.sseSent, time.Now(), req.Model)
 	err = next.ServeHTTP(ow, r)
 	ow.finish()
 	if r.Context().Err() == nil { // a client that left says nothing about the engine
 		h.fleet.reportOutcome(servedBy(r), err, ow.status)
 	}
-	if sseSent {
+	if a.sseSent {
 		// Headers are out: an upstream failure can only be told in-band, and
 		// returning an error would make Caddy write into the open stream.
 		if err != nil || ow.status >= 400 {
@@ -311,6 +294,75 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		return nil
 	}
 	return err
+}
+
+// admitted is how a request got through the gate.
+type admitted struct {
+	res      *upstreams.Reservation // nil when the pool had no engine to count on
+	failOpen bool                   // admitted on unknown or stale engine state
+	sseSent  bool                   // parked as a stream: the SSE 200 is out
+	waited   time.Duration
+}
+
+// admit passes the request through the pool's gate, parking it while no
+// engine has room. done reports that the request was answered (refused) or
+// its client left, and must not be proxied.
+func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, stream bool) (a admitted, done bool) {
+	dials := h.dials()
+	lim := h.limits()
+	if lim.failClosed && !h.fleet.anyKnown(dials) {
+		// Nothing to wait for: parking would only delay the same answer.
+		rejectedTotal.WithLabelValues(band.String(), "state_unknown").Inc()
+		h.reject(w, nil, band, 1, "state_unknown")
+		return a, true
+	}
+	// try runs under the gate's lock, at Enter or from a Kick (a poll
+	// result or a completion); what it writes is read here after Ready is
+	// closed or Leave returned, both ordered after it.
+	try := func() bool {
+		rr, fo, ok := h.fleet.tryReserve(h.dials(), lim)
+		if ok {
+			a.res, a.failOpen = rr, fo
+		}
+		return ok
+	}
+	gate := h.fleet.gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
+	waiter, err := gate.Enter(band, try)
+	if errors.Is(err, admission.ErrQueueFull) {
+		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
+		h.reject(w, gate, band, 0, "queue_full")
+		return a, true
+	}
+	if err != nil {
+		_ = writeJSONError(w, http.StatusInternalServerError, err.Error())
+		return a, true
+	}
+	select {
+	case <-waiter.Ready():
+		return a, false
+	default:
+	}
+	parkedTotal.WithLabelValues(band.String()).Inc()
+	out, sseSent := h.park(w, r, waiter, stream)
+	a.sseSent, a.waited = sseSent, waiter.Waited()
+	switch out {
+	case parkAdmitted:
+		return a, false
+	case parkClientGone:
+		rejectedTotal.WithLabelValues(band.String(), "client_gone").Inc()
+		if a.res != nil {
+			a.res.Done() // admitted as the client left: hand the room back
+		}
+		return a, true
+	}
+	rejectedTotal.WithLabelValues(band.String(), "max_park").Inc()
+	if sseSent {
+		_, _ = w.Write(admission.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
+		flush(w)
+		return a, true
+	}
+	h.reject(w, gate, band, waiter.Position(), "max_park")
+	return a, true
 }
 
 // readBody reads the whole body under max_body and body_timeout.
@@ -357,13 +409,26 @@ func (h *Admission) dials() []string {
 }
 
 func (h *Admission) limits() limits {
-	return limits{kv: h.KVLimit, maxInflight: h.MaxInflight, failClosed: h.FailClosed}
+	return limits{kv: h.KVLimit, maxInflight: h.MaxInflight, failClosed: h.FailClosed, ignoreDispatched: h.DisableLocalAccounting}
 }
 
+// parkOutcome is how parking ended.
+type parkOutcome int
+
+const (
+	parkAdmitted   parkOutcome = iota
+	parkClientGone             // context done or the connection failed
+	parkTimedOut               // max_park passed
+)
+
 // park waits for admission. Streaming clients get the SSE response headers
-// and keep-alive comments meanwhile. It returns whether the request was
-// admitted and whether SSE headers were sent.
-func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admission.Waiter, stream bool) (admitted, sseSent bool) {
+// and keep-alive comments meanwhile. It waits on the request's own context,
+// never the module's (cancelled by every config reload while requests
+// continue). It returns how parking ended and whether SSE headers were sent.
+// A waiter admitted in a race with its client leaving or its deadline
+// passing counts as admitted only for the deadline: the caller still owns
+// the reservation either way.
+func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admission.Waiter, stream bool) (out parkOutcome, sseSent bool) {
 	timer := time.NewTimer(time.Duration(h.MaxPark))
 	defer timer.Stop()
 	var tick <-chan time.Time
@@ -373,9 +438,12 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 		hdr.Set("Cache-Control", "no-cache")
 		hdr.Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(admission.KeepAlive)
-		flush(w)
 		sseSent = true
+		if _, err := w.Write(admission.KeepAlive); err != nil {
+			waiter.Leave()
+			return parkClientGone, sseSent
+		}
+		flush(w)
 		t := time.NewTicker(time.Duration(h.Heartbeat))
 		defer t.Stop()
 		tick = t.C
@@ -383,37 +451,64 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 	for {
 		select {
 		case <-waiter.Ready():
-			return true, sseSent
+			return parkAdmitted, sseSent
 		case <-r.Context().Done():
-			return waiter.Leave(), sseSent
+			waiter.Leave()
+			return parkClientGone, sseSent
 		case <-timer.C:
-			return waiter.Leave(), sseSent
-		case <-tick:
-			if _, err := w.Write(admission.KeepAlive); err != nil {
-				return waiter.Leave(), sseSent
+			if waiter.Leave() {
+				return parkAdmitted, sseSent
 			}
-			flush(w)
+			return parkTimedOut, sseSent
+		case <-tick:
+			_, err := w.Write(admission.KeepAlive)
+			if err == nil {
+				err = http.NewResponseController(w).Flush()
+			}
+			if err != nil {
+				waiter.Leave()
+				return parkClientGone, sseSent
+			}
 		}
 	}
 }
 
 // reject answers 503 with a Retry-After computed from the pool's observed
-// drain rate and the request's queue position.
-func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) error {
-	if position <= 0 {
-		st := gate.Stats()
-		for b := 0; b <= int(band); b++ {
-			position += st.Depth[b]
+// drain rate and the request's queue position (a newcomer's place in band
+// when position is 0). gate may be nil.
+func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) {
+	rate := h.fleet.drainRate(h.dials())
+	if gate != nil {
+		if position <= 0 {
+			position = gate.Ahead(band) + 1
 		}
-		position++
+		if rate <= 0 {
+			rate = gate.DrainRate()
+		}
 	}
-	ra := admission.RetryAfter(position, h.fleet.drainRate(h.dials()), time.Second, time.Duration(h.MaxPark))
+	ra := admission.RetryAfter(position, rate, time.Second, time.Duration(h.MaxPark))
 	w.Header().Set("Retry-After", strconv.Itoa(int((ra+time.Second-1)/time.Second)))
 	msg := "all engines are at capacity"
-	if reason == "queue_full" {
+	switch reason {
+	case "queue_full":
 		msg = "admission queue is full"
+	case "state_unknown":
+		msg = "the engines' load is unknown (metrics unavailable) and admission fails closed"
 	}
-	return writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+	_ = writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+}
+
+// writeRequestError answers a body ParseRequest rejected with 400 and an
+// OpenAI-style error naming the field at fault.
+func writeRequestError(w http.ResponseWriter, err error) error {
+	var re *admission.RequestError
+	if !errors.As(err, &re) {
+		return writeJSONError(w, http.StatusBadRequest, err.Error())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(re.JSON())
+	return nil
 }
 
 // writeJSONError answers with an OpenAI-style JSON error. It returns nil:
