@@ -176,6 +176,7 @@ func parseAdmission(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    engines              <dial...>
 //	    models               <model...>
 //	    fail_closed
+//	    local_accounting     on|off
 //	}
 func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "llm_admission"
@@ -221,6 +222,18 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "fail_closed":
 			err = parseFlag(d, &h.FailClosed)
+		case "local_accounting":
+			var v string
+			if err = parseString(d, &v); err == nil {
+				switch v {
+				case "on":
+					h.DisableLocalAccounting = false
+				case "off":
+					h.DisableLocalAccounting = true
+				default:
+					err = d.Errf("local_accounting must be on or off, got '%s'", v)
+				}
+			}
 		default:
 			return d.Errf("unrecognized llm_admission subdirective '%s'", d.Val())
 		}
