@@ -1,0 +1,177 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// TestAdmissionParkedStream: a parked `stream: true` request gets one 200
+// response carrying `: keep-alive` comments while it waits, then the
+// upstream's tokens and [DONE] — the upstream's own status line and headers
+// never reach the wire a second time.
+func TestAdmissionParkedStream(t *testing.T) {
+	e := slowEngine(t)
+	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n"))
+	occ := occupy(t, e, 1)
+	admWaitBusy(t, e.Addr(), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := openAdmStream(t, ctx, streamChatBody("parked stream", 6), nil)
+	if s.res.StatusCode != http.StatusOK || !strings.HasPrefix(s.res.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("parked stream: %d %q", s.res.StatusCode, s.res.Header.Get("Content-Type"))
+	}
+	keepAlives := 0
+	for keepAlives < 3 {
+		l, ok := s.next(t, 10*time.Second)
+		if !ok {
+			t.Fatal("stream ended while parked")
+		}
+		switch {
+		case l == ": keep-alive":
+			keepAlives++
+		case l == "":
+		default:
+			t.Fatalf("while parked got %q", l)
+		}
+	}
+	if st := e.Stats(); st.Running+st.Waiting != 1 {
+		t.Fatalf("parked stream reached the engine: %+v", st)
+	}
+	occ[0].release()
+
+	rest := s.rest(t, 30*time.Second)
+	var data []string
+	sawUsage := false
+	for _, l := range rest {
+		switch {
+		case l == "" || l == ": keep-alive":
+		case strings.HasPrefix(l, "data: "):
+			data = append(data, l)
+			if strings.Contains(l, `"usage":{`) {
+				sawUsage = true
+			}
+		default:
+			t.Errorf("unexpected line %q", l)
+		}
+	}
+	if len(data) < 7 || data[len(data)-1] != "data: [DONE]" || !sawUsage {
+		t.Fatalf("after admission got %d data lines (usage %v): %q", len(data), sawUsage, data)
+	}
+	for _, l := range data[:len(data)-1] {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &v); err != nil {
+			t.Errorf("data line is not JSON: %q", l)
+		}
+	}
+}
+
+// TestAdmissionParkedStreamUpstreamError: when the upstream answers a
+// resumed stream with a 500 (after our 200 went out), the client gets an
+// `event: error` whose data is one OpenAI-style JSON error — never the
+// upstream's JSON or HTML spliced into the stream.
+func TestAdmissionParkedStreamUpstreamError(t *testing.T) {
+	e := slowEngine(t)
+	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n"))
+	occ := occupy(t, e, 1)
+	admWaitBusy(t, e.Addr(), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := openAdmStream(t, ctx, streamChatBody("parked, then the engine fails", 6), nil)
+	if l, _ := s.next(t, 10*time.Second); l != ": keep-alive" {
+		t.Fatalf("first line %q", l)
+	}
+	e.SetFaults(vllmsim.Faults{Error500: true})
+	t.Cleanup(func() { e.SetFaults(vllmsim.Faults{}) })
+	occ[0].release()
+
+	rest := s.rest(t, 30*time.Second)
+	var event, data string
+	for i, l := range rest {
+		switch {
+		case l == "" || l == ": keep-alive":
+		case l == "event: error" && i+1 < len(rest):
+			event, data = l, rest[i+1]
+		case strings.HasPrefix(l, "data: ") && event != "":
+		default:
+			t.Errorf("line outside SSE framing: %q", l)
+		}
+	}
+	if event == "" || !strings.HasPrefix(data, "data: ") {
+		t.Fatalf("no error event in %q", rest)
+	}
+	var v struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(data, "data: ")), &v); err != nil {
+		t.Fatalf("error event data is not JSON: %q", data)
+	}
+	if v.Error.Code != 500 || v.Error.Type != "server_error" || !strings.Contains(v.Error.Message, "EngineCore") {
+		t.Errorf("error event %+v", v.Error)
+	}
+}
+
+// TestAdmissionStreamingMetrics: streamed responses (with
+// stream_options.include_usage) feed llmgw_ttft_seconds, llmgw_itl_seconds
+// and llmgw_tokens_total{kind}, by exactly the usage the engine reported.
+func TestAdmissionStreamingMetrics(t *testing.T) {
+	engines := startEngines(t, 1, vllmsim.Config{})
+	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines, noKV: true}))
+	ttft0 := metricValue(t, "llmgw_ttft_seconds_count")
+	itl0 := metricValue(t, "llmgw_itl_seconds_count")
+	comp0 := metricValue(t, "llmgw_tokens_total", `kind="completion"`)
+	prompt0 := metricValue(t, "llmgw_tokens_total", `kind="prompt"`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var comp, prompt float64
+	const n, maxTokens = 3, 5
+	for i := range n {
+		r := admWait(t, admSend(ctx, "/v1/chat/completions", streamChatBody("observe me "+strings.Repeat("x", i), maxTokens), nil), 30*time.Second)
+		if r.status != http.StatusOK {
+			t.Fatalf("stream: %d %s", r.status, r.body)
+		}
+		for _, l := range sseSplit(r.body) {
+			if !strings.Contains(l, `"usage":{`) {
+				continue
+			}
+			var v struct {
+				Usage struct {
+					Prompt     float64 `json:"prompt_tokens"`
+					Completion float64 `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &v); err != nil {
+				t.Fatal(err)
+			}
+			comp += v.Usage.Completion
+			prompt += v.Usage.Prompt
+		}
+	}
+	if comp != n*maxTokens || prompt == 0 {
+		t.Fatalf("usage chunks: completion %v prompt %v", comp, prompt)
+	}
+	if d := metricValue(t, "llmgw_ttft_seconds_count") - ttft0; d != n {
+		t.Errorf("llmgw_ttft_seconds observations +%v, want %d", d, n)
+	}
+	if d := metricValue(t, "llmgw_itl_seconds_count") - itl0; d != n*(maxTokens-1) {
+		t.Errorf("llmgw_itl_seconds observations +%v, want %d", d, n*(maxTokens-1))
+	}
+	if d := metricValue(t, "llmgw_tokens_total", `kind="completion"`) - comp0; d != comp {
+		t.Errorf("llmgw_tokens_total{completion} +%v, want %v", d, comp)
+	}
+	if d := metricValue(t, "llmgw_tokens_total", `kind="prompt"`) - prompt0; d != prompt {
+		t.Errorf("llmgw_tokens_total{prompt} +%v, want %v", d, prompt)
+	}
+}
