@@ -1,0 +1,160 @@
+package caddymodule
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// parkInOrder parks requests one after the other (each waits until the
+// previous one is in its band, so arrival order is certain) and returns
+// their result channels.
+func parkInOrder(t *testing.T, ctx context.Context, reqs []bandReq) []<-chan admResult {
+	t.Helper()
+	chans := make([]<-chan admResult, len(reqs))
+	for i, r := range reqs {
+		before := queueDepth(t, r.band)
+		chans[i] = admChat(ctx, false, "band "+r.name, r.header)
+		waitQueueDepth(t, r.band, before+1)
+	}
+	return chans
+}
+
+type bandReq struct {
+	name   string
+	band   string // where it must park
+	header map[string]string
+}
+
+// completionOrder waits for every request and returns their names in the
+// order their responses ended. With max_inflight 1 the engine serves one at
+// a time, so this is the admission order.
+func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan admResult) []string {
+	t.Helper()
+	type done struct {
+		name string
+		at   time.Time
+	}
+	var ds []done
+	for i, ch := range chans {
+		r := admWait(t, ch, 60*time.Second)
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("%s: %d %v %s", reqs[i].name, r.status, r.err, r.body)
+		}
+		ds = append(ds, done{reqs[i].name, r.at})
+	}
+	slices.SortFunc(ds, func(a, b done) int { return a.at.Compare(b.at) })
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.name)
+	}
+	return out
+}
+
+// TestAdmissionBandOrder: under contention, parked requests are admitted
+// high before normal before low (X-Priority), X-Warmup: true parks in low,
+// and FIFO holds inside a band — whatever the arrival order.
+func TestAdmissionBandOrder(t *testing.T) {
+	e := slowEngine(t)
+	newTester(t, parkConfig(e, "\t\tmax_park 60s\n\t\taging 60s\n"))
+	occ := occupy(t, e, 1)
+	admWaitBusy(t, e.Addr(), 1)
+
+	reqs := []bandReq{
+		{"low", "low", map[string]string{"X-Priority": "low"}},
+		{"warmup", "low", map[string]string{"X-Warmup": "true"}},
+		{"normal", "normal", nil},
+		{"high", "high", map[string]string{"X-Priority": "high"}},
+		{"high-numeric", "high", map[string]string{"X-Priority": "0"}},
+		{"normal-unknown-priority", "normal", map[string]string{"X-Priority": "urgent!!"}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	chans := parkInOrder(t, ctx, reqs)
+	if d := [3]int{queueDepth(t, "high"), queueDepth(t, "normal"), queueDepth(t, "low")}; d != [3]int{2, 2, 2} {
+		t.Fatalf("band depths high/normal/low = %v", d)
+	}
+	occ[0].release()
+	got := completionOrder(t, reqs, chans)
+	want := []string{"high", "high-numeric", "normal", "normal-unknown-priority", "low", "warmup"}
+	if !slices.Equal(got, want) {
+		t.Errorf("admission order %v, want %v", got, want)
+	}
+}
+
+// TestAdmissionAging: a low request parked longer than `aging` is served
+// as high, ahead of a high request that arrived after it — low traffic
+// progresses under sustained high load.
+func TestAdmissionAging(t *testing.T) {
+	e := slowEngine(t)
+	newTester(t, parkConfig(e, "\t\tmax_park 60s\n\t\taging 200ms\n"))
+	occ := occupy(t, e, 1)
+	admWaitBusy(t, e.Addr(), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	reqs := []bandReq{{"low", "low", map[string]string{"X-Priority": "low"}}}
+	chans := parkInOrder(t, ctx, reqs)
+	time.Sleep(400 * time.Millisecond) // the low request ages
+	more := []bandReq{
+		{"high", "high", map[string]string{"X-Priority": "high"}},
+		{"normal", "normal", nil},
+	}
+	chans = append(chans, parkInOrder(t, ctx, more)...)
+	reqs = append(reqs, more...)
+	occ[0].release()
+	got := completionOrder(t, reqs, chans)
+	if want := []string{"low", "high", "normal"}; !slices.Equal(got, want) {
+		t.Errorf("admission order %v, want %v (aged low first)", got, want)
+	}
+}
+
+// TestAdmissionBandHeaders: X-Priority and X-Warmup are removed before the
+// request goes upstream, unless forward_band_headers; requests that are not
+// inference calls pass through untouched.
+func TestAdmissionBandHeaders(t *testing.T) {
+	e := startEngines(t, 1, vllmsim.Config{})[0]
+	rec := newUpstreamRecorder(t, e)
+	hdr := map[string]string{"X-Priority": "high", "X-Warmup": "true"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for _, forward := range []bool{false, true} {
+		adm := ""
+		if forward {
+			adm = "\t\tforward_band_headers\n"
+		}
+		newTester(t, admCaddyfile([]string{rec.addr()}, "", adm, ""))
+		r := admWait(t, admChat(ctx, false, "band headers", hdr), 30*time.Second)
+		if r.status != http.StatusOK {
+			t.Fatalf("forward %v: %d %s", forward, r.status, r.body)
+		}
+		got := rec.last(t)
+		for k, v := range hdr {
+			if fwd := got.header.Get(k); (fwd == v) != forward {
+				t.Errorf("forward_band_headers %v: upstream saw %s=%q", forward, k, fwd)
+			}
+		}
+	}
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gatewayAddr+"/v1/models", nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	newTester(t, admCaddyfile([]string{rec.addr()}, "", "", ""))
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, res); res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/models: %d %s", res.StatusCode, body)
+	}
+	got := rec.last(t)
+	if got.path != "/v1/models" || got.header.Get("X-Priority") != "high" || got.header.Get("X-Warmup") != "true" {
+		t.Errorf("non-inference request changed upstream: %s %v", got.path, got.header)
+	}
+}
