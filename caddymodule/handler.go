@@ -266,26 +266,45 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
 
 	ow := newObservingWriter(w, r, a.sseSent, time.Now(), req.Model)
-	err = next.ServeHTTP(ow, r)
+	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()
 	if r.Context().Err() == nil { // a client that left says nothing about the engine
-		h.fleet.reportOutcome(servedBy(r), err, ow.status)
+		outcome := err
+		if ow.aborted {
+			outcome = errUpstreamAborted
+		}
+		h.fleet.reportOutcome(servedBy(r), outcome, ow.status)
 	}
-	if a.sseSent {
+	if ow.aborted && !ow.streaming() {
+		// A non-streaming body cut short: aborting the connection is the
+		// only honest signal left.
+		panic(http.ErrAbortHandler)
+	}
+	if a.sseSent || ow.aborted {
 		// Headers are out: an upstream failure can only be told in-band, and
 		// returning an error would make Caddy write into the open stream.
-		if err != nil || ow.status >= 400 {
+		if err != nil || ow.aborted || ow.status >= 400 {
 			msg := "upstream error"
-			if err != nil {
-				msg = "upstream error: " + err.Error()
-			} else if ow.errBody.Len() > 0 {
+			switch {
+			case ow.aborted:
+				msg = "upstream stream ended abruptly"
+			case err != nil:
+				// The cause (with internal addresses) goes to the log only.
+				msg = "upstream error: " + strings.ToLower(http.StatusText(errStatus(err)))
+			case ow.errBody.Len() > 0:
 				msg = fmt.Sprintf("upstream error (%d): %s", ow.status, bytes.TrimSpace(ow.errBody.Bytes()))
 			}
 			st := ow.status
 			if st < 400 {
 				st = http.StatusBadGateway
 			}
-			_, _ = ow.ResponseWriterWrapper.Write(admission.ErrorEvent(msg, st))
+			ev := admission.ErrorEvent(msg, st)
+			if ow.aborted {
+				// The cut may have fallen inside an event: end it first
+				// (a blank line without data is no event).
+				ev = append([]byte("\n\n"), ev...)
+			}
+			_, _ = ow.ResponseWriterWrapper.Write(ev)
 			flush(w)
 			if c := h.logger.Check(zapcore.DebugLevel, "upstream failed after SSE headers"); c != nil {
 				c.Write(zap.Int("status", ow.status), zap.Error(err))
@@ -293,7 +312,43 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		}
 		return nil
 	}
+	if err != nil && ow.status == 0 && r.Context().Err() == nil {
+		// Nothing was sent (no engine reachable, timeouts): answer in the
+		// API's error format instead of Caddy's empty error page, naming no
+		// internal address; the cause is logged as Caddy would.
+		st := errStatus(err)
+		h.logger.Error("upstream failed", zap.Int("status", st), zap.Error(err))
+		return writeJSONError(w, st, "no engine could serve the request: "+strings.ToLower(http.StatusText(st)))
+	}
 	return err
+}
+
+// errUpstreamAborted is what the circuit breaker is told of an upstream
+// response that failed after it started.
+var errUpstreamAborted = errors.New("upstream response aborted")
+
+// serveNext runs the rest of the chain. reverse_proxy panics with
+// http.ErrAbortHandler when the upstream body fails after the response
+// started; that is recovered so a stream can still end with an error event.
+func serveNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (aborted bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	return false, next.ServeHTTP(w, r)
+}
+
+// errStatus is the HTTP status of a handler error; 502 when it has none.
+func errStatus(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode >= 400 {
+		return he.StatusCode
+	}
+	return http.StatusBadGateway
 }
 
 // admitted is how a request got through the gate.

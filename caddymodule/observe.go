@@ -22,6 +22,7 @@ type observingWriter struct {
 	resumed bool
 	hdr     http.Header // private header map when resumed
 	status  int
+	aborted bool // the upstream body failed after the response started
 	errBody bytes.Buffer
 	start   time.Time
 	model   string
@@ -101,6 +102,10 @@ func (o *observingWriter) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{o}, r)
 }
 
+// streaming reports whether the client is getting an SSE stream (the
+// upstream's, or the one opened while parked).
+func (o *observingWriter) streaming() bool { return o.resumed || o.obs != nil }
+
 // engine is the upstream reverse_proxy chose, once it has.
 func (o *observingWriter) engine() string { return servedBy(o.req) }
 
@@ -129,6 +134,9 @@ func (o *observingWriter) finish() {
 		}
 	} else if o.status > 0 && o.status < 400 {
 		u, haveUsage, _ = admission.ParseUsage(o.body.Bytes())
+	}
+	if o.aborted {
+		outcome = "aborted"
 	}
 	if haveUsage {
 		tokensTotal.WithLabelValues("prompt").Add(float64(u.PromptTokens))
