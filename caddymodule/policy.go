@@ -2,10 +2,12 @@ package caddymodule
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 func init() {
@@ -89,7 +92,18 @@ func (*Policy) CaddyModule() caddy.ModuleInfo {
 
 // Provision sets up the policy.
 func (p *Policy) Provision(ctx caddy.Context) error {
-	p.logger = ctx.Logger()
+	app, err := appFromContext(ctx)
+	if err != nil {
+		return err
+	}
+	p.setup(ctx.Logger(), app.fleet)
+	return nil
+}
+
+// setup applies the defaults and registers the policy's settings with the
+// fleet (Provision without a Caddy context, for tests).
+func (p *Policy) setup(logger *zap.Logger, f *fleet) {
+	p.logger = logger
 	p.Config.SetDefaults()
 	if p.Pool == "" {
 		p.Pool = "default"
@@ -106,14 +120,9 @@ func (p *Policy) Provision(ctx caddy.Context) error {
 	if p.BreakerCooldown == 0 {
 		p.BreakerCooldown = caddy.Duration(10 * time.Second)
 	}
-	app, err := appFromContext(ctx)
-	if err != nil {
-		return err
-	}
-	p.fleet = app.fleet
+	p.fleet = f
 	p.fleet.setBreaker(routing.BreakerConfig{Failures: p.BreakerFailures, Cooldown: time.Duration(p.BreakerCooldown)})
 	p.fleet.setPolicy(p.Pool, p.settings())
-	return nil
 }
 
 // Validate checks the configuration.
@@ -131,30 +140,67 @@ func (p *Policy) settings() routeSettings {
 	return routeSettings{cost: p.Config, blockSize: p.BlockSize, tokenize: !p.DisableTokenize}
 }
 
+// varSelect holds the policy's *selectState of a request.
+const varSelect = "llm.select"
+
+// statusPlaceholder is where reverse_proxy leaves the upstream's status.
+const statusPlaceholder = "http.reverse_proxy.status_code"
+
+// selectState is one request's routing across reverse_proxy's attempts.
+// Select runs on the request's goroutine; the end-of-request report may run
+// on another, hence the mutex.
+type selectState struct {
+	mu    sync.Mutex
+	tried map[string]bool // upstreams already picked for this request
+	last  string          // the latest pick, "" after a nil pick
+	// body is the request body when the policy read it itself, reinstalled
+	// before every attempt; bodyRead says not to read again.
+	body     []byte
+	bodyRead bool
+}
+
 // Select implements reverseproxy.Selector. w may be nil.
+//
+// reverse_proxy calls Select once per attempt, so a second call for one
+// request means the previous pick failed: it counts against that replica's
+// circuit breaker and the replica is not picked again for this request.
 func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	ctx := r.Context()
-	req := p.request(r)
-
-	tried, _ := caddyhttp.GetVar(ctx, varTried).(map[string]bool)
-	if tried == nil {
-		tried = make(map[string]bool)
-		caddyhttp.SetVar(ctx, varTried, tried)
-	} else if last, _ := caddyhttp.GetVar(ctx, "llm.last").(string); last != "" {
-		// Select runs again for the same request only when the last
-		// attempt failed.
-		p.fleet.breakerFailure(last)
+	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	st, ok := caddyhttp.GetVar(ctx, varSelect).(*selectState)
+	if !ok {
+		st = &selectState{tried: make(map[string]bool)}
+		caddyhttp.SetVar(ctx, varSelect, st)
+		if res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation); res == nil {
+			// llm_admission did not gate this request, so nobody else
+			// reports its outcome to the breaker.
+			context.AfterFunc(ctx, func() { p.reportEnd(st, repl) })
+		}
+	} else {
+		st.mu.Lock()
+		last := st.last
+		st.last = ""
+		st.mu.Unlock()
+		if last != "" {
+			p.fleet.breakerFailure(last)
+		}
 	}
+	req := p.request(r, st)
 
 	now := time.Now()
 	all := make([]string, 0, len(pool))
-	var cands []*reverseproxy.Upstream
+	cands := make([]*reverseproxy.Upstream, 0, len(pool))
+	var spare []*reverseproxy.Upstream // refused only by their breaker
 	for _, u := range pool {
 		if u == nil {
 			continue
 		}
 		all = append(all, u.Dial)
-		if !u.Available() || tried[u.Dial] || p.fleet.isDrained(u.Dial) || !p.fleet.breakerAllow(u.Dial, now) {
+		if !u.Available() || st.tried[u.Dial] || p.fleet.isDrained(u.Dial) {
+			continue
+		}
+		if !p.fleet.breakerAllow(u.Dial, now) {
+			spare = append(spare, u)
 			continue
 		}
 		cands = append(cands, u)
@@ -162,65 +208,99 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.fleet.learnPool(p.Pool, sortedCopy(all))
 
 	var chosen *reverseproxy.Upstream
-	var tier string
-	if key := p.cacheKey(r); key != "" && len(cands) > 0 {
+	tier, outcome := routing.LoadOnly, routing.Miss
+	if len(cands) > 0 {
 		dials := make([]string, len(cands))
 		for i, u := range cands {
 			dials[i] = u.Dial
 		}
-		chosen, tier = cands[routing.Rendezvous(key, dials)], routing.CacheKey.String()
-		prefixDecisions.WithLabelValues(tier, routing.Hit.String()).Inc()
-	} else if len(cands) > 0 && req != nil {
-		dials := make([]string, len(cands))
-		for i, u := range cands {
-			dials[i] = u.Dial
-		}
-		res := p.fleet.route(ctx, req, dials, p.settings(), false)
-		if res.decision.Index >= 0 {
-			chosen = cands[res.decision.Index]
-			tier = res.decision.Tier.String()
-			prefixDecisions.WithLabelValues(tier, res.decision.Outcome.String()).Inc()
-			prefixShare.Observe(res.decision.Share)
-			p.fleet.approx.Insert(res.text, chosen.Dial)
+		if key := p.cacheKey(r); key != "" {
+			chosen, tier, outcome = cands[routing.Rendezvous(key, dials)], routing.CacheKey, routing.Hit
+		} else if req != nil {
+			res := p.fleet.route(ctx, req, dials, p.settings(), false)
+			outcome = res.decision.Outcome
+			if res.decision.Index >= 0 {
+				chosen, tier = cands[res.decision.Index], res.decision.Tier
+				prefixShare.Observe(res.decision.Share)
+			}
 		}
 	}
 	if chosen == nil {
-		// No request to route on, or every candidate excluded: least_conn
-		// among what is available, rather than nil while any upstream is.
-		chosen = leastConn(cands)
-		if chosen == nil {
-			chosen = leastConn(availableOnly(pool, tried))
+		// No request to route on, or every candidate excluded (saturated,
+		// KV full): least_conn among what is left rather than nil while
+		// any upstream is available; replicas whose breaker is open come
+		// last. Drained replicas never get new requests.
+		tier = routing.LoadOnly
+		if chosen = leastConn(cands); chosen == nil {
+			chosen = leastConn(spare)
 		}
-		if chosen == nil {
-			return nil
-		}
-		tier = routing.LoadOnly.String()
-		prefixDecisions.WithLabelValues(tier, routing.Miss.String()).Inc()
 	}
-
 	for _, u := range cands {
 		if u != chosen {
 			p.fleet.breakerRelease(u.Dial) // hand back half-open probes not used
 		}
 	}
-	tried[chosen.Dial] = true
-	caddyhttp.SetVar(ctx, "llm.last", chosen.Dial)
-	caddyhttp.SetVar(ctx, "llm.tier", tier)
+	if chosen == nil {
+		return nil
+	}
+	prefixDecisions.WithLabelValues(tier.String(), outcome.String()).Inc()
+	if req != nil {
+		p.fleet.approx.Insert(approxText(req), chosen.Dial)
+	}
+
+	st.mu.Lock()
+	st.tried[chosen.Dial] = true
+	st.last = chosen.Dial
+	st.mu.Unlock()
+	if repl != nil {
+		// The status left by an earlier attempt must not be taken for
+		// this one's.
+		repl.Delete(statusPlaceholder)
+	}
+	caddyhttp.SetVar(ctx, "llm.tier", tier.String())
 	p.fleet.account(r, chosen.Dial)
 	if p.DebugHeaders && w != nil {
 		w.Header().Set("X-LLM-Upstream", chosen.Dial)
-		w.Header().Set("X-LLM-Tier", tier)
+		w.Header().Set("X-LLM-Tier", tier.String())
 	}
 	return chosen
 }
 
+// reportEnd feeds the breaker with the last attempt's result when the
+// request ends, for requests llm_admission did not gate: a 5xx is a
+// failure, any other status a success. Without a status (no response, or
+// the client left first) nothing is reported.
+func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
+	st.mu.Lock()
+	last := st.last
+	st.mu.Unlock()
+	if last == "" || repl == nil {
+		return
+	}
+	v, ok := repl.Get(statusPlaceholder)
+	status, isInt := v.(int)
+	if !ok || !isInt {
+		return
+	}
+	p.fleet.reportOutcome(last, nil, status)
+}
+
 // request returns the parsed request left by llm_admission, or parses the
-// body itself (bounded, restored) when that handler did not run.
-func (p *Policy) request(r *http.Request) *admission.Request {
-	if req, ok := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request); ok {
+// body itself (bounded, and restored for the upstream) when that handler
+// did not run. The body is read at most once per request; when the policy
+// read it, every attempt gets it afresh.
+func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
+	if st.body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(st.body))
+	}
+	if req, ok := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request); ok && req != nil {
 		return req
 	}
-	if r.Body == nil || r.Method != http.MethodPost {
+	if st.bodyRead {
+		return nil
+	}
+	st.bodyRead = true
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || r.ContentLength > p.MaxBody {
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, p.MaxBody+1))
@@ -232,6 +312,7 @@ func (p *Policy) request(r *http.Request) *admission.Request {
 		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 		return nil
 	}
+	st.body = body
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	req, err := admission.ParseRequest(body)
 	if err != nil {
@@ -258,18 +339,6 @@ func leastConn(ups []*reverseproxy.Upstream) *reverseproxy.Upstream {
 		}
 	}
 	return best
-}
-
-// availableOnly lists the available upstreams this request has not tried,
-// ignoring drains and breakers: the last resort before "no upstream".
-func availableOnly(pool reverseproxy.UpstreamPool, tried map[string]bool) []*reverseproxy.Upstream {
-	var out []*reverseproxy.Upstream
-	for _, u := range pool {
-		if u != nil && u.Available() && !tried[u.Dial] {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 func sortedCopy(s []string) []string {

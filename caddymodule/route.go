@@ -1,8 +1,10 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"hash/fnv"
 	"net/http"
 	"time"
@@ -36,7 +38,8 @@ type routeResult struct {
 // tokenized, approximate tier otherwise) and its load, and lets routing.Pick
 // decide. It has no side effects, so the explain API uses it as is.
 func (f *fleet) route(ctx context.Context, req *admission.Request, dials []string, s routeSettings, explain bool) routeResult {
-	res := routeResult{text: promptText(req), blockSize: s.blockSize}
+	res := routeResult{text: approxText(req), blockSize: s.blockSize}
+	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
 	engines := make([]*upstreams.Engine, len(dials))
 	loads := make([]upstreams.Load, len(dials))
 	for i, d := range dials {
@@ -54,12 +57,12 @@ func (f *fleet) route(ctx context.Context, req *admission.Request, dials []strin
 	}
 	bs := res.blockSize
 
-	var tokens []uint64
-	if s.tokenize {
+	tokens := promptIDs(req)
+	if tokens == nil && s.tokenize {
 		tokens, res.tokenizeErr = f.tokenize(ctx, req, engines, loads)
 	}
 	var precise map[string]int
-	promptTokens := len(res.text) / 4 // rough bytes-per-token when untokenized
+	promptTokens := textLen / 4 // rough bytes-per-token when untokenized
 	if tokens != nil {
 		res.tokens, promptTokens = len(tokens), len(tokens)
 		precise = make(map[string]int)
@@ -71,7 +74,9 @@ func (f *fleet) route(ctx context.Context, req *admission.Request, dials []strin
 		}
 	}
 	total := promptTokens / bs
-	approxList, approxTotal := f.approx.Match(res.text)
+	// The tree sees at most the text's first approxMaxBytes; its match is a
+	// share of the whole prompt.
+	approxList, _ := f.approx.Match(res.text)
 	approx := make(map[string]int, len(approxList))
 	for _, m := range approxList {
 		approx[m.Engine] = m.Bytes
@@ -94,8 +99,8 @@ func (f *fleet) route(ctx context.Context, req *admission.Request, dials []strin
 			c.Tier, c.MatchedBlocks = routing.Precise, precise[d]
 		} else {
 			c.Tier = routing.Approximate
-			if approxTotal > 0 {
-				c.MatchedBlocks = int(float64(approx[d]) / float64(approxTotal) * float64(total))
+			if textLen > 0 {
+				c.MatchedBlocks = int(float64(approx[d]) / float64(textLen) * float64(total))
 			}
 		}
 		cands[i] = c
@@ -146,14 +151,34 @@ func (f *fleet) tokenize(ctx context.Context, req *admission.Request, engines []
 	return tokens, nil
 }
 
-// promptText is what the approximate tier keys on: the raw prompt, or the
-// raw messages array (a conversation's earlier turns are a byte prefix of
-// its later requests).
-func promptText(req *admission.Request) string {
+// approxMaxBytes bounds the text the approximate tier keys on: the tree
+// considers no more than its MaxChunks (4096) chunks of 64 bytes, so
+// copying more of a long prompt would be wasted work per request.
+const approxMaxBytes = 4096 * 64
+
+// approxText is what the approximate tier keys on: the start of the raw
+// prompt, or of the raw messages array (a conversation's earlier turns are a
+// byte prefix of its later requests).
+func approxText(req *admission.Request) string {
+	raw := req.Prompt
 	if len(req.Messages) > 0 {
-		return string(req.Messages)
+		raw = req.Messages
 	}
-	return string(req.Prompt)
+	return string(raw[:min(len(raw), approxMaxBytes)])
+}
+
+// promptIDs returns the prompt of a completion request given as token ids
+// (vLLM hashes them as they are: no tokenizing needed), or nil.
+func promptIDs(req *admission.Request) []uint64 {
+	p := bytes.TrimSpace(req.Prompt)
+	if len(p) < 3 || p[0] != '[' || len(req.Messages) > 0 {
+		return nil
+	}
+	var ids []uint64
+	if err := json.Unmarshal(p, &ids); err != nil || len(ids) == 0 {
+		return nil // strings, or a batch of prompts
+	}
+	return ids
 }
 
 // spreadKey derives the tie-break key from the prompt's first block, so that
