@@ -1,0 +1,77 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// TestAdmissionSoftCapOvershoot measures how far a burst overshoots
+// max_inflight between two scrapes, with local accounting (requests
+// dispatched since the last scrape count against the limit) and without it
+// (`local_accounting off`: the gauges alone). One engine, max_inflight 4,
+// poll_interval 500ms, 40 concurrent requests; the peak running+waiting the
+// engine itself reports is the figure. Both are logged; the test asserts
+// only that local accounting does not overshoot more than its absence.
+func TestAdmissionSoftCapOvershoot(t *testing.T) {
+	const limit, burst = 4, 40
+	peak := map[string]int{}
+	for _, mode := range []string{"on", "off"} {
+		t.Run("local_accounting_"+mode, func(t *testing.T) {
+			e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond, MaxNumSeqs: 64})[0]
+			newTester(t, gatewayCaddyfile(fleetConfig{
+				engines:   []*vllmsim.Engine{e},
+				noKV:      true,
+				appExtra:  "\t\tpoll_interval 500ms\n",
+				admission: fmt.Sprintf("\t\tmax_inflight %d\n\t\tmax_park 60s\n\t\tqueue_size 100\n\t\tlocal_accounting %s\n", limit, mode),
+			}))
+			eventually(t, 10*time.Second, "engine known", func() bool { return getEngineReport(t, e.Addr()).Known })
+
+			var max atomic.Int64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				for {
+					st := e.Stats()
+					if n := int64(st.Running + st.Waiting); n > max.Load() {
+						max.Store(n)
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			chans := make([]<-chan admResult, burst)
+			for i := range chans {
+				chans[i] = admSend(ctx, "/v1/chat/completions",
+					fmt.Sprintf(`{"model":"sim-model","max_tokens":20,"messages":[{"role":"user","content":"burst %d"}]}`, i), nil)
+			}
+			for i, ch := range chans {
+				if r := admWait(t, ch, 120*time.Second); r.status != http.StatusOK {
+					t.Errorf("request %d: %d %v %s", i, r.status, r.err, r.body)
+				}
+			}
+			close(stop)
+			<-sampled
+			peak[mode] = int(max.Load())
+			t.Logf("local_accounting %s: peak running+waiting %d with max_inflight %d, burst %d, poll_interval 500ms", mode, peak[mode], limit, burst)
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("overshoot over max_inflight %d: with local accounting %+d, without %+d", limit, peak["on"]-limit, peak["off"]-limit)
+	if peak["on"] > peak["off"] {
+		t.Errorf("local accounting overshoots more (%d) than the gauges alone (%d)", peak["on"], peak["off"])
+	}
+}
