@@ -264,3 +264,90 @@ func relHeapInuse() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
 }
+
+// relReset loads a config without engines (idle_ttl 1ms) and waits until
+// the shared fleet has forgotten every engine, so a test leaves no engines,
+// pollers or subscriptions behind for the tests after it. It talks to the
+// admin API directly: it runs in t.Cleanup, possibly after a failure.
+func relReset(t *testing.T) {
+	t.Helper()
+	cfg := fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tidle_ttl 1ms\n\t}\n}\n\nhttp://%s {\n\trespond \"reset\"\n}\n",
+		adminAddr, httpPort, httpPort+363, gatewayAddr)
+	req, err := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Errorf("reset load: %v", err)
+		return
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("reset load: %d %s", res.StatusCode, body)
+		return
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var all []engineReport
+		if adminJSON(t, http.MethodGet, "/llm/engines", "", &all) == http.StatusOK && len(all) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("reset: %d engines still known", len(all))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// relTokenize asks an engine's /tokenize for the tokens of a one-message
+// chat, as the gateway's policy would.
+func relTokenize(t *testing.T, e *vllmsim.Engine, content string) []uint64 {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{
+		"model":    "sim-model",
+		"messages": []map[string]string{{"role": "user", "content": content}},
+	})
+	res, err := client.Post(e.URL()+"/tokenize", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out struct {
+		Tokens []uint64 `json:"tokens"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || len(out.Tokens) == 0 {
+		t.Fatalf("tokenize: %v %+v", err, out)
+	}
+	return out.Tokens
+}
+
+// relCandidate is one candidate of the explain API.
+type relCandidate struct {
+	Dial          string  `json:"dial"`
+	Tier          string  `json:"tier"`
+	MatchedBlocks int     `json:"matched_blocks"`
+	Cost          float64 `json:"cost"`
+}
+
+// relExplain returns the explain API's candidate for dial.
+func relExplain(t *testing.T, body, dial string) relCandidate {
+	t.Helper()
+	var out struct {
+		Candidates []relCandidate `json:"candidates"`
+	}
+	if code := adminJSON(t, http.MethodPost, "/llm/explain", body, &out); code != http.StatusOK {
+		t.Fatalf("explain: %d", code)
+	}
+	for _, c := range out.Candidates {
+		if c.Dial == dial {
+			return c
+		}
+	}
+	t.Fatalf("explain: no candidate %s in %+v", dial, out.Candidates)
+	return relCandidate{}
+}
