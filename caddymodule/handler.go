@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -212,12 +213,25 @@ func isInference(r *http.Request) bool {
 		return false
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		mt, ok := mediaType(ct)
+		if !ok || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 			return false
 		}
 	}
 	return true
+}
+
+// mediaType is mime.ParseMediaType's media type, lower-cased, without its
+// allocations for the common exact forms.
+func mediaType(ct string) (string, bool) {
+	switch ct {
+	case "application/json", "text/event-stream":
+		return ct, true
+	case "application/json; charset=utf-8", "text/event-stream; charset=utf-8":
+		return ct[:strings.IndexByte(ct, ';')], true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return mt, err == nil
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
@@ -425,11 +439,26 @@ func (h *Admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, in
 	if r.ContentLength > h.MaxBody {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes exceeds max_body %d", r.ContentLength, h.MaxBody)
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Duration(h.BodyTimeout)))
-	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Time{}) }()
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.MaxBody+1))
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(time.Duration(h.BodyTimeout))) == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// Known length (the server enforces it): one exact allocation
+		// instead of ReadAll's doublings.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, h.MaxBody+1))
+	}
 	if err != nil {
-		return nil, http.StatusRequestTimeout, fmt.Errorf("reading request body: %w", err)
+		status := http.StatusBadRequest
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			status = http.StatusRequestTimeout
+		}
+		return nil, status, fmt.Errorf("reading request body: %w", err)
 	}
 	if int64(len(body)) > h.MaxBody {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body exceeds max_body %d bytes", h.MaxBody)

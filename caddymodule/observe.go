@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"bytes"
 	"io"
-	"mime"
 	"net/http"
 	"time"
 
@@ -64,7 +63,7 @@ func (o *observingWriter) WriteHeader(code int) {
 		return
 	}
 	o.status = code
-	if mt, _, _ := mime.ParseMediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
+	if mt, _ := mediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
 		o.obs = admission.NewStreamObserver(admission.StreamConfig{
 			Start: o.start,
