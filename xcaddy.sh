@@ -27,7 +27,7 @@ command -v go >/dev/null || die "Go is required (https://go.dev/dl), 1.26 or new
 # when something changed.
 source_stamp() {
 	{ printf '%s %s\n' "$CADDY_VERSION" "$(go version)"
-	  find . -path ./.cache -prune -o -path ./bin -prune -o \( -name '*.go' -o -name go.mod -o -name go.sum \) -type f -print0 |
+	  find . -path ./.cache -prune -o -path ./bin -prune -o \( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum \) -type f -print0 |
 		sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1
 }
 
@@ -117,7 +117,7 @@ cmd_test() {
 	local pkg target
 	while read -r pkg target; do
 		log "  $pkg $target"
-		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 2 "$pkg"
 	done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 		for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
 			echo "./$(dirname "${f#./}") $t"

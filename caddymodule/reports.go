@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgw/caddy-llmgw/admission"
-	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
 // engineReport is one engine in GET /llm/engines.
@@ -38,28 +37,39 @@ type engineReport struct {
 
 // kvReport is an engine's KV subscription and mirror.
 type kvReport struct {
-	Endpoint         string              `json:"endpoint"`
-	Mode             string              `json:"mode"`
-	Replay           string              `json:"replay,omitempty"`
-	Subscribed       bool                `json:"subscribed"`
-	Connected        bool                `json:"connected"`
-	Sessions         uint64              `json:"sessions"`
-	DialErrors       uint64              `json:"dial_errors"`
-	Dropped          uint64              `json:"dropped_messages"`
-	LastError        string              `json:"last_error,omitempty"`
-	LastSeq          *uint64             `json:"last_seq"`
-	LastMessage      time.Time           `json:"last_message,omitzero"`
-	Blocks           int                 `json:"blocks"`
-	Capacity         int                 `json:"capacity"`
-	Stored           uint64              `json:"stored_events"`
-	Removed          uint64              `json:"removed_events"`
-	Cleared          uint64              `json:"cleared_events"`
-	Unknown          uint64              `json:"unknown_events"`
-	DecodeErrors     uint64              `json:"decode_errors"`
-	Resyncs          map[string]uint64   `json:"resyncs"`
-	LastResync       time.Time           `json:"last_resync,omitzero"`
-	LastResyncReason string              `json:"last_resync_reason,omitempty"`
-	Verify           kvindex.VerifyStats `json:"hash_verification"`
+	Endpoint         string            `json:"endpoint"`
+	Mode             string            `json:"mode"`
+	Replay           string            `json:"replay,omitempty"`
+	Subscribed       bool              `json:"subscribed"`
+	Connected        bool              `json:"connected"`
+	Sessions         uint64            `json:"sessions"`
+	DialErrors       uint64            `json:"dial_errors"`
+	Dropped          uint64            `json:"dropped_messages"`
+	LastError        string            `json:"last_error,omitempty"`
+	LastSeq          *uint64           `json:"last_seq"`
+	LastMessage      time.Time         `json:"last_message,omitzero"`
+	Blocks           int               `json:"blocks"`
+	Capacity         int               `json:"capacity"`
+	Stored           uint64            `json:"stored_events"`
+	Removed          uint64            `json:"removed_events"`
+	Cleared          uint64            `json:"cleared_events"`
+	Unknown          uint64            `json:"unknown_events"`
+	DecodeErrors     uint64            `json:"decode_errors"`
+	Resyncs          map[string]uint64 `json:"resyncs"`
+	LastResync       time.Time         `json:"last_resync,omitzero"`
+	LastResyncReason string            `json:"last_resync_reason,omitempty"`
+	Verify           verifyReport      `json:"hash_verification"`
+}
+
+// verifyReport is the hash verification state of an engine's mirror.
+type verifyReport struct {
+	Enabled        bool      `json:"enabled"`
+	Checked        uint64    `json:"checked"`
+	Verified       uint64    `json:"verified"`
+	Mismatched     uint64    `json:"mismatched"`
+	Skipped        uint64    `json:"skipped"`
+	LastMismatch   string    `json:"last_mismatch,omitempty"`
+	LastMismatchAt time.Time `json:"last_mismatch_at,omitzero"`
 }
 
 func (f *fleet) engineReports() []engineReport {
@@ -114,7 +124,9 @@ func (f *fleet) kvReport(dial string) *kvReport {
 		r.Stored, r.Removed, r.Cleared, r.Unknown = ms.Stored, ms.Removed, ms.Cleared, ms.Unknown
 		r.DecodeErrors = ms.DecodeErrors
 		r.Resyncs, r.LastResync, r.LastResyncReason = ms.Resyncs, ms.LastResync, ms.LastResyncReason
-		r.Verify = ms.Verify
+		v := ms.Verify
+		r.Verify = verifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,
+			Mismatched: v.Mismatched, Skipped: v.Skipped, LastMismatch: v.LastMismatch, LastMismatchAt: v.LastMismatchAt}
 	}
 	return r
 }
