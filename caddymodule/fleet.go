@@ -247,14 +247,17 @@ func (f *fleet) kicker(ctx context.Context) {
 // gate returns the admission gate of a pool, updating its tunables.
 func (f *fleet) gate(name string, cfg admission.Config) *admission.Gate {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	g, ok := f.gates[name]
 	if !ok {
 		g = admission.NewGate(cfg)
 		f.gates[name] = g
-		return g
 	}
-	g.SetConfig(cfg)
+	f.mu.Unlock()
+	if ok {
+		// Outside f.mu: the lock order is gate, then fleet (a gate runs its
+		// try functions, which read the fleet, under its own lock).
+		g.SetConfig(cfg)
+	}
 	return g
 }
 
