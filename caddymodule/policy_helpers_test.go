@@ -211,8 +211,9 @@ func polCounts(rs []polResult) map[string]int {
 	return m
 }
 
-// parallel runs n calls of fn with at most conc at once and returns their
-// results in call order.
+// polParallel runs n calls of fn with at most conc at once and returns
+// their results in call order. fn runs on other goroutines: it must not
+// call t.Fatal (use polSend and check the results).
 func polParallel(n, conc int, fn func(i int) polResult) []polResult {
 	out := make([]polResult, n)
 	sem := make(chan struct{}, conc)

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -49,9 +50,12 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 	// 1. Under its limits the holder takes every request (two at a time,
 	// below max_inflight 4).
 	rs := polParallel(100, 2, func(i int) polResult {
-		return polMustSend(t, "", polChat(prefix, fmt.Sprintf("question %d: what is %d squared?", i, i), 4, false), nil)
+		return polSend(context.Background(), "", polChat(prefix, fmt.Sprintf("question %d: what is %d squared?", i, i), 4, false), nil)
 	})
 	for i, r := range rs {
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d: status %d, err %v, body %.200s", i, r.status, r.err, r.body)
+		}
 		if r.upstream != holder.Addr() || r.tier != "precise" {
 			t.Fatalf("request %d went to %s on tier %q, want %s on precise (all: %v)", i, r.upstream, r.tier, holder.Addr(), polCounts(rs))
 		}
