@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"runtime"
 	"strings"
 	"testing"
@@ -122,6 +123,16 @@ type relStream struct {
 	body     string // the raw body (bounded)
 	readErr  error  // how reading the body ended (nil = clean EOF)
 	err      error  // the request failed before a response
+	reused   bool   // sent on a reused keep-alive connection
+}
+
+// keepAliveRace reports a request that failed before any response on a
+// reused keep-alive connection: the server closed the idle connection
+// (as a config reload does) while the request was on its way, so it was
+// never read. Clients retry these (Go's transport does for idempotent
+// requests, the OpenAI SDKs for every connection error).
+func (s relStream) keepAliveRace() bool {
+	return s.err != nil && s.status == 0 && s.reused
 }
 
 // complete reports a full, clean stream.
@@ -155,6 +166,8 @@ func relDoStreamFn(ctx context.Context, c *http.Client, url, body string, header
 	if url == "" {
 		url = "http://" + gatewayAddr + "/v1/chat/completions"
 	}
+	var reused bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return relStream{err: err}
@@ -165,10 +178,10 @@ func relDoStreamFn(ctx context.Context, c *http.Client, url, body string, header
 	}
 	res, err := c.Do(req)
 	if err != nil {
-		return relStream{err: err}
+		return relStream{err: err, reused: reused}
 	}
 	defer res.Body.Close()
-	out := relStream{status: res.StatusCode, header: res.Header}
+	out := relStream{status: res.StatusCode, header: res.Header, reused: reused}
 	var raw strings.Builder
 	br := bufio.NewReader(res.Body)
 	errEvent := false
@@ -216,44 +229,62 @@ func relGoroutines() int {
 }
 
 // relWaitGoroutines waits until the goroutine count is at most limit, and
-// fails with a dump of the goroutines when it does not get there.
-func relWaitGoroutines(t *testing.T, limit int, d time.Duration) int {
+// fails with the goroutines that are new since base (a relGoroutineGroups
+// snapshot) when it does not get there.
+func relWaitGoroutines(t *testing.T, limit int, base map[string]int, d time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
+		client.CloseIdleConnections()
 		n := relGoroutines()
 		if n <= limit {
 			return n
 		}
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: %d, want at most %d; dump:\n%s", n, limit, relStackSummary(string(buf)))
+			t.Fatalf("goroutines: %d, want at most %d; groups grown since the baseline:\n%s", n, limit, relGroupDiff(base, relGoroutineGroups()))
 			return n
 		}
 	}
 }
 
-// relStackSummary groups a goroutine dump by the first frame of each
-// goroutine, so a leak shows as a large count on one line.
-func relStackSummary(dump string) string {
+// relGoroutineGroups counts the live goroutines by their top function and
+// the function that created them.
+func relGoroutineGroups() map[string]int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
 	counts := map[string]int{}
-	for _, g := range strings.Split(dump, "\n\n") {
-		lines := strings.Split(g, "\n")
-		key := "?"
-		if len(lines) > 1 {
-			key = strings.TrimSpace(lines[1])
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(g), "\n")
+		if len(lines) < 2 {
+			continue
 		}
-		if len(lines) > 3 {
-			key += " <- " + strings.TrimSpace(lines[3])
+		key := strings.TrimSpace(lines[1])
+		if i := strings.LastIndexByte(key, '('); i > 0 {
+			key = key[:i]
+		}
+		for _, l := range lines {
+			if strings.HasPrefix(l, "created by ") {
+				c := strings.TrimPrefix(l, "created by ")
+				if i := strings.Index(c, " in goroutine"); i > 0 {
+					c = c[:i]
+				}
+				key += " <- " + c
+			}
 		}
 		counts[key]++
 	}
-	var b strings.Builder
-	for k, n := range counts {
-		fmt.Fprintf(&b, "%5d %s\n", n, k)
+	return counts
+}
+
+// relGroupDiff lists the groups that grew from a to b.
+func relGroupDiff(a, b map[string]int) string {
+	var out strings.Builder
+	for k, n := range b {
+		if n > a[k] {
+			fmt.Fprintf(&out, "%+5d %s\n", n-a[k], k)
+		}
 	}
-	return b.String()
+	return out.String()
 }
 
 // relHeapInuse returns HeapInuse after two GCs.
