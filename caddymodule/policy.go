@@ -167,11 +167,12 @@ type selectState struct {
 func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	ctx := r.Context()
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
 	st, ok := caddyhttp.GetVar(ctx, varSelect).(*selectState)
 	if !ok {
 		st = &selectState{tried: make(map[string]bool)}
 		caddyhttp.SetVar(ctx, varSelect, st)
-		if res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation); res == nil {
+		if res == nil {
 			// llm_admission did not gate this request, so nobody else
 			// reports its outcome to the breaker.
 			context.AfterFunc(ctx, func() { p.reportEnd(st, repl) })
@@ -217,11 +218,15 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		if key := p.cacheKey(r); key != "" {
 			chosen, tier, outcome = cands[routing.Rendezvous(key, dials)], routing.CacheKey, routing.Hit
 		} else if req != nil {
-			res := p.fleet.route(ctx, req, dials, p.settings(), false)
-			outcome = res.decision.Outcome
-			if res.decision.Index >= 0 {
-				chosen, tier = cands[res.decision.Index], res.decision.Tier
-				prefixShare.Observe(res.decision.Share)
+			own := ""
+			if res != nil {
+				own = res.Engine().Dial()
+			}
+			rr := p.fleet.routeFor(ctx, req, dials, p.settings(), false, own)
+			outcome = rr.decision.Outcome
+			if rr.decision.Index >= 0 {
+				chosen, tier = cands[rr.decision.Index], rr.decision.Tier
+				prefixShare.Observe(rr.decision.Share)
 			}
 		}
 	}

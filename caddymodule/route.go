@@ -38,6 +38,15 @@ type routeResult struct {
 // tokenized, approximate tier otherwise) and its load, and lets routing.Pick
 // decide. It has no side effects, so the explain API uses it as is.
 func (f *fleet) route(ctx context.Context, req *admission.Request, dials []string, s routeSettings, explain bool) routeResult {
+	return f.routeFor(ctx, req, dials, s, explain, "")
+}
+
+// routeFor is route for a request that already counts against engine own
+// (llm_admission reserved it there before routing): that reservation is
+// left out of own's load, or the engine admission happened to reserve on
+// would look busier than its peers by this very request and never win a
+// tie.
+func (f *fleet) routeFor(ctx context.Context, req *admission.Request, dials []string, s routeSettings, explain bool, own string) routeResult {
 	res := routeResult{text: approxText(req), blockSize: s.blockSize}
 	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
 	engines := make([]*upstreams.Engine, len(dials))
@@ -85,6 +94,9 @@ func (f *fleet) route(ctx context.Context, req *admission.Request, dials []strin
 	cands := make([]routing.Candidate, len(dials))
 	for i, d := range dials {
 		l := loads[i]
+		if d == own {
+			l.Inflight, l.Dispatched = max(l.Inflight-1, 0), max(l.Dispatched-1, 0)
+		}
 		c := routing.Candidate{
 			Dial:        d,
 			Running:     l.Running,
@@ -204,6 +216,9 @@ func (f *fleet) account(r *http.Request, dial string) {
 	e := f.registry.Ensure(dial)
 	if res, ok := caddyhttp.GetVar(r.Context(), varReservation).(*upstreams.Reservation); ok && res != nil {
 		res.Move(e)
+		// The request reaches the engine only now: keep it counted as
+		// dispatched until a scrape that starts after this succeeds.
+		res.Sent()
 		return
 	}
 	res := e.Reserve()

@@ -1,0 +1,91 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// TestPolicyRetriesAndBreaker: one engine answers 500 (retried through
+// lb_retry_match, the body replayed from request_buffers) and one upstream
+// refuses connections (dial errors, always retried). With two bad replicas
+// of four and two retries every request succeeds only because a retry never
+// re-picks a replica that failed it. Their breakers open after
+// breaker_failures, visible in llmgw_breaker_open and /llm/engines, and the
+// repaired engine's breaker closes after breaker_cooldown.
+func TestPolicyRetriesAndBreaker(t *testing.T) {
+	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 200})
+	bad := engines[1]
+	dead := fmt.Sprintf("127.0.0.1:%d", polFreePort(t, "127.0.0.1"))
+	ups := []string{engines[0].Addr(), bad.Addr(), engines[2].Addr(), dead}
+	policyGateway{
+		engines:   engines,
+		upstreams: ups,
+		policy:    "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 4s\n",
+		proxy:     "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
+	}.load(t)
+	bad.SetFaults(vllmsim.Faults{Error500: true})
+
+	breaker := func(dial string) (string, float64) {
+		return getEngineReport(t, dial).Breaker, metricValue(t, "llmgw_breaker_open", `replica="`+dial+`"`)
+	}
+	failed0 := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`)
+	opened := func() bool {
+		a, _ := breaker(bad.Addr())
+		b, _ := breaker(dead)
+		return a != "closed" && b != "closed"
+	}
+	n := 0
+	for ; n < 100 && !opened(); n++ {
+		r := polMustSend(t, "", polChat("", fmt.Sprintf("distinct prompt number %d, please answer", n), 2, false), nil)
+		if r.upstream == bad.Addr() || r.upstream == dead {
+			t.Fatalf("request %d answered by bad replica %s", n, r.upstream)
+		}
+	}
+	// Within the cooldown (4s) of the last failure both are open.
+	for _, d := range []string{bad.Addr(), dead} {
+		if st, open := breaker(d); st != "open" || open != 1 {
+			t.Errorf("after %d requests, breaker of %s: %q, llmgw_breaker_open %v; want open and 1", n, d, st, open)
+		}
+	}
+	for _, e := range []*vllmsim.Engine{engines[0], engines[2]} {
+		if st, open := breaker(e.Addr()); st != "closed" || open != 0 {
+			t.Errorf("breaker of healthy %s: %q, %v", e.Addr(), st, open)
+		}
+	}
+	if d := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`) - failed0; d != 0 {
+		t.Errorf("%v requests failed", d)
+	}
+
+	// Repair the engine: after the cooldown one request probes it, and its
+	// success closes the breaker. The dead upstream stays out.
+	bad.SetFaults(vllmsim.Faults{})
+	eventually(t, 15*time.Second, "the cooldown to end", func() bool {
+		st, _ := breaker(bad.Addr())
+		return st == "half_open"
+	})
+	probed := false
+	for i := 0; i < 100 && !probed; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r := polSend(ctx, "", polChat("", fmt.Sprintf("after the repair %d", i), 2, false), nil)
+		cancel()
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request %d after the repair: %d %v %.200s", i, r.status, r.err, r.body)
+		}
+		probed = r.upstream == bad.Addr()
+
+	}
+	if !probed {
+		t.Fatal("no request probed the repaired engine")
+	}
+	if st, open := breaker(bad.Addr()); st != "closed" || open != 0 {
+		t.Errorf("after a successful probe: %q, llmgw_breaker_open %v; want closed and 0", st, open)
+	}
+	if st, _ := breaker(dead); st == "closed" {
+		t.Errorf("the dead upstream's breaker closed")
+	}
+}
