@@ -227,11 +227,9 @@ func (e *Engine) acquire() uint64 {
 	return e.epoch
 }
 
-// release undoes acquire; completed also feeds the drain rate.
-func (e *Engine) release(epoch uint64, completed bool) {
-	now := time.Now()
-	e.mu.Lock()
-	e.inflight--
+// unstamp takes a reservation of the given epoch out of the dispatched
+// counts. e.mu held.
+func (e *Engine) unstamp(epoch uint64) {
 	switch {
 	case epoch < e.dropBelow: // already visible in the gauges
 	case epoch == e.epoch:
@@ -239,6 +237,14 @@ func (e *Engine) release(epoch uint64, completed bool) {
 	default:
 		e.dispOld--
 	}
+}
+
+// release undoes acquire; completed also feeds the drain rate.
+func (e *Engine) release(epoch uint64, completed bool) {
+	now := time.Now()
+	e.mu.Lock()
+	e.inflight--
+	e.unstamp(epoch)
 	if completed {
 		// Event-driven exponential rate estimator: decay, then add 1/tau.
 		e.drainRate = e.decayedDrain(now) + 1/drainTau.Seconds()
@@ -269,6 +275,28 @@ func (r *Reservation) Move(to *Engine) {
 	to.touch()
 	r.e, r.epoch = to, to.acquire()
 	from.release(epoch, false)
+}
+
+// Sent records that the request has just been handed to the engine. A
+// reservation is stamped when it is made, but the request reaches the
+// engine later (after routing and the proxy's dial and write): a scrape
+// that starts in between renders the engine's gauges without it, and its
+// success must not drop it from Dispatched. Sent re-stamps the reservation
+// as if made now, so it stays dispatched until a scrape that starts after
+// this call succeeds — at worst counted twice for one poll interval, the
+// safe side of a soft cap. No-op after Done.
+func (r *Reservation) Sent() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	e := r.e
+	e.mu.Lock()
+	e.unstamp(r.epoch)
+	r.epoch = e.epoch
+	e.dispCur++
+	e.mu.Unlock()
 }
 
 // Done ends the reservation: Inflight--, a completion for the drain rate,
