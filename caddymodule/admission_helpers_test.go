@@ -296,7 +296,9 @@ func (r *upstreamRecorder) count() int {
 }
 
 // admCaddyfile is gatewayCaddyfile for arbitrary upstream dial addresses
-// (the upstreamRecorder), without KV subscriptions.
+// (the upstreamRecorder), without KV subscriptions. policy is the lines of
+// lb_policy llm's block, "-" for round_robin, or a whole "lb_policy ..."
+// line.
 func admCaddyfile(dials []string, appExtra, admission, policy string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s", adminAddr, httpPort, httpPort+363, appExtra)
@@ -306,9 +308,12 @@ func admCaddyfile(dials []string, appExtra, admission, policy string) string {
 	b.WriteString("\t}\n}\n\nhttp://" + gatewayAddr + " {\n")
 	fmt.Fprintf(&b, "\tllm_admission {\n%s\t}\n", admission)
 	b.WriteString("\treverse_proxy " + strings.Join(dials, " ") + " {\n")
-	if policy == "-" {
+	switch {
+	case policy == "-":
 		b.WriteString("\t\tlb_policy round_robin\n")
-	} else {
+	case strings.HasPrefix(policy, "lb_policy "):
+		b.WriteString("\t\t" + policy + "\n")
+	default:
 		fmt.Fprintf(&b, "\t\tlb_policy llm {\n%s\t\t}\n", policy)
 	}
 	b.WriteString("\t\tflush_interval -1\n\t}\n}\n")

@@ -59,7 +59,10 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 			time.Sleep(500 * time.Microsecond)
 		}
 		if len(lat) != i+1 {
-			t.Fatalf("round %d: parked request never reached the engine (free seen: %v)", i, !freeAt.IsZero())
+			var q queueReport
+			adminJSON(t, http.MethodGet, "/llm/queue", "", &q)
+			t.Fatalf("round %d: parked request never reached the engine (free seen: %v); queue %+v; engine %+v",
+				i, !freeAt.IsZero(), q, getEngineReport(t, e.Addr()))
 		}
 		r := admWait(t, ch, 30*time.Second)
 		cancel()
@@ -223,5 +226,31 @@ func TestAdmissionPoolAfterReload(t *testing.T) {
 	}
 	if v := metricValue(t, "llmgw_admission_fail_open_total"); v != failOpen {
 		t.Errorf("fail-open admissions %v -> %v: admission gated on the old engines", failOpen, v)
+	}
+}
+
+// TestAdmissionReservationFollowsProxy: with a selection policy other than
+// llm, the reservation admission made on the engine with the most room
+// moves to the engine reverse_proxy actually sends the request to, so local
+// accounting counts it where it runs.
+func TestAdmissionReservationFollowsProxy(t *testing.T) {
+	a, b := slowEngine(t), slowEngine(t)
+	// `first` always proxies to a; admission, seeing a busier, reserves on b.
+	newTester(t, admCaddyfile([]string{a.Addr(), b.Addr()}, "", "\t\tmax_inflight 3\n", "lb_policy first"))
+	occupy(t, a, 1)
+	admWaitBusy(t, a.Addr(), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := openAdmStream(t, ctx, `{"model":"sim-model","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"follow me"}]}`, nil)
+	defer s.res.Body.Close()
+	if l, _ := s.next(t, 10*time.Second); !strings.HasPrefix(l, "data: ") {
+		t.Fatalf("stream: %q", l)
+	}
+	eventually(t, 10*time.Second, "the gateway's request running on engine a", func() bool {
+		st := a.Stats()
+		return st.Running+st.Waiting == 2
+	})
+	if ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr()); ra.Inflight != 1 || rb.Inflight != 0 {
+		t.Errorf("local in-flight: a %d, b %d; want the request counted on a", ra.Inflight, rb.Inflight)
 	}
 }

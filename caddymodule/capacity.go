@@ -1,6 +1,10 @@
 package caddymodule
 
 import (
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -111,4 +115,18 @@ func (f *fleet) notePoolModel(pool, model string) {
 	}
 	f.poolModels[pool] = model
 	f.mu.Unlock()
+}
+
+// followUpstream moves a request's reservation to the engine reverse_proxy
+// is using for it, unless the llm policy chose (and moved it) already: with
+// another selection policy the engine reserved at admission is only a guess.
+func (f *fleet) followUpstream(r *http.Request, res *upstreams.Reservation) {
+	if last, _ := caddyhttp.GetVar(r.Context(), "llm.last").(string); last != "" {
+		return
+	}
+	d := servedBy(r)
+	if d == "" || d == res.Engine().Dial() {
+		return
+	}
+	res.Move(f.registry.Ensure(d))
 }

@@ -247,7 +247,8 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	if err != nil {
 		return writeRequestError(w, err)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	fb := &followingBody{Reader: bytes.NewReader(body)}
+	r.Body = fb
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil // the body is now of known length
 	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
@@ -269,6 +270,9 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	}
 	if a.res != nil {
 		caddyhttp.SetVar(r.Context(), varReservation, a.res)
+		res := a.res
+		fb.onSend = func() { h.fleet.followUpstream(r, res) }
+		fb.onSent = res.Sent
 		// Released however the proxy ends, panics (http.ErrAbortHandler)
 		// included; the release wakes parked requests.
 		defer a.res.Done()
@@ -280,6 +284,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
 
 	ow := newObservingWriter(w, r, a.sseSent, time.Now(), req.Model)
+	ow.onResponse = fb.onSend
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()
 	if r.Context().Err() == nil { // a client that left says nothing about the engine
@@ -336,6 +341,36 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	}
 	return err
 }
+
+// followingBody is the request body reinstalled after reading it; the
+// proxy reading it tells where and when the request goes. Its first Read
+// happens when reverse_proxy sends the request to the upstream it picked,
+// whose address is then known: onSend moves the admission reservation there
+// when no llm policy did (any other selection policy). Once it is all read
+// the request is at the engine: onSent re-stamps the reservation, so a
+// scrape that started before cannot drop it from the dispatched count.
+type followingBody struct {
+	*bytes.Reader
+	onSend, onSent func()
+}
+
+// Read implements io.Reader.
+func (b *followingBody) Read(p []byte) (int, error) {
+	if f := b.onSend; f != nil {
+		b.onSend = nil
+		f()
+	}
+	n, err := b.Reader.Read(p)
+	if b.Reader.Len() == 0 && b.onSent != nil {
+		f := b.onSent
+		b.onSent = nil
+		f()
+	}
+	return n, err
+}
+
+// Close implements io.Closer; the body is in memory.
+func (b *followingBody) Close() error { return nil }
 
 // errUpstreamAborted is what the circuit breaker is told of an upstream
 // response that failed after it started.

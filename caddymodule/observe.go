@@ -28,6 +28,8 @@ type observingWriter struct {
 	req     *http.Request
 	obs     *admission.StreamObserver
 	body    bytes.Buffer // non-streaming JSON body prefix, for usage
+	// onResponse, if set, runs when the upstream's response starts.
+	onResponse func()
 }
 
 const maxObservedBody = 64 << 10
@@ -63,6 +65,9 @@ func (o *observingWriter) WriteHeader(code int) {
 		return
 	}
 	o.status = code
+	if o.onResponse != nil {
+		o.onResponse()
+	}
 	if mt, _ := mediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
 		o.obs = admission.NewStreamObserver(admission.StreamConfig{
