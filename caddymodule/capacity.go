@@ -54,7 +54,8 @@ func (f *fleet) tryReserve(dials []string, lim limits) (res *upstreams.Reservati
 
 // engineFree is how many more requests an engine with known gauges takes:
 // none at or over the KV limit; up to max_inflight counting running, waiting
-// and what this gateway dispatched since the last scrape. Without a limit it
+// and what this gateway dispatched since the last scrape (unless
+// disable_local_accounting: the gauges alone). Without a limit it
 // is full exactly when its scheduler reports waiting requests; local
 // accounting then has nothing to count against, so configure max_inflight
 // (vLLM's --max-num-seqs) for a cap tighter than the poll interval.
