@@ -1,0 +1,143 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/routing"
+)
+
+// explainReply is POST /llm/explain's answer.
+type explainReply struct {
+	Pool       string `json:"pool"`
+	Candidates []struct {
+		Dial          string  `json:"dial"`
+		Tier          string  `json:"tier"`
+		MatchedBlocks int     `json:"matched_blocks"`
+		Load          float64 `json:"load"`
+		Cost          float64 `json:"cost"`
+		Excluded      string  `json:"excluded"`
+	} `json:"candidates"`
+	Tier      string  `json:"tier"`
+	Outcome   string  `json:"outcome"`
+	Tokens    int     `json:"tokens"`
+	BlockSize int     `json:"block_size"`
+	Pick      *string `json:"pick"`
+}
+
+// TestPolicyAdminExplainEnginesDrain: /llm/explain reports every
+// candidate's matched blocks, tier, load and cost and the pick, without
+// proxying; /llm/engines reports each engine's KV subscription and mirror;
+// a drained engine gets no new requests while its in-flight one finishes,
+// and undrain restores it.
+func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
+	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 20})
+	policyGateway{engines: engines, app: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.load(t)
+	polWaitKV(t, engines...)
+	holder := engines[0]
+	prefix := "Explain me." + polWords("exp", 400)
+	polDirect(t, holder, polChat(prefix, "warm", 1, false))
+	minBlocks := 400 / 16
+	polWaitBlocks(t, holder.Addr(), minBlocks)
+
+	// Explain: no request reaches an engine.
+	served := make([]uint64, len(engines))
+	for i, e := range engines {
+		served[i] = e.Stats().RequestsServed
+	}
+	var ex explainReply
+	if code := adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "what would you do?", 4, false), &ex); code != http.StatusOK {
+		t.Fatalf("/llm/explain: %d", code)
+	}
+	if ex.Pick == nil || *ex.Pick != holder.Addr() || ex.Tier != "precise" || ex.Outcome != "hit" || len(ex.Candidates) != 3 || ex.Tokens < 400 || ex.BlockSize != 16 {
+		t.Fatalf("explain: %+v", ex)
+	}
+	for _, c := range ex.Candidates {
+		held := c.MatchedBlocks >= minBlocks
+		if c.Dial != holder.Addr() {
+			held = c.MatchedBlocks == 0
+		}
+		if c.Tier != routing.Precise.String() || !held || c.Cost <= 0 || c.Excluded != "" {
+			t.Errorf("candidate %+v", c)
+		}
+	}
+	for i, e := range engines {
+		if n := e.Stats().RequestsServed; n != served[i] {
+			t.Errorf("explain proxied to %s", e.Addr())
+		}
+		if r := getEngineReport(t, e.Addr()); r.Inflight != 0 {
+			t.Errorf("explain left a reservation on %s", e.Addr())
+		}
+	}
+	if code := adminJSON(t, http.MethodPost, "/llm/explain", `{"model":`, nil); code != http.StatusBadRequest {
+		t.Errorf("explain of a broken body: %d, want 400", code)
+	}
+
+	// Engines: the KV state of each.
+	r := getEngineReport(t, holder.Addr())
+	kv := r.KV
+	if kv == nil || !kv.Subscribed || !kv.Connected || kv.Mode != "connect" || kv.Endpoint != holder.KVEndpoint() ||
+		kv.LastSeq == nil || kv.Blocks < minBlocks || kv.Stored == 0 || kv.LastResync.IsZero() || kv.Resyncs["subscribe"] == 0 ||
+		!kv.Verify.Enabled || kv.Verify.Checked == 0 {
+		raw, _ := json.Marshal(kv)
+		t.Errorf("holder's KV report: %s", raw)
+	}
+	if r.Breaker != "closed" || r.Drained || !r.Known || r.BlockSize != 16 {
+		t.Errorf("holder's report: %+v", r)
+	}
+
+	// Drain the holder while it streams a long answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	long := make(chan polResult, 1)
+	go func() { long <- polSend(ctx, "", polChat(prefix, "a long answer please", 400, true), nil) }()
+	polWaitGauges(t, holder.Addr(), "the long request to run on the holder", func(r engineReport) bool { return r.Inflight > 0 })
+	var dr map[string]any
+	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/drain", "", &dr); code != http.StatusOK || dr["drained"] != true {
+		t.Fatalf("drain: %d %v", code, dr)
+	}
+	if !getEngineReport(t, holder.Addr()).Drained {
+		t.Error("/llm/engines does not show the drain")
+	}
+	for i := range 15 {
+		var res polResult
+		if i%3 == 0 {
+			res = polMustSend(t, "", polChat(prefix, fmt.Sprintf("while drained %d", i), 2, false), nil)
+		} else {
+			res = polMustSend(t, "", polChat("", fmt.Sprintf("cold while drained %d", i), 2, false), nil)
+		}
+		if res.upstream == holder.Addr() {
+			t.Fatalf("request %d went to the drained engine", i)
+		}
+	}
+	select {
+	case lr := <-long:
+		if lr.err != nil || lr.status != http.StatusOK || lr.upstream != holder.Addr() || !strings.Contains(lr.body, "data: [DONE]") {
+			t.Errorf("the in-flight request did not finish on the drained engine: %d %v %s %.200s", lr.status, lr.err, lr.upstream, lr.body)
+		}
+	case <-ctx.Done():
+		t.Fatal("the in-flight request never finished")
+	}
+
+	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/undrain", "", &dr); code != http.StatusOK || dr["drained"] != false {
+		t.Fatalf("undrain: %d %v", code, dr)
+	}
+	got := 0
+	for i := range 30 {
+		if polMustSend(t, "", polChat("", fmt.Sprintf("cold after the drain %d", i), 2, false), nil).upstream == holder.Addr() {
+			got++
+		}
+	}
+	if got == 0 {
+		t.Error("the undrained engine got none of 30 cold requests")
+	}
+	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/explode", "", nil); code != http.StatusNotFound {
+		t.Errorf("unknown action: %d, want 404", code)
+	}
+}
