@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// SimFleet is the simulated vLLM fleet of a routing-quality run: N
+// engines in this process, with KV events on OS-assigned loopback ports.
+type SimFleet struct {
+	Engines []*vllmsim.Engine
+	Config  vllmsim.Config
+}
+
+// EngineModel is the simulated engine shared by the routing-quality runs
+// and the fleet simulation: its scheduler limits and speeds.
+type EngineModel struct {
+	MaxNumSeqs          int     `json:"max_num_seqs"`
+	BlockSize           int     `json:"block_size"`
+	PrefillTokensPerSec float64 `json:"prefill_tokens_per_sec"`
+	DecodeStepSeconds   float64 `json:"decode_step_seconds"`
+	MaxBatchedTokens    int     `json:"max_batched_tokens"`
+	// TokenScale: in the routing-quality runs every streamed token stands
+	// for TokenScale tokens — requests ask for OutputTokens/TokenScale
+	// tokens and the simulator's decode step is DecodeStepSeconds ×
+	// TokenScale — so each request decodes for as long as its nominal
+	// length would, with TokenScale times fewer SSE chunks for the
+	// simulators, Caddy and the load generator to push through the 2-core
+	// host. 1 (or 0) streams every token.
+	TokenScale int `json:"token_scale,omitempty"`
+}
+
+// tokenScale is TokenScale, at least 1.
+func (m EngineModel) tokenScale() int { return max(1, m.TokenScale) }
+
+// simModel is vllmsim's defaults: 16 sequences, 16-token blocks, 10k
+// prompt tokens/s of prefill, 20 ms decode steps, 8192-token steps.
+func simModel() EngineModel {
+	return EngineModel{MaxNumSeqs: 16, BlockSize: 16, PrefillTokensPerSec: 10000, DecodeStepSeconds: 0.020, MaxBatchedTokens: 8192}
+}
+
+// Capacity estimates one engine's sustainable request rate for prompts of
+// prompt tokens of which cached are prefix-cache hits, with output
+// tokens each: a request needs output decode steps shared by MaxNumSeqs
+// sequences, and its uncached prefill adds to the steps it rides in.
+func (m EngineModel) Capacity(prompt, cached, output int) float64 {
+	perReq := float64(output)*m.DecodeStepSeconds/float64(m.MaxNumSeqs) + float64(prompt-cached)/m.PrefillTokensPerSec
+	return 1 / perReq
+}
+
+// RequestBlocks is the KV blocks one request of the workload occupies at
+// its end (prompt plus output).
+func (m EngineModel) RequestBlocks(w WorkloadSpec) int {
+	return (w.PromptTokens() + w.OutputTokens + 16 + m.BlockSize - 1) / m.BlockSize
+}
+
+// KVBlocks applies the capacity rule: an engine's KV cache is sized so
+// that the workload's resident set — the distinct shared tokens (every
+// group's system prompt, every session's full history) — fills rho of the
+// fleet's total KV cache, but never below the working set of MaxNumSeqs
+// requests running at once. rho < 1/n means one engine could hold every
+// shared prefix; with rho = 0.5 a router that spreads every group over
+// every engine asks each engine to hold n/2 times its capacity, while a
+// router that keeps each group on one engine needs half of each.
+func (m EngineModel) KVBlocks(w WorkloadSpec, engines int, rho float64) (blocks int, actualRho float64) {
+	resident := float64(w.Groups) * math.Ceil(float64(w.SharedTokens())/float64(m.BlockSize))
+	working := m.MaxNumSeqs * m.RequestBlocks(w)
+	blocks = max(working, int(math.Ceil(resident/(rho*float64(engines)))))
+	if resident == 0 {
+		return blocks, 0
+	}
+	return blocks, resident / float64(blocks*engines)
+}
+
+// startSimFleet starts n engines of the model with the given KV cache
+// size and time scale.
+func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64) (*SimFleet, error) {
+	cfg := vllmsim.Config{
+		MaxNumSeqs:          m.MaxNumSeqs,
+		NumGPUBlocks:        kvBlocks + 1, // block 0 is vLLM's null block
+		BlockSize:           m.BlockSize,
+		MaxNumBatchedTokens: m.MaxBatchedTokens,
+		PrefillTokensPerSec: m.PrefillTokensPerSec,
+		DecodeStepTime:      time.Duration(m.DecodeStepSeconds * float64(m.tokenScale()) * float64(time.Second)),
+		TimeScale:           timeScale,
+		KVEvents:            &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+	}
+	f := &SimFleet{Config: cfg}
+	for i := 0; i < n; i++ {
+		c := cfg
+		kv := *cfg.KVEvents
+		c.KVEvents = &kv
+		e, err := vllmsim.Start(ctx, c)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("starting engine %d: %w", i, err)
+		}
+		f.Engines = append(f.Engines, e)
+	}
+	return f, nil
+}
+
+// Refs describes the engines for a Caddyfile; kv says whether the
+// gateway subscribes to their events.
+func (f *SimFleet) Refs(kv bool) []EngineRef {
+	refs := make([]EngineRef, len(f.Engines))
+	for i, e := range f.Engines {
+		refs[i] = EngineRef{Dial: e.Addr(), MaxInflight: f.Config.MaxNumSeqs}
+		if kv {
+			refs[i].KVEvents, refs[i].KVReplay = e.KVEndpoint(), e.ReplayEndpoint()
+		}
+	}
+	return refs
+}
+
+// Totals sums the engines' counters.
+func (f *SimFleet) Totals() vllmsim.Stats {
+	var t vllmsim.Stats
+	for _, e := range f.Engines {
+		s := e.Stats()
+		t.RequestsServed += s.RequestsServed
+		t.PromptTokens += s.PromptTokens
+		t.CachedTokens += s.CachedTokens
+		t.GenerationTokens += s.GenerationTokens
+		t.Preemptions += s.Preemptions
+		t.KVMessagesDropped += s.KVMessagesDropped
+	}
+	return t
+}
+
+// Close stops every engine.
+func (f *SimFleet) Close() error {
+	var errs []error
+	for _, e := range f.Engines {
+		errs = append(errs, e.Close())
+	}
+	f.Engines = nil
+	return errors.Join(errs...)
+}

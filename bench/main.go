@@ -1,0 +1,155 @@
+// Command bench is caddy-llmgw's evaluation harness: routing quality and
+// gateway overhead, measured side by side, with the tables of
+// BENCHMARKS.md and the plots under bench/plots generated from one run.
+//
+//	go run ./bench              # everything, < 30 minutes on 2 cores
+//	go run ./bench -quick       # a smoke run, < 5 minutes
+//	go run ./bench -only overhead,fleet
+//
+// Sections: "quality" (real Caddy processes with each load-balancing
+// policy in front of simulated vLLM engines, over a rate ladder),
+// "fleet" (routing.Pick and a real kvindex.Index driven by a
+// discrete-event model of 8 to 256 engines), and "overhead" (Caddy with
+// llm_admission and lb_policy llm against plain reverse_proxy). Each
+// section writes its raw results as JSON under -out; the report is
+// rendered from every section result found there, so -only refreshes one
+// section of an existing report.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		log.Printf("bench: %v", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// Env is what every section needs.
+type Env struct {
+	Root  string // repository root
+	Out   string // raw results
+	Caddy string // the built caddy binary
+	Quick bool
+	// RunDeadline bounds one load-generator run in wall time.
+	RunDeadline time.Duration
+	Command     string
+}
+
+// Options are the command-line flags.
+type Options struct {
+	Quick    bool
+	Out      string
+	Only     map[string]bool
+	Markdown string // "" = default for the mode
+	Plots    string
+	PlotExt  string // ".svg" or ".png"
+}
+
+func parseFlags(args []string) (Options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var o Options
+	var only string
+	fs.BoolVar(&o.Quick, "quick", false, "smoke mode: tiny workloads, < 5 minutes; report and plots go under -out")
+	fs.StringVar(&o.Out, "out", "", "directory for raw results (default bench/results, or bench/results/quick with -quick)")
+	fs.StringVar(&only, "only", "", "comma-separated sections to run: quality, fleet, overhead (default all); \"report\" only re-renders the report from saved results")
+	fs.StringVar(&o.Markdown, "md", "", "report path (default BENCHMARKS.md at the repository root; <out>/BENCHMARKS.md with -quick or -out)")
+	fs.StringVar(&o.Plots, "plots", "", "plot directory (default bench/plots; <out>/plots with -quick or -out)")
+	format := fs.String("plot-format", "svg", "plot file format: svg or png")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch *format {
+	case "svg", "png":
+		o.PlotExt = "." + *format
+	default:
+		return o, fmt.Errorf("unknown plot format %q (svg, png)", *format)
+	}
+	o.Only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			switch s {
+			case "quality", "fleet", "overhead", "report":
+				o.Only[s] = true
+			default:
+				return o, fmt.Errorf("unknown section %q (quality, fleet, overhead; report re-renders only)", s)
+			}
+		}
+	}
+	if len(o.Only) == 0 {
+		o.Only = map[string]bool{"quality": true, "fleet": true, "overhead": true}
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot(ctx)
+	if err != nil {
+		return err
+	}
+	// The committed report and plots are written only by a full run with
+	// the default -out; -quick or an explicit -out keep everything there.
+	inTree := o.Out == "" && !o.Quick
+	if o.Out == "" {
+		o.Out = filepath.Join(root, "bench", "results")
+		if o.Quick {
+			o.Out = filepath.Join(o.Out, "quick")
+		}
+	}
+	if o.Markdown == "" {
+		o.Markdown = filepath.Join(o.Out, "BENCHMARKS.md")
+		if inTree {
+			o.Markdown = filepath.Join(root, "BENCHMARKS.md")
+		}
+	}
+	if o.Plots == "" {
+		o.Plots = filepath.Join(o.Out, "plots")
+		if inTree {
+			o.Plots = filepath.Join(root, "bench", "plots")
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", o.Out, err)
+	}
+	tmp, err := os.MkdirTemp("", "llmgw-bench-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+
+	env := &Env{Root: root, Out: o.Out, Quick: o.Quick, RunDeadline: 5 * time.Minute, Command: commandLine(args)}
+	if o.Quick {
+		env.RunDeadline = 90 * time.Second
+	}
+	started := time.Now()
+	return runSections(ctx, env, o, tmp, started)
+}
+
+// commandLine is how this run was invoked, for the report.
+func commandLine(args []string) string {
+	if len(args) == 0 {
+		return "go run ./bench"
+	}
+	return "go run ./bench " + strings.Join(args, " ")
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// The overhead section: what the gateway costs per request. Two Caddy
+// processes run side by side in front of the same fast simulated engines —
+// "llm" (llm_admission + lb_policy llm with KV events, the full precise
+// path: body parse, /tokenize, block keys, index match, accounting) and
+// "plain" (reverse_proxy with round_robin) — plus the engines directly,
+// driven in alternating phases by the same closed-loop clients, so machine
+// noise hits all three alike.
+
+// OverheadParams configure the section.
+type OverheadParams struct {
+	Engines     int            `json:"engines"`
+	Concurrency int            `json:"concurrency"`
+	Phase       float64        `json:"phase_seconds"`
+	Rounds      int            `json:"rounds"`
+	Warmup      float64        `json:"warmup_seconds"`
+	TimeScale   float64        `json:"time_scale"`
+	Bodies      []OverheadBody `json:"bodies"`
+}
+
+// OverheadBody is one request shape.
+type OverheadBody struct {
+	Name         string `json:"name"`
+	PromptTokens int    `json:"prompt_tokens"`
+	MaxTokens    int    `json:"max_tokens"`
+	// Bases is how many distinct prompts requests cycle through; each
+	// request appends a unique word, so the gateway's tokenize cache
+	// never hits while the engines' prefix caches (and the gateway's KV
+	// index) match all but the last block.
+	Bases int `json:"bases"`
+}
+
+// OverheadStat is one (body, target) measurement over all its phases.
+type OverheadStat struct {
+	Body      string  `json:"body"`
+	Target    string  `json:"target"`
+	Requests  int     `json:"requests"`
+	Errors    int     `json:"errors"`
+	ReqPerSec float64 `json:"req_per_sec"`
+	Latency   Pcts    `json:"latency"` // seconds, wall
+	// CPUPerReq is the Caddy process's user+system CPU per request, in
+	// microseconds (0 for the direct target).
+	CPUPerReq float64 `json:"cpu_us_per_request"`
+	RSS       int64   `json:"rss_bytes"`
+	PeakRSS   int64   `json:"peak_rss_bytes"`
+}
+
+// OverheadResult is the section's output.
+type OverheadResult struct {
+	Params OverheadParams `json:"params"`
+	Stats  []OverheadStat `json:"stats"`
+}
+
+func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResult, error) {
+	res := &OverheadResult{Params: p}
+	cfg := vllmsim.Config{
+		MaxNumSeqs: 256, NumGPUBlocks: 1 << 16, PrefillTokensPerSec: 1e6, TimeScale: p.TimeScale,
+		KVEvents: &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+	}
+	fleet := &SimFleet{Config: cfg}
+	defer fleet.Close()
+	for i := 0; i < p.Engines; i++ {
+		c := cfg
+		kv := *cfg.KVEvents
+		c.KVEvents = &kv
+		e, err := vllmsim.Start(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("starting engine: %w", err)
+		}
+		fleet.Engines = append(fleet.Engines, e)
+	}
+	dir := filepath.Join(env.Out, "runs", "overhead")
+	llm, err := startGateway(ctx, env.Caddy, filepath.Join(dir, "llm"), GatewayConfig{
+		Engines: fleet.Refs(true), Policy: "llm", Admission: true, PollInterval: 250 * time.Millisecond,
+	}, true)
+	if err != nil {
+		return nil, err
+	}
+	defer llm.Stop()
+	plain, err := startGateway(ctx, env.Caddy, filepath.Join(dir, "plain"), GatewayConfig{
+		Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true,
+	}, false)
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Stop()
+
+	type target struct {
+		name, url string
+		pid       int
+	}
+	targets := []target{
+		{"plain", plain.URL, plain.Pid()},
+		{"llm", llm.URL, llm.Pid()},
+		{"direct", "", 0},
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	phase := time.Duration(p.Phase * float64(time.Second))
+
+	for _, body := range p.Bodies {
+		gen := newBodyGen(body)
+		acc := map[string]*overheadAcc{}
+		for _, t := range targets {
+			acc[t.name] = &overheadAcc{}
+		}
+		// Warm every path (connections, tokenize, caches) before measuring.
+		for _, t := range targets {
+			urls := urlsFor(t.url, fleet)
+			hammer(ctx, client, urls, gen, p.Concurrency, time.Duration(p.Warmup*float64(time.Second)))
+		}
+		for round := 0; round < p.Rounds; round++ {
+			for _, t := range targets {
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+				urls := urlsFor(t.url, fleet)
+				var cpu0 time.Duration
+				if t.pid != 0 {
+					cpu0, _ = procCPU(t.pid)
+				}
+				h := hammer(ctx, client, urls, gen, p.Concurrency, phase)
+				a := acc[t.name]
+				if t.pid != 0 {
+					cpu1, _ := procCPU(t.pid)
+					a.cpu += cpu1 - cpu0
+				}
+				a.lat = append(a.lat, h.lat...)
+				a.errs += h.errs
+				a.wall += h.wall
+			}
+		}
+		for _, t := range targets {
+			a := acc[t.name]
+			st := OverheadStat{Body: body.Name, Target: t.name, Requests: len(a.lat), Errors: a.errs}
+			if a.wall > 0 {
+				st.ReqPerSec = float64(len(a.lat)) / a.wall.Seconds()
+			}
+			if t.pid != 0 && len(a.lat) > 0 {
+				st.CPUPerReq = float64(a.cpu.Microseconds()) / float64(len(a.lat))
+				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
+			}
+			st.Latency = percentiles(a.lat)
+			log.Printf("overhead %-6s %-6s: %6.0f req/s, p50 %.2fms p99 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
+				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
+			res.Stats = append(res.Stats, st)
+		}
+	}
+	return res, nil
+}
+
+type overheadAcc struct {
+	lat  []float64
+	errs int
+	cpu  time.Duration
+	wall time.Duration
+}
+
+// urlsFor is the gateway's URL, or every engine's for the direct target
+// (requests spread round robin, as the plain gateway does).
+func urlsFor(gw string, fleet *SimFleet) []string {
+	if gw != "" {
+		return []string{gw}
+	}
+	var urls []string
+	for _, e := range fleet.Engines {
+		urls = append(urls, e.URL()+"/v1/chat/completions")
+	}
+	return urls
+}
+
+// bodyGen makes unique request bodies cheaply: a pre-encoded JSON prefix
+// holding a base prompt, a unique word, a pre-encoded tail.
+type bodyGen struct {
+	heads [][]byte
+	tail  []byte
+	n     atomic.Int64
+}
+
+func newBodyGen(b OverheadBody) *bodyGen {
+	g := &bodyGen{}
+	rng := rand.New(rand.NewPCG(uint64(b.PromptTokens), 9))
+	for i := 0; i < max(1, b.Bases); i++ {
+		text := words(rng, "base"+strconv.Itoa(i), b.PromptTokens)
+		enc, _ := json.Marshal(text) // a quoted JSON string
+		head := []byte(`{"model":"sim-model","messages":[{"role":"user","content":`)
+		head = append(head, enc[:len(enc)-1]...) // without the closing quote
+		g.heads = append(g.heads, head)
+	}
+	g.tail = []byte(fmt.Sprintf(`"}],"max_tokens":%d,"stream":false}`, b.MaxTokens))
+	return g
+}
+
+func (g *bodyGen) next() []byte {
+	i := g.n.Add(1)
+	head := g.heads[int(i)%len(g.heads)]
+	out := make([]byte, 0, len(head)+len(g.tail)+24)
+	out = append(out, head...)
+	out = append(out, " u"...)
+	out = strconv.AppendInt(out, i, 10)
+	return append(out, g.tail...)
+}
+
+type hammerResult struct {
+	lat  []float64
+	errs int
+	wall time.Duration
+}
+
+// hammer runs conc closed-loop clients for d, cycling over urls, and
+// returns the latencies of successful requests.
+func hammer(ctx context.Context, c *http.Client, urls []string, gen *bodyGen, conc int, d time.Duration) hammerResult {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		out hammerResult
+		wg  sync.WaitGroup
+		rr  atomic.Int64
+	)
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []float64
+			errs := 0
+			for ctx.Err() == nil {
+				u := urls[int(rr.Add(1))%len(urls)]
+				t0 := time.Now()
+				ok := post(ctx, c, u, gen.next())
+				if ctx.Err() != nil {
+					break // cut by the phase's end: not counted
+				}
+				if ok {
+					lat = append(lat, time.Since(t0).Seconds())
+				} else {
+					errs++
+				}
+			}
+			mu.Lock()
+			out.lat = append(out.lat, lat...)
+			out.errs += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	out.wall = time.Since(start)
+	return out
+}
+
+func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}

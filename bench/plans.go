@@ -1,0 +1,135 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The parameters of every section, in one place: the report prints them.
+
+// qualityWorkloads are the routing-quality workloads, scaled from the
+// field's shapes (see WorkloadSpec.Reference): group counts are cut so a
+// run sends a few hundred requests, and the KV cache is sized by the rule
+// in EngineModel.KVBlocks.
+func qualityWorkloads(quick bool) []QualityPlan {
+	ladder := []float64{0.5, 0.8, 1.0, 1.25, 1.6}
+	two := []float64{0.8, 1.25}
+	plans := []QualityPlan{
+		{Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", Groups: 48, PerGroup: 8, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256,
+			Reference: "256×16, 2048/256/256 (high cache)", Seed: 1}, Rates: ladder},
+		{Workload: WorkloadSpec{Name: "prefix-low", Kind: "prefix", Groups: 48, PerGroup: 8, SystemTokens: 256, QuestionTokens: 2048, OutputTokens: 256,
+			Reference: "256×16, 256/2048/256 (low cache)", Seed: 2}, Rates: two},
+		{Workload: WorkloadSpec{Name: "prefix-long", Kind: "prefix", Groups: 24, PerGroup: 5, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000,
+			Reference: "150×5, 6000/1200/1000", Seed: 3}, Rates: two},
+		{Workload: WorkloadSpec{Name: "multiturn", Kind: "multiturn", Groups: 64, Turns: 6, SystemTokens: 1024, QuestionTokens: 256, OutputTokens: 128,
+			ThinkSeconds: 2, Reference: "chat sessions, history grows each turn", Seed: 4}, Rates: two},
+		{Workload: WorkloadSpec{Name: "random", Kind: "random", Groups: 384, PerGroup: 1, QuestionTokens: 1024, OutputTokens: 256,
+			Reference: "no sharing (control)", Seed: 5}, Rates: two},
+	}
+	if only := os.Getenv("BENCH_WORKLOADS"); only != "" { // development aid
+		var keep []QualityPlan
+		for _, p := range plans {
+			if strings.Contains(","+only+",", ","+p.Workload.Name+",") {
+				keep = append(keep, p)
+			}
+		}
+		plans = keep
+	}
+	if r := os.Getenv("BENCH_RATES"); r != "" {
+		var rates []float64
+		for _, f := range strings.Split(r, ",") {
+			if v, err := strconv.ParseFloat(f, 64); err == nil {
+				rates = append(rates, v)
+			}
+		}
+		for i := range plans {
+			plans[i].Rates = rates
+		}
+	}
+	if quick {
+		plans = []QualityPlan{
+			{Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", Groups: 8, PerGroup: 4, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 32,
+				Reference: "256×16, 2048/256/256 (high cache), tiny", Seed: 1}, Rates: []float64{1.0}},
+		}
+	}
+	return plans
+}
+
+func qualityParams(quick bool) QualityParams {
+	p := QualityParams{
+		Engines:   8,
+		Model:     qualityModel(),
+		Rho:       0.5,
+		TimeScale: 2,
+		MaxPark:   60,
+		Plans:     qualityWorkloads(quick),
+		Policies:  qualityPolicies(),
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("BENCH_TIMESCALE"), 64); err == nil && v > 0 {
+		p.TimeScale = v
+	}
+	if pols := os.Getenv("BENCH_POLICIES"); pols != "" {
+		var keep []PolicySpec
+		for _, pol := range p.Policies {
+			if strings.Contains(","+pols+",", ","+pol.Name+",") {
+				keep = append(keep, pol)
+			}
+		}
+		p.Policies = keep
+	}
+	if quick {
+		p.Engines = 4
+		p.TimeScale = 4
+	}
+	return p
+}
+
+func fleetParams(quick bool) FleetParams {
+	p := FleetParams{
+		Sizes:    []int{8, 64, 256},
+		Requests: 100000,
+		Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256,
+			Reference: "256×16, 2048/256/256 (high cache)"},
+		GroupsPerEngine: 6,
+		Model:           simModel(),
+		Rho:             0.5,
+		Load:            1.0,
+		PollInterval:    0.25,
+		KVLimit:         0.9,
+		MaxPark:         60,
+		QueueSize:       1024,
+		Policies:        []string{"llm", "least_loaded", "round_robin"},
+		Seed:            11,
+	}
+	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
+		p.Requests = v
+	}
+	if quick {
+		p.Sizes = []int{8, 64}
+		p.Requests = 5000
+	}
+	return p
+}
+
+func overheadParams(quick bool) OverheadParams {
+	p := OverheadParams{
+		Engines: 4, Concurrency: 16, Phase: 5, Rounds: 3, Warmup: 2, TimeScale: 1000,
+		Bodies: []OverheadBody{
+			{Name: "small", PromptTokens: 32, MaxTokens: 4, Bases: 64},
+			{Name: "8k", PromptTokens: 8192, MaxTokens: 4, Bases: 8},
+		},
+	}
+	if quick {
+		p.Phase, p.Rounds, p.Warmup = 1, 1, 0.5
+	}
+	return p
+}
+
+// qualityModel is the simulated engine of the routing-quality runs:
+// vllmsim's defaults with every streamed token standing for 4.
+func qualityModel() EngineModel {
+	m := simModel()
+	m.TokenScale = 4
+	return m
+}

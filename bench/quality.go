@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// The routing-quality section: the same workload and arrival rates through
+// real Caddy processes that differ only in the load-balancing policy, in
+// front of a fresh simulated fleet per run (cold caches for everyone).
+
+// PolicySpec is one gateway configuration under test.
+type PolicySpec struct {
+	Name string `json:"name"`
+	// Policy and Body are the lb_policy argument and block.
+	Policy string `json:"policy"`
+	Body   string `json:"body,omitempty"`
+	// KV subscribes the gateway to the engines' KV events.
+	KV bool `json:"kv"`
+	// KeyHeader makes the load generator send the session key in this
+	// header.
+	KeyHeader string `json:"key_header,omitempty"`
+	Desc      string `json:"desc"`
+}
+
+// qualityPolicies are the five configurations compared.
+func qualityPolicies() []PolicySpec {
+	return []PolicySpec{
+		{Name: "llm", Policy: "llm", KV: true, Desc: "lb_policy llm, KV events (precise)"},
+		{Name: "llm-approx", Policy: "llm", Desc: "lb_policy llm, no kv_events (approximate prefix tree)"},
+		{Name: "llm-cachekey", Policy: "llm", Body: "cache_key_header X-Session-ID", KV: true, KeyHeader: "X-Session-ID", Desc: "lb_policy llm with cache_key_header (client key per group/session)"},
+		{Name: "least_conn", Policy: "least_conn", Desc: "Caddy's least_conn"},
+		{Name: "round_robin", Policy: "round_robin", Desc: "Caddy's round_robin"},
+	}
+}
+
+// QualityPlan is one workload's ladder.
+type QualityPlan struct {
+	Workload WorkloadSpec `json:"workload"`
+	// Rates are open-loop arrival rates, as multiples of the fleet's
+	// estimated capacity without cache hits (CapMiss).
+	Rates []float64 `json:"rates"`
+}
+
+// QualityParams are the section's settings.
+type QualityParams struct {
+	Engines   int           `json:"engines"`
+	Model     EngineModel   `json:"model"`
+	Rho       float64       `json:"rho"`
+	TimeScale float64       `json:"time_scale"`
+	MaxPark   float64       `json:"max_park_sim_seconds"`
+	Plans     []QualityPlan `json:"plans"`
+	Policies  []PolicySpec  `json:"policies"`
+}
+
+// QualityRun is one (workload, policy, rate) result.
+type QualityRun struct {
+	Workload string  `json:"workload"`
+	Policy   string  `json:"policy"`
+	RateX    float64 `json:"rate_x"` // multiple of CapMiss
+	Rate     float64 `json:"rate"`   // requests per simulated second
+	Summary  Summary `json:"summary"`
+	// Engine-side truth: cached/prompt tokens as the engines counted them,
+	// and preemptions.
+	EngineHitRate float64 `json:"engine_hit_rate"`
+	Preemptions   uint64  `json:"preemptions"`
+	// Gateway cost during the run.
+	CaddyCPU   float64 `json:"caddy_cpu_seconds"`
+	HarnessCPU float64 `json:"harness_cpu_seconds"`
+	Wall       float64 `json:"wall_seconds"`
+	CaddyRSS   int64   `json:"caddy_rss_bytes"`
+	// Stalled: no request finished for 60 s while some were in flight;
+	// the run was cut (see the log for the engines' and gateway's state).
+	Stalled bool `json:"stalled,omitempty"`
+	// Decisions counts llmgw_prefix_decisions_total by "tier/outcome".
+	Decisions map[string]float64 `json:"decisions,omitempty"`
+}
+
+// QualityWorkload is one workload's derived fleet settings.
+type QualityWorkload struct {
+	Spec     WorkloadSpec `json:"spec"`
+	KVBlocks int          `json:"kv_blocks"`
+	Rho      float64      `json:"rho"`
+	CapMiss  float64      `json:"cap_miss"` // fleet req/s, no cache hits
+	CapHit   float64      `json:"cap_hit"`  // fleet req/s, every shared prefix cached
+}
+
+// QualityResult is the section's output.
+type QualityResult struct {
+	Params    QualityParams     `json:"params"`
+	Workloads []QualityWorkload `json:"workloads"`
+	Runs      []QualityRun      `json:"runs"`
+}
+
+// derive computes a workload's fleet settings.
+func (p QualityParams) derive(w WorkloadSpec) QualityWorkload {
+	blocks, rho := p.Model.KVBlocks(w, p.Engines, p.Rho)
+	prompt := w.SystemTokens + w.QuestionTokens
+	if w.Kind == "multiturn" {
+		prompt = w.SystemTokens + (w.Turns+1)/2*(w.QuestionTokens+w.OutputTokens) // the mean turn
+	}
+	shared := min(w.SharedTokens(), prompt)
+	if w.Kind == "multiturn" {
+		shared = prompt - w.QuestionTokens
+	}
+	n := float64(p.Engines)
+	return QualityWorkload{
+		Spec: w, KVBlocks: blocks, Rho: rho,
+		CapMiss: n * p.Model.Capacity(prompt, 0, w.OutputTokens),
+		CapHit:  n * p.Model.Capacity(prompt, shared, w.OutputTokens),
+	}
+}
+
+// runQuality runs every plan × policy × rate.
+func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult, error) {
+	res := &QualityResult{Params: p}
+	for _, plan := range p.Plans {
+		qw := p.derive(plan.Workload)
+		res.Workloads = append(res.Workloads, qw)
+		sessions, err := plan.Workload.Build(p.Model.tokenScale())
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range plan.Rates {
+			for _, pol := range p.Policies {
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+				run, err := runQualityOne(ctx, env, p, qw, sessions, pol, x)
+				if err != nil {
+					return res, fmt.Errorf("%s/%s/%.2fx: %w", plan.Workload.Name, pol.Name, x, err)
+				}
+				s := run.Summary
+				log.Printf("quality %-14s %-12s %.2fx (%5.1f req/s): ok %d/%d rej %d err %d hit %.3f ttft p50 %.2fs p90 %.2fs p99 %.2fs itl p50 %.0fms tok/s %.0f caddy cpu %.1fs harness %.1fs wall %.1fs",
+					plan.Workload.Name, pol.Name, x, run.Rate, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, s.HitRate,
+					s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.ITL.P50*1000, s.OutputTPS, run.CaddyCPU, run.HarnessCPU, run.Wall)
+				if s.FirstErr != "" {
+					log.Printf("  first error: %s", s.FirstErr)
+				}
+				res.Runs = append(res.Runs, run)
+			}
+		}
+	}
+	return res, nil
+}
+
+func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
+	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
+	fleet, err := startSimFleet(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale)
+	if err != nil {
+		return run, err
+	}
+	defer fleet.Close()
+	dir := filepath.Join(env.Out, "runs", fmt.Sprintf("%s-%s-%.2f", qw.Spec.Name, pol.Name, x))
+	maxPark := time.Duration(p.MaxPark / p.TimeScale * float64(time.Second))
+	gw, err := startGateway(ctx, env.Caddy, dir, GatewayConfig{
+		Engines:       fleet.Refs(pol.KV),
+		Policy:        pol.Policy,
+		PolicyBody:    pol.Body,
+		Admission:     true,
+		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
+		PollInterval:  250 * time.Millisecond,
+	}, pol.KV)
+	if err != nil {
+		return run, err
+	}
+	defer gw.Stop()
+
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	target := Target{URL: gw.URL, Model: "sim-model", KeyHeader: pol.KeyHeader, Client: &http.Client{Transport: tr}}
+
+	cpu0, err := procCPU(gw.Pid())
+	if err != nil {
+		return run, err
+	}
+	self0, _ := procCPU(os.Getpid())
+	start := time.Now()
+	prog := &Progress{}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	runCtx, abort := context.WithCancel(ctx)
+	defer abort()
+	var stalled atomic.Bool
+	go watchStalls(wctx, prog, fleet, gw, dir, func() { stalled.Store(true); abort() })
+	recs := Run(runCtx, target, sessions, LoadConfig{
+		Progress:       prog,
+		Rate:           run.Rate / float64(max(1, len(sessions[0].Turns))),
+		Concurrency:    4096,
+		TimeScale:      p.TimeScale,
+		Deadline:       env.RunDeadline,
+		RequestTimeout: env.RunDeadline,
+		Stream:         true,
+		Seed:           qw.Spec.Seed + 7,
+	})
+	run.Wall = time.Since(start).Seconds()
+	run.Stalled = stalled.Load()
+	cpu1, err := procCPU(gw.Pid())
+	if err != nil {
+		return run, err
+	}
+	self1, _ := procCPU(os.Getpid())
+	run.CaddyCPU, run.HarnessCPU = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
+	run.CaddyRSS, _, _ = procRSS(gw.Pid())
+	run.Summary = Summarize(recs, p.TimeScale, p.Model.tokenScale())
+	t := fleet.Totals()
+	if t.PromptTokens > 0 {
+		run.EngineHitRate = float64(t.CachedTokens) / float64(t.PromptTokens)
+	}
+	run.Preemptions = t.Preemptions
+	if m, err := gw.Metrics(ctx, "llmgw_prefix_decisions_total"); err == nil {
+		run.Decisions = map[string]float64{}
+		for k, v := range m {
+			run.Decisions[labelsKey(k)] += v
+		}
+	}
+	return run, nil
+}
+
+// labelsKey turns `name{outcome="hit",tier="precise"}` into
+// "precise/hit".
+func labelsKey(sample string) string {
+	get := func(label string) string {
+		i := strings.Index(sample, label+`="`)
+		if i < 0 {
+			return ""
+		}
+		rest := sample[i+len(label)+2:]
+		if j := strings.IndexByte(rest, '"'); j >= 0 {
+			return rest[:j]
+		}
+		return rest
+	}
+	return get("tier") + "/" + get("outcome")
+}
+
+// watchStalls logs the fleet's and the gateway's state when requests are
+// in flight but none has finished for 20 s, so a hang is diagnosable from
+// the log, and calls abort after 60 s without progress. It returns when ctx
+// ends.
+func watchStalls(ctx context.Context, prog *Progress, fleet *SimFleet, gw *Gateway, dir string, abort func()) {
+	last, since := int64(-1), time.Now()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		fin := prog.Finished.Load()
+		if fin != last {
+			last, since, reported = fin, time.Now(), false
+			continue
+		}
+		inflight := prog.Started.Load() - fin
+		if inflight == 0 || time.Since(since) < 20*time.Second {
+			continue
+		}
+		if time.Since(since) > 60*time.Second {
+			log.Printf("STALL: aborting the run (%s)", dir)
+			abort()
+			return
+		}
+		if reported {
+			continue
+		}
+		reported = true
+		var b strings.Builder
+		fmt.Fprintf(&b, "STALL: %d requests in flight, none finished for %s (%s)\n", inflight, time.Since(since).Round(time.Second), dir)
+		for _, e := range fleet.Engines {
+			st := e.Stats()
+			fmt.Fprintf(&b, "  engine %s: running %d waiting %d kv %.3f cached_blocks %d served %d preemptions %d\n",
+				e.Addr(), st.Running, st.Waiting, st.KVCacheUsage, st.CachedBlocks, st.RequestsServed, st.Preemptions)
+		}
+		log.Print(b.String())
+		b.Reset()
+		// The admin API may be stuck too (that is how the gateway's lock
+		// bugs show): bounded calls, and say so.
+		c := &http.Client{Timeout: 3 * time.Second}
+		var states []map[string]any
+		if err := getJSON(ctx, c, gw.AdminBase+"/llm/engines", &states); err != nil {
+			fmt.Fprintf(&b, "  gateway /llm/engines: %v\n", err)
+		}
+		for _, s := range states {
+			fmt.Fprintf(&b, "  gateway view %v: running %v waiting %v kv %v inflight %v dispatched %v breaker %v\n",
+				s["dial"], s["running"], s["waiting"], s["kv_cache_usage"], s["local_inflight"], s["dispatched_since_scrape"], s["breaker"])
+		}
+		var queue any
+		if err := getJSON(ctx, c, gw.AdminBase+"/llm/queue", &queue); err != nil {
+			fmt.Fprintf(&b, "  gateway /llm/queue: %v\n", err)
+		} else {
+			fmt.Fprintf(&b, "  queue: %v\n", queue)
+		}
+		if err := saveGoroutines(ctx, c, gw, filepath.Join(dir, "goroutines.txt")); err != nil {
+			fmt.Fprintf(&b, "  goroutine dump: %v\n", err)
+		} else {
+			fmt.Fprintf(&b, "  goroutine dump: %s\n", filepath.Join(dir, "goroutines.txt"))
+		}
+		log.Print(b.String())
+	}
+}
+
+// saveGoroutines writes Caddy's goroutine dump (admin /debug/pprof).
+func saveGoroutines(ctx context.Context, c *http.Client, gw *Gateway, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gw.AdminBase+"/debug/pprof/goroutine?debug=2", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,475 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The report is rendered from the saved section results, so it always
+// describes exactly the numbers in the JSON files next to it.
+
+// loaded holds every section result found in the results directory.
+type loaded struct {
+	quality  *QualityResult
+	fleet    *FleetResult
+	overhead *OverheadResult
+	files    map[string]SectionFile
+}
+
+func loadSections(dir string) (*loaded, error) {
+	l := &loaded{files: map[string]SectionFile{}}
+	for _, name := range []string{"quality", "fleet", "overhead"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".json"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var f SectionFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return nil, fmt.Errorf("%s.json: %w", name, err)
+		}
+		l.files[name] = f
+		var target any
+		switch name {
+		case "quality":
+			l.quality = &QualityResult{}
+			target = l.quality
+		case "fleet":
+			l.fleet = &FleetResult{}
+			target = l.fleet
+		case "overhead":
+			l.overhead = &OverheadResult{}
+			target = l.overhead
+		}
+		if err := json.Unmarshal(f.Result, target); err != nil {
+			return nil, fmt.Errorf("%s.json result: %w", name, err)
+		}
+	}
+	return l, nil
+}
+
+// at returns the run of (workload, policy) at rate multiple x.
+func (q *QualityResult) at(workload, policy string, x float64) *QualityRun {
+	for i := range q.Runs {
+		r := &q.Runs[i]
+		if r.Workload == workload && r.Policy == policy && math.Abs(r.RateX-x) < 1e-9 {
+			return r
+		}
+	}
+	return nil
+}
+
+// rates lists a workload's rate multiples, ascending.
+func (q *QualityResult) rates(workload string) []float64 {
+	seen := map[float64]bool{}
+	var out []float64
+	for _, r := range q.Runs {
+		if r.Workload == workload && !seen[r.RateX] {
+			seen[r.RateX] = true
+			out = append(out, r.RateX)
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// refRate is the workload's rate closest to its no-hit capacity (1.0×).
+func (q *QualityResult) refRate(workload string) float64 {
+	best := math.Inf(1)
+	for _, x := range q.rates(workload) {
+		if math.Abs(x-1) < math.Abs(best-1) {
+			best = x
+		}
+	}
+	return best
+}
+
+// satRate is the lowest rate at which round_robin is saturated: its TTFT
+// p90 at least doubled from the lowest rate, or it completed less than
+// 90% of the offered requests per second. Falls back to refRate.
+func (q *QualityResult) satRate(workload string) float64 {
+	rates := q.rates(workload)
+	if len(rates) == 0 {
+		return math.NaN()
+	}
+	base := q.at(workload, "round_robin", rates[0])
+	if base == nil {
+		return q.refRate(workload)
+	}
+	for _, x := range rates[1:] {
+		r := q.at(workload, "round_robin", x)
+		if r == nil {
+			continue
+		}
+		if r.Summary.TTFT.P90 >= 2*base.Summary.TTFT.P90 || r.Summary.ReqPerSec < 0.9*r.Rate || r.Summary.Rejected > 0 {
+			return x
+		}
+	}
+	return q.refRate(workload)
+}
+
+func (q *QualityResult) workload(name string) *QualityWorkload {
+	for i := range q.Workloads {
+		if q.Workloads[i].Spec.Name == name {
+			return &q.Workloads[i]
+		}
+	}
+	return nil
+}
+
+// render writes the markdown report.
+func render(l *loaded, plotsRel string, plots map[string][]string, total time.Duration) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# Benchmarks\n\n")
+	w("Everything below — tables and plots — is produced by one command, from scratch:\n\n```sh\ngo run ./bench\n```\n\n")
+	if total > 0 {
+		w("That run took **%s** of wall time.", total.Round(time.Second))
+	}
+	var m Machine
+	for _, f := range l.files {
+		m = f.Machine
+		break
+	}
+	w(" Machine: %d × %s, %s, %s (load average at the end of the last section: %s; the machine was shared with other jobs, so absolute speeds are noisy — every comparison below is between configurations measured in the same run, alternating or back to back).\n\n",
+		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
+	w("`go run ./bench -quick` is a smoke run of every section (< 5 minutes); `go run ./bench -only quality|fleet|overhead` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim*.go`), overhead runs (`overhead.go`), this report (`report.go`, `plots.go`); every parameter is in `plans.go`.\n\n")
+
+	if l.quality != nil || l.overhead != nil {
+		w("## Headline\n\n")
+		renderHeadline(&b, l)
+	}
+	if l.quality != nil {
+		renderQuality(&b, l.quality, l.files["quality"], plotsRel, plots)
+	}
+	if l.fleet != nil {
+		renderFleet(&b, l.fleet, l.files["fleet"], plotsRel, plots["fleet"])
+	}
+	if l.overhead != nil {
+		renderOverhead(&b, l.overhead, l.files["overhead"], plotsRel, plots["overhead"])
+	}
+	return b.String()
+}
+
+func renderHeadline(b *strings.Builder, l *loaded) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if q := l.quality; q != nil {
+		name := "prefix-high"
+		if q.workload(name) == nil && len(q.Workloads) > 0 {
+			name = q.Workloads[0].Spec.Name
+		}
+		x := q.satRate(name)
+		qw := q.workload(name)
+		if qw != nil {
+			w("Workload **%s** (%s, scaled: %s) on 8 simulated vLLM engines behind a real Caddy, at **%.1f requests/s** — the lowest rate of the ladder at which `round_robin` saturates (%.2f× the fleet's no-cache-hit capacity). Latencies in simulated seconds.\n\n",
+				name, qw.Spec.Reference, qw.Spec.Shape(), x*qw.CapMiss, x)
+		}
+		w("| policy | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | completed | 503 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, pol := range q.Params.Policies {
+			r := q.at(name, pol.Name, x)
+			if r == nil {
+				continue
+			}
+			s := r.Summary
+			w("| `%s` | %.1f%% | %s | %s | %s | %s | %.0f | %d/%d | %d |\n", pol.Name, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), s.OutputTPS, s.OK, s.Requests, s.Rejected)
+		}
+		w("\n")
+	}
+	if o := l.overhead; o != nil {
+		w("Gateway overhead (same run, alternating phases, closed loop of %d clients; CPU of the Caddy process only):\n\n", o.Params.Concurrency)
+		w("| request | `llm` CPU/request vs plain Caddy | `llm` added latency p50 / p99 vs plain | `llm` req/s vs plain |\n|---|---:|---:|---:|\n")
+		for _, body := range o.Params.Bodies {
+			llm, plain := o.find(body.Name, "llm"), o.find(body.Name, "plain")
+			if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 {
+				continue
+			}
+			w("| %s | %.0f µs vs %.0f µs (**%.2f×**) | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", body.label(),
+				llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq,
+				(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000,
+				llm.ReqPerSec, plain.ReqPerSec, llm.ReqPerSec/plain.ReqPerSec)
+		}
+		w("\n")
+	}
+}
+
+func (o *OverheadResult) find(body, target string) *OverheadStat {
+	for i := range o.Stats {
+		if o.Stats[i].Body == body && o.Stats[i].Target == target {
+			return &o.Stats[i]
+		}
+	}
+	return nil
+}
+
+func (b OverheadBody) label() string {
+	return fmt.Sprintf("%s (%d-token prompt, %d output tokens, non-streaming)", b.Name, b.PromptTokens, b.MaxTokens)
+}
+
+func secs(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f s", v)
+}
+
+func ms(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f ms", v*1000)
+}
+
+func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel string, plots map[string][]string) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p := q.Params
+	w("## 1. Routing quality: real Caddy, simulated vLLM fleet\n\n")
+	w("Command: `go run ./bench -only quality` (%s of this run).\n\n", time.Duration(f.Seconds*float64(time.Second)).Round(time.Second))
+	w("**Setup.** For every (workload, rate, policy) the harness starts a fresh fleet of %d [`vllmsim`](internal/vllmsim) engines in its own process (cold caches for everyone; max_num_seqs %d, block size %d, prefill %.0f tokens/s, decode step %.0f ms, %d-token steps, KV events over ZeroMQ) and a fresh Caddy process built from this checkout (`go build ./cmd/caddy`) with a generated Caddyfile: `llm { poll_interval 250ms; engine … { max_inflight %d; kv_events …; kv_replay … } }`, `llm_admission { max_park %.0fs (simulated) }`, `reverse_proxy <8 engines> { lb_policy …; flush_interval -1 }`. Only the policy differs:\n\n",
+		p.Engines, p.Model.MaxNumSeqs, p.Model.BlockSize, p.Model.PrefillTokensPerSec, p.Model.DecodeStepSeconds*1000, p.Model.MaxBatchedTokens, p.Model.MaxNumSeqs, p.MaxPark)
+	for _, pol := range p.Policies {
+		w("- `%s`: %s\n", pol.Name, pol.Desc)
+	}
+	w("\nThe load generator (Go, OpenAI chat completions with `stream: true` and `stream_options.include_usage`) starts sessions as a Poisson process at the offered rate and records per request the time to the first content token (TTFT), the gaps between content chunks (ITL), end-to-end latency, and `usage` (prompt, completion and `prompt_tokens_details.cached_tokens`). **Hit rate** is Σ cached ÷ Σ prompt tokens of completed requests, as the engines report it. The engines run %g× faster than real time; all latencies are in *simulated* seconds (wall × %g), so the host's own overheads (Caddy, the load generator, the simulators, all on these %d cores) are magnified %g× too — the overhead section measures them in wall time. ITL p50 should read the decode step (%.0f ms); where it does not, the host, not the simulated GPU, was the bottleneck for that run.\n\n",
+		p.TimeScale, p.TimeScale, f.Machine.CPUs, p.TimeScale, p.Model.DecodeStepSeconds*1000)
+	w("**Workloads and the capacity rule.** Workloads are parameters, not data: text is generated so the simulator's tokenizer (one word ≈ one token) yields the wanted counts. The field's shapes are scaled down in group count so a run sends a few hundred requests, and each engine's KV cache is sized so that the workload's *resident set* — the distinct shared tokens: every group's system prompt, or every chat session's full history — fills ρ = %.2f of the fleet's total KV cache (never less than the working set of max_num_seqs requests running at once; ρ below is the effective value). A router that keeps each group on one engine then needs about ρ of each engine's cache for prefixes; a router that spreads every group over every engine asks each engine to hold ρ × %d of its capacity. Rates are multiples of the fleet's estimated capacity with no cache hits (cap₀: decode time shared by max_num_seqs sequences plus the full prefill); cap₁ is the estimate with every shared prefix cached.\n\n", p.Rho, p.Engines)
+	w("| workload | reference shape | scaled shape | requests | KV blocks/engine | ρ | cap₀ req/s | cap₁ req/s | rates (× cap₀) |\n|---|---|---|---:|---:|---:|---:|---:|---|\n")
+	for _, qw := range q.Workloads {
+		var rs []string
+		for _, x := range q.rates(qw.Spec.Name) {
+			rs = append(rs, fmt.Sprintf("%g", x))
+		}
+		w("| %s | %s | %s | %d | %d | %.2f | %.1f | %.1f | %s |\n", qw.Spec.Name, qw.Spec.Reference, qw.Spec.Shape(), qw.Spec.Requests(), qw.KVBlocks, qw.Rho, qw.CapMiss, qw.CapHit, strings.Join(rs, ", "))
+	}
+	w("\nShapes are groups × prompts per group, system/question/output tokens; multi-turn: sessions × turns, system/user-turn/answer tokens (each turn's prompt carries the whole history; %.0f s think time between turns).\n\n", thinkOf(q))
+
+	if hr := plots["hit_rate"]; len(hr) > 0 {
+		w("![hit rate per policy](%s)\n\n", filepath.ToSlash(filepath.Join(plotsRel, hr[0])))
+	}
+	w("Hit rate per workload and policy at the rate closest to cap₀:\n\n| workload | rate |")
+	for _, pol := range p.Policies {
+		w(" `%s` |", pol.Name)
+	}
+	w("\n|---|---:|%s\n", strings.Repeat("---:|", len(p.Policies)))
+	for _, qw := range q.Workloads {
+		x := q.refRate(qw.Spec.Name)
+		w("| %s | %.1f/s |", qw.Spec.Name, x*qw.CapMiss)
+		for _, pol := range p.Policies {
+			if r := q.at(qw.Spec.Name, pol.Name, x); r != nil {
+				w(" %.1f%% |", r.Summary.HitRate*100)
+			} else {
+				w(" – |")
+			}
+		}
+		w("\n")
+	}
+	w("\n")
+
+	for _, qw := range q.Workloads {
+		name := qw.Spec.Name
+		w("### %s — %s\n\n", name, qw.Spec.Reference)
+		for _, f := range plots["ttft:"+name] {
+			w("![TTFT p90 vs rate, %s](%s)\n\n", name, filepath.ToSlash(filepath.Join(plotsRel, f)))
+		}
+		w("| rate | policy | hit rate | TTFT p50 | p90 | p99 | ITL p50 | ITL p90 | E2E p90 | output tok/s | completed | 503 | errors | Caddy CPU | decisions |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, x := range q.rates(name) {
+			for _, pol := range p.Policies {
+				r := q.at(name, pol.Name, x)
+				if r == nil {
+					continue
+				}
+				s := r.Summary
+				flag := ""
+				if r.Stalled {
+					flag = " **stalled**"
+				}
+				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %.1f s | %s |\n",
+					r.Rate, x, pol.Name, flag, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), ms(s.ITL.P90), secs(s.E2E.P90),
+					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, r.CaddyCPU, decisions(r.Decisions))
+			}
+		}
+		w("\n")
+		for _, v := range verdicts(q, name) {
+			w("- %s\n", v)
+		}
+		if why := whyText(name); why != "" {
+			w("\n%s\n", why)
+		}
+		w("\n")
+	}
+	var problems []string
+	for _, r := range q.Runs {
+		if r.Stalled || r.Summary.Errors > 0 || r.Summary.Timeouts > 0 {
+			problems = append(problems, fmt.Sprintf("%s / `%s` / %.1f req/s: %d errors, %d timeouts%s (first error: %q)",
+				r.Workload, r.Policy, r.Rate, r.Summary.Errors, r.Summary.Timeouts, map[bool]string{true: ", run cut after 60 s without progress", false: ""}[r.Stalled], r.Summary.FirstErr))
+		}
+	}
+	w("### Problems seen in this run\n\n")
+	if len(problems) == 0 {
+		w("None: every request of every run completed or was answered 503 by admission.\n\n")
+	} else {
+		for _, p := range problems {
+			w("- %s\n", p)
+		}
+		w("\n")
+	}
+}
+
+func thinkOf(q *QualityResult) float64 {
+	for _, w := range q.Workloads {
+		if w.Spec.Kind == "multiturn" {
+			return w.Spec.ThinkSeconds
+		}
+	}
+	return 0
+}
+
+// decisions condenses the policy's decision counters ("precise/hit": n).
+func decisions(d map[string]float64) string {
+	if len(d) == 0 {
+		return ""
+	}
+	var total float64
+	for _, v := range d {
+		total += v
+	}
+	if total == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(d))
+	for k, v := range d {
+		if v > 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return d[keys[i]] > d[keys[j]] })
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, d[k]/total*100))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// verdicts compares lb_policy llm with the best of Caddy's built-in
+// policies at every rate, in words.
+func verdicts(q *QualityResult, name string) []string {
+	var out []string
+	for _, x := range q.rates(name) {
+		llm := q.at(name, "llm", x)
+		if llm == nil {
+			continue
+		}
+		var best *QualityRun
+		for _, pol := range []string{"least_conn", "round_robin"} {
+			if r := q.at(name, pol, x); r != nil && r.Summary.OK > 0 && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
+				best = r
+			}
+		}
+		if best == nil || llm.Summary.OK == 0 {
+			continue
+		}
+		a, c := llm.Summary, best.Summary
+		ratio := c.TTFT.P90 / a.TTFT.P90
+		verb := "beats"
+		switch {
+		case ratio < 0.9:
+			verb = "**loses to**"
+		case ratio < 1.1:
+			verb = "ties with"
+		}
+		out = append(out, fmt.Sprintf("%.1f req/s: `llm` %s `%s` on TTFT p90 (%s vs %s, %.2f×), hit rate %.1f%% vs %.1f%%, output %.0f vs %.0f tok/s.",
+			llm.Rate, verb, best.Policy, secs(a.TTFT.P90), secs(c.TTFT.P90), ratio, a.HitRate*100, c.HitRate*100, a.OutputTPS, c.OutputTPS))
+	}
+	return out
+}
+
+// whyText explains, per workload, what the policies can and cannot gain;
+// it holds for any run, since it follows from the workload's shape.
+func whyText(workload string) string {
+	switch workload {
+	case "prefix-high":
+		return "Why: 89% of every prompt is its group's system prompt, and the fleet's caches can hold every group only if each group lives on one engine (ρ × 8 engines ≫ 1 for a policy that spreads groups). `round_robin` and `least_conn` send each group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused; `lb_policy llm` keeps a group where its prefix is, so most prompts prefill only their question — shorter TTFT at every rate, and a higher saturation point because engines spend less time prefilling. `cache_key_header` pins groups by hashing the key, without looking at load or at the cache, which works as long as keys spread evenly."
+	case "prefix-low":
+		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity saves little prefill, while it concentrates a group's requests — and their 2,048-token uncached questions — on one engine. The cost model charges a running sequence 32 token-equivalents whatever it is doing, so it does not see that an engine is busy prefilling long prompts; spreading by load (`least_conn`) parallelises those prefills better. This is the workload where `llm` has little to gain and can lose a little."
+	case "prefix-long":
+		return "Why: 6,000-token shared prefixes make a miss cost 0.6 s of prefill, so keeping groups together pays, but each request also decodes 1,000 tokens, so the fleet's capacity is decode-bound and the TTFT gain does not change throughput much."
+	case "multiturn":
+		return "Why: every turn's prompt is the previous turn's prompt plus the answer plus a new question, so the engine that served the last turn holds almost the whole prompt. `llm` (and `cache_key_header` with the session id) follow the session; `round_robin` and `least_conn` find the history on the right engine only by chance (1 in 8) and otherwise hit only the shared system prompt."
+	case "random":
+		return "Why: the control. Nothing is shared, so no policy can get hits and the best a router can do is balance load. `lb_policy llm` then routes on load alone (the decision column shows `load_only` or misses); it pays for tokenizing each prompt and decides on gauges up to one poll interval old, so matching `least_conn` is the expected outcome and anything better is noise."
+	}
+	return ""
+}
+
+func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel string, plots []string) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p := f.Params
+	w("## 2. Fleet simulation: 8 to %d engines\n\n", p.Sizes[len(p.Sizes)-1])
+	w("Command: `go run ./bench -only fleet` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
+	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last 250 ms poll, and the gateway's own in-flight and dispatched-since-scrape accounting. The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting + dispatched < max_num_seqs and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
+		p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs, p.KVLimit, p.QueueSize, p.MaxPark)
+	w("Workload: shared prefixes (%d/%d/%d tokens), %d groups per engine (so the resident set grows with the fleet), each request's group chosen uniformly at random, Poisson arrivals at %.2f× the fleet's no-hit capacity, %d requests per run; KV cache per engine by the same rule as section 1 (ρ = %.2f). Times are simulated seconds; the gateway's CPU figures are host time of this process (single-threaded, on a shared machine) and index memory is the heap the collector frees when the index is dropped.\n\n",
+		p.Workload.SystemTokens, p.Workload.QuestionTokens, p.Workload.OutputTokens, p.GroupsPerEngine, p.Load, p.Requests, p.Rho)
+	for _, pl := range plots {
+		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
+	}
+	w("| engines | policy | groups | rate req/s | completed | 503 | hit rate | TTFT p50 | p90 | p99 | output tok/s | preemptions | decision µs mean / p99 | events µs/request | index | sim wall |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range f.Runs {
+		cost, ev, idx := "–", "–", "–"
+		if r.Policy == "llm" {
+			cost = fmt.Sprintf("%.1f / %.1f", r.DecisionNs.Mean/1000, r.DecisionNs.P99/1000)
+			ev = fmt.Sprintf("%.1f", r.EventUsPerReq)
+			idx = fmt.Sprintf("%.1f MiB, %d blocks", float64(r.IndexBytes)/(1<<20), r.IndexBlocks)
+		}
+		w("| %d | `%s` | %d | %.0f | %d | %d | %.1f%% | %s | %s | %s | %.0f | %d | %s | %s | %s | %.0f s |\n",
+			r.Engines, r.Policy, r.Groups, r.Rate, r.Completed, r.Rejected, r.HitRate*100, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), r.OutputTPS, r.Preemptions, cost, ev, idx, r.WallSeconds)
+	}
+	w("\n")
+	for _, r := range f.Runs {
+		if r.MirrorProblems > 0 {
+			w("- **%d engines: the mirrors counted %d unchainable, malformed or undecodable events** — the model's events and the index disagree somewhere.\n", r.Engines, r.MirrorProblems)
+		}
+	}
+	w("Reading it: the decision cost is dominated by hashing the prompt into block keys and matching them (proportional to prompt blocks, and to engines ÷ 64 per block) and by `routing.Pick` over N candidates; event upkeep is per stored or evicted block, so it grows with the miss rate rather than with N. Memory is the mirrors' blocks (N × KV blocks at most) plus the index's key table.\n\n")
+}
+
+func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plotsRel string, plots []string) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p := o.Params
+	w("## 3. Gateway overhead: `llm_admission` + `lb_policy llm` vs plain Caddy\n\n")
+	w("Command: `go run ./bench -only overhead` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
+	w("Two Caddy processes run side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond): **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep), **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating plain → llm → direct, %d rounds (after a %.0f s warm-up each), so machine noise hits all three alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
+		p.Engines, p.TimeScale, p.Concurrency, p.Phase, p.Rounds, p.Warmup)
+	for _, pl := range plots {
+		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
+	}
+	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | Caddy CPU/request | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, body := range p.Bodies {
+		plain := o.find(body.Name, "plain")
+		for _, t := range []string{"direct", "plain", "llm"} {
+			s := o.find(body.Name, t)
+			if s == nil {
+				continue
+			}
+			added, cpu, rss := "", "–", "–"
+			if t == "llm" && plain != nil {
+				added = fmt.Sprintf("%+.2f / %+.2f ms", (s.Latency.P50-plain.Latency.P50)*1000, (s.Latency.P99-plain.Latency.P99)*1000)
+			}
+			if t != "direct" {
+				cpu = fmt.Sprintf("%.0f µs", s.CPUPerReq)
+				rss = fmt.Sprintf("%.0f MiB (%.0f)", float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20))
+			}
+			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %d |\n", body.label(), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, cpu, rss, s.Errors)
+		}
+	}
+	w("\nOn 2 shared cores the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n")
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// runSections runs the selected sections, saving each result under
+// env.Out, then renders the report and plots from every saved result.
+func runSections(ctx context.Context, env *Env, o Options, tmp string, started time.Time) error {
+	if o.Only["quality"] || o.Only["overhead"] {
+		log.Printf("building caddy (go build ./cmd/caddy)")
+		bin, err := buildCaddy(ctx, env.Root, tmp)
+		if err != nil {
+			return err
+		}
+		env.Caddy = bin
+	}
+	if o.Only["quality"] {
+		t0 := time.Now()
+		res, err := runQuality(ctx, env, qualityParams(env.Quick))
+		if err != nil {
+			return fmt.Errorf("quality: %w", err)
+		}
+		if err := saveSection(env, "quality", res, t0); err != nil {
+			return err
+		}
+	}
+	if o.Only["fleet"] {
+		t0 := time.Now()
+		res, err := runFleet(ctx, fleetParams(env.Quick))
+		if err != nil {
+			return fmt.Errorf("fleet: %w", err)
+		}
+		if err := saveSection(env, "fleet", res, t0); err != nil {
+			return err
+		}
+	}
+	if o.Only["overhead"] {
+		t0 := time.Now()
+		res, err := runOverhead(ctx, env, overheadParams(env.Quick))
+		if err != nil {
+			return fmt.Errorf("overhead: %w", err)
+		}
+		if err := saveSection(env, "overhead", res, t0); err != nil {
+			return err
+		}
+	}
+	if err := writeReport(env, o); err != nil {
+		return err
+	}
+	log.Printf("done in %s", time.Since(started).Round(time.Second))
+	return nil
+}
+
+// writeReport renders the markdown report and the plots from every
+// section result saved under env.Out.
+func writeReport(env *Env, o Options) error {
+	l, err := loadSections(env.Out)
+	if err != nil {
+		return err
+	}
+	if err := ensureDir(o.Plots); err != nil {
+		return err
+	}
+	plots := map[string][]string{}
+	if q := l.quality; q != nil {
+		name, err := plotHitRate(o.Plots, o.PlotExt, q)
+		if err != nil {
+			return fmt.Errorf("hit rate plot: %w", err)
+		}
+		plots["hit_rate"] = []string{name}
+		for _, w := range q.Workloads {
+			if len(q.rates(w.Spec.Name)) < 2 {
+				continue
+			}
+			name, err := plotTTFT(o.Plots, o.PlotExt, q, w.Spec.Name)
+			if err != nil {
+				return fmt.Errorf("TTFT plot: %w", err)
+			}
+			plots["ttft:"+w.Spec.Name] = []string{name}
+		}
+	}
+	if f := l.fleet; f != nil {
+		names, err := plotFleet(o.Plots, o.PlotExt, f)
+		if err != nil {
+			return fmt.Errorf("fleet plots: %w", err)
+		}
+		plots["fleet"] = names
+	}
+	if ov := l.overhead; ov != nil {
+		names, err := plotOverhead(o.Plots, o.PlotExt, ov)
+		if err != nil {
+			return fmt.Errorf("overhead plots: %w", err)
+		}
+		plots["overhead"] = names
+	}
+	rel, err := filepath.Rel(filepath.Dir(o.Markdown), o.Plots)
+	if err != nil {
+		rel = o.Plots
+	}
+	var total time.Duration
+	for _, f := range l.files {
+		total += time.Duration(f.Seconds * float64(time.Second))
+	}
+	md := render(l, rel, plots, total)
+	if err := os.WriteFile(o.Markdown, []byte(md), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", o.Markdown, err)
+	}
+	log.Printf("report: %s, plots in %s", o.Markdown, o.Plots)
+	return nil
+}
+
+// SectionFile is one section's saved result with how it was produced.
+type SectionFile struct {
+	Section string          `json:"section"`
+	Command string          `json:"command"`
+	Machine Machine         `json:"machine"`
+	Started time.Time       `json:"started"`
+	Seconds float64         `json:"seconds"`
+	Result  json.RawMessage `json:"result"`
+}
+
+func saveSection(env *Env, name string, v any, t0 time.Time) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %s results: %w", name, err)
+	}
+	f := SectionFile{Section: name, Command: env.Command, Machine: machine(), Started: t0, Seconds: time.Since(t0).Seconds(), Result: raw}
+	b, err := json.MarshalIndent(f, "", " ")
+	if err != nil {
+		return fmt.Errorf("encoding %s results: %w", name, err)
+	}
+	path := filepath.Join(env.Out, name+".json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	log.Printf("%s: %s in %s", name, path, time.Since(t0).Round(time.Second))
+	return nil
+}

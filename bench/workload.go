@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// A workload is a list of sessions. A session is a conversation of one or
+// more turns sent one after the other; single-request workloads (the
+// shared-prefix family, the random control) are one-turn sessions. The
+// load generator starts sessions at the arrival rate and runs each
+// session's turns in order, so a multi-turn session's later requests carry
+// the earlier answers in their history, exactly as a chat client does.
+
+// Session is one conversation.
+type Session struct {
+	// Key identifies the session's cache-affinity group: the shared-prefix
+	// group, or the chat session. It is sent in the cache-key header.
+	Key string
+	// System is the system prompt ("" for none). Sessions of one group
+	// share the same string.
+	System string
+	Turns  []Turn
+	// Think is the pause between a turn's answer and the next turn, in
+	// simulated seconds.
+	Think float64
+}
+
+// Turn is one user message and the answer length asked for.
+type Turn struct {
+	User      string
+	MaxTokens int
+}
+
+// WorkloadSpec describes a workload by parameters; Build generates its
+// text. Token counts are for the simulator's tokenizer, which splits text
+// into words (each with its leading space) and punctuation: one generated
+// word is one token.
+type WorkloadSpec struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"` // "prefix", "multiturn" or "random"
+	// Shared-prefix family: Groups × PerGroup requests; each request is
+	// the group's system prompt (SystemTokens) plus its own question
+	// (QuestionTokens), answered with OutputTokens.
+	Groups         int `json:"groups"`
+	PerGroup       int `json:"per_group"`
+	SystemTokens   int `json:"system_tokens"`
+	QuestionTokens int `json:"question_tokens"`
+	OutputTokens   int `json:"output_tokens"`
+	// Multi-turn: Groups sessions of Turns turns each; every session has
+	// its own system prompt; ThinkSeconds between turns.
+	Turns        int     `json:"turns,omitempty"`
+	ThinkSeconds float64 `json:"think_seconds,omitempty"`
+	// Reference is the field's original shape this workload was scaled
+	// from, for the report ("256×16, 2048/256/256").
+	Reference string `json:"reference,omitempty"`
+	Seed      uint64 `json:"seed"`
+}
+
+// Requests is the number of requests the workload sends.
+func (w WorkloadSpec) Requests() int {
+	if w.Kind == "multiturn" {
+		return w.Groups * w.Turns
+	}
+	return w.Groups * w.PerGroup
+}
+
+// PromptTokens is the largest prompt of the workload, in tokens (the last
+// turn of a session for multi-turn), without the chat template's few
+// tokens.
+func (w WorkloadSpec) PromptTokens() int {
+	if w.Kind == "multiturn" {
+		return w.SystemTokens + w.Turns*(w.QuestionTokens+w.OutputTokens)
+	}
+	return w.SystemTokens + w.QuestionTokens
+}
+
+// SharedTokens is the part of the prompts that is shared (and so worth
+// caching): per group for the prefix family, per session for multi-turn.
+func (w WorkloadSpec) SharedTokens() int {
+	switch w.Kind {
+	case "multiturn":
+		return w.PromptTokens()
+	case "random":
+		return 0
+	}
+	return w.SystemTokens
+}
+
+// Shape is the workload's shape for tables.
+func (w WorkloadSpec) Shape() string {
+	switch w.Kind {
+	case "multiturn":
+		return fmt.Sprintf("%d sessions × %d turns, %d/%d/%d", w.Groups, w.Turns, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
+	case "random":
+		return fmt.Sprintf("%d unique prompts, %d/%d", w.Groups*w.PerGroup, w.QuestionTokens, w.OutputTokens)
+	}
+	return fmt.Sprintf("%d×%d, %d/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
+}
+
+// Build generates the workload's sessions in the order they are sent,
+// asking for OutputTokens/tokenScale tokens per answer (see
+// EngineModel.TokenScale). The same spec always yields the same text.
+func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
+	if w.Groups <= 0 || w.QuestionTokens <= 0 || w.OutputTokens <= 0 {
+		return nil, fmt.Errorf("workload %s: groups, question and output tokens must be positive", w.Name)
+	}
+	rng := rand.New(rand.NewPCG(w.Seed, 0x6c6c6d6777))
+	out := max(1, (w.OutputTokens+tokenScale-1)/max(1, tokenScale))
+	var sessions []Session
+	switch w.Kind {
+	case "prefix":
+		if w.PerGroup <= 0 || w.SystemTokens <= 0 {
+			return nil, fmt.Errorf("workload %s: per_group and system tokens must be positive", w.Name)
+		}
+		systems := make([]string, w.Groups)
+		for g := range systems {
+			systems[g] = words(rng, fmt.Sprintf("group%d", g), w.SystemTokens)
+		}
+		for g := 0; g < w.Groups; g++ {
+			for i := 0; i < w.PerGroup; i++ {
+				sessions = append(sessions, Session{
+					Key:    fmt.Sprintf("group-%d", g),
+					System: systems[g],
+					Turns:  []Turn{{User: words(rng, fmt.Sprintf("q%d", i), w.QuestionTokens), MaxTokens: out}},
+				})
+			}
+		}
+		// Interleave the groups, as clients of many tenants would.
+		rng.Shuffle(len(sessions), func(i, j int) { sessions[i], sessions[j] = sessions[j], sessions[i] })
+	case "multiturn":
+		if w.Turns <= 0 {
+			return nil, fmt.Errorf("workload %s: turns must be positive", w.Name)
+		}
+		for s := 0; s < w.Groups; s++ {
+			sess := Session{Key: fmt.Sprintf("session-%d", s), Think: w.ThinkSeconds}
+			if w.SystemTokens > 0 {
+				sess.System = words(rng, fmt.Sprintf("session%d", s), w.SystemTokens)
+			}
+			for t := 0; t < w.Turns; t++ {
+				sess.Turns = append(sess.Turns, Turn{User: words(rng, fmt.Sprintf("turn%d", t), w.QuestionTokens), MaxTokens: out})
+			}
+			sessions = append(sessions, sess)
+		}
+	case "random":
+		n := w.Groups * max(w.PerGroup, 1)
+		for i := 0; i < n; i++ {
+			sessions = append(sessions, Session{
+				Key:   fmt.Sprintf("req-%d", i),
+				Turns: []Turn{{User: words(rng, fmt.Sprintf("unique%d", i), w.QuestionTokens), MaxTokens: out}},
+			})
+		}
+	default:
+		return nil, fmt.Errorf("workload %s: unknown kind %q", w.Name, w.Kind)
+	}
+	return sessions, nil
+}
+
+// vocab is the pool of generated words: lowercase, 3 to 9 letters, so each
+// is one token of the simulator's tokenizer (pieces are cut at 12 bytes).
+var vocab = func() []string {
+	rng := rand.New(rand.NewPCG(1, 2))
+	v := make([]string, 4096)
+	for i := range v {
+		b := make([]byte, 3+rng.IntN(7))
+		for j := range b {
+			b[j] = byte('a' + rng.IntN(26))
+		}
+		v[i] = string(b)
+	}
+	return v
+}()
+
+// words returns n tokens of text: tag (which makes the text unique from
+// its first block) and n−1 random words, separated by spaces.
+func words(rng *rand.Rand, tag string, n int) string {
+	var sb strings.Builder
+	sb.Grow(n * 7)
+	sb.WriteString(tag)
+	for i := 1; i < n; i++ {
+		sb.WriteByte(' ')
+		sb.WriteString(vocab[rng.IntN(len(vocab))])
+	}
+	return sb.String()
+}
