@@ -88,8 +88,9 @@ type App struct {
 	// The engines this gateway knows in advance. Others are discovered.
 	Engines []*EngineConfig `json:"engines,omitempty"`
 
-	fleet  *fleet
-	logger *zap.Logger
+	fleet   *fleet
+	logger  *zap.Logger
+	prevLog *zap.Logger // the fleet's logger before Start, restored by Stop
 }
 
 // EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
@@ -224,6 +225,7 @@ func (a *App) validate() error {
 // Start applies this config to the fleet: pollers and KV subscriptions start
 // for new engines and stop for removed ones; engines that stay keep running.
 func (a *App) Start() error {
+	a.prevLog = a.fleet.logBase.Swap(a.logger)
 	a.fleet.apply(a)
 	current.Store(a)
 	return nil
@@ -233,6 +235,11 @@ func (a *App) Start() error {
 // already applied itself, and the last Cleanup stops the workers.
 func (a *App) Stop() error {
 	current.CompareAndSwap(a, nil)
+	// A reload that failed after this Start: the fleet logs through the
+	// generation that keeps running again.
+	if a.fleet != nil && a.prevLog != nil {
+		a.fleet.logBase.CompareAndSwap(a.logger, a.prevLog)
+	}
 	return nil
 }
 

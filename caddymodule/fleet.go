@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
@@ -34,7 +35,8 @@ type kvLive struct {
 // fleet is the process-wide state shared by every config generation (see
 // pool). All methods are safe for concurrent use.
 type fleet struct {
-	logger    *zap.Logger
+	logger    *zap.Logger                // writes through logBase's core
+	logBase   atomic.Pointer[zap.Logger] // the running config's logger
 	registry  *upstreams.Registry
 	index     *kvindex.Index
 	approx    *kvindex.ApproxTree
@@ -62,7 +64,6 @@ type fleet struct {
 
 func newFleet(logger *zap.Logger) *fleet {
 	f := &fleet{
-		logger:  logger,
 		index:   kvindex.NewIndex(kvindex.IndexConfig{}),
 		approx:  kvindex.NewApproxTree(kvindex.ApproxConfig{}),
 		breaker: routing.NewBreaker(routing.BreakerConfig{}),
@@ -73,6 +74,10 @@ func newFleet(logger *zap.Logger) *fleet {
 		kvLive:  make(map[string]*kvLive),
 		drained: make(map[string]bool),
 	}
+	// The fleet outlives configs; its logs go where the running config
+	// says (App.Start updates logBase), not to the first config's outputs.
+	f.logBase.Store(logger)
+	f.logger = zap.New(&liveCore{base: &f.logBase}).Named(logger.Name())
 	f.registry = upstreams.NewRegistry(f.registryOptions(nil))
 	f.tokenizer.Store(upstreams.NewTokenizer(upstreams.TokenizerOptions{}))
 	return f
@@ -107,6 +112,7 @@ func (f *fleet) apply(a *App) {
 	}
 	f.mu.Lock()
 	f.kvEventsPort, f.kvReplayPort = a.KVEventsPort, a.KVReplayPort
+	reverify := seedChanged(f.verifySeed, a.HashSeed)
 	f.verifySeed = a.HashSeed
 	if tok != f.tokOpts {
 		// New limits take a new client; calls in flight finish on the old.
@@ -114,6 +120,9 @@ func (f *fleet) apply(a *App) {
 		f.tokenizer.Swap(upstreams.NewTokenizer(tok)).Close()
 	}
 	f.mu.Unlock()
+	if reverify {
+		f.applyVerify()
+	}
 	f.registry.Apply(a.engineConfigs(), f.registryOptions(a))
 	// A new config may route a pool to other upstreams: forget what the
 	// policies learned, or admission would gate (and fail open) on departed
@@ -364,3 +373,45 @@ func (c kvConfig) attrs() map[string]string {
 func kvFromAttrs(m map[string]string) kvConfig {
 	return kvConfig{Endpoint: m["kv_events"], Bind: m["kv_bind"] == "true", Replay: m["kv_replay"], Topic: m["kv_topic"]}
 }
+
+// liveCore is a zapcore.Core that writes through the core of the logger in
+// base at the time of each entry, so loggers made once (pollers, KV
+// subscriptions) follow the log outputs and levels of later configs.
+type liveCore struct {
+	base   *atomic.Pointer[zap.Logger]
+	fields []zapcore.Field
+}
+
+func (c *liveCore) core() zapcore.Core {
+	core := c.base.Load().Core()
+	if len(c.fields) > 0 {
+		core = core.With(c.fields)
+	}
+	return core
+}
+
+// Enabled implements zapcore.LevelEnabler.
+func (c *liveCore) Enabled(l zapcore.Level) bool { return c.base.Load().Core().Enabled(l) }
+
+// With implements zapcore.Core.
+func (c *liveCore) With(fields []zapcore.Field) zapcore.Core {
+	return &liveCore{base: c.base, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...)}
+}
+
+// Check implements zapcore.Core: the current core decides (its level and
+// its logger-name filters) and is the one that writes.
+func (c *liveCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !c.Enabled(e.Level) {
+		return ce
+	}
+	return c.core().Check(e, ce)
+}
+
+// Write implements zapcore.Core; entries normally reach the current core
+// through Check.
+func (c *liveCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return c.core().Write(e, fields)
+}
+
+// Sync implements zapcore.Core.
+func (c *liveCore) Sync() error { return c.base.Load().Core().Sync() }
