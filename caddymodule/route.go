@@ -291,3 +291,28 @@ func (f *fleet) breakerRelease(dial string) {
 		b.Release(dial)
 	}
 }
+
+// seedChanged reports whether a new hash_seed differs from the old one.
+func seedChanged(old, new *string) bool {
+	if old == nil || new == nil {
+		return old != new
+	}
+	return *old != *new
+}
+
+// applyVerify brings the running mirrors in line with a changed hash_seed:
+// subscriptions read the seed only when they start, and a reload that
+// changes it keeps them running. Counters restart with the new seed.
+func (f *fleet) applyVerify() {
+	f.mu.Lock()
+	var cfg kvindex.VerifyConfig
+	if f.verifySeed != nil {
+		cfg = kvindex.VerifyConfig{Seed: *f.verifySeed, Sample: 16}
+	}
+	f.mu.Unlock()
+	for _, st := range f.index.Stats() {
+		if m := f.index.Mirror(st.Engine); m != nil {
+			m.SetVerify(cfg)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/routing"
+)
+
+// TestPolicyHashVerification: with hash_seed equal to the engines'
+// PYTHONHASHSEED the sampled BlockStored hashes verify; a reload with
+// another seed turns them into mismatches, in /llm/engines and in
+// llmgw_kv_hash_mismatches_total.
+func TestPolicyHashVerification(t *testing.T) {
+	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 200, HashSeed: "42"})
+	g := policyGateway{engines: engines, app: "\t\thash_seed 42\n"}
+	g.load(t)
+	polWaitKV(t, engines...)
+	traffic := func(tag string) {
+		for i := range 20 {
+			for _, e := range engines {
+				polDirect(t, e, polChat("", fmt.Sprintf("%s %d:%s", tag, i, polWords(tag, 40)), 20, false))
+			}
+		}
+	}
+	traffic("right")
+	for _, e := range engines {
+		eventually(t, 10*time.Second, "verified hashes on "+e.Addr(), func() bool {
+			v := getEngineReport(t, e.Addr()).KV.Verify
+			return v.Enabled && v.Verified > 0
+		})
+		if v := getEngineReport(t, e.Addr()).KV.Verify; v.Mismatched != 0 {
+			t.Errorf("%s: %d mismatches with the right seed: %s", e.Addr(), v.Mismatched, v.LastMismatch)
+		}
+	}
+	if v := metricValue(t, "llmgw_kv_hash_mismatches_total", `engine="`+engines[0].Addr()+`"`); v != 0 {
+		t.Errorf("llmgw_kv_hash_mismatches_total = %v with the right seed", v)
+	}
+
+	g.app = "\t\thash_seed 43\n"
+	g.load(t)
+	traffic("wrong")
+	for _, e := range engines {
+		eventually(t, 10*time.Second, "hash mismatches on "+e.Addr(), func() bool {
+			return getEngineReport(t, e.Addr()).KV.Verify.Mismatched > 0
+		})
+		if v := metricValue(t, "llmgw_kv_hash_mismatches_total", `engine="`+e.Addr()+`"`); v == 0 {
+			t.Errorf("llmgw_kv_hash_mismatches_total for %s = 0 with a wrong seed", e.Addr())
+		}
+	}
+}
+
+// TestPolicyScaleOut: two gateways in front of the same engines both route
+// precisely, each from its own subscription to every engine (vLLM's PUB
+// binds; any number of gateways connect). The second gateway is a second
+// fleet in this process (one Caddy per test process), configured like the
+// first and fed only by the engines' events.
+func TestPolicyScaleOut(t *testing.T) {
+	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 50})
+	policyGateway{engines: engines, policy: "\t\t\tdebug_headers\n"}.load(t)
+	polWaitKV(t, engines...)
+
+	second := newFleet(zap.NewNop())
+	defer second.Destruct()
+	app := &App{
+		PollInterval: caddy.Duration(50 * time.Millisecond), PollTimeout: caddy.Duration(time.Second),
+		StaleAfter: 3, IdleTTL: caddy.Duration(time.Minute),
+		TokenizeTimeout: caddy.Duration(time.Second), TokenizeConcurrency: 8, TokenizeCacheSize: 64,
+	}
+	for _, e := range engines {
+		app.Engines = append(app.Engines, &EngineConfig{Dial: e.Addr(), KVEvents: e.KVEndpoint(), KVReplay: e.ReplayEndpoint()})
+	}
+	second.apply(app)
+	dials := make([]string, len(engines))
+	for i, e := range engines {
+		dials[i] = e.Addr()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := e.WaitKVSubscribers(ctx, 2); err != nil {
+			t.Fatalf("%s: %v", e.Addr(), err)
+		}
+		cancel()
+		eventually(t, 10*time.Second, "second gateway connected to "+e.Addr(), func() bool { return second.preciseFresh(e.Addr()) })
+	}
+
+	// Each engine holds its own prefix, learned by both gateways from events.
+	prefixes := make([]string, len(engines))
+	for i, e := range engines {
+		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + polWords(fmt.Sprintf("t%d", i), 300)
+		polDirect(t, e, polChat(prefixes[i], "warm", 1, false))
+		polWaitBlocks(t, e.Addr(), 300/16)
+		eventually(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
+			m := second.index.Mirror(e.Addr())
+			return m != nil && m.Stats().Blocks == getEngineReport(t, e.Addr()).KV.Blocks
+		})
+	}
+	s := second.policySettings("default")
+	for i, e := range engines {
+		for j := range 3 {
+			body := polChat(prefixes[i], fmt.Sprintf("question %d", j), 2, false)
+			r := polMustSend(t, "", body, nil)
+			if r.upstream != e.Addr() || r.tier != "precise" {
+				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise", i, r.upstream, r.tier, e.Addr())
+			}
+			req, err := admission.ParseRequest([]byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := second.route(context.Background(), req, dials, s, false).decision
+			if d.Index < 0 || dials[d.Index] != e.Addr() || d.Tier != routing.Precise || d.Outcome != routing.Hit {
+				t.Errorf("gateway 2, prefix %d: %+v, want %s precise hit", i, d, e.Addr())
+			}
+		}
+	}
+}
