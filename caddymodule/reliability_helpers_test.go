@@ -124,6 +124,7 @@ type relStream struct {
 	readErr  error  // how reading the body ended (nil = clean EOF)
 	err      error  // the request failed before a response
 	reused   bool   // sent on a reused keep-alive connection
+	proto    int    // HTTP major version of the response
 }
 
 // keepAliveRace reports a request that failed before any response on a
@@ -181,7 +182,7 @@ func relDoStreamFn(ctx context.Context, c *http.Client, url, body string, header
 		return relStream{err: err, reused: reused}
 	}
 	defer res.Body.Close()
-	out := relStream{status: res.StatusCode, header: res.Header, reused: reused}
+	out := relStream{status: res.StatusCode, header: res.Header, reused: reused, proto: res.ProtoMajor}
 	var raw strings.Builder
 	br := bufio.NewReader(res.Body)
 	errEvent := false
