@@ -25,7 +25,7 @@ var (
 	}, []string{"band"})
 	rejectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_rejected_total",
-		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone).",
+		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown).",
 	}, []string{"band", "reason"})
 	failOpenTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "llmgw_admission_fail_open_total",
