@@ -143,7 +143,8 @@ func run(ctx context.Context, args []string) error {
 		env.RunDeadline = 90 * time.Second
 	}
 	started := time.Now()
-	return runSections(ctx, env, o, tmp, started)
+	plan := Plan{Quality: qualityParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick)}
+	return runSections(ctx, env, o, plan, tmp, started)
 }
 
 // commandLine is how this run was invoked, for the report.

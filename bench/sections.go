@@ -10,9 +10,16 @@ import (
 	"time"
 )
 
+// Plan holds every section's parameters.
+type Plan struct {
+	Quality  QualityParams
+	Fleet    FleetParams
+	Overhead OverheadParams
+}
+
 // runSections runs the selected sections, saving each result under
 // env.Out, then renders the report and plots from every saved result.
-func runSections(ctx context.Context, env *Env, o Options, tmp string, started time.Time) error {
+func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string, started time.Time) error {
 	if o.Only["quality"] || o.Only["overhead"] {
 		log.Printf("building caddy (go build ./cmd/caddy)")
 		bin, err := buildCaddy(ctx, env.Root, tmp)
@@ -23,7 +30,7 @@ func runSections(ctx context.Context, env *Env, o Options, tmp string, started t
 	}
 	if o.Only["quality"] {
 		t0 := time.Now()
-		res, err := runQuality(ctx, env, qualityParams(env.Quick))
+		res, err := runQuality(ctx, env, plan.Quality)
 		if err != nil {
 			return fmt.Errorf("quality: %w", err)
 		}
@@ -33,7 +40,7 @@ func runSections(ctx context.Context, env *Env, o Options, tmp string, started t
 	}
 	if o.Only["fleet"] {
 		t0 := time.Now()
-		res, err := runFleet(ctx, fleetParams(env.Quick))
+		res, err := runFleet(ctx, plan.Fleet)
 		if err != nil {
 			return fmt.Errorf("fleet: %w", err)
 		}
@@ -43,7 +50,7 @@ func runSections(ctx context.Context, env *Env, o Options, tmp string, started t
 	}
 	if o.Only["overhead"] {
 		t0 := time.Now()
-		res, err := runOverhead(ctx, env, overheadParams(env.Quick))
+		res, err := runOverhead(ctx, env, plan.Overhead)
 		if err != nil {
 			return fmt.Errorf("overhead: %w", err)
 		}
@@ -76,7 +83,7 @@ func writeReport(env *Env, o Options) error {
 		}
 		plots["hit_rate"] = []string{name}
 		for _, w := range q.Workloads {
-			if len(q.rates(w.Spec.Name)) < 2 {
+			if len(q.rates(w.Spec.Name)) == 0 {
 				continue
 			}
 			name, err := plotTTFT(o.Plots, o.PlotExt, q, w.Spec.Name)

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestQuickSmoke runs every section of the harness end to end on a tiny
+// plan — a real Caddy process built from this checkout in front of two
+// simulated engines, the fleet simulation on four engines, the overhead
+// phases — and checks that each produced numbers, a report and plots. It
+// asserts nothing about speed.
+func TestQuickSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Caddy and runs the harness end to end")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	root, err := repoRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	o := Options{
+		Out: out, Markdown: filepath.Join(out, "BENCHMARKS.md"), Plots: filepath.Join(out, "plots"), PlotExt: ".svg",
+		Only: map[string]bool{"quality": true, "fleet": true, "overhead": true},
+	}
+	env := &Env{Root: root, Out: out, Quick: true, RunDeadline: time.Minute, Command: "go test ./bench -run TestQuickSmoke"}
+	if err := runSections(ctx, env, o, smokePlan(), t.TempDir(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := loadSections(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.quality == nil || l.fleet == nil || l.overhead == nil {
+		t.Fatalf("missing section results: quality %v fleet %v overhead %v", l.quality != nil, l.fleet != nil, l.overhead != nil)
+	}
+	if len(l.quality.Runs) != 2 {
+		t.Fatalf("quality runs = %d, want 2", len(l.quality.Runs))
+	}
+	for _, r := range l.quality.Runs {
+		s := r.Summary
+		if s.OK == 0 || s.Prompt == 0 || s.Output == 0 || s.TTFT.N == 0 || s.TTFT.P50 <= 0 || s.ITL.N == 0 {
+			t.Errorf("quality %s: no numbers: %+v", r.Policy, s)
+		}
+		if r.CaddyCPU <= 0 {
+			t.Errorf("quality %s: Caddy CPU not measured", r.Policy)
+		}
+	}
+	// The llm policy decided every request (its decision counters come
+	// from the Caddy process's metrics).
+	llm := l.quality.at("tiny", "llm", 1)
+	var decided float64
+	if llm != nil {
+		for _, v := range llm.Decisions {
+			decided += v
+		}
+	}
+	if llm == nil || decided < float64(llm.Summary.Requests) {
+		t.Errorf("llm run: %v decisions for its requests: %+v", decided, llm)
+	}
+	if len(l.fleet.Runs) != 2 {
+		t.Fatalf("fleet runs = %d, want 2", len(l.fleet.Runs))
+	}
+	for _, r := range l.fleet.Runs {
+		if r.Completed == 0 || r.TTFT.N == 0 || r.SimSeconds <= 0 {
+			t.Errorf("fleet %s: no numbers: %+v", r.Policy, r)
+		}
+		if r.Policy == "llm" && (r.DecisionNs.N == 0 || r.EventBatches == 0 || r.MirrorProblems != 0) {
+			t.Errorf("fleet llm: decisions %d, event batches %d, mirror problems %d", r.DecisionNs.N, r.EventBatches, r.MirrorProblems)
+		}
+	}
+	if len(l.overhead.Stats) != 3 {
+		t.Fatalf("overhead stats = %d, want 3", len(l.overhead.Stats))
+	}
+	for _, s := range l.overhead.Stats {
+		if s.Requests == 0 || s.Latency.P50 <= 0 {
+			t.Errorf("overhead %s: no numbers: %+v", s.Target, s)
+		}
+		if s.Target != "direct" && s.CPUPerReq <= 0 {
+			t.Errorf("overhead %s: CPU per request not measured", s.Target)
+		}
+	}
+
+	md, err := os.ReadFile(o.Markdown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Fleet simulation", "## 3. Gateway overhead", "ttft_p90_tiny.svg", "hit_rate.svg"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	plots, err := filepath.Glob(filepath.Join(o.Plots, "*.svg"))
+	if err != nil || len(plots) < 6 {
+		t.Errorf("plots: %v (%v)", plots, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "quality.json"))
+	if err != nil || !json.Valid(raw) {
+		t.Errorf("quality.json unreadable: %v", err)
+	}
+}
+
+// smokePlan is the smallest plan that exercises every code path.
+func smokePlan() Plan {
+	q := qualityParams(true)
+	q.Engines = 2
+	q.Plans = []QualityPlan{{Workload: WorkloadSpec{Name: "tiny", Kind: "prefix", Groups: 4, PerGroup: 3, SystemTokens: 256, QuestionTokens: 32, OutputTokens: 32,
+		Reference: "smoke", Seed: 1}, Rates: []float64{1}}}
+	var pols []PolicySpec
+	for _, p := range q.Policies {
+		if p.Name == "llm" || p.Name == "round_robin" {
+			pols = append(pols, p)
+		}
+	}
+	q.Policies = pols
+	f := fleetParams(true)
+	f.Sizes, f.Requests, f.Policies = []int{4}, 400, []string{"llm", "round_robin"}
+	ov := overheadParams(true)
+	ov.Engines, ov.Concurrency, ov.Phase, ov.Warmup = 2, 4, 0.5, 0.2
+	ov.Bodies = ov.Bodies[:1]
+	return Plan{Quality: q, Fleet: f, Overhead: ov}
+}
