@@ -1,0 +1,117 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+)
+
+// relOurGoroutines lists the goroutines running code of this module (the
+// fleet's pollers, KV subscriptions, kicker, engine simulators) or of
+// zmq4, other than test goroutines.
+func relOurGoroutines() []string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "relOurGoroutines") {
+			continue
+		}
+		if strings.Contains(g, "llmgw/caddy-llmgw/") || strings.Contains(g, "go-zeromq/zmq4") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// relWaitNoOurGoroutines waits until relOurGoroutines is empty, and fails
+// with their stacks when it is not within d.
+func relWaitNoOurGoroutines(t *testing.T, what string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := relOurGoroutines()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d goroutines of this module left:\n%s", what, len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// relNoLLMApp loads a config without the llm app and its modules: the
+// fleet's last reference goes, and it is destroyed.
+func relNoLLMApp(t *testing.T) {
+	t.Helper()
+	newTester(t, fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n}\n\nhttp://%s {\n\trespond \"no llm\"\n}\n",
+		adminAddr, httpPort, httpPort+363, gatewayAddr))
+}
+
+// TestReliabilityLifecycleGoroutines: config generations come and go
+// (engines added and removed, KV subscriptions started and stopped, a
+// reload changing settings, requests served), and afterwards the goroutine
+// count is back at its baseline. Once no config uses the llm app, the
+// fleet is destroyed and no goroutine of this module or of zmq4 is left.
+func TestReliabilityLifecycleGoroutines(t *testing.T) {
+	relNoLLMApp(t)
+	t.Cleanup(func() { relReset(t) })
+	relWaitNoOurGoroutines(t, "before the cycles", 20*time.Second)
+	client.CloseIdleConnections()
+	baseGroups, base := relGoroutineGroups(), relGoroutines()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for cycle := range 4 {
+		engines := make([]*vllmsim.Engine, 2)
+		for i := range engines {
+			e, err := vllmsim.Start(ctx, vllmsim.Config{TimeScale: 50, KVEvents: &vllmsim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			engines[i] = e
+		}
+		g := relGateway{engines: relEngines(engines...), policy: "\t\t\tdebug_headers\n"}
+		g.load(t)
+		eventually(t, 10*time.Second, "subscriptions connected", func() bool {
+			for _, e := range engines {
+				if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
+					return false
+				}
+			}
+			return true
+		})
+		for i := range 3 {
+			if s := relDoStream(ctx, nil, "", relStreamBody(fmt.Sprintf("cycle %d request %d %s", cycle, i, longText(40)), 8), nil); !s.complete() {
+				t.Fatalf("cycle %d: %+v", cycle, s)
+			}
+		}
+		var ex map[string]any
+		if code := adminJSON(t, http.MethodPost, "/llm/explain", chatBody(false, "explain me"), &ex); code != http.StatusOK {
+			t.Fatalf("explain: %d", code)
+		}
+		// A reload that keeps one engine and drops the other.
+		g.engines, g.upstreams = g.engines[:1], []string{engines[0].Addr()}
+		g.appExtra = "\t\tidle_ttl 1ms\n"
+		g.load(t)
+		eventually(t, 10*time.Second, "dropped engine forgotten", func() bool {
+			return getEngineReport(t, engines[1].Addr()).Dial == ""
+		})
+		relNoLLMApp(t)
+		for _, e := range engines {
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		relWaitNoOurGoroutines(t, fmt.Sprintf("cycle %d, the llm app gone", cycle), 20*time.Second)
+	}
+	n := relWaitGoroutines(t, base+10, baseGroups, 30*time.Second)
+	t.Logf("goroutines: %d at the baseline, %d after 4 cycles", base, n)
+}
