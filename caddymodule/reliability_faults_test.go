@@ -84,6 +84,7 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 				policy:     "\t\t\tcache_key_header X-Session\n\t\t\tdebug_headers\n",
 				proxyExtra: "\t\tlb_retries 2\n",
 			}.load(t)
+			t.Cleanup(func() { relReset(t) })
 			victimKey, bystanderKey := relKeyFor(t, dials, victim.Addr()), relKeyFor(t, dials, bystander.Addr())
 			if tc.kill == nil {
 				victim.SetFaults(vllmsim.Faults{DropStreamAfter: 3})
@@ -158,6 +159,7 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 func TestReliabilityAllEnginesDown(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{})
 	relGateway{engines: relEngines(engines...), appExtra: "\t\tstale_after 2\n"}.load(t)
+	t.Cleanup(func() { relReset(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if s := relDoStream(ctx, nil, "", relStreamBody("before", 8), nil); !s.complete() {
