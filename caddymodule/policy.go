@@ -209,6 +209,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.fleet.learnPool(p.Pool, sortedCopy(all))
 
 	var chosen *reverseproxy.Upstream
+	var text string // what the approximate tier keys on, once computed
 	tier, outcome := routing.LoadOnly, routing.Miss
 	if len(cands) > 0 {
 		dials := make([]string, len(cands))
@@ -223,7 +224,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 				own = res.Engine().Dial()
 			}
 			rr := p.fleet.routeFor(ctx, req, dials, p.settings(), false, own)
-			outcome = rr.decision.Outcome
+			outcome, text = rr.decision.Outcome, rr.text
 			if rr.decision.Index >= 0 {
 				chosen, tier = cands[rr.decision.Index], rr.decision.Tier
 				prefixShare.Observe(rr.decision.Share)
@@ -250,7 +251,10 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	}
 	prefixDecisions.WithLabelValues(tier.String(), outcome.String()).Inc()
 	if req != nil {
-		p.fleet.approx.Insert(approxText(req), chosen.Dial)
+		if text == "" {
+			text = approxText(req)
+		}
+		p.fleet.approx.Insert(text, chosen.Dial)
 	}
 
 	st.mu.Lock()

@@ -47,29 +47,51 @@ func (f *fleet) route(ctx context.Context, req *admission.Request, dials []strin
 // would look busier than its peers by this very request and never win a
 // tie.
 func (f *fleet) routeFor(ctx context.Context, req *admission.Request, dials []string, s routeSettings, explain bool, own string) routeResult {
-	res := routeResult{text: approxText(req), blockSize: s.blockSize}
-	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
-	engines := make([]*upstreams.Engine, len(dials))
-	loads := make([]upstreams.Load, len(dials))
+	v := f.view(dials, s)
+	tokens := promptIDs(req)
+	var err error
+	if tokens == nil && s.tokenize {
+		tokens, err = f.tokenize(ctx, req, v.engines, v.loads)
+	}
+	res := f.decide(req, dials, s, explain, own, v, tokens)
+	res.tokenizeErr = err
+	return res
+}
+
+// fleetView is the candidates' engines and loads as one decision sees them.
+type fleetView struct {
+	engines   []*upstreams.Engine
+	loads     []upstreams.Load
+	blockSize int
+}
+
+// view snapshots the candidates' loads and the fleet's block size: what the
+// engines' events say, else their gauges, else the policy's setting.
+func (f *fleet) view(dials []string, s routeSettings) fleetView {
+	v := fleetView{engines: make([]*upstreams.Engine, len(dials)), loads: make([]upstreams.Load, len(dials)), blockSize: s.blockSize}
 	for i, d := range dials {
-		engines[i] = f.registry.Ensure(d)
-		loads[i] = engines[i].Load()
-		if loads[i].BlockSize > 0 && res.blockSize == s.blockSize {
-			res.blockSize = loads[i].BlockSize
+		v.engines[i] = f.registry.Ensure(d)
+		v.loads[i] = v.engines[i].Load()
+		if v.loads[i].BlockSize > 0 && v.blockSize == s.blockSize {
+			v.blockSize = v.loads[i].BlockSize
 		}
 	}
 	for _, d := range dials {
 		if m := f.index.Mirror(d); m != nil && m.BlockSize() > 0 {
-			res.blockSize = m.BlockSize() // what the engines' events say beats the gauges
+			v.blockSize = m.BlockSize()
 			break
 		}
 	}
-	bs := res.blockSize
+	return v
+}
 
-	tokens := promptIDs(req)
-	if tokens == nil && s.tokenize {
-		tokens, res.tokenizeErr = f.tokenize(ctx, req, engines, loads)
-	}
+// decide is the decision proper, given the prompt's token ids (nil when
+// they are unknown: the approximate tier only).
+func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, explain bool, own string, v fleetView, tokens []uint64) routeResult {
+	res := routeResult{text: approxText(req), blockSize: v.blockSize}
+	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
+	loads := v.loads
+	bs := res.blockSize
 	var precise map[string]int
 	promptTokens := textLen / 4 // rough bytes-per-token when untokenized
 	if tokens != nil {
