@@ -37,7 +37,13 @@ func init() {
 // request is not picked again for its retries, repeated failures open a
 // per-replica circuit breaker, drained replicas get no new requests, and with
 // no candidate left the policy falls back to least_conn among available
-// upstreams.
+// upstreams (those whose breaker is open last).
+//
+// Without llm_admission in front, the policy reads the body itself (up to
+// max_body, restored for the upstream and handed afresh to every attempt,
+// so response-based retries work without request_buffers) and reports each
+// request's final status to the breaker. With llm_admission, response-based
+// retries need request_buffers (the handler's body is read once).
 //
 // EXPERIMENTAL: Subject to change.
 type Policy struct {

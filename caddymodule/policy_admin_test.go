@@ -105,6 +105,16 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	if !getEngineReport(t, holder.Addr()).Drained {
 		t.Error("/llm/engines does not show the drain")
 	}
+	ex = explainReply{}
+	adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "and while drained?", 4, false), &ex)
+	if ex.Pick == nil || *ex.Pick == holder.Addr() {
+		t.Errorf("explain picks the drained engine: %+v", ex)
+	}
+	for _, c := range ex.Candidates {
+		if (c.Dial == holder.Addr()) != (c.Excluded == "drained") {
+			t.Errorf("explain while drained: candidate %+v", c)
+		}
+	}
 	for i := range 15 {
 		var res polResult
 		if i%3 == 0 {

@@ -129,6 +129,15 @@ func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, 
 			MaxInflight: l.MaxInflight,
 			LoadKnown:   l.Known,
 		}
+		if explain {
+			// What Select leaves out before routing, shown as such.
+			switch {
+			case f.isDrained(d):
+				c.Unavailable = "drained"
+			case f.currentBreaker().State(d, time.Now()) == routing.StateOpen:
+				c.Unavailable = "breaker_open"
+			}
+		}
 		if tokens != nil && f.preciseFresh(d) {
 			c.Tier, c.MatchedBlocks = routing.Precise, precise[d]
 		} else {
