@@ -480,20 +480,30 @@ func (h *Admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, in
 	}
 	var body []byte
 	var err error
-	if r.ContentLength >= 0 {
+	switch {
+	case r.ContentLength >= 0 && r.ContentLength <= 64<<10:
 		// Known length (the server enforces it): one exact allocation
 		// instead of ReadAll's doublings.
 		body = make([]byte, r.ContentLength)
 		_, err = io.ReadFull(r.Body, body)
-	} else {
+	case r.ContentLength > 0:
+		// Larger: allocate as the bytes arrive, or a header declaring
+		// max_body would cost max_body for body_timeout without a byte sent.
+		buf := bytes.NewBuffer(make([]byte, 0, 64<<10))
+		_, err = buf.ReadFrom(io.LimitReader(r.Body, r.ContentLength))
+		body = buf.Bytes()
+		if err == nil && int64(len(body)) < r.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+	default:
 		body, err = io.ReadAll(io.LimitReader(r.Body, h.MaxBody+1))
 	}
 	if err != nil {
-		status := http.StatusBadRequest
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			status = http.StatusRequestTimeout
+			// Not err's text: it names the listener's address.
+			return nil, http.StatusRequestTimeout, fmt.Errorf("request body not received within body_timeout %v", time.Duration(h.BodyTimeout))
 		}
-		return nil, status, fmt.Errorf("reading request body: %w", err)
+		return nil, http.StatusBadRequest, fmt.Errorf("reading request body: %w", err)
 	}
 	if int64(len(body)) > h.MaxBody {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body exceeds max_body %d bytes", h.MaxBody)
