@@ -59,17 +59,24 @@ func (m EngineModel) RequestBlocks(w WorkloadSpec) int {
 	return (w.PromptTokens() + w.OutputTokens + 16 + m.BlockSize - 1) / m.BlockSize
 }
 
+// workingSetHeadroom: a full batch of max_num_seqs requests fills 80% of
+// an engine's KV cache at most, below admission's default kv_limit (0.9),
+// so the cache's size decides what stays cached rather than whether
+// requests are admitted.
+const workingSetHeadroom = 1.25
+
 // KVBlocks applies the capacity rule: an engine's KV cache is sized so
 // that the workload's resident set — the distinct shared tokens (every
 // group's system prompt, every session's full history) — fills rho of the
-// fleet's total KV cache, but never below the working set of MaxNumSeqs
-// requests running at once. rho < 1/n means one engine could hold every
-// shared prefix; with rho = 0.5 a router that spreads every group over
-// every engine asks each engine to hold n/2 times its capacity, while a
-// router that keeps each group on one engine needs half of each.
+// fleet's total KV cache, but never below 1.25 × the working set of
+// MaxNumSeqs requests running at once. rho < 1/n means one engine could
+// hold every shared prefix; with rho = 0.5 a router that spreads every
+// group over every engine asks each engine to hold n/2 times its
+// capacity, while a router that keeps each group on one engine needs half
+// of each.
 func (m EngineModel) KVBlocks(w WorkloadSpec, engines int, rho float64) (blocks int, actualRho float64) {
 	resident := float64(w.Groups) * math.Ceil(float64(w.SharedTokens())/float64(m.BlockSize))
-	working := m.MaxNumSeqs * m.RequestBlocks(w)
+	working := int(math.Ceil(workingSetHeadroom * float64(m.MaxNumSeqs*m.RequestBlocks(w))))
 	blocks = max(working, int(math.Ceil(resident/(rho*float64(engines)))))
 	if resident == 0 {
 		return blocks, 0

@@ -48,20 +48,30 @@ type FleetParams struct {
 // FleetRun is one (size, policy) result. Times are simulated seconds,
 // except the gateway's CPU figures, which are host time.
 type FleetRun struct {
-	Engines     int     `json:"engines"`
-	Policy      string  `json:"policy"`
-	Groups      int     `json:"groups"`
-	KVBlocks    int     `json:"kv_blocks"`
-	Rate        float64 `json:"rate"`
-	Requests    int     `json:"requests"`
-	Completed   int     `json:"completed"`
-	Rejected    int     `json:"rejected"`
-	HitRate     float64 `json:"hit_rate"`
-	TTFT        Pcts    `json:"ttft"`
-	E2E         Pcts    `json:"e2e"`
-	OutputTPS   float64 `json:"output_tps"`
-	SimSeconds  float64 `json:"sim_seconds"`
-	Preemptions int     `json:"preemptions"`
+	Engines   int     `json:"engines"`
+	Policy    string  `json:"policy"`
+	Groups    int     `json:"groups"`
+	KVBlocks  int     `json:"kv_blocks"`
+	Rate      float64 `json:"rate"`
+	Requests  int     `json:"requests"`
+	Completed int     `json:"completed"`
+	Rejected  int     `json:"rejected"`
+	HitRate   float64 `json:"hit_rate"`
+	TTFT      Pcts    `json:"ttft"`
+	E2E       Pcts    `json:"e2e"`
+	// Park is the time requests waited in the gateway's admission queue,
+	// Queue the time they then waited in the engine's queue before it
+	// admitted them (at their last admission, after any preemption).
+	Park  Pcts `json:"park"`
+	Queue Pcts `json:"queue"`
+	// IdleWhenRefused is the mean number of sequence slots that were
+	// actually free in the fleet when the admission gate (reading gauges
+	// up to a poll interval old) refused a request.
+	IdleWhenRefused float64 `json:"idle_when_refused"`
+	Refusals        int     `json:"refusals"`
+	OutputTPS       float64 `json:"output_tps"`
+	SimSeconds      float64 `json:"sim_seconds"`
+	Preemptions     int     `json:"preemptions"`
 	// Gateway cost (llm policy): host nanoseconds per routing decision
 	// (keys + index match + Pick), host microseconds of event decoding and
 	// mirror updates per request, index heap and blocks mirrored.
@@ -92,8 +102,8 @@ func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
 			if err != nil {
 				return res, fmt.Errorf("fleet %d/%s: %w", n, pol, err)
 			}
-			log.Printf("fleet %4d engines %-12s rate %6.1f: done %d rej %d hit %.3f ttft p50 %.2fs p90 %.2fs p99 %.2fs tok/s %.0f decision %.1fµs (p99 %.1fµs) events %.1fµs/req index %.1f MiB %d blocks wall %.1fs",
-				n, pol, r.Rate, r.Completed, r.Rejected, r.HitRate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.OutputTPS,
+			log.Printf("fleet %4d engines %-12s rate %6.1f: done %d rej %d hit %.3f park p90 %.2fs queue p90 %.2fs ttft p50 %.2fs p90 %.2fs p99 %.2fs tok/s %.0f decision %.1fµs (p99 %.1fµs) events %.1fµs/req index %.1f MiB %d blocks wall %.1fs",
+				n, pol, r.Rate, r.Completed, r.Rejected, r.HitRate, r.Park.P90, r.Queue.P90, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.OutputTPS,
 				r.DecisionNs.Mean/1000, r.DecisionNs.P99/1000, r.EventUsPerReq, float64(r.IndexBytes)/(1<<20), r.IndexBlocks, r.WallSeconds)
 			res.Runs = append(res.Runs, r)
 		}
@@ -162,6 +172,9 @@ type fleetSim struct {
 
 	// Results.
 	ttft, e2e, decision []float64
+	park, queue         []float64
+	refusals            int
+	refusedIdle         int
 	prompt, cached      int64
 	output              int64
 	completed, rejected int
@@ -193,6 +206,7 @@ type desReq struct {
 	arrival   float64
 	first     float64
 	dispatchT float64
+	admitT    float64
 	eng       *desEngine
 }
 
@@ -277,6 +291,11 @@ func simulateFleet(ctx context.Context, p FleetParams, n int, policy string) (Fl
 		run.HitRate = float64(s.cached) / float64(s.prompt)
 	}
 	run.TTFT, run.E2E = percentiles(s.ttft), percentiles(s.e2e)
+	run.Park, run.Queue = percentiles(s.park), percentiles(s.queue)
+	run.Refusals = s.refusals
+	if s.refusals > 0 {
+		run.IdleWhenRefused = float64(s.refusedIdle) / float64(s.refusals)
+	}
 	if s.now > 0 {
 		run.OutputTPS = float64(s.output) / s.now
 	}
@@ -331,6 +350,12 @@ func (s *fleetSim) roomy() bool {
 			return true
 		}
 	}
+	// The gate refused: count the sequence slots actually free then (the
+	// gauges it reads are up to a poll interval old).
+	for _, e := range s.engines {
+		s.refusedIdle += max(0, s.p.Model.MaxNumSeqs-len(e.running)-len(e.waiting))
+	}
+	s.refusals++
 	return false
 }
 
@@ -545,6 +570,7 @@ func (s *fleetSim) admit(e *desEngine, r *desReq) bool {
 		r.cachedTok = hits * s.bs
 	}
 	r.prefill = true
+	r.admitT = s.now
 	return true
 }
 
@@ -651,6 +677,8 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.cached += int64(r.cachedTok)
 	s.output += int64(r.gen)
 	s.ttft = append(s.ttft, r.first-r.arrival)
+	s.park = append(s.park, r.dispatchT-r.arrival)
+	s.queue = append(s.queue, r.admitT-r.dispatchT)
 	s.e2e = append(s.e2e, s.now-r.arrival)
 	r.tokens, r.hashes, r.blocks = nil, nil, nil
 }

@@ -13,19 +13,20 @@ import (
 // run sends a few hundred requests, and the KV cache is sized by the rule
 // in EngineModel.KVBlocks.
 func qualityWorkloads(quick bool) []QualityPlan {
-	ladder := []float64{0.5, 0.8, 1.0, 1.25, 1.6}
-	two := []float64{0.8, 1.25}
+	// The ladder goes past round_robin's saturation (about 1× cap₀) and
+	// past lb_policy llm's (about cap₁ ÷ cap₀ ≈ 1.6× on prefix-high).
+	ladder := []float64{0.5, 1.0, 1.3, 1.7}
 	plans := []QualityPlan{
-		{Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", Groups: 48, PerGroup: 8, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256,
+		{Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", Groups: 40, PerGroup: 8, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256,
 			Reference: "256×16, 2048/256/256 (high cache)", Seed: 1}, Rates: ladder},
-		{Workload: WorkloadSpec{Name: "prefix-low", Kind: "prefix", Groups: 48, PerGroup: 8, SystemTokens: 256, QuestionTokens: 2048, OutputTokens: 256,
-			Reference: "256×16, 256/2048/256 (low cache)", Seed: 2}, Rates: two},
+		{Workload: WorkloadSpec{Name: "prefix-low", Kind: "prefix", Groups: 40, PerGroup: 8, SystemTokens: 256, QuestionTokens: 2048, OutputTokens: 256,
+			Reference: "256×16, 256/2048/256 (low cache)", Seed: 2}, Rates: []float64{0.8, 1.3}},
 		{Workload: WorkloadSpec{Name: "prefix-long", Kind: "prefix", Groups: 24, PerGroup: 5, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000,
-			Reference: "150×5, 6000/1200/1000", Seed: 3}, Rates: two},
-		{Workload: WorkloadSpec{Name: "multiturn", Kind: "multiturn", Groups: 64, Turns: 6, SystemTokens: 1024, QuestionTokens: 256, OutputTokens: 128,
-			ThinkSeconds: 2, Reference: "chat sessions, history grows each turn", Seed: 4}, Rates: two},
-		{Workload: WorkloadSpec{Name: "random", Kind: "random", Groups: 384, PerGroup: 1, QuestionTokens: 1024, OutputTokens: 256,
-			Reference: "no sharing (control)", Seed: 5}, Rates: two},
+			Reference: "150×5, 6000/1200/1000", Seed: 3}, Rates: []float64{1.0}},
+		{Workload: WorkloadSpec{Name: "multiturn", Kind: "multiturn", Groups: 48, Turns: 6, SystemTokens: 1024, QuestionTokens: 256, OutputTokens: 128,
+			ThinkSeconds: 2, Reference: "chat sessions, history grows each turn", Seed: 4}, Rates: []float64{0.8, 1.3}},
+		{Workload: WorkloadSpec{Name: "random", Kind: "random", Groups: 320, PerGroup: 1, QuestionTokens: 1024, OutputTokens: 256,
+			Reference: "no sharing (control)", Seed: 5}, Rates: []float64{1.0}},
 	}
 	if only := os.Getenv("BENCH_WORKLOADS"); only != "" { // development aid
 		var keep []QualityPlan

@@ -241,7 +241,7 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 	}
 	w("\nThe load generator (Go, OpenAI chat completions with `stream: true` and `stream_options.include_usage`) starts sessions as a Poisson process at the offered rate and records per request the time to the first content token (TTFT), the gaps between content chunks (ITL), end-to-end latency, and `usage` (prompt, completion and `prompt_tokens_details.cached_tokens`). **Hit rate** is Σ cached ÷ Σ prompt tokens of completed requests, as the engines report it. The engines run %g× faster than real time; all latencies are in *simulated* seconds (wall × %g), so the host's own overheads (Caddy, the load generator, the simulators, all on these %d cores) are magnified %g× too — the overhead section measures them in wall time. ITL p50 should read the decode step (%.0f ms); where it does not, the host, not the simulated GPU, was the bottleneck for that run.\n\n",
 		p.TimeScale, p.TimeScale, f.Machine.CPUs, p.TimeScale, p.Model.DecodeStepSeconds*1000)
-	w("**Workloads and the capacity rule.** Workloads are parameters, not data: text is generated so the simulator's tokenizer (one word ≈ one token) yields the wanted counts. The field's shapes are scaled down in group count so a run sends a few hundred requests, and each engine's KV cache is sized so that the workload's *resident set* — the distinct shared tokens: every group's system prompt, or every chat session's full history — fills ρ = %.2f of the fleet's total KV cache (never less than the working set of max_num_seqs requests running at once; ρ below is the effective value). A router that keeps each group on one engine then needs about ρ of each engine's cache for prefixes; a router that spreads every group over every engine asks each engine to hold ρ × %d of its capacity. Rates are multiples of the fleet's estimated capacity with no cache hits (cap₀: decode time shared by max_num_seqs sequences plus the full prefill); cap₁ is the estimate with every shared prefix cached.\n\n", p.Rho, p.Engines)
+	w("**Workloads and the capacity rule.** Workloads are parameters, not data: text is generated so the simulator's tokenizer (one word ≈ one token) yields the wanted counts. The field's shapes are scaled down in group count so a run sends a few hundred requests, and each engine's KV cache is sized so that the workload's *resident set* — the distinct shared tokens: every group's system prompt, or every chat session's full history — fills ρ = %.2f of the fleet's total KV cache (never less than 1.25 × the working set of max_num_seqs requests running at once, so a full batch stays below admission's kv_limit of 0.9; ρ below is the effective value). A router that keeps each group on one engine then needs about ρ of each engine's cache for prefixes; a router that spreads every group over every engine asks each engine to hold ρ × %d of its capacity. Rates are multiples of the fleet's estimated capacity with no cache hits (cap₀: decode time shared by max_num_seqs sequences plus the full prefill); cap₁ is the estimate with every shared prefix cached.\n\n", p.Rho, p.Engines)
 	w("| workload | reference shape | scaled shape | requests | KV blocks/engine | ρ | cap₀ req/s | cap₁ req/s | rates (× cap₀) |\n|---|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, qw := range q.Workloads {
 		var rs []string
@@ -422,7 +422,7 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 	for _, pl := range plots {
 		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
 	}
-	w("| engines | policy | groups | rate req/s | completed | 503 | hit rate | TTFT p50 | p90 | p99 | output tok/s | preemptions | decision µs mean / p99 | events µs/request | index | sim wall |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| engines | policy | groups | rate req/s | completed | 503 | hit rate | TTFT p50 | p90 | p99 | parked p90 | free slots when refused | output tok/s | decision µs mean / p99 | events µs/request | index | sim wall |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range f.Runs {
 		cost, ev, idx := "–", "–", "–"
 		if r.Policy == "llm" {
@@ -430,8 +430,12 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 			ev = fmt.Sprintf("%.1f", r.EventUsPerReq)
 			idx = fmt.Sprintf("%.1f MiB, %d blocks", float64(r.IndexBytes)/(1<<20), r.IndexBlocks)
 		}
-		w("| %d | `%s` | %d | %.0f | %d | %d | %.1f%% | %s | %s | %s | %.0f | %d | %s | %s | %s | %.0f s |\n",
-			r.Engines, r.Policy, r.Groups, r.Rate, r.Completed, r.Rejected, r.HitRate*100, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), r.OutputTPS, r.Preemptions, cost, ev, idx, r.WallSeconds)
+		idle := "–"
+		if r.Refusals > 0 {
+			idle = fmt.Sprintf("%.1f (%d refusals)", r.IdleWhenRefused, r.Refusals)
+		}
+		w("| %d | `%s` | %d | %.0f | %d | %d | %.1f%% | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %.0f s |\n",
+			r.Engines, r.Policy, r.Groups, r.Rate, r.Completed, r.Rejected, r.HitRate*100, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), secs(r.Park.P90), idle, r.OutputTPS, cost, ev, idx, r.WallSeconds)
 	}
 	w("\n")
 	for _, r := range f.Runs {
