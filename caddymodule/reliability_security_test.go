@@ -235,3 +235,49 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 	}
 	t.Logf("log %d bytes, access log %d bytes: no secret", len(logs), len(access))
 }
+
+// TestSecurityKVEndpointsOnlyConfigured: the gateway subscribes to KV
+// events only where the config says: an engine without kv_events (and no
+// kv_events_port) gets no subscription, even though it publishes; with
+// kv_events_port the endpoint is exactly tcp://<host of the dial
+// address>:<port>, for configured and discovered engines alike. Nothing
+// in a request chooses an endpoint.
+func TestSecurityKVEndpointsOnlyConfigured(t *testing.T) {
+	e := startEngines(t, 1, vllmsim.Config{})[0]
+	_, port, _ := strings.Cut(strings.TrimPrefix(e.KVEndpoint(), "tcp://"), ":")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	relGateway{engines: []relEngine{{dial: e.Addr()}}}.load(t)
+	t.Cleanup(func() { relReset(t) })
+	if s := relDoStream(ctx, nil, "", relStreamBody("no events configured", 8), nil); !s.complete() {
+		t.Fatalf("request: %+v", s)
+	}
+	if r := getEngineReport(t, e.Addr()); r.Dial == "" || r.KV != nil {
+		t.Fatalf("engine without kv_events: report %+v, want no subscription", r.KV)
+	}
+	if err := e.WaitKVSubscribers(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, configured := range []bool{true, false} {
+		g := relGateway{appExtra: "\t\tkv_events_port " + port + "\n", upstreams: []string{e.Addr()}}
+		if configured {
+			g.engines = []relEngine{{dial: e.Addr()}}
+		} else {
+			relReset(t) // forget it: the engine is discovered from reverse_proxy
+		}
+		g.load(t)
+		if s := relDoStream(ctx, nil, "", relStreamBody("derived endpoint", 8), nil); !s.complete() {
+			t.Fatalf("request: %+v", s)
+		}
+		var r engineReport
+		eventually(t, 10*time.Second, "derived subscription connected", func() bool {
+			r = getEngineReport(t, e.Addr())
+			return r.KV != nil && r.KV.Connected
+		})
+		if r.KV.Endpoint != e.KVEndpoint() || r.Static != configured {
+			t.Fatalf("configured=%v: subscribed to %q (engine configured=%v), want %q", configured, r.KV.Endpoint, r.Static, e.KVEndpoint())
+		}
+	}
+}
