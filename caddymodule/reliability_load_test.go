@@ -300,8 +300,14 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	if p := proxied.Load(); p > 0 {
 		t.Errorf("%d requests reached the full engine", p)
 	}
-	if v := metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`) - gone0; v != float64(n) {
-		t.Errorf("client_gone counted %v times, want %d", v, n)
+	// Counted by each handler right after its waiter left the queue.
+	var gone float64
+	eventually(t, 30*time.Second, fmt.Sprintf("%d counted as client_gone", n), func() bool {
+		gone = metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`) - gone0
+		return gone >= float64(n)
+	})
+	if gone != float64(n) {
+		t.Errorf("client_gone counted %v times, want %d", gone, n)
 	}
 	if v := metricValue(t, "llmgw_admission_queue_depth"); v != 0 {
 		t.Errorf("llmgw_admission_queue_depth = %v after the drain", v)
