@@ -156,9 +156,13 @@ const statusPlaceholder = "http.reverse_proxy.status_code"
 // Select runs on the request's goroutine; the end-of-request report may run
 // on another, hence the mutex.
 type selectState struct {
-	mu    sync.Mutex
-	tried map[string]bool // upstreams already picked for this request
-	last  string          // the latest pick, "" after a nil pick
+	mu sync.Mutex
+	// req is the request reverse_proxy passes to Select: one clone per
+	// handler invocation, the same across its retries.
+	req    *http.Request
+	tried  map[string]bool // upstreams already picked by this invocation
+	last   string          // the latest pick, "" after a nil pick
+	report bool            // no llm_admission: the policy reports outcomes
 	// body is the request body when the policy read it itself, reinstalled
 	// before every attempt; bodyRead says not to read again.
 	body     []byte
@@ -175,15 +179,26 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
 	st, ok := caddyhttp.GetVar(ctx, varSelect).(*selectState)
-	if !ok {
-		st = &selectState{tried: make(map[string]bool)}
+	switch {
+	case !ok:
+		st = &selectState{req: r, tried: make(map[string]bool), report: res == nil}
 		caddyhttp.SetVar(ctx, varSelect, st)
-		if res == nil {
+		if st.report {
 			// llm_admission did not gate this request, so nobody else
 			// reports its outcome to the breaker.
 			context.AfterFunc(ctx, func() { p.reportEnd(st, repl) })
 		}
-	} else {
+	case st.req != r:
+		// Another reverse_proxy handler serves the same request (after
+		// handle_response, in handle_errors): its attempts start afresh,
+		// and the previous handler's are over.
+		if st.report {
+			p.reportEnd(st, repl)
+		}
+		st.mu.Lock()
+		st.req, st.tried, st.last = r, make(map[string]bool), ""
+		st.mu.Unlock()
+	default:
 		st.mu.Lock()
 		last := st.last
 		st.last = ""

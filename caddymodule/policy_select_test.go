@@ -166,6 +166,35 @@ func TestPolicySelectRetriesAndBreaker(t *testing.T) {
 	}
 }
 
+// TestPolicySelectSecondHandler: another reverse_proxy handler serving the
+// same request (its own clone, the same vars) starts a fresh series of
+// attempts: the first handler's pick is neither a failure nor excluded.
+func TestPolicySelectSecondHandler(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	f := testFleet()
+	defer f.Destruct()
+	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
+	pool := testPool(deadDials[0])
+	r, _, cancel := testRequest(t, chatBody(false, "two proxies"))
+	defer cancel()
+	if u := p.Select(pool, r, nil); u == nil {
+		t.Fatal("first handler: no pick")
+	}
+	r2 := r.Clone(r.Context())
+	if u := p.Select(pool, r2, nil); u == nil {
+		t.Fatal("second handler: its first attempt found the upstream excluded")
+	}
+	if st := f.currentBreaker().State(deadDials[0], time.Now()); st != routing.StateClosed {
+		t.Fatalf("the first handler's pick counted as a failure: %s", st)
+	}
+	if u := p.Select(pool, r2, nil); u != nil {
+		t.Fatalf("the second handler's retry re-picked %s", u.Dial)
+	}
+	if st := f.currentBreaker().State(deadDials[0], time.Now()); st != routing.StateOpen {
+		t.Fatalf("the second handler's retry did not count a failure: %s", st)
+	}
+}
+
 // TestPolicySelectReportsOutcome: without llm_admission, the policy feeds
 // the breaker with the final status when the request ends; with it (a
 // reservation in the vars), the handler does and the policy stays silent.
