@@ -96,7 +96,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	long := make(chan polResult, 1)
-	go func() { long <- polSend(ctx, "", polChat(prefix, "a long answer please", 400, true), nil) }()
+	go func() { long <- polSend(ctx, "", polChat(prefix, "a long answer please", 3000, true), nil) }()
 	polWaitGauges(t, holder.Addr(), "the long request to run on the holder", func(r engineReport) bool { return r.Inflight > 0 })
 	var dr map[string]any
 	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/drain", "", &dr); code != http.StatusOK || dr["drained"] != true {
@@ -104,6 +104,9 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	}
 	if !getEngineReport(t, holder.Addr()).Drained {
 		t.Error("/llm/engines does not show the drain")
+	}
+	if holder.Stats().Running == 0 {
+		t.Fatal("the long request ended before the drain: the test proves nothing")
 	}
 	ex = explainReply{}
 	adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "and while drained?", 4, false), &ex)

@@ -21,7 +21,7 @@ const polPrefixWords = 2000
 // callers, reach max_inflight) they spill to the others and the spill is
 // counted as overridden_by_load.
 func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
-	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 10})
+	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 5})
 	policyGateway{
 		engines: engines,
 		engine:  "\t\t\tmax_inflight 4\n",

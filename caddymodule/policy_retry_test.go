@@ -25,7 +25,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	policyGateway{
 		engines:   engines,
 		upstreams: ups,
-		policy:    "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 4s\n",
+		policy:    "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
 		proxy:     "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
 	}.load(t)
 	bad.SetFaults(vllmsim.Faults{Error500: true})
@@ -35,10 +35,17 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	}
 	failed0 := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`)
 	opened := func() bool {
-		a, _ := breaker(bad.Addr())
-		b, _ := breaker(dead)
-		return a != "closed" && b != "closed"
+		var all []engineReport
+		adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
+		n := 0
+		for _, r := range all {
+			if (r.Dial == bad.Addr() || r.Dial == dead) && r.Breaker != "closed" {
+				n++
+			}
+		}
+		return n == 2
 	}
+	start := time.Now()
 	n := 0
 	for ; n < 100 && !opened(); n++ {
 		r := polMustSend(t, "", polChat("", fmt.Sprintf("distinct prompt number %d, please answer", n), 2, false), nil)
@@ -46,10 +53,10 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 			t.Fatalf("request %d answered by bad replica %s", n, r.upstream)
 		}
 	}
-	// Within the cooldown (4s) of the last failure both are open.
+	// Within the cooldown of the last failure both are open.
 	for _, d := range []string{bad.Addr(), dead} {
 		if st, open := breaker(d); st != "open" || open != 1 {
-			t.Errorf("after %d requests, breaker of %s: %q, llmgw_breaker_open %v; want open and 1", n, d, st, open)
+			t.Errorf("after %d requests in %v, breaker of %s: %q, llmgw_breaker_open %v; want open and 1", n, time.Since(start), d, st, open)
 		}
 	}
 	for _, e := range []*vllmsim.Engine{engines[0], engines[2]} {
@@ -64,7 +71,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	// Repair the engine: after the cooldown one request probes it, and its
 	// success closes the breaker. The dead upstream stays out.
 	bad.SetFaults(vllmsim.Faults{})
-	eventually(t, 15*time.Second, "the cooldown to end", func() bool {
+	eventually(t, 30*time.Second, "the cooldown to end", func() bool {
 		st, _ := breaker(bad.Addr())
 		return st == "half_open"
 	})
