@@ -378,6 +378,15 @@ func (p *polTCPProxy) close() {
 	p.wg.Wait()
 }
 
+// polExplain is /llm/explain's answer for body, for failure messages.
+func polExplain(t *testing.T, body string) string {
+	t.Helper()
+	var v any
+	adminJSON(t, http.MethodPost, "/llm/explain", body, &v)
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 // polSortedKeys returns m's keys in order, for stable messages.
 func polSortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

@@ -107,7 +107,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			body := polChat(prefixes[i], fmt.Sprintf("question %d", j), 2, false)
 			r := polMustSend(t, "", body, nil)
 			if r.upstream != e.Addr() || r.tier != "precise" {
-				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise", i, r.upstream, r.tier, e.Addr())
+				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise; explain: %s", i, r.upstream, r.tier, e.Addr(), polExplain(t, body))
 			}
 			req, err := admission.ParseRequest([]byte(body))
 			if err != nil {

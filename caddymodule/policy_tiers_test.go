@@ -58,7 +58,8 @@ func TestPolicyApproximateTier(t *testing.T) {
 	before, cached := approx(), engines[0].Stats().CachedTokens
 	for i := range 5 {
 		if r := send(fmt.Sprintf("stale %d", i)); r.upstream != engines[0].Addr() || r.tier != "approximate" {
-			t.Fatalf("stale events, request %d: %s on %q, want %s on approximate", i, r.upstream, r.tier, engines[0].Addr())
+			t.Fatalf("stale events, request %d: %s on %q, want %s on approximate; explain: %s; tokenize failures %v", i, r.upstream, r.tier, engines[0].Addr(),
+				polExplain(t, polChat(prefix, fmt.Sprintf("stale %d", i), 2, false)), metricValue(t, "llmgw_tokenize_failures_total"))
 		}
 	}
 	if d := approx() - before; d < 5 {
