@@ -41,9 +41,9 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	policyGateway{engines: engines, app: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.load(t)
 	polWaitKV(t, engines...)
 	holder := engines[0]
-	prefix := "Explain me." + polWords("exp", 400)
+	prefix := "Explain me." + polWords("exp", 1500)
 	polDirect(t, holder, polChat(prefix, "warm", 1, false))
-	minBlocks := 400 / 16
+	minBlocks := 1500 / 16
 	polWaitBlocks(t, holder.Addr(), minBlocks)
 
 	// Explain: no request reaches an engine.
@@ -55,7 +55,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	if code := adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "what would you do?", 4, false), &ex); code != http.StatusOK {
 		t.Fatalf("/llm/explain: %d", code)
 	}
-	if ex.Pick == nil || *ex.Pick != holder.Addr() || ex.Tier != "precise" || ex.Outcome != "hit" || len(ex.Candidates) != 3 || ex.Tokens < 400 || ex.BlockSize != 16 {
+	if ex.Pick == nil || *ex.Pick != holder.Addr() || ex.Tier != "precise" || ex.Outcome != "hit" || len(ex.Candidates) != 3 || ex.Tokens < 1500 || ex.BlockSize != 16 {
 		t.Fatalf("explain: %+v", ex)
 	}
 	for _, c := range ex.Candidates {
@@ -97,7 +97,10 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	defer cancel()
 	long := make(chan polResult, 1)
 	go func() { long <- polSend(ctx, "", polChat(prefix, "a long answer please", 3000, true), nil) }()
-	polWaitGauges(t, holder.Addr(), "the long request to run on the holder", func(r engineReport) bool { return r.Inflight > 0 })
+	eventually(t, 15*time.Second, "the long request to reach the holder", func() bool {
+		st := holder.Stats()
+		return st.Running+st.Waiting > 0
+	})
 	var dr map[string]any
 	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/drain", "", &dr); code != http.StatusOK || dr["drained"] != true {
 		t.Fatalf("drain: %d %v", code, dr)
@@ -105,7 +108,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	if !getEngineReport(t, holder.Addr()).Drained {
 		t.Error("/llm/engines does not show the drain")
 	}
-	if holder.Stats().Running == 0 {
+	if st := holder.Stats(); st.Running+st.Waiting == 0 {
 		t.Fatal("the long request ended before the drain: the test proves nothing")
 	}
 	ex = explainReply{}

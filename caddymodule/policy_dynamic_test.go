@@ -63,9 +63,9 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	}
 
 	holder := engines[1]
-	prefix := "Dynamic fleet instructions." + polWords("dyn", 800)
+	prefix := "Dynamic fleet instructions." + polWords("dyn", 1500)
 	polDirect(t, holder, polChat(prefix, "warm", 1, false))
-	blocks := polWaitBlocks(t, holder.Addr(), 800/16).KV
+	blocks := polWaitBlocks(t, holder.Addr(), 1500/16).KV
 	route := func(phase string) {
 		t.Helper()
 		for i := range 10 {

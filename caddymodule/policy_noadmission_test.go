@@ -25,9 +25,9 @@ func TestPolicyWithoutAdmission(t *testing.T) {
 	}.load(t)
 	polWaitKV(t, engines...)
 	holder := engines[0]
-	prefix := "No admission here." + polWords("noadm", 500)
+	prefix := "No admission here." + polWords("noadm", 1500)
 	polDirect(t, holder, polChat(prefix, "warm", 1, false))
-	polWaitBlocks(t, holder.Addr(), 500/16)
+	polWaitBlocks(t, holder.Addr(), 1500/16)
 
 	promptTokens := func(body string) int {
 		var r struct {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -59,7 +60,10 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 			t.Fatalf("request %d: status %d, err %v, body %.200s", i, r.status, r.err, r.body)
 		}
 		if r.upstream != holder.Addr() || r.tier != "precise" {
-			t.Fatalf("request %d went to %s on tier %q, want %s on precise (all: %v)", i, r.upstream, r.tier, holder.Addr(), polCounts(rs))
+			kv, _ := json.Marshal(getEngineReport(t, holder.Addr()).KV)
+			t.Fatalf("request %d went to %s on tier %q, want %s on precise (all: %v); tokenize failures %v; holder's KV %s; explain %s",
+				i, r.upstream, r.tier, holder.Addr(), polCounts(rs), metricValue(t, "llmgw_tokenize_failures_total"), kv,
+				polExplain(t, polChat(prefix, fmt.Sprintf("question %d: what is %d squared?", i, i), 4, false)))
 		}
 	}
 	after := holder.Stats()

@@ -93,9 +93,9 @@ func TestPolicyScaleOut(t *testing.T) {
 	// Each engine holds its own prefix, learned by both gateways from events.
 	prefixes := make([]string, len(engines))
 	for i, e := range engines {
-		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + polWords(fmt.Sprintf("t%d", i), 300)
+		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + polWords(fmt.Sprintf("t%d", i), 1200)
 		polDirect(t, e, polChat(prefixes[i], "warm", 1, false))
-		polWaitBlocks(t, e.Addr(), 300/16)
+		polWaitBlocks(t, e.Addr(), 1200/16)
 		eventually(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
 			m := second.index.Mirror(e.Addr())
 			return m != nil && m.Stats().Blocks == getEngineReport(t, e.Addr()).KV.Blocks
