@@ -25,6 +25,21 @@ import (
 // prepares them. The dials are closed loopback ports, so gauges stay
 // unknown and /tokenize fails (the approximate tier).
 
+// polLeakCheck returns the check, to defer, that the test left no goroutine
+// behind. The shared Caddy of the integration tests keeps polling engines of
+// earlier tests meanwhile: HTTP client goroutines (dials, connections,
+// deadline timers) are theirs, never this test's own.
+func polLeakCheck(t *testing.T) func() {
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("net/http.(*Transport).dialConnFor"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("context.WithDeadlineCause.func2"),
+	}
+	return func() { goleak.VerifyNone(t, opts...) }
+}
+
 // deadDials are loopback addresses nothing listens on.
 var deadDials = []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
 
@@ -80,7 +95,7 @@ func readBody(t *testing.T, r *http.Request) string {
 // itself, never writes to a nil ResponseWriter, and gives the upstream the
 // whole body: parsed, too large, or not JSON; and again on a retry.
 func TestPolicySelectBody(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	f := testFleet()
 	defer f.Destruct()
 	big := chatBody(false, strings.Repeat("long ", 100))
@@ -130,7 +145,7 @@ func TestPolicySelectBody(t *testing.T) {
 // the first pick failed: it is never picked again for the request, and the
 // failure counts against its breaker. With every upstream tried, nil.
 func TestPolicySelectRetriesAndBreaker(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	f := testFleet()
 	defer f.Destruct()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
@@ -170,7 +185,7 @@ func TestPolicySelectRetriesAndBreaker(t *testing.T) {
 // same request (its own clone, the same vars) starts a fresh series of
 // attempts: the first handler's pick is neither a failure nor excluded.
 func TestPolicySelectSecondHandler(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	f := testFleet()
 	defer f.Destruct()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
@@ -199,7 +214,7 @@ func TestPolicySelectSecondHandler(t *testing.T) {
 // the breaker with the final status when the request ends; with it (a
 // reservation in the vars), the handler does and the policy stays silent.
 func TestPolicySelectReportsOutcome(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	f := testFleet()
 	defer f.Destruct()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
@@ -229,7 +244,7 @@ func TestPolicySelectReportsOutcome(t *testing.T) {
 // even as a last resort; a fleet whose every replica is saturated still
 // gets a pick (least_conn), never nil while an upstream is available.
 func TestPolicySelectDrainAndSaturation(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	engines := make([]*EngineConfig, len(deadDials))
 	for i, d := range deadDials {
 		engines[i] = &EngineConfig{Dial: d, MaxInflight: 1}
@@ -292,7 +307,7 @@ func TestPolicySelectDrainAndSaturation(t *testing.T) {
 // TestPolicySelectCacheKey: the cache-key header pins a key to one replica
 // among the candidates; a drained replica's keys move, the others' stay.
 func TestPolicySelectCacheKey(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer polLeakCheck(t)()
 	f := testFleet()
 	defer f.Destruct()
 	p := testPolicy(f, &Policy{CacheKeyHeader: "X-Session-ID"})
