@@ -125,7 +125,8 @@ func smokePlan() Plan {
 	}
 	q.Policies = pols
 	f := fleetParams(true)
-	f.Sizes, f.Requests, f.Policies = []int{4}, 400, []string{"llm", "round_robin"}
+	f.Sizes, f.Requests = []int{4}, 400
+	f.Variants = []FleetVariant{{Name: "llm", Policy: "llm", Load: 1}, {Name: "round_robin", Policy: "round_robin", Load: 1}}
 	ov := overheadParams(true)
 	ov.Engines, ov.Concurrency, ov.Phase, ov.Warmup = 2, 4, 0.5, 0.2
 	ov.Bodies = ov.Bodies[:1]

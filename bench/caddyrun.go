@@ -406,3 +406,29 @@ func tail(path string, n int64) string {
 	b, _ := io.ReadAll(io.LimitReader(f, n))
 	return string(b)
 }
+
+// procRunqueueWait returns how long the threads of process pid have been
+// runnable but waiting for a CPU (the second field of each thread's
+// /proc/<pid>/task/<tid>/schedstat): on a shared host, the time this
+// process wanted to run and could not.
+func procRunqueueWait(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, fmt.Errorf("listing threads of %d: %w", pid, err)
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			total += time.Duration(ns)
+		}
+	}
+	return total, nil
+}

@@ -34,22 +34,39 @@ type FleetParams struct {
 	GroupsPerEngine int         `json:"groups_per_engine"`
 	Model           EngineModel `json:"model"`
 	Rho             float64     `json:"rho"`
-	// Load is the arrival rate as a multiple of the fleet's capacity
-	// without cache hits.
-	Load         float64  `json:"load"`
-	PollInterval float64  `json:"poll_interval_seconds"`
-	KVLimit      float64  `json:"admission_kv_limit"`
-	MaxPark      float64  `json:"max_park_seconds"`
-	QueueSize    int      `json:"queue_size"`
-	Policies     []string `json:"policies"`
-	Seed         uint64   `json:"seed"`
+
+	PollInterval float64 `json:"poll_interval_seconds"`
+	KVLimit      float64 `json:"admission_kv_limit"`
+	// InflightX is max_inflight as a multiple of max_num_seqs (0 = 1).
+	InflightX float64        `json:"inflight_x,omitempty"`
+	MaxPark   float64        `json:"max_park_seconds"`
+	QueueSize int            `json:"queue_size"`
+	Variants  []FleetVariant `json:"variants"`
+	Seed      uint64         `json:"seed"`
 }
 
-// FleetRun is one (size, policy) result. Times are simulated seconds,
+// FleetVariant is one routing configuration at one load.
+type FleetVariant struct {
+	Name string `json:"name"`
+	// Policy: "llm" (routing.Pick on the KV index), "least_loaded"
+	// (routing.LeastLoaded) or "round_robin".
+	Policy string `json:"policy"`
+	// Load is the arrival rate as a multiple of the fleet's capacity
+	// without cache hits.
+	Load float64 `json:"load"`
+	// InflightX is max_inflight (admission and the policy's saturation
+	// rule) as a multiple of max_num_seqs; 0 means 1.
+	InflightX float64 `json:"inflight_x,omitempty"`
+}
+
+// FleetRun is one (size, variant) result. Times are simulated seconds,
 // except the gateway's CPU figures, which are host time.
 type FleetRun struct {
 	Engines   int     `json:"engines"`
+	Variant   string  `json:"variant"`
 	Policy    string  `json:"policy"`
+	Load      float64 `json:"load"`
+	InflightX float64 `json:"inflight_x,omitempty"`
 	Groups    int     `json:"groups"`
 	KVBlocks  int     `json:"kv_blocks"`
 	Rate      float64 `json:"rate"`
@@ -94,16 +111,16 @@ type FleetResult struct {
 func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
 	res := &FleetResult{Params: p}
 	for _, n := range p.Sizes {
-		for _, pol := range p.Policies {
+		for _, v := range p.Variants {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			r, err := simulateFleet(ctx, p, n, pol)
+			r, err := simulateFleet(ctx, p, n, v)
 			if err != nil {
-				return res, fmt.Errorf("fleet %d/%s: %w", n, pol, err)
+				return res, fmt.Errorf("fleet %d/%s: %w", n, v.Name, err)
 			}
-			log.Printf("fleet %4d engines %-12s rate %6.1f: done %d rej %d hit %.3f park p90 %.2fs queue p90 %.2fs ttft p50 %.2fs p90 %.2fs p99 %.2fs tok/s %.0f decision %.1fµs (p99 %.1fµs) events %.1fµs/req index %.1f MiB %d blocks wall %.1fs",
-				n, pol, r.Rate, r.Completed, r.Rejected, r.HitRate, r.Park.P90, r.Queue.P90, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.OutputTPS,
+			log.Printf("fleet %4d engines %-18s rate %6.1f: done %d rej %d hit %.3f park p90 %.2fs queue p90 %.2fs ttft p50 %.2fs p90 %.2fs p99 %.2fs tok/s %.0f decision %.1fµs (p99 %.1fµs) events %.1fµs/req index %.1f MiB %d blocks wall %.1fs",
+				n, v.Name, r.Rate, r.Completed, r.Rejected, r.HitRate, r.Park.P90, r.Queue.P90, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.OutputTPS,
 				r.DecisionNs.Mean/1000, r.DecisionNs.P99/1000, r.EventUsPerReq, float64(r.IndexBytes)/(1<<20), r.IndexBlocks, r.WallSeconds)
 			res.Runs = append(res.Runs, r)
 		}
@@ -125,8 +142,10 @@ type simEvent struct {
 	eng  int
 }
 
+// eventQueue is the simulation's clock: a min-heap of events by time.
 type eventQueue []simEvent
 
+// Len, Less, Swap, Push and Pop implement heap.Interface.
 func (q eventQueue) Len() int { return len(q) }
 func (q eventQueue) Less(i, j int) bool {
 	if q[i].t != q[j].t {
@@ -146,6 +165,7 @@ func (q *eventQueue) Pop() any {
 // fleetSim is one run's state.
 type fleetSim struct {
 	p       FleetParams
+	v       FleetVariant
 	policy  string
 	bs      int
 	now     float64
@@ -215,14 +235,16 @@ func (s *fleetSim) push(t float64, kind, eng int) {
 	heap.Push(&s.q, simEvent{t: t, seq: s.qseq, kind: kind, eng: eng})
 }
 
-func simulateFleet(ctx context.Context, p FleetParams, n int, policy string) (FleetRun, error) {
+func simulateFleet(ctx context.Context, p FleetParams, n int, v FleetVariant) (FleetRun, error) {
+	policy := v.Policy
 	w := p.Workload
 	w.Groups = p.GroupsPerEngine * n
 	blocks, _ := p.Model.KVBlocks(w, n, p.Rho)
 	capMiss := float64(n) * p.Model.Capacity(w.SystemTokens+w.QuestionTokens, 0, w.OutputTokens)
-	run := FleetRun{Engines: n, Policy: policy, Groups: w.Groups, KVBlocks: blocks, Rate: p.Load * capMiss, Requests: p.Requests}
+	run := FleetRun{Engines: n, Variant: v.Name, Policy: policy, Load: v.Load, InflightX: v.InflightX, Groups: w.Groups, KVBlocks: blocks,
+		Rate: v.Load * capMiss, Requests: p.Requests}
 	s := &fleetSim{
-		p: p, policy: policy, bs: p.Model.BlockSize,
+		p: p, v: v, policy: policy, bs: p.Model.BlockSize,
 		rng:      rand.New(rand.NewPCG(p.Seed, uint64(n))),
 		outcomes: map[string]int{},
 	}
@@ -346,7 +368,7 @@ func (s *fleetSim) arrive(w WorkloadSpec) {
 // roomy reports whether some engine has admission headroom.
 func (s *fleetSim) roomy() bool {
 	for _, e := range s.engines {
-		if e.free(s.p.Model.MaxNumSeqs, s.p.KVLimit) > 0 {
+		if e.free(s.maxInflight(), s.p.KVLimit) > 0 {
 			return true
 		}
 	}
@@ -373,6 +395,12 @@ func (s *fleetSim) unpark() {
 		s.parked = s.parked[1:]
 		s.dispatch(r)
 	}
+}
+
+// maxInflight is the admission and policy limit per engine: max_num_seqs
+// times InflightX.
+func (s *fleetSim) maxInflight() int {
+	return int(max(1, s.v.InflightX) * float64(s.p.Model.MaxNumSeqs))
 }
 
 // materialize builds the request's prompt tokens and block hashes.
@@ -444,7 +472,7 @@ func (s *fleetSim) fillCandidates(matches []kvindex.EngineMatch) {
 		c.Tier, c.MatchedBlocks = routing.Precise, 0
 		c.Running, c.Waiting, c.KVUsage = e.snapRunning, e.snapWaiting, e.snapKV
 		c.Inflight, c.Dispatched = int64(e.inflight), int64(e.dispatched)
-		c.MaxInflight, c.LoadKnown = s.p.Model.MaxNumSeqs, true
+		c.MaxInflight, c.LoadKnown = s.maxInflight(), true
 	}
 	for _, m := range matches {
 		if i, ok := s.byName[m.Engine]; ok {

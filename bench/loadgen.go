@@ -73,6 +73,10 @@ type Record struct {
 	OutputTokens int             `json:"output_tokens"`
 	CachedTokens int             `json:"cached_tokens"`
 	Chunks       int             `json:"chunks"`
+	// Upstream and Tier are the gateway's X-LLM-Upstream and X-LLM-Tier
+	// response headers (lb_policy llm with debug_headers), when present.
+	Upstream string `json:"upstream,omitempty"`
+	Tier     string `json:"tier,omitempty"`
 }
 
 // OK reports whether the request completed with a usage report.
@@ -274,6 +278,7 @@ func (t Target) do(ctx context.Context, msgs []chatMsg, key string, maxTokens in
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
+	rec.Upstream, rec.Tier = resp.Header.Get("X-LLM-Upstream"), resp.Header.Get("X-LLM-Tier")
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
 		rec.Err = fmt.Sprintf("status %d", resp.StatusCode)

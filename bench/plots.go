@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -25,7 +27,9 @@ func plotTTFT(dir, ext string, q *QualityResult, workload string) (string, error
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("TTFT p90 vs offered load — %s (8 simulated engines)", workload)
 	p.X.Label.Text = "offered load (requests per simulated second)"
-	p.Y.Label.Text = "TTFT p90 (simulated seconds)"
+	p.Y.Label.Text = "TTFT p90 (simulated seconds, log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = logTicks{}
 	p.Legend.Top, p.Legend.Left = true, true
 	for i, pol := range q.Params.Policies {
 		var xys plotter.XYs
@@ -49,6 +53,7 @@ func plotTTFT(dir, ext string, q *QualityResult, workload string) (string, error
 		p.Legend.Add(pol.Name, l, pts)
 	}
 	p.Add(plotter.NewGrid())
+	p.Y.Max *= 4 // room for the legend above the lines
 	name := "ttft_p90_" + workload + ext
 	return name, p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name))
 }
@@ -180,24 +185,29 @@ func plotFleet(dir, ext string, f *FleetResult) ([]string, error) {
 	series := func(pol string, y func(*FleetRun) float64) plotter.XYs {
 		var xys plotter.XYs
 		for i := range f.Runs {
-			if f.Runs[i].Policy == pol {
+			if f.Runs[i].Variant == pol {
 				xys = append(xys, plotter.XY{X: float64(f.Runs[i].Engines), Y: y(&f.Runs[i])})
 			}
 		}
 		return xys
 	}
-	line := func(title, ylabel, file string, y func(*FleetRun) float64, pols []string) error {
+	line := func(title, ylabel, file string, y func(*FleetRun) float64, pols []string, logY bool) error {
 		p := plot.New()
 		p.Title.Text = title
 		p.X.Label.Text = "engines (log scale)"
 		p.Y.Label.Text = ylabel
+		if logY {
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = logTicks{}
+			p.Y.Label.Text += ", log scale"
+		}
 		p.X.Scale = plot.LogScale{}
 		var ticks []plot.Tick
 		for _, n := range f.Params.Sizes {
 			ticks = append(ticks, plot.Tick{Value: float64(n), Label: fmt.Sprint(n)})
 		}
 		p.X.Tick.Marker = plot.ConstantTicks(ticks)
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = true, true
 		for i, pol := range pols {
 			xys := series(pol, y)
 			if len(xys) == 0 {
@@ -213,19 +223,25 @@ func plotFleet(dir, ext string, f *FleetResult) ([]string, error) {
 			p.Legend.Add(pol, l, pts)
 		}
 		p.Add(plotter.NewGrid())
+		if logY {
+			p.Y.Max *= 8 // room for the legend above the lines
+		}
 		return p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, file+ext))
 	}
-	pols := f.Params.Policies
+	var pols []string
+	for _, v := range f.Params.Variants {
+		pols = append(pols, v.Name)
+	}
 	if err := line("Fleet simulation: hit rate vs fleet size", "hit rate", "fleet_hit_rate",
-		func(r *FleetRun) float64 { return r.HitRate }, pols); err != nil {
+		func(r *FleetRun) float64 { return r.HitRate }, pols, false); err != nil {
 		return nil, err
 	}
 	if err := line("Fleet simulation: TTFT p90 vs fleet size", "TTFT p90 (simulated s)", "fleet_ttft_p90",
-		func(r *FleetRun) float64 { return r.TTFT.P90 }, pols); err != nil {
+		func(r *FleetRun) float64 { return math.Max(r.TTFT.P90, 1e-3) }, pols, true); err != nil {
 		return nil, err
 	}
 	if err := line("Gateway cost per routing decision vs fleet size (lb_policy llm)", "µs per decision (mean)", "fleet_decision_us",
-		func(r *FleetRun) float64 { return r.DecisionNs.Mean / 1000 }, []string{"llm"}); err != nil {
+		func(r *FleetRun) float64 { return r.DecisionNs.Mean / 1000 }, llmVariants(f), false); err != nil {
 		return nil, err
 	}
 	return []string{"fleet_hit_rate" + ext, "fleet_ttft_p90" + ext, "fleet_decision_us" + ext}, nil
@@ -237,4 +253,34 @@ func ensureDir(dir string) error {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
 	return nil
+}
+
+// llmVariants are the fleet variants that run lb_policy llm.
+func llmVariants(f *FleetResult) []string {
+	var out []string
+	for _, v := range f.Params.Variants {
+		if v.Policy == "llm" {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+// logTicks labels a log axis at 1, 2 and 5 times each power of ten, which
+// reads better than powers of ten alone over one or two decades.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v < lo || v > hi {
+				continue
+			}
+			ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+		}
+	}
+	return ticks
 }

@@ -280,7 +280,7 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 		for _, f := range plots["ttft:"+name] {
 			w("![TTFT p90 vs rate, %s](%s)\n\n", name, filepath.ToSlash(filepath.Join(plotsRel, f)))
 		}
-		w("| rate | policy | hit rate | TTFT p50 | p90 | p99 | ITL p50 | ITL p90 | E2E p90 | output tok/s | completed | 503 | errors | Caddy CPU | decisions |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		w("| rate | policy | hit rate | TTFT p50 | p90 | p99 | ITL p50 | ITL p90 | E2E p90 | output tok/s | completed | 503 | errors | sim lag | Caddy CPU | decisions |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range q.rates(name) {
 			for _, pol := range p.Policies {
 				r := q.at(name, pol.Name, x)
@@ -292,9 +292,16 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 				if r.Stalled {
 					flag = " **stalled**"
 				}
-				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %.1f s | %s |\n",
+				lag := fmt.Sprintf("%.2f", r.SimLag)
+				if r.Attempts > 1 {
+					lag += fmt.Sprintf(" (%d tries)", r.Attempts)
+				}
+				if r.SimLag > p.LagThreshold {
+					lag = "**" + lag + "**"
+				}
+				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %s | %.1f s | %s |\n",
 					r.Rate, x, pol.Name, flag, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), ms(s.ITL.P90), secs(s.E2E.P90),
-					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, r.CaddyCPU, decisions(r.Decisions))
+					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, lag, r.CaddyCPU, decisions(r.Decisions))
 			}
 		}
 		w("\n")
@@ -308,6 +315,10 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 	}
 	var problems []string
 	for _, r := range q.Runs {
+		if r.SimLag > p.LagThreshold {
+			problems = append(problems, fmt.Sprintf("%s / `%s` / %.1f req/s: the simulated engines ran %.0f%% slower than scheduled (host contention; %d attempts) — its latencies overstate that configuration's",
+				r.Workload, r.Policy, r.Rate, (r.SimLag-1)*100, r.Attempts))
+		}
 		if r.Stalled || r.Summary.Errors > 0 || r.Summary.Timeouts > 0 {
 			problems = append(problems, fmt.Sprintf("%s / `%s` / %.1f req/s: %d errors, %d timeouts%s (first error: %q)",
 				r.Workload, r.Policy, r.Rate, r.Summary.Errors, r.Summary.Timeouts, map[bool]string{true: ", run cut after 60 s without progress", false: ""}[r.Stalled], r.Summary.FirstErr))
@@ -359,53 +370,57 @@ func decisions(d map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// verdicts compares lb_policy llm with the best of Caddy's built-in
-// policies at every rate, in words.
+// verdicts compares the lb_policy llm configurations with the best of
+// Caddy's built-in policies at every rate, in words.
 func verdicts(q *QualityResult, name string) []string {
 	var out []string
 	for _, x := range q.rates(name) {
-		llm := q.at(name, "llm", x)
-		if llm == nil {
-			continue
-		}
 		var best *QualityRun
 		for _, pol := range []string{"least_conn", "round_robin"} {
 			if r := q.at(name, pol, x); r != nil && r.Summary.OK > 0 && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
 				best = r
 			}
 		}
-		if best == nil || llm.Summary.OK == 0 {
+		if best == nil {
 			continue
 		}
-		a, c := llm.Summary, best.Summary
-		ratio := c.TTFT.P90 / a.TTFT.P90
-		verb := "beats"
-		switch {
-		case ratio < 0.9:
-			verb = "**loses to**"
-		case ratio < 1.1:
-			verb = "ties with"
+		for _, pol := range []string{"llm", "llm-queue2x"} {
+			llm := q.at(name, pol, x)
+			if llm == nil || llm.Summary.OK == 0 {
+				continue
+			}
+			a, c := llm.Summary, best.Summary
+			ratio := c.TTFT.P90 / a.TTFT.P90
+			verb := "beats"
+			switch {
+			case ratio < 0.9:
+				verb = "**loses to**"
+			case ratio < 1.1:
+				verb = "ties with"
+			}
+			out = append(out, fmt.Sprintf("%.1f req/s: `%s` %s `%s` on TTFT p90 (%s vs %s, %.2f×), hit rate %.1f%% vs %.1f%%, output %.0f vs %.0f tok/s.",
+				llm.Rate, pol, verb, best.Policy, secs(a.TTFT.P90), secs(c.TTFT.P90), ratio, a.HitRate*100, c.HitRate*100, a.OutputTPS, c.OutputTPS))
 		}
-		out = append(out, fmt.Sprintf("%.1f req/s: `llm` %s `%s` on TTFT p90 (%s vs %s, %.2f×), hit rate %.1f%% vs %.1f%%, output %.0f vs %.0f tok/s.",
-			llm.Rate, verb, best.Policy, secs(a.TTFT.P90), secs(c.TTFT.P90), ratio, a.HitRate*100, c.HitRate*100, a.OutputTPS, c.OutputTPS))
 	}
 	return out
 }
 
 // whyText explains, per workload, what the policies can and cannot gain;
-// it holds for any run, since it follows from the workload's shape.
+// it follows from the workload's shape and the gateway's rules, not from
+// one run's numbers.
 func whyText(workload string) string {
 	switch workload {
 	case "prefix-high":
-		return "Why: 89% of every prompt is its group's system prompt, and the fleet's caches can hold every group only if each group lives on one engine (ρ × 8 engines ≫ 1 for a policy that spreads groups). `round_robin` and `least_conn` send each group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused; `lb_policy llm` keeps a group where its prefix is, so most prompts prefill only their question — shorter TTFT at every rate, and a higher saturation point because engines spend less time prefilling. `cache_key_header` pins groups by hashing the key, without looking at load or at the cache, which works as long as keys spread evenly."
+		return "Why: nearly 90% of every prompt is its group's system prompt, and the fleet's caches can keep every group resident only if each group lives on one engine. `round_robin` and `least_conn` send every group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused (their hit rate is what survives by chance). `lb_policy llm` sends a group where its prefix is, so most prompts prefill only their question: shorter TTFT, and a higher saturation point because engines spend less time prefilling. The approximate tier does as well as the precise one here because this gateway is the only client and the prefixes are byte-identical, so its prefix tree is right; it cannot see evictions, which the precise tier can.\n\n" +
+			"Past `round_robin`'s saturation the default configuration loses most of that advantage. With `max_inflight` = `--max-num-seqs` (the README's advice) neither admission nor the policy ever lets a request wait at a busy engine — the policy excludes an engine at max_inflight as saturated — so once the engines holding a group are full, its requests spill to whichever engine has a free slot, miss there, and evict other groups' prefixes: the hit rate falls towards `round_robin`'s, and so does TTFT. `llm-queue2x` (max_inflight = 2 × max_num_seqs) lets requests queue briefly at the holder, where the cost model weighs a queued request (queue_weight 512) against re-prefilling 2,048 tokens elsewhere; it keeps most of its hits under overload and the lowest TTFT. `cache_key_header` pins groups by hashing the key and ignores load: with 40 groups on 8 engines some engines get about twice their share, which shows as a long TTFT tail and lower throughput at high rates, although its hit rate is the highest."
 	case "prefix-low":
-		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity saves little prefill, while it concentrates a group's requests — and their 2,048-token uncached questions — on one engine. The cost model charges a running sequence 32 token-equivalents whatever it is doing, so it does not see that an engine is busy prefilling long prompts; spreading by load (`least_conn`) parallelises those prefills better. This is the workload where `llm` has little to gain and can lose a little."
+		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity can save at most about 10% of the prefill and the policies differ mainly in how they balance load. `lb_policy llm` balances on gauges up to one poll interval old plus its own dispatch counts, and pays for a `/tokenize` call per request; `least_conn` counts live in-flight requests. Expect a tie within the noise, or a small loss for `llm`: this is the workload where cache-aware routing has nothing to sell. `cache_key_header` hot-spots as on prefix-high."
 	case "prefix-long":
-		return "Why: 6,000-token shared prefixes make a miss cost 0.6 s of prefill, so keeping groups together pays, but each request also decodes 1,000 tokens, so the fleet's capacity is decode-bound and the TTFT gain does not change throughput much."
+		return "Why: a 6,000-token shared prefix makes a miss cost 0.6 s of prefill, so keeping groups together pays in TTFT; but each request also decodes 1,000 tokens, so the fleet's capacity is mostly decode time and the prefill saved changes throughput little. With 5 requests per group, at most 4 in 5 can hit."
 	case "multiturn":
-		return "Why: every turn's prompt is the previous turn's prompt plus the answer plus a new question, so the engine that served the last turn holds almost the whole prompt. `llm` (and `cache_key_header` with the session id) follow the session; `round_robin` and `least_conn` find the history on the right engine only by chance (1 in 8) and otherwise hit only the shared system prompt."
+		return "Why: every turn's prompt is the previous turn's prompt plus the answer plus a new question, so the engine that served the last turn holds almost the whole prompt. All `lb_policy llm` variants (and `cache_key_header` with the session id) follow the session; `round_robin` and `least_conn` find the history on the right engine only by chance (1 in 8) and otherwise reuse only the shared system prompt. Sessions pace themselves (think time, one turn at a time), so the fleet does not saturate at these rates."
 	case "random":
-		return "Why: the control. Nothing is shared, so no policy can get hits and the best a router can do is balance load. `lb_policy llm` then routes on load alone (the decision column shows `load_only` or misses); it pays for tokenizing each prompt and decides on gauges up to one poll interval old, so matching `least_conn` is the expected outcome and anything better is noise."
+		return "Why: the control. Nothing is shared, so no policy can get hits and the best a router can do is balance load. `lb_policy llm` then decides on load alone (the decisions column shows `load_only`); it pays for tokenizing each prompt and decides on gauges up to one poll interval old, so matching `least_conn` is the expected outcome. `cache_key_header` with a unique key per request is random placement, which shows in its tail."
 	}
 	return ""
 }
@@ -417,12 +432,12 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 	w("Command: `go run ./bench -only fleet` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
 	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last 250 ms poll, and the gateway's own in-flight and dispatched-since-scrape accounting. The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting + dispatched < max_num_seqs and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
 		p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs, p.KVLimit, p.QueueSize, p.MaxPark)
-	w("Workload: shared prefixes (%d/%d/%d tokens), %d groups per engine (so the resident set grows with the fleet), each request's group chosen uniformly at random, Poisson arrivals at %.2f× the fleet's no-hit capacity, %d requests per run; KV cache per engine by the same rule as section 1 (ρ = %.2f). Times are simulated seconds; the gateway's CPU figures are host time of this process (single-threaded, on a shared machine) and index memory is the heap the collector frees when the index is dropped.\n\n",
-		p.Workload.SystemTokens, p.Workload.QuestionTokens, p.Workload.OutputTokens, p.GroupsPerEngine, p.Load, p.Requests, p.Rho)
+	w("Workload: shared prefixes (%d/%d/%d tokens), %d groups per engine (so the resident set grows with the fleet), each request's group chosen uniformly at random, Poisson arrivals at the variant's load × the fleet's no-hit capacity, %d requests per run; KV cache per engine by the same rule as section 1 (ρ = %.2f). Times are simulated seconds; the gateway's CPU figures are host time of this process (single-threaded, on a shared machine) and index memory is the heap the collector frees when the index is dropped.\n\n",
+		p.Workload.SystemTokens, p.Workload.QuestionTokens, p.Workload.OutputTokens, p.GroupsPerEngine, p.Requests, p.Rho)
 	for _, pl := range plots {
 		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
 	}
-	w("| engines | policy | groups | rate req/s | completed | 503 | hit rate | TTFT p50 | p90 | p99 | parked p90 | free slots when refused | output tok/s | decision µs mean / p99 | events µs/request | index | sim wall |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| engines | variant | groups | rate req/s | completed | 503 | hit rate | TTFT p50 | p90 | p99 | parked p90 | free slots when refused | output tok/s | decision µs mean / p99 | events µs/request | index | sim wall |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range f.Runs {
 		cost, ev, idx := "–", "–", "–"
 		if r.Policy == "llm" {
@@ -435,7 +450,7 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 			idle = fmt.Sprintf("%.1f (%d refusals)", r.IdleWhenRefused, r.Refusals)
 		}
 		w("| %d | `%s` | %d | %.0f | %d | %d | %.1f%% | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %.0f s |\n",
-			r.Engines, r.Policy, r.Groups, r.Rate, r.Completed, r.Rejected, r.HitRate*100, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), secs(r.Park.P90), idle, r.OutputTPS, cost, ev, idx, r.WallSeconds)
+			r.Engines, r.Variant, r.Groups, r.Rate, r.Completed, r.Rejected, r.HitRate*100, secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), secs(r.Park.P90), idle, r.OutputTPS, cost, ev, idx, r.WallSeconds)
 	}
 	w("\n")
 	for _, r := range f.Runs {
