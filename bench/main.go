@@ -48,6 +48,8 @@ type Env struct {
 	// RunDeadline bounds one load-generator run in wall time.
 	RunDeadline time.Duration
 	Command     string
+	// Profile takes a CPU profile of the llm gateway in the overhead runs.
+	Profile bool
 }
 
 // Options are the command-line flags.
@@ -138,7 +140,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(tmp)
 
-	env := &Env{Root: root, Out: o.Out, Quick: o.Quick, RunDeadline: 5 * time.Minute, Command: commandLine(args)}
+	env := &Env{Root: root, Out: o.Out, Quick: o.Quick, RunDeadline: 5 * time.Minute, Command: commandLine(args), Profile: true}
 	if o.Quick {
 		env.RunDeadline = 90 * time.Second
 	}

@@ -9,8 +9,11 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +65,9 @@ type OverheadStat struct {
 	CPUPerReq float64 `json:"cpu_us_per_request"`
 	RSS       int64   `json:"rss_bytes"`
 	PeakRSS   int64   `json:"peak_rss_bytes"`
+	// Profile is where the llm gateway's CPU went during one phase: the
+	// caddy-llmgw and encoding/json frames of `go tool pprof -top -cum`.
+	Profile []string `json:"profile,omitempty"`
 }
 
 // OverheadResult is the section's output.
@@ -139,8 +145,16 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				if t.pid != 0 {
 					cpu0, _ = procCPU(t.pid)
 				}
+				var prof chan []string
+				if round == 0 && t.name == "llm" && env.Profile {
+					prof = make(chan []string, 1)
+					go func() { prof <- profileTop(ctx, llm, phase, filepath.Join(dir, "llm-"+body.Name+".pprof")) }()
+				}
 				h := hammer(ctx, client, urls, gen, p.Concurrency, phase)
 				a := acc[t.name]
+				if prof != nil {
+					a.profile = <-prof
+				}
 				if t.pid != 0 {
 					cpu1, _ := procCPU(t.pid)
 					a.cpu += cpu1 - cpu0
@@ -161,6 +175,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
 			}
 			st.Latency = percentiles(a.lat)
+			st.Profile = a.profile
 			log.Printf("overhead %-6s %-6s: %6.0f req/s, p50 %.2fms p99 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
 				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
 			res.Stats = append(res.Stats, st)
@@ -170,10 +185,11 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 }
 
 type overheadAcc struct {
-	lat  []float64
-	errs int
-	cpu  time.Duration
-	wall time.Duration
+	profile []string
+	lat     []float64
+	errs    int
+	cpu     time.Duration
+	wall    time.Duration
 }
 
 // urlsFor is the gateway's URL, or every engine's for the direct target
@@ -282,4 +298,48 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// profileTop records a CPU profile of the gateway for d through its admin
+// API and returns the lines of `go tool pprof -top -cum` that name this
+// module or encoding/json, or nothing when either step fails (the
+// profile is a diagnostic, not a result).
+func profileTop(ctx context.Context, gw *Gateway, d time.Duration, path string) []string {
+	secs := max(1, int(d.Seconds()))
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gw.AdminBase, secs), nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Printf("profiling the gateway: %v", err)
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		log.Printf("profiling the gateway: status %d, %v", resp.StatusCode, err)
+		return nil
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path).Output()
+	if err != nil {
+		log.Printf("go tool pprof: %v", err)
+		return nil
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "caddy-llmgw/") || strings.Contains(l, "encoding/json.Unmarshal") || strings.Contains(l, "encoding/json.Marshal") ||
+			strings.Contains(l, "Duration:") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+		if len(lines) >= 24 {
+			break
+		}
+	}
+	return lines
 }

@@ -490,5 +490,10 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %d |\n", body.label(), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, cpu, rss, s.Errors)
 		}
 	}
+	for _, body := range p.Bodies {
+		if s := o.find(body.Name, "llm"); s != nil && len(s.Profile) > 0 {
+			w("\nWhere the `llm` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", body.Name, strings.Join(s.Profile, "\n"))
+		}
+	}
 	w("\nOn 2 shared cores the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n")
 }
