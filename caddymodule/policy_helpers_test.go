@@ -46,6 +46,11 @@ func (g policyGateway) caddyfile() string {
 		// approximate tier.
 		app += "\t\ttokenize_timeout 10s\n"
 	}
+	if !strings.Contains(app, "poll_timeout") {
+		// Nor time scrapes out (the timeout defaults to the 50ms interval),
+		// which makes gauges stale and load unknown.
+		app += "\t\tpoll_timeout 2s\n"
+	}
 	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s",
 		adminAddr, httpPort, httpPort+363, app)
 	for i, e := range g.engines {
