@@ -100,3 +100,24 @@ func TestCaddyfileErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyfileExample: the demo config in the repository root adapts
+// cleanly and keeps using the modules it documents.
+func TestCaddyfileExample(t *testing.T) {
+	raw, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt(raw, nil)
+	if err != nil {
+		t.Fatalf("Caddyfile.example: %v", err)
+	}
+	for _, w := range warnings {
+		t.Errorf("Caddyfile.example:%d: %s", w.Line, w.Message)
+	}
+	for _, want := range []string{`"llm":`, `"handler":"llm_admission"`, `"policy":"llm"`, `"kv_events":`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("adapted Caddyfile.example lacks %s", want)
+		}
+	}
+}
