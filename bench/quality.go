@@ -105,8 +105,9 @@ type QualityRun struct {
 	// SimLag is how much slower than scheduled the simulated engines ran
 	// (1 = on time): the mean decode pace (gap between streamed tokens ÷
 	// decode step), corrected for the prefill steps the engines were
-	// expected to interleave. Above LagThreshold the host, not the
-	// routing, slowed the run, and it is run again (Attempts).
+	// expected to interleave; 0 when it cannot be estimated (uneven load
+	// or preemptions). Above LagThreshold the host, not the routing,
+	// slowed the run, and it is run again (Attempts).
 	SimLag   float64 `json:"sim_lag"`
 	Attempts int     `json:"attempts"`
 	// Decisions counts llmgw_prefix_decisions_total by "tier/outcome".
@@ -265,7 +266,6 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	run.CaddyCPU, run.HarnessCPU = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
 	run.CaddyRSS, _, _ = procRSS(gw.Pid())
 	run.Summary = Summarize(recs, p.TimeScale, p.Model.tokenScale())
-	run.SimLag = simLag(recs, p)
 	t := fleet.Totals()
 	if t.PromptTokens > 0 {
 		run.EngineHitRate = float64(t.CachedTokens) / float64(t.PromptTokens)
@@ -273,6 +273,9 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	run.Preemptions = t.Preemptions
 	for _, e := range fleet.Engines {
 		run.PerEngine = append(run.PerEngine, e.Stats().RequestsServed)
+	}
+	if lagApplies(&run) {
+		run.SimLag = simLag(recs, p)
 	}
 	if err := saveRecords(filepath.Join(dir, "records.jsonl"), recs); err != nil {
 		log.Printf("saving records: %v", err)
@@ -418,49 +421,72 @@ func runqueueWait(pids ...int) time.Duration {
 // decoding request gets one token per engine step; a step lasts the decode
 // step plus whatever prefill it carries, so on time the mean gap between
 // a request's tokens is step ÷ (1 − f), f being the share of the engines'
-// busy time spent prefilling. f comes from the uncached prompt tokens of
-// the run over the engines' busy time (an engine counts as busy while the
-// fleet has at least as many requests in flight as engines, as a spread
-// out fleet would); the measured mean gap × (1 − f) ÷ step is then 1 when
-// the simulation kept time and grows when the host could not run it.
+// busy time spent prefilling. f comes from the run's uncached prompt
+// tokens over the engines' busy time (an engine counts as busy while the
+// fleet has at least as many requests in flight as engines); the measured
+// mean gap × (1 − f) ÷ step is then 1 when the simulation kept time and
+// grows when the host could not run it. The estimate assumes the load was
+// spread evenly and nothing was preempted (recomputed prompts are prefill
+// it does not count); callers check that (lagApplies).
 func simLag(recs []Record, p QualityParams) float64 {
 	step := p.Model.DecodeStepSeconds * float64(p.Model.tokenScale())
+	var rs []*Record
+	for i := range recs {
+		if r := &recs[i]; r.OK() && r.Chunks >= 2 {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	f := prefillShare(rs, p.Engines, p)
+	var paceSum float64
+	for _, r := range rs {
+		gap := (r.E2E - r.TTFT).Seconds() * p.TimeScale / float64(r.Chunks-1)
+		paceSum += gap / step
+	}
+	return paceSum / float64(len(rs)) * (1 - f)
+}
+
+// lagApplies reports whether simLag's assumptions held for a run: no
+// preemption, and no engine served more than 1.3 times the mean.
+func lagApplies(run *QualityRun) bool {
+	if run.Preemptions > 0 || len(run.PerEngine) == 0 {
+		return false
+	}
+	var sum, most uint64
+	for _, n := range run.PerEngine {
+		sum += n
+		most = max(most, n)
+	}
+	return float64(most)*float64(len(run.PerEngine)) <= 1.3*float64(sum)
+}
+
+// prefillShare is the share of busy engine time the requests' uncached
+// prompt tokens took to prefill, with busy time counted as min(engines,
+// requests in flight).
+func prefillShare(rs []*Record, engines int, p QualityParams) float64 {
 	type edge struct {
 		t time.Duration
 		d int
 	}
-	var (
-		paceSum  float64
-		n        int
-		prefill  float64
-		edges    []edge
-		inFlight int
-	)
-	for i := range recs {
-		r := &recs[i]
-		if !r.OK() || r.Chunks < 2 {
-			continue
-		}
-		gap := (r.E2E - r.TTFT).Seconds() * p.TimeScale / float64(r.Chunks-1)
-		paceSum += gap / step
-		n++
+	var prefill float64
+	edges := make([]edge, 0, 2*len(rs))
+	for _, r := range rs {
 		prefill += float64(r.PromptTokens-r.CachedTokens) / p.Model.PrefillTokensPerSec
 		edges = append(edges, edge{r.Start, 1}, edge{r.Start + r.E2E, -1})
 	}
-	if n == 0 {
-		return 0
-	}
 	sort.Slice(edges, func(i, j int) bool { return edges[i].t < edges[j].t })
 	var busy float64
+	inFlight := 0
 	last := edges[0].t
 	for _, e := range edges {
-		busy += float64(min(p.Engines, inFlight)) * (e.t - last).Seconds() * p.TimeScale
+		busy += float64(min(engines, inFlight)) * (e.t - last).Seconds() * p.TimeScale
 		inFlight += e.d
 		last = e.t
 	}
-	f := 0.0
-	if busy > 0 {
-		f = min(prefill/busy, 0.95)
+	if busy <= 0 {
+		return 0
 	}
-	return paceSum / float64(n) * (1 - f)
+	return min(prefill/busy, 0.95)
 }
