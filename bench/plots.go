@@ -208,7 +208,7 @@ func plotFleet(dir, ext string, f *FleetResult) ([]string, error) {
 		}
 		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 		p.Legend.Top, p.Legend.Left = true, true
-		for i, pol := range pols {
+		for _, pol := range pols {
 			xys := series(pol, y)
 			if len(xys) == 0 {
 				continue
@@ -217,14 +217,17 @@ func plotFleet(dir, ext string, f *FleetResult) ([]string, error) {
 			if err != nil {
 				return err
 			}
-			l.Color, pts.Color = policyColor(i), policyColor(i)
-			pts.Shape = plotutil.Shape(i)
+			c := variantIndex(f, pol) // the same colour in every fleet plot
+			l.Color, pts.Color = policyColor(c), policyColor(c)
+			pts.Shape = plotutil.Shape(c)
 			p.Add(l, pts)
 			p.Legend.Add(pol, l, pts)
 		}
 		p.Add(plotter.NewGrid())
 		if logY {
 			p.Y.Max *= 8 // room for the legend above the lines
+		} else {
+			p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5
 		}
 		return p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, file+ext))
 	}
@@ -283,4 +286,14 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ticks
+}
+
+// variantIndex is the position of a variant in the plan.
+func variantIndex(f *FleetResult, name string) int {
+	for i, v := range f.Params.Variants {
+		if v.Name == name {
+			return i
+		}
+	}
+	return 0
 }

@@ -95,8 +95,8 @@ func (q *QualityResult) refRate(workload string) float64 {
 }
 
 // satRate is the lowest rate at which round_robin is saturated: its TTFT
-// p90 at least doubled from the lowest rate, or it completed less than
-// 90% of the offered requests per second. Falls back to refRate.
+// p90 at least doubled from the lowest rate (queues grow), or admission
+// answered 503. Falls back to refRate.
 func (q *QualityResult) satRate(workload string) float64 {
 	rates := q.rates(workload)
 	if len(rates) == 0 {
@@ -111,7 +111,7 @@ func (q *QualityResult) satRate(workload string) float64 {
 		if r == nil {
 			continue
 		}
-		if r.Summary.TTFT.P90 >= 2*base.Summary.TTFT.P90 || r.Summary.ReqPerSec < 0.9*r.Rate || r.Summary.Rejected > 0 {
+		if r.Summary.TTFT.P90 >= 2*base.Summary.TTFT.P90 || r.Summary.Rejected > 0 {
 			return x
 		}
 	}
@@ -148,6 +148,7 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	if l.quality != nil || l.overhead != nil {
 		w("## Headline\n\n")
 		renderHeadline(&b, l)
+		renderFindings(&b, l)
 	}
 	if l.quality != nil {
 		renderQuality(&b, l.quality, l.files["quality"], plotsRel, plots)
@@ -171,7 +172,7 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 		x := q.satRate(name)
 		qw := q.workload(name)
 		if qw != nil {
-			w("Workload **%s** (%s, scaled: %s) on 8 simulated vLLM engines behind a real Caddy, at **%.1f requests/s** — the lowest rate of the ladder at which `round_robin` saturates (%.2f× the fleet's no-cache-hit capacity). Latencies in simulated seconds.\n\n",
+			w("Workload **%s** (%s, scaled: %s) on 8 simulated vLLM engines behind a real Caddy, at **%.1f requests/s** — the lowest rate of the ladder at which `round_robin` saturates (its TTFT p90 at least doubles; %.2f× the fleet's estimated no-cache-hit capacity). Latencies in simulated seconds; the full ladder is in section 1.\n\n",
 				name, qw.Spec.Reference, qw.Spec.Shape(), x*qw.CapMiss, x)
 		}
 		w("| policy | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | completed | 503 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -200,6 +201,83 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 		}
 		w("\n")
 	}
+}
+
+// renderFindings summarises the sections in a few sentences, every number
+// taken from the results.
+func renderFindings(b *strings.Builder, l *loaded) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("**In short:**\n\n")
+	if q := l.quality; q != nil {
+		var wins []string
+		for _, name := range []string{"prefix-high", "prefix-long", "multiturn"} {
+			x := q.refRate(name)
+			llm, rr := q.at(name, "llm", x), q.at(name, "round_robin", x)
+			if llm == nil || rr == nil {
+				continue
+			}
+			wins = append(wins, fmt.Sprintf("%s %.0f%% vs %.0f%% (TTFT p50 %s vs %s)", name, llm.Summary.HitRate*100, rr.Summary.HitRate*100, secs(llm.Summary.TTFT.P50), secs(rr.Summary.TTFT.P50)))
+		}
+		if len(wins) > 0 {
+			w("- **Where `lb_policy llm` wins:** on shared prefixes and chat sessions it finds the cache that `round_robin` and `least_conn` scatter — hit rate `llm` vs `round_robin`: %s.\n", strings.Join(wins, "; "))
+		}
+		x := q.satRate("prefix-high")
+		lo, hi, q2 := q.at("prefix-high", "llm", q.rates("prefix-high")[0]), q.at("prefix-high", "llm", x), q.at("prefix-high", "llm-queue2x", x)
+		rr := q.at("prefix-high", "round_robin", x)
+		if lo != nil && hi != nil && q2 != nil && rr != nil {
+			w("- **Where it falls short, and the fix:** with `max_inflight` = `--max-num-seqs` (the README's advice) it keeps no affinity once the holders are full: on prefix-high its hit rate falls from %.0f%% at %.1f req/s to %.0f%% at %.1f req/s, where its TTFT p90 (%s) is barely better than `round_robin`'s (%s). With `max_inflight` = 2 × max_num_seqs (`llm-queue2x`) requests may wait briefly at the engine holding their prefix: %.0f%% hits and TTFT p90 %s at the same rate. The fleet simulation shows the same at 8 to 256 engines.\n",
+				lo.Summary.HitRate*100, lo.Rate, hi.Summary.HitRate*100, hi.Rate, secs(hi.Summary.TTFT.P90), secs(rr.Summary.TTFT.P90), q2.Summary.HitRate*100, secs(q2.Summary.TTFT.P90))
+		}
+		var losses []string
+		for _, name := range []string{"prefix-low", "random"} {
+			x := q.refRate(name)
+			llm := q.at(name, "llm", x)
+			var best *QualityRun
+			for _, pol := range []string{"least_conn", "round_robin"} {
+				if r := q.at(name, pol, x); r != nil && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
+					best = r
+				}
+			}
+			if llm != nil && best != nil {
+				losses = append(losses, fmt.Sprintf("%s: TTFT p90 %s vs %s for `%s`", name, secs(llm.Summary.TTFT.P90), secs(best.Summary.TTFT.P90), best.Policy))
+			}
+		}
+		if len(losses) > 0 {
+			w("- **Where it has nothing to gain:** with little or nothing shared it can only balance load, and it does that no better than Caddy's own policies — %s (see the sections for why).\n", strings.Join(losses, "; "))
+		}
+	}
+	if f := l.fleet; f != nil {
+		var small, large *FleetRun
+		for i := range f.Runs {
+			r := &f.Runs[i]
+			if r.Variant != "llm" {
+				continue
+			}
+			if small == nil || r.Engines < small.Engines {
+				small = r
+			}
+			if large == nil || r.Engines > large.Engines {
+				large = r
+			}
+		}
+		if small != nil && large != nil {
+			w("- **At scale** (fleet simulation, the gateway's own routing and index code): from %d to %d engines the hit rate stays %.0f%%–%.0f%%; a decision costs %.0f µs → %.0f µs (mean) and KV-event upkeep %.0f µs → %.0f µs per request; the index holds %d blocks in %.0f MiB at %d engines.\n",
+				small.Engines, large.Engines, small.HitRate*100, large.HitRate*100, small.DecisionNs.Mean/1000, large.DecisionNs.Mean/1000, small.EventUsPerReq, large.EventUsPerReq, large.IndexBlocks, float64(large.IndexBytes)/(1<<20), large.Engines)
+		}
+	}
+	if o := l.overhead; o != nil {
+		var parts []string
+		for _, body := range o.Params.Bodies {
+			llm, plain := o.find(body.Name, "llm"), o.find(body.Name, "plain")
+			if llm != nil && plain != nil && plain.CPUPerReq > 0 {
+				parts = append(parts, fmt.Sprintf("%.1f× plain Caddy's CPU per request on %s requests (%.0f vs %.0f µs), RSS %.0f vs %.0f MiB", llm.CPUPerReq/plain.CPUPerReq, body.Name, llm.CPUPerReq, plain.CPUPerReq, float64(llm.RSS)/(1<<20), float64(plain.RSS)/(1<<20)))
+			}
+		}
+		if len(parts) > 0 {
+			w("- **What it costs:** %s; most of it is tokenizing the prompt through an engine's `/tokenize` (profile in section 3).\n", strings.Join(parts, "; "))
+		}
+	}
+	w("\n")
 }
 
 func (o *OverheadResult) find(body, target string) *OverheadStat {
@@ -418,7 +496,7 @@ func whyText(workload string) string {
 		return "Why: nearly 90% of every prompt is its group's system prompt, and the fleet's caches can keep every group resident only if each group lives on one engine. `round_robin` and `least_conn` send every group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused (their hit rate is what survives by chance). `lb_policy llm` sends a group where its prefix is, so most prompts prefill only their question: shorter TTFT, and a higher saturation point because engines spend less time prefilling. The approximate tier does as well as the precise one here because this gateway is the only client and the prefixes are byte-identical, so its prefix tree is right; it cannot see evictions, which the precise tier can.\n\n" +
 			"Past `round_robin`'s saturation the default configuration loses most of that advantage. With `max_inflight` = `--max-num-seqs` (the README's advice) neither admission nor the policy ever lets a request wait at a busy engine — the policy excludes an engine at max_inflight as saturated — so once the engines holding a group are full, its requests spill to whichever engine has a free slot, miss there, and evict other groups' prefixes: the hit rate falls towards `round_robin`'s, and so does TTFT. `llm-queue2x` (max_inflight = 2 × max_num_seqs) lets requests queue briefly at the holder, where the cost model weighs a queued request (queue_weight 512) against re-prefilling 2,048 tokens elsewhere; it keeps most of its hits under overload and the lowest TTFT. `cache_key_header` pins groups by hashing the key and ignores load: with 40 groups on 8 engines some engines get about twice their share, which shows as a long TTFT tail and lower throughput at high rates, although its hit rate is the highest."
 	case "prefix-low":
-		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity can save at most about 10% of the prefill and the policies differ mainly in how they balance load. `lb_policy llm` balances on gauges up to one poll interval old plus its own dispatch counts, and pays for a `/tokenize` call per request; `least_conn` counts live in-flight requests. Expect a tie within the noise, or a small loss for `llm`: this is the workload where cache-aware routing has nothing to sell. `cache_key_header` hot-spots as on prefix-high."
+		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity can save at most about 10% of the prefill, and the policies differ mainly in how they balance load. Affinity still pulls a group's requests towards the engine holding those 256 tokens — and with them their 2,048-token uncached questions. The cost model charges a running sequence 32 token-equivalents, and a request dispatched since the last poll as one more running sequence, so it cannot see that an engine is busy prefilling long prompts; `round_robin` spreads those prefills evenly. `lb_policy llm` also decides on gauges up to one poll interval old and pays for a `/tokenize` call per request. So it ties with or loses to Caddy's own policies here: this is the workload where cache-aware routing has nothing to sell. `cache_key_header` hot-spots as on prefix-high."
 	case "prefix-long":
 		return "Why: a 6,000-token shared prefix makes a miss cost 0.6 s of prefill, so keeping groups together pays in TTFT; but each request also decodes 1,000 tokens, so the fleet's capacity is mostly decode time and the prefill saved changes throughput little. With 5 requests per group, at most 4 in 5 can hit."
 	case "multiturn":
@@ -434,7 +512,7 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 	p := f.Params
 	w("## 2. Fleet simulation: 8 to %d engines\n\n", p.Sizes[len(p.Sizes)-1])
 	w("Command: `go run ./bench -only fleet` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
-	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last 250 ms poll, and the gateway's own in-flight and dispatched-since-scrape accounting. The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting + dispatched < max_num_seqs and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
+	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last 250 ms poll, and the gateway's own in-flight and dispatched-since-scrape accounting. The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting + dispatched < max_inflight — max_num_seqs, or twice that for the `-queue2x` variants — and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s, then get 503). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
 		p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs, p.KVLimit, p.QueueSize, p.MaxPark)
 	w("Workload: shared prefixes (%d/%d/%d tokens), %d groups per engine (so the resident set grows with the fleet), each request's group chosen uniformly at random, Poisson arrivals at the variant's load × the fleet's no-hit capacity, %d requests per run; KV cache per engine by the same rule as section 1 (ρ = %.2f). Times are simulated seconds; the gateway's CPU figures are host time of this process (single-threaded, on a shared machine) and index memory is the heap the collector frees when the index is dropped.\n\n",
 		p.Workload.SystemTokens, p.Workload.QuestionTokens, p.Workload.OutputTokens, p.GroupsPerEngine, p.Requests, p.Rho)
