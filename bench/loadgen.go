@@ -332,26 +332,23 @@ func readStream(r io.Reader, rec *Record, t0 time.Time) (string, error) {
 			}
 			return answer.String(), nil
 		}
-		content, fast := fastContent(data)
-		if !fast || errEvent {
-			var ch usageBody
-			if err := json.Unmarshal(data, &ch); err != nil {
-				return answer.String(), fmt.Errorf("bad chunk: %w", err)
+		var ch usageBody
+		if err := json.Unmarshal(data, &ch); err != nil {
+			return answer.String(), fmt.Errorf("bad chunk: %w", err)
+		}
+		if errEvent || ch.Error != nil {
+			msg := "error event"
+			if ch.Error != nil {
+				msg = ch.Error.Message
 			}
-			if errEvent || ch.Error != nil {
-				msg := "error event"
-				if ch.Error != nil {
-					msg = ch.Error.Message
-				}
-				return answer.String(), fmt.Errorf("upstream: %s", msg)
-			}
-			if ch.Usage != nil {
-				setUsage(rec, &ch)
-			}
-			content = ""
-			if len(ch.Choices) > 0 {
-				content = ch.Choices[0].Delta.Content
-			}
+			return answer.String(), fmt.Errorf("upstream: %s", msg)
+		}
+		if ch.Usage != nil {
+			setUsage(rec, &ch)
+		}
+		content := ""
+		if len(ch.Choices) > 0 {
+			content = ch.Choices[0].Delta.Content
 		}
 		if content != "" {
 			now := time.Now()
@@ -397,31 +394,4 @@ func setUsage(rec *Record, b *usageBody) {
 	if d := b.Usage.PromptTokensDetails; d != nil {
 		rec.CachedTokens = d.CachedTokens
 	}
-}
-
-// fastContent extracts the delta content of an ordinary chat chunk
-// without a JSON decode (the load generator reads every token of every
-// stream, on the same cores as the gateway). It reports false for
-// anything else — usage, errors, escaped text — which then takes the
-// full decoder.
-func fastContent(data []byte) (string, bool) {
-	if bytes.Contains(data, []byte(`"usage":{`)) || bytes.Contains(data, []byte(`"error"`)) {
-		return "", false
-	}
-	const key = `"delta":{`
-	i := bytes.Index(data, []byte(key))
-	if i < 0 {
-		return "", false
-	}
-	rest := data[i+len(key):]
-	j := bytes.Index(rest, []byte(`"content":"`))
-	if j < 0 {
-		return "", true // a delta without content (role only)
-	}
-	rest = rest[j+len(`"content":"`):]
-	k := bytes.IndexByte(rest, '"')
-	if k < 0 || bytes.IndexByte(rest[:k], '\\') >= 0 {
-		return "", false
-	}
-	return string(rest[:k]), true
 }

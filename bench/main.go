@@ -14,6 +14,11 @@
 // section writes its raw results as JSON under -out; the report is
 // rendered from every section result found there, so -only refreshes one
 // section of an existing report.
+//
+// While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
+// (comma-separated names and rate multiples), BENCH_TIMESCALE and
+// BENCH_FLEET_REQUESTS narrow a run; use them with -out so the committed
+// report is not touched.
 package main
 
 import (

@@ -36,28 +36,6 @@ func TestPercentiles(t *testing.T) {
 	}
 }
 
-func TestFastContent(t *testing.T) {
-	tests := []struct {
-		data string
-		want string
-		ok   bool
-	}{
-		{`{"id":"x","choices":[{"index":0,"delta":{"content":" the"},"finish_reason":null}]}`, " the", true},
-		{`{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, "", true},
-		{`{"id":"x","choices":[{"index":0,"delta":{}}]}`, "", true},
-		{`{"id":"x","choices":[],"usage":{"prompt_tokens":3}}`, "", false},
-		{`{"id":"x","choices":[{"delta":{"content":"a \"quoted\" word"}}]}`, "", false},
-		{`{"error":{"message":"boom"}}`, "", false},
-		{`not json at all`, "", false},
-	}
-	for _, tt := range tests {
-		got, ok := fastContent([]byte(tt.data))
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("fastContent(%s) = %q, %v; want %q, %v", tt.data, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
 func TestReadStream(t *testing.T) {
 	const ok = ": keep-alive\n\n" +
 		`data: {"choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n" +
@@ -295,4 +273,31 @@ func TestFleetSim(t *testing.T) {
 	if hit["llm"] <= hit["rr"] {
 		t.Errorf("routing on the index found no more cache than round robin: %v", hit)
 	}
+}
+
+// FuzzReadStream feeds arbitrary response bodies to the SSE reader: it
+// must return (never panic or hang), and whatever it returns must be
+// consistent.
+func FuzzReadStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": keep-alive\n\nevent: error\ndata: {\"error\":{\"message\":\"x\"}}\n\n"))
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"\\u00e9\\\"\"}}]}\n\n"))
+	f.Add([]byte("data: [DONE]\n\n"))
+	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":-1,\"prompt_tokens_details\":null}}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var rec Record
+		answer, err := readStream(bytes.NewReader(body), &rec, time.Now())
+		if rec.Chunks > 0 && rec.TTFT < 0 {
+			t.Fatalf("negative TTFT")
+		}
+		if len(rec.Gaps) != max(0, rec.Chunks-1) {
+			t.Fatalf("%d gaps for %d chunks", len(rec.Gaps), rec.Chunks)
+		}
+		if err == nil && rec.PromptTokens == 0 {
+			t.Fatalf("success without usage")
+		}
+		if len(answer) > len(body) {
+			t.Fatalf("answer longer than the body")
+		}
+	})
 }
