@@ -101,18 +101,32 @@ ensure_test_deps() {
 
 cmd_test() {
 	ensure_test_deps
-	local tmp; tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
+	# Global, not local: the EXIT trap runs after this function has returned.
+	test_tmp=$(mktemp -d)
+	trap 'rm -rf "$test_tmp"' EXIT
 	# Caddy fixes its config and data paths at package init: keep the tests
 	# away from $HOME.
-	export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
+	export XDG_CONFIG_HOME="$test_tmp/config" XDG_DATA_HOME="$test_tmp/data"
 	log "gofmt"
 	local unformatted; unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
 	[[ -z "$unformatted" ]] || die "not gofmt-formatted: $unformatted"
 	log "go vet"
 	go vet ./...
 	log "go test -race (packages one at a time: the Caddy integration tests share ports)"
-	go test -race -p 1 -timeout 20m -count=1 ./...
+	# A failing package prints everything it wrote, mostly Caddy's JSON logs,
+	# which buries the failure; repeat the non-log lines at the end.
+	if ! go test -race -p 1 -timeout 20m -count=1 ./... 2>&1 | tee "$test_tmp/go-test.log"; then
+		log "FAILED; the test output without Caddy's JSON log lines:"
+		grep -v '^{"level"' "$test_tmp/go-test.log" >"$test_tmp/go-test.short" || true
+		if (($(wc -l <"$test_tmp/go-test.short") <= 400)); then
+			cat "$test_tmp/go-test.short" >&2
+		else
+			head -n 250 "$test_tmp/go-test.short" >&2
+			echo "[... $(($(wc -l <"$test_tmp/go-test.short") - 400)) lines ...]" >&2
+			tail -n 150 "$test_tmp/go-test.short" >&2
+		fi
+		die "go test failed"
+	fi
 	log "fuzzing each target for ${FUZZTIME:=15s}"
 	local pkg target
 	while read -r pkg target; do
