@@ -42,6 +42,11 @@ type Engine struct {
 	dropBelow uint64 // reservations with epoch < dropBelow are no longer "dispatched"
 	dispCur   int64  // active reservations with epoch == epoch
 	dispOld   int64  // active reservations with dropBelow <= epoch < epoch
+	// finished counts reservations sent before the start of the last
+	// successful scrape (epoch < dropBelow: its gauges show them) that
+	// ended after that scrape was recorded; reset by the next successful
+	// scrape. See [Reservation.Done] for what counts.
+	finished  int64
 	drainRate float64
 	drainAt   time.Time
 
@@ -105,6 +110,12 @@ type Load struct {
 	// successful scrape and not yet Done (a request that finished before any
 	// scrape saw it leaves the count, since it will never appear in running).
 	Dispatched int64
+	// Finished counts requests this gateway sent to this engine that the
+	// last successful scrape counted (sent before it started) and that have
+	// ended since it was recorded: their slots are free although Running
+	// and Waiting still show them. [Load.Estimated] applies it; a newer
+	// successful scrape resets it.
+	Finished int64
 	// MaxInflight is the configured limit (0 = none).
 	MaxInflight int
 	// DrainRate is the observed completion rate in requests/s: an
@@ -138,6 +149,7 @@ func (e *Engine) Load() Load {
 		ScrapedAt:    e.scrapedAt,
 		Inflight:     e.inflight,
 		Dispatched:   e.dispCur + e.dispOld,
+		Finished:     e.finished,
 		MaxInflight:  e.cfg.MaxInflight,
 		DrainRate:    e.decayedDrain(now),
 		Failures:     e.failures,
@@ -150,12 +162,35 @@ func (e *Engine) Load() Load {
 	return l
 }
 
+// Estimated returns the engine's running and waiting requests now, as far
+// as this gateway knows: the scraped gauges less the Finished requests. The
+// scheduler fills a freed slot from its waiting queue, so a finish shortens
+// the queue first and the running batch only once nothing waits. Both are
+// floored at 0. Dispatched requests are not included (they are not yet in
+// the gauges either; where they go depends on the caller's model).
+func (l Load) Estimated() (running, waiting float64) {
+	return settle(l.Running, l.Waiting, l.Finished)
+}
+
+// settle takes finished requests off waiting first, then off running.
+func settle(running, waiting float64, finished int64) (float64, float64) {
+	if !(running > 0) { // also NaN
+		running = 0
+	}
+	if !(waiting > 0) {
+		waiting = 0
+	}
+	f := float64(max(finished, 0))
+	fromWaiting := min(f, waiting)
+	return max(running-(f-fromWaiting), 0), waiting - fromWaiting
+}
+
 // Free reports the engine's admission headroom, for the admission gate.
 //
-// When the gauges are known: free = MaxInflight − (Running + Waiting +
-// Dispatched), floored at 0, or [Unlimited] when MaxInflight == 0 (no request
-// limit configured); and free = 0 when kvLimit > 0 and KVUsage >= kvLimit.
-// known is true.
+// When the gauges are known: free = MaxInflight − (Running + Waiting −
+// Finished, floored at 0, + Dispatched), floored at 0, or [Unlimited] when
+// MaxInflight == 0 (no request limit configured); and free = 0 when
+// kvLimit > 0 and KVUsage >= kvLimit. known is true.
 //
 // When the gauges are not known (never scraped, or stale), known is false and
 // free is a local-accounting-only hint: MaxInflight − Inflight (floored at 0),
@@ -176,7 +211,8 @@ func (e *Engine) Free(kvLimit float64) (free int, known bool) {
 	if maxIn <= 0 {
 		return Unlimited, true
 	}
-	used := e.g.Running + e.g.Waiting + float64(e.dispCur+e.dispOld)
+	running, waiting := settle(e.g.Running, e.g.Waiting, e.finished)
+	used := running + waiting + float64(e.dispCur+e.dispOld)
 	return clampFree(float64(maxIn) - used), true
 }
 
@@ -208,6 +244,7 @@ type Reservation struct {
 	mu    sync.Mutex
 	e     *Engine
 	epoch uint64
+	sent  bool // Sent since it was made or last moved: e has the request
 	done  bool
 }
 
@@ -239,11 +276,17 @@ func (e *Engine) unstamp(epoch uint64) {
 	}
 }
 
-// release undoes acquire; completed also feeds the drain rate.
-func (e *Engine) release(epoch uint64, completed bool) {
+// release undoes acquire; completed also feeds the drain rate. sent says
+// the request was handed to this engine, so that a scrape may count it.
+func (e *Engine) release(epoch uint64, completed, sent bool) {
 	now := time.Now()
 	e.mu.Lock()
 	e.inflight--
+	if completed && sent && epoch < e.dropBelow {
+		// The last successful scrape started after the request was sent,
+		// so its gauges count it; the engine has let it go since.
+		e.finished++
+	}
 	e.unstamp(epoch)
 	if completed {
 		// Event-driven exponential rate estimator: decay, then add 1/tau.
@@ -265,6 +308,13 @@ func (r *Reservation) Engine() *Engine {
 // Move transfers the reservation to another engine, for when the routing
 // policy picked a different engine than the one reserved. No-op after Done,
 // for nil, or for the same engine.
+//
+// The old engine does not count the move as a finished request: a
+// reservation moved before it was sent was never there, and one moved after
+// (the proxy retrying elsewhere) most likely failed to reach it; should it
+// have arrived after all, its slot merely shows as busy until the next
+// scrape, the safe side. On the new engine the request counts as
+// dispatched and not yet sent.
 func (r *Reservation) Move(to *Engine) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -273,8 +323,8 @@ func (r *Reservation) Move(to *Engine) {
 	}
 	from, epoch := r.e, r.epoch
 	to.touch()
-	r.e, r.epoch = to, to.acquire()
-	from.release(epoch, false)
+	r.e, r.epoch, r.sent = to, to.acquire(), false
+	from.release(epoch, false, false)
 }
 
 // Sent records that the request has just been handed to the engine. A
@@ -284,7 +334,8 @@ func (r *Reservation) Move(to *Engine) {
 // success must not drop it from Dispatched. Sent re-stamps the reservation
 // as if made now, so it stays dispatched until a scrape that starts after
 // this call succeeds — at worst counted twice for one poll interval, the
-// safe side of a soft cap. No-op after Done.
+// safe side of a soft cap. Only a sent request counts as Finished when it
+// ends (see Done). No-op after Done.
 func (r *Reservation) Sent() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -297,10 +348,30 @@ func (r *Reservation) Sent() {
 	r.epoch = e.epoch
 	e.dispCur++
 	e.mu.Unlock()
+	r.sent = true
 }
 
 // Done ends the reservation: Inflight--, a completion for the drain rate,
 // and OnUpdate. Idempotent.
+//
+// A request that was Sent before the start of the last successful scrape
+// is in that scrape's running or waiting gauge; when it ends its slot is
+// free at once, so it counts in Load.Finished until the next successful
+// scrape renders the engine without it. That holds however it ended:
+// answered, failed by the engine, or abandoned by the client (vLLM aborts a
+// request whose connection closes) — either way it has left the
+// scheduler. A reservation never sent (refused after admission, or moved
+// away before the proxy wrote it) was never in the gauges and does not
+// count.
+//
+// The scrape in flight when a request ends may render the engine with or
+// without it, so such a completion is counted by neither: it counts
+// against the previous scrape only until this one succeeds and resets the
+// count, and until the next one the slot shows as busy — the safe side.
+// The converse error is bounded by one network trip: a request the engine
+// finished just before a scrape rendered its gauges, whose last bytes reach
+// the gateway only after the scrape's response did, is counted by both
+// (absent from the gauges and Finished) until the next scrape.
 func (r *Reservation) Done() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -308,5 +379,5 @@ func (r *Reservation) Done() {
 		return
 	}
 	r.done = true
-	r.e.release(r.epoch, true)
+	r.e.release(r.epoch, true, r.sent)
 }

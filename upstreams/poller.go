@@ -134,6 +134,11 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 		if startEpoch > e.dropBelow {
 			e.dropBelow = startEpoch
 			e.dispOld = 0
+			// These gauges are rendered without the requests that ended
+			// before this scrape started, and maybe without those that
+			// ended while it ran; either way they no longer need taking
+			// off (see Reservation.Done).
+			e.finished = 0
 		}
 		if wasStale {
 			log.Info("engine metrics recovered")
