@@ -26,15 +26,29 @@ type TokenizerOptions struct {
 	// CacheEntries bounds the LRU cache's entry count; default 4096.
 	// Negative disables the cache.
 	CacheEntries int
-	// CacheMaxTokens bounds the token ids held by the cache in total (8 bytes
-	// each); default 8M (64 MiB). Longer results are not cached.
-	CacheMaxTokens int
+	// CacheMaxBytes bounds the memory the cache holds: each entry counts
+	// its token ids (8 bytes each) plus [TokenizeCacheEntryOverhead].
+	// Default [DefaultTokenizeCacheBytes]. A result larger than the whole
+	// budget is not cached.
+	CacheMaxBytes int64
 	// MaxResponseBytes limits a /tokenize response; default 16 MiB.
 	MaxResponseBytes int64
 	// Client makes the calls; default a dedicated client whose idle
 	// connections [Tokenizer.Close] closes.
 	Client *http.Client
 }
+
+// DefaultTokenizeCacheBytes is the default [TokenizerOptions.CacheMaxBytes]:
+// 32 MiB, 512 results of 8k tokens or 4096 of 1k. The cache only saves
+// repeats of a whole request (retries, identical prompts), and the Go heap
+// grows to about twice what is live, so a larger default mostly costs RSS.
+const DefaultTokenizeCacheBytes = 32 << 20
+
+// TokenizeCacheEntryOverhead is what one cache entry costs besides its
+// token ids (the entry, its list element and map slot), counted against
+// [TokenizerOptions.CacheMaxBytes] so that many tiny results cannot exceed
+// the budget either.
+const TokenizeCacheEntryOverhead = 128
 
 // ErrTokenizerBusy is returned when MaxConcurrent calls are already in flight.
 var ErrTokenizerBusy = errors.New("tokenize: too many concurrent calls")
@@ -179,13 +193,15 @@ type Tokenizer struct {
 	o         TokenizerOptions
 	client    *http.Client
 	ownClient bool
+	closed    atomic.Bool // Close was called: calls close their connection when done
 	sem       chan struct{}
 	seeds     [2]maphash.Seed
 
 	mu     sync.Mutex
 	lru    list.List // of *cacheEntry, front = most recent
 	items  map[cacheKey]*list.Element
-	ntoks  int
+	ntoks  int   // token ids held by the cache
+	nbytes int64 // their cost against CacheMaxBytes
 	flight map[cacheKey]*call
 
 	hits, misses, errs, shared, rejected atomic.Uint64
@@ -203,8 +219,8 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 	if o.CacheEntries == 0 {
 		o.CacheEntries = 4096
 	}
-	if o.CacheMaxTokens <= 0 {
-		o.CacheMaxTokens = 8 << 20
+	if o.CacheMaxBytes <= 0 {
+		o.CacheMaxBytes = DefaultTokenizeCacheBytes
 	}
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = 16 << 20
@@ -229,16 +245,20 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 	return t
 }
 
-// Close releases the default client's idle connections. The Tokenizer stays
-// usable.
+// Close releases the default client's connections: the idle ones at once,
+// those of calls in flight as each call ends. The Tokenizer stays usable,
+// but from then on every call's connection is closed after it (a closed
+// Tokenizer is being dropped: a replaced config, a destroyed fleet).
+// A caller-supplied Client is left alone.
 func (t *Tokenizer) Close() {
 	if t.ownClient {
+		t.closed.Store(true)
 		t.client.CloseIdleConnections()
 	}
 }
 
-// TokenizerStats are cumulative counters (InFlight, Entries and CachedTokens
-// are current values).
+// TokenizerStats are cumulative counters (InFlight, Entries, CachedTokens
+// and CachedBytes are current values).
 type TokenizerStats struct {
 	Hits, Misses, Errors uint64 // cache hits; calls made; calls failed
 	Shared               uint64 // requests that joined an identical in-flight call
@@ -246,17 +266,18 @@ type TokenizerStats struct {
 	InFlight             int64  // calls in flight
 	Entries              int    // cached entries
 	CachedTokens         int    // token ids held by the cache
+	CachedBytes          int64  // their cost against CacheMaxBytes
 }
 
 // Stats returns the tokenizer's counters.
 func (t *Tokenizer) Stats() TokenizerStats {
 	t.mu.Lock()
-	n, toks := len(t.items), t.ntoks
+	n, toks, size := len(t.items), t.ntoks, t.nbytes
 	t.mu.Unlock()
 	return TokenizerStats{
 		Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(),
 		Shared: t.shared.Load(), Rejected: t.rejected.Load(), InFlight: t.inflight.Load(),
-		Entries: n, CachedTokens: toks,
+		Entries: n, CachedTokens: toks, CachedBytes: size,
 	}
 }
 
@@ -318,11 +339,22 @@ func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string,
 		t.inflight.Add(1)
 		c.tokens, c.err = t.fetch(ctx, url, h, body)
 		t.inflight.Add(-1)
+		if t.closed.Load() {
+			// Close ran while this call held its connection, which has
+			// just gone back to the idle pool: close it (fetch returned
+			// after putting it there, so this sees it).
+			t.client.CloseIdleConnections()
+		}
 	}
 	<-t.sem
 	if c.err != nil {
 		t.errs.Add(1)
 		c.retry = ctx.Err() != nil
+	}
+	if c.err == nil && cap(c.tokens) > len(c.tokens) && t.cacheable(c.tokens) {
+		// The decoder grew the slice by appending: keep an exact copy, or
+		// the spare capacity (up to a quarter) would be held uncounted.
+		c.tokens = append(make([]uint64, 0, len(c.tokens)), c.tokens...)
 	}
 	t.mu.Lock()
 	delete(t.flight, key)
@@ -334,10 +366,23 @@ func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string,
 	return c.tokens, false, c.err
 }
 
-// insert adds an entry and evicts least-recently-used ones past the bounds.
-// t.mu held.
+// entryCost is what an entry holding toks counts against CacheMaxBytes:
+// its backing array, whole, and the fixed overhead.
+func entryCost(toks []uint64) int64 {
+	return int64(cap(toks))*8 + TokenizeCacheEntryOverhead
+}
+
+// cacheable reports whether a result may enter the cache at all.
+func (t *Tokenizer) cacheable(toks []uint64) bool {
+	return t.o.CacheEntries >= 0 && int64(len(toks))*8+TokenizeCacheEntryOverhead <= t.o.CacheMaxBytes
+}
+
+// insert adds an entry and evicts least-recently-used ones until both
+// bounds hold again. An entry that cannot fit even in an empty cache is
+// not inserted (and evicts nothing). t.mu held.
 func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
-	if t.o.CacheEntries < 0 || len(toks) > t.o.CacheMaxTokens {
+	cost := entryCost(toks)
+	if t.o.CacheEntries < 0 || cost > t.o.CacheMaxBytes {
 		return
 	}
 	if _, ok := t.items[key]; ok {
@@ -345,12 +390,14 @@ func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
 	}
 	t.items[key] = t.lru.PushFront(&cacheEntry{key: key, tokens: toks})
 	t.ntoks += len(toks)
-	for len(t.items) > t.o.CacheEntries || t.ntoks > t.o.CacheMaxTokens {
+	t.nbytes += cost
+	for len(t.items) > t.o.CacheEntries || t.nbytes > t.o.CacheMaxBytes {
 		el := t.lru.Back()
 		ce := el.Value.(*cacheEntry)
 		t.lru.Remove(el)
 		delete(t.items, ce.key)
 		t.ntoks -= len(ce.tokens)
+		t.nbytes -= entryCost(ce.tokens)
 	}
 }
 

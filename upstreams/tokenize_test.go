@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,23 +298,136 @@ func TestTokenizeCacheDisabled(t *testing.T) {
 	}
 }
 
-func TestTokenizeCacheTokenBound(t *testing.T) {
+// TestTokenizeCacheByteBound: the cache holds at most CacheMaxBytes (each
+// entry counting 8 bytes a token plus TokenizeCacheEntryOverhead, its slice
+// clipped to its length), evicts least recently used entries to fit, keeps
+// serving hits, and does not cache (nor evict for) a result larger than the
+// whole budget.
+func TestTokenizeCacheByteBound(t *testing.T) {
 	f := newFakeTokenizer(t)
-	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheMaxTokens: 10})
+	cost := func(n int) int64 { return int64(n)*8 + TokenizeCacheEntryOverhead }
+	budget := 3 * cost(10) // three 10-token entries
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheMaxBytes: budget})
 	defer tk.Close()
 	ctx := context.Background()
-	long := TokenizeRequest{Prompt: json.RawMessage(`"this is longer than ten"`)}
-	a := TokenizeRequest{Prompt: json.RawMessage(`"123456"`)}
-	b := TokenizeRequest{Prompt: json.RawMessage(`"abcdef"`)}
-	for _, req := range []TokenizeRequest{long, long, a, b} {
-		if _, _, err := tk.Tokenize(ctx, f.url(), nil, req); err != nil {
+	prompt := func(s string) TokenizeRequest { return TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(s))} }
+	check := func(step string) {
+		t.Helper()
+		st := tk.Stats()
+		if st.CachedBytes > budget {
+			t.Fatalf("%s: %d bytes cached, budget %d", step, st.CachedBytes, budget)
+		}
+		// Exact accounting: every entry's slice is clipped to its length.
+		if want := int64(st.CachedTokens)*8 + int64(st.Entries)*TokenizeCacheEntryOverhead; st.CachedBytes != want {
+			t.Fatalf("%s: %d bytes counted for %d entries of %d tokens in all, want %d", step, st.CachedBytes, st.Entries, st.CachedTokens, want)
+		}
+	}
+	do := func(s string, wantCached bool) {
+		t.Helper()
+		toks, cached, err := tk.Tokenize(ctx, f.url(), nil, prompt(s))
+		if err != nil || !equalTokens(toks, expectTokens(s)) {
+			t.Fatalf("%q: %v %v", s, toks, err)
+		}
+		if cached != wantCached {
+			t.Fatalf("%q: cached = %v, want %v", s, cached, wantCached)
+		}
+		check(s)
+	}
+
+	a, b, c, d := "aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc", "dddddddddd"
+	do(a, false)
+	do(b, false)
+	do(c, false)
+	if st := tk.Stats(); st.Entries != 3 || st.CachedBytes != budget {
+		t.Fatalf("three entries should fill the budget exactly: %+v", st)
+	}
+	do(a, true)  // a is now the most recent; b the least
+	do(d, false) // evicts b only
+	do(a, true)
+	do(c, true)
+	do(d, true)
+	do(b, false) // was evicted; re-entering it evicts a, the least recent now
+	do(a, false)
+
+	// Larger than the whole budget: not cached, and nothing evicted for it.
+	before := tk.Stats()
+	huge := strings.Repeat("h", 100)
+	do(huge, false)
+	do(huge, false)
+	if st := tk.Stats(); st.Entries != before.Entries || st.CachedBytes != before.CachedBytes {
+		t.Fatalf("an uncacheable result changed the cache: %+v, before %+v", st, before)
+	}
+
+	// Filling far past the budget with results of mixed sizes keeps it.
+	for i := range 200 {
+		do(fmt.Sprintf("%0*d", 1+i%30, i), false)
+	}
+	// One larger entry evicts as many small ones as it takes to fit.
+	big := strings.Repeat("g", 30) // 368 bytes: needs more than one 10-token entry gone
+	do(big, false)
+	do(big, true)
+}
+
+// TestTokenizeCloseClosesConnections: Close closes the default client's
+// idle connections at once, and those of calls in flight when they finish,
+// so a dropped Tokenizer leaves no connection to its engines behind.
+func TestTokenizeCloseClosesConnections(t *testing.T) {
+	f := &fakeTokenizer{}
+	var open atomic.Int64
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 30 * time.Second})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := tk.Tokenize(ctx, f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(fmt.Sprintf(`"idle %d"`, i))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if open.Load() == 0 {
+		t.Fatal("no connection open after the calls: keep-alive is off?")
+	}
+	tk.Close()
+	eventually(t, "idle connections closed", func() bool { return open.Load() == 0 })
+
+	// Calls in flight during Close, one of them started after it (which
+	// makes net/http stop closing connections as they become idle): their
+	// connections are closed when they end.
+	tk = NewTokenizer(TokenizerOptions{Timeout: 30 * time.Second})
+	f.mu.Lock()
+	f.gate, f.arrived = make(chan struct{}), make(chan struct{}, 2)
+	f.mu.Unlock()
+	done := make(chan error, 2)
+	call := func(p string) {
+		_, _, err := tk.Tokenize(ctx, f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(p))})
+		done <- err
+	}
+	go call("in flight before Close")
+	<-f.arrived
+	tk.Close()
+	go call("in flight after Close")
+	<-f.arrived
+	close(f.gate)
+	for range 2 {
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := tk.Stats()
-	if st.Hits != 0 || st.Entries != 1 || st.CachedTokens != 6 {
-		t.Fatalf("stats: %+v", st)
-	}
+	eventually(t, "the in-flight call's connection closed", func() bool { return open.Load() == 0 })
 }
 
 func TestTokenizeFailures(t *testing.T) {
