@@ -32,7 +32,6 @@ const (
 	varRequest     = "llm.request"     // *admission.Request
 	varReservation = "llm.reservation" // *upstreams.Reservation
 	varPool        = "llm.pool"        // string
-	varTried       = "llm.tried"       // map[string]bool
 )
 
 // Admission is the `llm_admission` HTTP handler: engine-wide admission
