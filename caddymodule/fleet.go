@@ -343,13 +343,19 @@ func (f *fleet) drainedList() []string {
 	return out
 }
 
-// Destruct stops every worker; called when the last config is unloaded.
+// Destruct stops every worker and closes the fleet's connections; called
+// when the last config is unloaded. The registry closes its scrape client's;
+// the tokenizer's keep-alive connections to the engines' /tokenize must go
+// too, or each one idles for the transport's 90s after the fleet is gone
+// (and a tokenize call still running in a leaving config's request closes
+// its own when it ends).
 func (f *fleet) Destruct() error {
 	if f.stop != nil {
 		f.stop()
 		<-f.stopped
 	}
 	f.registry.Close()
+	f.tokenizer.Load().Close()
 	return nil
 }
 
