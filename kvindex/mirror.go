@@ -39,6 +39,7 @@ type Mirror struct {
 	// Guarded by ix.mu, written with wmu held as well.
 	groups  []*group          // by group index; nil for groups not seen
 	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
+	multiHi int               // most entries multi held since it was made
 	blocks  int
 	userCap int
 	stamp   uint32
@@ -51,6 +52,10 @@ type Mirror struct {
 type group struct {
 	blockSize int
 	entries   map[uint64]blockEntry // engine block hash → entry
+	// entriesHi is the most entries held since the map was made: Go maps
+	// never give memory back, so one that has shrunk well below it is
+	// rebuilt (see shrinkMap).
+	entriesHi int
 	// fifo holds (hash, stamp) in insertion order for oldest-first
 	// eviction; items whose entry is gone or re-stored are stale and
 	// skipped. Struct-of-arrays to keep it at 12 bytes per block.
@@ -214,7 +219,7 @@ func (m *Mirror) clear(reason string) {
 			m.groups[i] = &group{blockSize: g.blockSize, entries: make(map[uint64]blockEntry)}
 		}
 	}
-	m.multi = nil
+	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
@@ -370,6 +375,7 @@ func (m *Mirror) addLocked(g *group, h, key uint64) {
 	}
 	m.stamp++
 	g.entries[h] = blockEntry{key: key, refs: 1, stamp: m.stamp}
+	g.entriesHi = max(g.entriesHi, len(g.entries))
 	g.fifoH = append(g.fifoH, h)
 	g.fifoS = append(g.fifoS, m.stamp)
 	m.blocks++
@@ -381,24 +387,57 @@ func (m *Mirror) addLocked(g *group, h, key uint64) {
 			m.multi = make(map[uint64]uint32)
 		}
 		m.multi[key]++
+		m.multiHi = max(m.multiHi, len(m.multi))
 	}
-	if len(g.fifoH) >= 2*len(g.entries)+1024 {
+	if len(g.fifoH) >= fifoLimit(len(g.entries)) {
 		g.compact()
 	}
 }
 
+// fifoLimit is the fifo length at which a group of n entries compacts its
+// fifo: when consumed and stale items outnumber the live ones. Inserts
+// make the fifo reach it, deletes bring it down; either way, more than
+// half the items a compaction scans died since the last one, each by an
+// insert, a delete or an eviction: amortised O(1) per operation.
+func fifoLimit(n int) int { return 2*n + 1024 }
+
 func (m *Mirror) dropLocked(g *group, h uint64, e blockEntry) {
 	delete(g.entries, h)
+	g.entries, g.entriesHi = shrinkMap(g.entries, g.entriesHi)
+	if len(g.fifoH) >= fifoLimit(len(g.entries)) {
+		// A group that gives way to another may see no insert again.
+		g.compact()
+	}
 	m.blocks--
 	if c := m.multi[e.key]; c > 0 {
 		if c == 1 {
 			delete(m.multi, e.key)
+			m.multi, m.multiHi = shrinkMap(m.multi, m.multiHi)
 		} else {
 			m.multi[e.key] = c - 1
 		}
 		return
 	}
 	m.ix.banks[m.bank].andNot(e.key, m.bit)
+}
+
+// shrinkMap returns mp rebuilt at its size if it holds a quarter or less
+// of hi, the most it held since it was made, and hi updated. A Go map
+// keeps the memory of its largest size; a mirror's maps shrink when a
+// KV-cache group gives way to another or the engine's capacity drops.
+// Amortised O(1) per delete: the rebuild copies at most a third of the
+// deletes since hi.
+func shrinkMap[V any](mp map[uint64]V, hi int) (map[uint64]V, int) {
+	const minHi = 1024 // small maps are not worth rebuilding
+	n := len(mp)
+	if hi < minHi || 4*n > hi {
+		return mp, hi
+	}
+	out := make(map[uint64]V, n)
+	for k, v := range mp {
+		out[k] = v
+	}
+	return out, n
 }
 
 func (m *Mirror) removeLocked(ev *Event) {
@@ -463,8 +502,10 @@ func (g *group) skipStale() bool {
 	return false
 }
 
-// compact drops consumed and stale fifo items; amortised O(1) per insert
-// since it runs only when they outnumber the live ones.
+// compact drops consumed and stale fifo items (see fifoLimit). It leaves
+// the fifo room to grow to its next compaction and not much more: append's
+// growth would overshoot that by up to a quarter, and a group that shrank
+// would keep the fifo of its largest size.
 func (g *group) compact() {
 	j := 0
 	for i := g.head; i < len(g.fifoH); i++ {
@@ -475,6 +516,14 @@ func (g *group) compact() {
 		}
 	}
 	g.fifoH, g.fifoS, g.head = g.fifoH[:j], g.fifoS[:j], 0
+	// Sized for the next compaction at the current size with some slack,
+	// so that a group whose size wavers is not reallocated every time.
+	lo := fifoLimit(len(g.entries)) + 1
+	if c := cap(g.fifoH); c < lo || c > lo+lo/4 {
+		want := lo + lo/8
+		g.fifoH = append(make([]uint64, 0, want), g.fifoH...)
+		g.fifoS = append(make([]uint32, 0, want), g.fifoS...)
+	}
 }
 
 // noteDecodeError counts a payload that failed to decode.
