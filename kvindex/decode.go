@@ -134,17 +134,45 @@ func isInt(c byte) bool    { return isPosInt(c) || isNegInt(c) }
 // Decoder decodes vLLM event batches. It reuses its buffers, so decoding a
 // steady stream allocates almost nothing; the Batch it returns is only valid
 // until the next call. A Decoder is not safe for concurrent use.
+//
+// Its memory follows the batches it decoded recently, not the largest
+// ever: every event's hashes and token ids are carved from one buffer per
+// batch (per-event buffers would each keep the largest event ever decoded
+// at their position: megabytes per engine after a while of prefill chunks
+// among evictions), and buffers far larger than the recent batches needed
+// are given back.
 type Decoder struct {
 	br      bytes.Reader
 	payload []byte // what br reads, for the token fast path
 	md      *msgpack.Decoder
 	buf     []byte
 	batch   Batch
-	// extra keeps each event slot's ExtraKeys backing array, so events
-	// with extra_keys [nil, ...] (every recent vLLM) do not allocate.
-	extra [][][]any
-	slot  int
+	// u64 holds the block hashes and token ids of the batch's events,
+	// extra their ExtraKeys (so extra_keys [nil, ...], which every recent
+	// vLLM sends, does not allocate), back to back.
+	u64   []uint64
+	extra [][]any
+	// used is the current batch's use of each buffer; peak the largest
+	// over the current trim window of decodes.
+	used, peak bufUse
+	decodes    int
 }
+
+// bufUse counts the elements of each Decoder buffer one batch used.
+type bufUse struct{ events, u64, extra, buf int }
+
+// A Decoder looks at its buffers every trimWindow batches and reallocates
+// any holding more than 4× (and more than its minimum below) what the
+// largest batch of the window needed, at 2× that: a buffer is reallocated
+// at most once per window, at the cost of copying nothing, and a steady
+// stream never triggers it.
+const (
+	trimWindow   = 64
+	minEventsCap = 16
+	minU64Cap    = 512
+	minExtraCap  = 128
+	minBufCap    = 256
+)
 
 // NewDecoder returns a Decoder.
 func NewDecoder() *Decoder {
@@ -170,6 +198,7 @@ func DecodeBatch(payload []byte) (*Batch, error) {
 // malformed known events fail the whole batch, since silently dropping a
 // removal would leave the mirror claiming a block the engine no longer has.
 func (d *Decoder) Decode(payload []byte) (b *Batch, err error) {
+	d.trim()
 	d.br.Reset(payload)
 	d.payload = payload
 	b = &d.batch
@@ -189,6 +218,71 @@ func (d *Decoder) Decode(payload []byte) (b *Batch, err error) {
 		return nil, fmt.Errorf("kvindex: decode batch: %w (%d)", errTrailing, d.br.Len())
 	}
 	return b, nil
+}
+
+// trim accounts the previous batch's buffer use, empties the buffers for
+// the next one and, at the end of a window, shrinks the oversized ones.
+func (d *Decoder) trim() {
+	u := d.used
+	u.events = len(d.batch.Events) + 1 // events() may hold one more slot
+	d.peak = bufUse{max(d.peak.events, u.events), max(d.peak.u64, u.u64), max(d.peak.extra, u.extra), max(d.peak.buf, u.buf)}
+	d.used = bufUse{}
+	// Events of the last batch may point at tuples decoded for it.
+	clear(d.extra)
+	d.u64, d.extra = d.u64[:0], d.extra[:0]
+	if d.decodes++; d.decodes < trimWindow {
+		return
+	}
+	p := d.peak
+	d.peak, d.decodes = bufUse{}, 0
+	if oversized(cap(d.batch.Events), p.events, minEventsCap) {
+		d.batch.Events = make([]Event, 0, 2*p.events)
+	}
+	if oversized(cap(d.u64), p.u64, minU64Cap) {
+		d.u64 = make([]uint64, 0, 2*p.u64)
+	}
+	if oversized(cap(d.extra), p.extra, minExtraCap) {
+		d.extra = make([][]any, 0, 2*p.extra)
+	}
+	if oversized(cap(d.buf), p.buf, minBufCap) {
+		d.buf = make([]byte, 0, 2*p.buf)
+	}
+}
+
+func oversized(capacity, peak, minCap int) bool { return capacity > minCap && capacity > 4*peak }
+
+// takeU64 returns an empty slice with room for exactly n values, carved
+// from the batch's buffer: appending n values never allocates or touches
+// another event's values.
+func (d *Decoder) takeU64(n int) []uint64 {
+	if n == 0 {
+		return nil
+	}
+	d.used.u64 += n
+	l := len(d.u64)
+	if cap(d.u64)-l < n {
+		// Events decoded so far keep the old array until the batch is
+		// done with.
+		d.u64 = make([]uint64, 0, max(2*cap(d.u64), n, minU64Cap))
+		l = 0
+	}
+	d.u64 = d.u64[:l+n]
+	return d.u64[l : l : l+n]
+}
+
+// takeExtra is takeU64 for ExtraKeys.
+func (d *Decoder) takeExtra(n int) [][]any {
+	if n == 0 {
+		return [][]any{}
+	}
+	d.used.extra += n
+	l := len(d.extra)
+	if cap(d.extra)-l < n {
+		d.extra = make([][]any, 0, max(2*cap(d.extra), n, minExtraCap))
+		l = 0
+	}
+	d.extra = d.extra[:l+n]
+	return d.extra[l : l : l+n]
 }
 
 func (d *Decoder) batchBody(b *Batch) error {
@@ -284,8 +378,7 @@ func (d *Decoder) events(b *Batch) error {
 			b.Events = append(b.Events, Event{})
 		}
 		ev := &b.Events[len(b.Events)-1]
-		resetEvent(ev)
-		d.slot = len(b.Events) - 1
+		*ev = Event{}
 		known, err := d.event(ev)
 		if err != nil {
 			return fmt.Errorf("event %d: %w", i, err)
@@ -296,11 +389,6 @@ func (d *Decoder) events(b *Batch) error {
 		}
 	}
 	return nil
-}
-
-// resetEvent clears ev but keeps its slices' capacity for reuse.
-func resetEvent(ev *Event) {
-	*ev = Event{BlockHashes: ev.BlockHashes[:0], TokenIDs: ev.TokenIDs[:0]}
 }
 
 // Field positions of the positional BlockStored and BlockRemoved arrays,
@@ -391,11 +479,11 @@ func (d *Decoder) storedField(ev *Event, i int) error {
 	var err error
 	switch i {
 	case stHashes:
-		ev.BlockHashes, err = d.hashes(ev.BlockHashes)
+		ev.BlockHashes, err = d.hashes()
 	case stParent:
 		ev.Parent, ev.HasParent, err = d.optHash()
 	case stTokens:
-		ev.TokenIDs, err = d.tokens(ev.TokenIDs)
+		ev.TokenIDs, err = d.tokens()
 	case stBlockSize:
 		var v int64
 		var ok bool
@@ -433,7 +521,7 @@ func (d *Decoder) removedField(ev *Event, i int) error {
 	var err error
 	switch i {
 	case rmHashes:
-		ev.BlockHashes, err = d.hashes(ev.BlockHashes)
+		ev.BlockHashes, err = d.hashes()
 	case rmMedium:
 		ev.Medium, err = d.optString()
 	case rmGroupIdx:
@@ -606,6 +694,7 @@ func (d *Decoder) rawBytes() ([]byte, error) {
 		d.buf = make([]byte, n)
 	}
 	d.buf = d.buf[:n]
+	d.used.buf = max(d.used.buf, n)
 	if err := d.md.ReadFull(d.buf); err != nil {
 		return nil, err
 	}
@@ -755,12 +844,12 @@ func (d *Decoder) optHash() (uint64, bool, error) {
 	return h, err == nil, err
 }
 
-func (d *Decoder) hashes(dst []uint64) ([]uint64, error) {
+func (d *Decoder) hashes() ([]uint64, error) {
 	n, err := d.arrayLen()
 	if err != nil {
-		return dst, err
+		return nil, err
 	}
-	dst = dst[:0]
+	dst := d.takeU64(n)
 	for i := 0; i < n; i++ {
 		c, err := d.peek()
 		if err != nil {
@@ -776,24 +865,20 @@ func (d *Decoder) hashes(dst []uint64) ([]uint64, error) {
 }
 
 // tokens reads token ids: non-negative ints of any width.
-func (d *Decoder) tokens(dst []uint64) ([]uint64, error) {
-	dst = dst[:0]
+func (d *Decoder) tokens() ([]uint64, error) {
 	c, err := d.peek()
 	if err != nil {
-		return dst, err
+		return nil, err
 	}
 	if c == cNil {
 		_, err := d.br.ReadByte()
-		return dst, err
+		return nil, err
 	}
 	n, err := d.arrayLen()
 	if err != nil {
-		return dst, err
+		return nil, err
 	}
-	if cap(dst) < n {
-		dst = make([]uint64, 0, n)
-	}
-	return d.tokenList(dst, n)
+	return d.tokenList(d.takeU64(n), n)
 }
 
 // tokenList parses n token ids straight from the payload: they are most of
@@ -859,10 +944,7 @@ func (d *Decoder) extraKeys() ([][]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	for len(d.extra) <= d.slot {
-		d.extra = append(d.extra, nil)
-	}
-	dst := d.extra[d.slot][:0]
+	dst := d.takeExtra(n)
 	for i := 0; i < n; i++ {
 		c, err := d.peek()
 		if err != nil {
@@ -884,10 +966,6 @@ func (d *Decoder) extraKeys() ([][]any, error) {
 		}
 		dst = append(dst, v.([]any))
 	}
-	if dst == nil {
-		dst = [][]any{}
-	}
-	d.extra[d.slot] = dst
 	return dst, nil
 }
 

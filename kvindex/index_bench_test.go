@@ -61,6 +61,24 @@ func BenchmarkBytesPerBlock(b *testing.B) {
 	}
 }
 
+// BenchmarkBytesPerBlockChurn is BenchmarkBytesPerBlock after churn: one
+// engine of 256Ki blocks, filled and then made to store and evict its
+// whole capacity 4 times over, with vLLM's events (a BlockRemoved per
+// evicted block, prefill chunks and decode blocks) through a Feed. The
+// heap counted is everything the collector frees when the index and the
+// Feed are dropped, decoder included; it should stay near the no-churn
+// figure, however long the churn.
+func BenchmarkBytesPerBlockChurn(b *testing.B) {
+	const n, cycles = 256 << 10, 4
+	for b.Loop() {
+		bytes, blocks := churnHeap(b, n, cycles, 3)
+		if blocks != n {
+			b.Fatalf("%d blocks", blocks)
+		}
+		b.ReportMetric(float64(bytes)/n, "B/block")
+	}
+}
+
 // matchFixture is 32 engines of block size 16 holding leading parts of
 // one 128Ki-token prompt, from all of it down to a quarter, plus 32Ki
 // unrelated blocks each so the index is not trivially small.
