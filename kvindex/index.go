@@ -41,10 +41,19 @@ type Index struct {
 	// is hidden while its mirror is being cleared.
 	live []uint64
 
+	// loras holds the LoRA adapter names seen in BlockStored events, at
+	// most maxLoRANames; see IsLoRA.
+	loras map[string]struct{}
+
 	// keysPool recycles Match's key buffers, 64 KiB for a 128Ki-token
 	// prompt.
 	keysPool sync.Pool
 }
+
+// maxLoRANames bounds the adapter names the index remembers: an engine
+// serves a handful of adapters, and an event stream must not grow the set
+// without bound.
+const maxLoRANames = 1024
 
 // NewIndex returns an empty Index.
 func NewIndex(cfg IndexConfig) *Index {
@@ -101,6 +110,37 @@ func (ix *Index) AddEngine(id string, cfg MirrorConfig) (*Mirror, error) {
 	ix.byID[id] = m
 	ix.live[m.bank] |= m.bit
 	return m, nil
+}
+
+// IsLoRA reports whether name is a LoRA adapter some engine has stored
+// blocks for. vLLM hashes a LoRA request's blocks with the adapter's name
+// (the request's "model") as an extra key, so such a request must be
+// matched with Query.LoRAName set, and a request for the base model
+// without. Names are learnt from BlockStored events (their lora_name field,
+// vLLM #27577) and kept for the index's life; until an engine has stored a
+// block under an adapter, requests for it match as the base model would.
+func (ix *Index) IsLoRA(name string) bool {
+	if name == "" {
+		return false
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	_, ok := ix.loras[name]
+	return ok
+}
+
+// noteLoRALocked remembers an adapter name. ix.mu held for writing.
+func (ix *Index) noteLoRALocked(name string) {
+	if name == "" || len(ix.loras) >= maxLoRANames {
+		return
+	}
+	if _, ok := ix.loras[name]; ok {
+		return
+	}
+	if ix.loras == nil {
+		ix.loras = make(map[string]struct{})
+	}
+	ix.loras[name] = struct{}{}
 }
 
 // Mirror returns the mirror of engine id, or nil.

@@ -340,6 +340,7 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 		}
 		key = e.key
 	}
+	m.ix.noteLoRALocked(ev.LoRAName)
 	// Before extra_keys existed (vLLM < #33304) the LoRA name was still
 	// hashed on every block; salt and multimodal keys are unknowable then.
 	var loraOnly []any
