@@ -240,7 +240,7 @@ func TestPreemptionWhenBlocksRunOut(t *testing.T) {
 	var reqs []*simRequest
 	for i := range 3 {
 		maxTokens := 8
-		sr, err := e.newSimRequest(&genRequest{Prompt: json.RawMessage(fmt.Sprintf("[%d,%d,%d,%d]", i, i+1, i+2, i+3)), MaxTokens: &maxTokens}, false)
+		sr, err := e.newSimRequest(&genRequest{Prompt: json.RawMessage(fmt.Sprintf("[%d,%d,%d,%d]", i, i+1, i+2, i+3)), MaxTokens: &maxTokens}, servedModel{name: e.cfg.Model}, false)
 		if err != nil {
 			t.Fatal(err)
 		}

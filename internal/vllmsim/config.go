@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -27,6 +28,15 @@ type Config struct {
 	// generates up to the context length; the simulator defaults to 16 to keep
 	// tests short.
 	DefaultMaxTokens int
+	// LoRAModules are the names of the LoRA adapters served on top of Model,
+	// as vLLM's --lora-modules name=path: a request whose "model" is one of
+	// them runs on the base model, its blocks are hashed with the name as an
+	// extra key on every block, and its BlockStored events carry lora_name
+	// and lora_id (1-based in this order). Names must be non-empty and
+	// distinct from Model and from each other. There is no adapter weight:
+	// output is the same as the base model's for the same prompt, and there
+	// is no --max-loras limit on adapters in one batch.
+	LoRAModules []string
 }
 
 // KVEventsConfig mirrors vLLM's --kv-events-config for the ZMQ publisher.
@@ -61,6 +71,7 @@ const (
 	defaultBufferSteps  = 10000
 	defaultHWM          = 100000
 	defaultMaxTokensVal = 16
+	maxLoRAModules      = 1 << 10
 )
 
 // withDefaults returns a copy of c with defaults filled in, or an error when
@@ -118,6 +129,21 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.TimeScale > 0 && !math.IsInf(c.TimeScale, 0) && !math.IsNaN(c.TimeScale), "time_scale %v must be positive", c.TimeScale)
 	check(c.DPRank >= 0, "dp rank %d must not be negative", c.DPRank)
 	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
+	// A copy: the engine keeps it, and Config() hands it out.
+	c.LoRAModules = slices.Clone(c.LoRAModules)
+	check(len(c.LoRAModules) <= maxLoRAModules, "%d lora modules, at most %d", len(c.LoRAModules), maxLoRAModules)
+	seen := make(map[string]bool, len(c.LoRAModules))
+	for _, name := range c.LoRAModules {
+		switch {
+		case name == "":
+			errs = append(errs, errors.New("lora module name is empty"))
+		case name == c.Model:
+			errs = append(errs, fmt.Errorf("lora module %q has the name of the base model", name))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("lora module %q is listed twice", name))
+		}
+		seen[name] = true
+	}
 	if c.KVEvents != nil {
 		kv := *c.KVEvents
 		if kv.BufferSteps == 0 {

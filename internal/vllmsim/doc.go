@@ -35,6 +35,20 @@
 //   - Output tokens are a deterministic function of the prompt token ids, so
 //     identical requests produce identical text and identical block hashes.
 //
+// # LoRA adapters
+//
+// Config.LoRAModules serves LoRA adapters as extra model names, as vLLM's
+// --lora-modules does: completions, chat completions and /tokenize accept the
+// base model or an adapter (any other name is a 404), responses echo the
+// requested name, and /v1/models lists each adapter with the base model as
+// parent and a fake path (/sim/lora/<name>) as root. An adapter request's
+// blocks are hashed with the adapter name as an extra key on every block
+// ([name, cache_salt] on block 0 when a salt is given), so it shares cached
+// blocks only with requests for the same adapter; its BlockStored events
+// carry lora_name, lora_id (1-based in Config order) and those extra_keys.
+// Adapters have no weights: they generate what the base model would, take no
+// extra time, and are not limited by a --max-loras.
+//
 // # Time
 //
 // Every simulated duration is divided by Config.TimeScale before the engine

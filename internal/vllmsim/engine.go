@@ -104,6 +104,7 @@ type Engine struct {
 	hashers  sync.Pool // *kvindex.Hasher for handlers
 	pubEP    endpoint
 	replayEP *endpoint
+	loraIDs  map[string]int // adapter name → lora_id, 1-based in Config order; read-only after Start
 
 	mu       sync.Mutex
 	waiting  []*simRequest
@@ -158,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		stop:   make(chan struct{}),
 		conns:  make(map[net.Conn]struct{}),
 	}
+	e.loraIDs = loraIDs(cfg.LoRAModules)
 	e.hashers.New = func() any {
 		h, _ := kvindex.NewHasher(cfg.HashSeed, cfg.BlockSize)
 		return h
@@ -585,6 +587,19 @@ func offsetEndpoint(ep string, r int) (string, error) {
 		return tcp + hp, nil
 	}
 	return ep + "_dp" + strconv.Itoa(r), nil
+}
+
+// loraIDs numbers adapters as vLLM numbers its --lora-modules: lora_int_id
+// 1, 2, ... in the order given.
+func loraIDs(names []string) map[string]int {
+	if len(names) == 0 {
+		return nil
+	}
+	ids := make(map[string]int, len(names))
+	for i, name := range names {
+		ids[name] = i + 1
+	}
+	return ids
 }
 
 // randomID returns a 32-hex-digit request id suffix.

@@ -25,7 +25,12 @@ type kvEvent struct {
 	parent    kvindex.Digest
 	tokens    []uint64
 	blockSize int
-	extra     [][]any // per hash; nil entries (and a nil slice) mean "no extra keys"
+	// Extra keys of hashes[0] and of every later hash; nil means none.
+	// Two fields, not one per hash, because they only differ on a
+	// request's block 0 (the cache salt).
+	extraFirst, extraRest []any
+	loraName              string // "" encodes as nil
+	loraID                int    // 0 encodes as nil
 }
 
 // eventEncoder writes event batches exactly as vLLM's msgspec encoder does:
@@ -108,17 +113,25 @@ func (e *eventEncoder) encodeEvent(ev *kvEvent) {
 		key("block_size")
 		_ = enc.EncodeUint(uint64(ev.blockSize))
 		key("lora_id")
-		_ = enc.EncodeNil()
+		if ev.loraID != 0 {
+			_ = enc.EncodeInt(int64(ev.loraID))
+		} else {
+			_ = enc.EncodeNil()
+		}
 		key("medium")
 		_ = enc.EncodeString("GPU")
 		key("lora_name")
-		_ = enc.EncodeNil()
+		if ev.loraName != "" {
+			_ = enc.EncodeString(ev.loraName)
+		} else {
+			_ = enc.EncodeNil()
+		}
 		key("extra_keys")
 		_ = enc.EncodeArrayLen(len(ev.hashes))
 		for i := range ev.hashes {
-			var keys []any
-			if i < len(ev.extra) {
-				keys = ev.extra[i]
+			keys := ev.extraRest
+			if i == 0 {
+				keys = ev.extraFirst
 			}
 			e.extraKeys(keys)
 		}

@@ -18,11 +18,11 @@ import (
 // fuzzEngine is an engine whose request parsing is exercised without
 // starting its scheduler or sockets.
 func fuzzEngine(t testing.TB) *Engine {
-	cfg, err := Config{MaxModelLen: 4096, NumGPUBlocks: 512}.withDefaults()
+	cfg, err := Config{MaxModelLen: 4096, NumGPUBlocks: 512, LoRAModules: []string{"lora-a"}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{cfg: cfg, stop: make(chan struct{})}
+	e := &Engine{cfg: cfg, stop: make(chan struct{}), loraIDs: loraIDs(cfg.LoRAModules)}
 	e.hashers.New = func() any {
 		h, _ := kvindexHasher(cfg)
 		return h
@@ -34,6 +34,9 @@ func FuzzGenerateRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"prompt":"hello","max_tokens":3}`,
 		`{"prompt":[1,2,3],"cache_salt":"s"}`,
+		`{"model":"lora-a","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"cache_salt":"s"}`,
+		`{"model":"sim-model","prompt":"hello"}`,
+		`{"model":"nope","prompt":"hello"}`,
 		`{"prompt":["one"]}`,
 		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"add_generation_prompt":false}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"continue_final_message":true,"add_generation_prompt":false}`,
@@ -52,7 +55,11 @@ func FuzzGenerateRequest(f *testing.F) {
 		if err := json.Unmarshal(body, &req); err != nil {
 			return
 		}
-		sr, err := e.newSimRequest(&req, chat)
+		model, ok := e.lookupModel(req.Model)
+		if !ok {
+			return // answered 404
+		}
+		sr, err := e.newSimRequest(&req, model, chat)
 		if err != nil {
 			if !errors.Is(err, errBadRequest) {
 				t.Fatalf("non-client error %v for %q", err, body)
@@ -65,6 +72,9 @@ func FuzzGenerateRequest(f *testing.F) {
 		}
 		if len(sr.hashes) != sr.promptLen/e.cfg.BlockSize {
 			t.Fatalf("%d hashes for %d tokens", len(sr.hashes), sr.promptLen)
+		}
+		if sr.model != model.name || sr.lora != model.lora || (sr.lora != "" && (sr.extraRest == nil || sr.extra0[0] != sr.lora)) {
+			t.Fatalf("request for %+v: model %q lora %q extra %v %v", model, sr.model, sr.lora, sr.extra0, sr.extraRest)
 		}
 	})
 }

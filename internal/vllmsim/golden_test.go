@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"reflect"
 	"testing"
 	"time"
 
@@ -45,6 +46,20 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	secondBlock := []kvEvent{
 		{kind: evStored, hashes: ds[1:2], hasParent: true, parent: ds[0], tokens: toks[16:], blockSize: 16},
 	}
+	var loraCase []string
+	for _, hc := range g.HashCases {
+		if hc.Name == "bs16_seed0_lora_and_salt" {
+			loraCase = hc.BlockHashesHex
+		}
+	}
+	if len(loraCase) < 2 {
+		t.Fatal("golden hash case bs16_seed0_lora_and_salt missing")
+	}
+	first, rest := blockExtraKeys("sql-adapter", "tenant-a")
+	loraSalt := []kvEvent{
+		{kind: evStored, hashes: goldenDigests(t, loraCase[:2]), tokens: toks, blockSize: 16,
+			extraFirst: first, extraRest: rest, loraName: "sql-adapter", loraID: 1},
+	}
 	cases := []struct {
 		golden      string
 		mapEvents   bool
@@ -54,6 +69,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 		{"map_pr42892_stored_removed_cleared", true, false, storedRemovedCleared},
 		{"array_pr40984_stored_removed_cleared", false, false, storedRemovedCleared},
 		{"map_bytes_hashes_env0_second_block", true, true, secondBlock},
+		{"map_lora_salt_extra_keys", true, false, loraSalt},
 	}
 	payloads := map[string]string{}
 	for _, p := range g.MsgpackPayloads {
@@ -95,18 +111,31 @@ func TestZMQFramesGolden(t *testing.T) {
 func TestAnnouncedHashesMatchGolden(t *testing.T) {
 	g := loadGolden(t)
 	for _, gc := range g.HashCases {
-		if gc.Name != "bs16_seed0_32tok" && gc.Name != "bs64_seed1234_long300" && gc.Name != "bs16_seed0_cache_salt" {
+		if gc.Name != "bs16_seed0_32tok" && gc.Name != "bs64_seed1234_long300" && gc.Name != "bs16_seed0_cache_salt" && gc.Name != "bs16_seed0_lora_and_salt" {
 			continue
+		}
+		// The golden extra keys of block 0 are [salt] or [lora, salt].
+		var lora, salt string
+		if len(gc.ExtraKeys) > 0 && gc.ExtraKeys[0] != nil {
+			k := gc.ExtraKeys[0]
+			salt = k[len(k)-1].(string)
+			if len(k) == 2 {
+				lora = k[0].(string)
+			}
 		}
 		for _, shape := range []struct {
 			name               string
 			mapEvents, bytesHs bool
 		}{{"array-int", false, false}, {"map-int", true, false}, {"array-bytes", false, true}, {"map-bytes", true, true}} {
 			t.Run(gc.Name+"/"+shape.name, func(t *testing.T) {
-				e := startEngine(t, Config{
+				cfg := Config{
 					BlockSize: gc.BlockSize, HashSeed: gc.Seed, TimeScale: 100, DPRank: 3,
 					KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", Topic: "kv@sim", MapEvents: shape.mapEvents, BytesHashes: shape.bytesHs},
-				})
+				}
+				if lora != "" {
+					cfg.LoRAModules = []string{"other-adapter", lora}
+				}
+				e := startEngine(t, cfg)
 				sub := dialSub(t, e.KVEndpoint(), "kv@")
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -114,10 +143,11 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				body := map[string]any{"prompt": gc.Tokens, "max_tokens": 1}
-				var salt string
-				if len(gc.ExtraKeys) > 0 && gc.ExtraKeys[0] != nil {
-					salt = gc.ExtraKeys[0][0].(string)
+				if salt != "" {
 					body["cache_salt"] = salt
+				}
+				if lora != "" {
+					body["model"] = lora
 				}
 				status, out := postJSON(t, newClient(t), e.URL()+"/v1/completions", body)
 				if status != 200 {
@@ -176,17 +206,22 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 				if ev.bs != int64(gc.BlockSize) {
 					t.Errorf("block_size %d", ev.bs)
 				}
+				if lora == "" && (ev.loraID != nil || ev.loraName != nil) {
+					t.Errorf("lora_id %v lora_name %v, want nil", ev.loraID, ev.loraName)
+				}
+				if lora != "" && (ev.loraID == nil || toInt(ev.loraID) != 2 || ev.loraName != lora) {
+					t.Errorf("lora_id %v lora_name %v, want 2 %q", ev.loraID, ev.loraName, lora)
+				}
 				if len(ev.extra) != nFull {
 					t.Fatalf("extra_keys has %d entries, want %d", len(ev.extra), nFull)
 				}
 				for i, x := range ev.extra {
-					if i == 0 && salt != "" {
-						keys, ok := x.([]any)
-						if !ok || len(keys) != 1 || keys[0] != salt {
-							t.Errorf("extra_keys[0] = %v, want [%q]", x, salt)
-						}
-					} else if x != nil {
-						t.Errorf("extra_keys[%d] = %v, want nil", i, x)
+					var want []any
+					if i < len(gc.ExtraKeys) {
+						want = gc.ExtraKeys[i]
+					}
+					if got, _ := x.([]any); (x == nil) != (want == nil) || !reflect.DeepEqual(got, want) {
+						t.Errorf("extra_keys[%d] = %v, want %v", i, x, want)
 					}
 				}
 			})

@@ -205,13 +205,15 @@ func toInt(v any) int64 {
 
 // storedEvent is a BlockStored/BlockRemoved/AllBlocksCleared in a neutral form.
 type simpleEvent struct {
-	typ     string
-	hashes  []any // uint64 or []byte
-	parent  any
-	tokens  []uint64
-	bs      int64
-	extra   []any
-	nfields int
+	typ      string
+	hashes   []any // uint64 or []byte
+	parent   any
+	tokens   []uint64
+	bs       int64
+	loraID   any // nil or an integer
+	loraName any // nil or a string
+	extra    []any
+	nfields  int
 }
 
 func asEvent(t testing.TB, v any, mapEvents bool) simpleEvent {
@@ -249,6 +251,8 @@ func asEvent(t testing.TB, v any, mapEvents bool) simpleEvent {
 			ev.tokens = append(ev.tokens, uint64(toInt(x)))
 		}
 		ev.bs = toInt(get(4, "block_size"))
+		ev.loraID = get(5, "lora_id")
+		ev.loraName = get(7, "lora_name")
 		ev.extra, _ = get(8, "extra_keys").([]any)
 	case "BlockRemoved":
 		ev.hashes, _ = get(1, "block_hashes").([]any)

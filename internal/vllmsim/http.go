@@ -176,13 +176,35 @@ func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
 	return nil, badRequest("prompt must be a string or a list of token ids")
 }
 
-func (e *Engine) checkModel(w http.ResponseWriter, model string) bool {
+// servedModel is what a request's "model" names: the base model or one of
+// its LoRA adapters.
+type servedModel struct {
+	name   string // echoed in responses: the requested name, the base model's when none was given
+	lora   string // adapter name, "" for the base model
+	loraID int    // vLLM's lora_int_id, 0 for the base model
+}
+
+// lookupModel maps a request's "model" to a served model; false when the
+// engine does not serve that name.
+func (e *Engine) lookupModel(model string) (servedModel, bool) {
 	if model == "" || model == e.cfg.Model {
-		return true
+		return servedModel{name: e.cfg.Model}, true
+	}
+	if id, ok := e.loraIDs[model]; ok {
+		return servedModel{name: model, lora: model, loraID: id}, true
+	}
+	return servedModel{}, false
+}
+
+// resolveModel is lookupModel that answers 404 as vLLM does for a name it
+// does not serve.
+func (e *Engine) resolveModel(w http.ResponseWriter, model string) (servedModel, bool) {
+	if m, ok := e.lookupModel(model); ok {
+		return m, true
 	}
 	param := "model"
 	writeErrorParam(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", model), &param)
-	return false
+	return servedModel{}, false
 }
 
 func writeReqError(w http.ResponseWriter, err error) {
@@ -205,14 +227,15 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeReqError(w, err)
 		return
 	}
-	if !e.checkModel(w, req.Model) {
+	model, ok := e.resolveModel(w, req.Model)
+	if !ok {
 		return
 	}
 	if faults.Error500 {
 		writeError(w, http.StatusInternalServerError, "EngineCore encountered an issue. See stack trace (above) for the root cause.")
 		return
 	}
-	sr, err := e.newSimRequest(&req, chat)
+	sr, err := e.newSimRequest(&req, model, chat)
 	if err != nil {
 		writeReqError(w, err)
 		return
@@ -255,14 +278,14 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	u := makeUsage(sr.promptLen, out, cached)
 	if chat {
 		writeJSON(w, http.StatusOK, chatResponse{
-			ID: sr.id, Object: "chat.completion", Created: created, Model: e.cfg.Model,
+			ID: sr.id, Object: "chat.completion", Created: created, Model: sr.model,
 			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: text.String(), ToolCalls: []any{}}, FinishReason: finish}},
 			Usage:   u,
 		})
 		return
 	}
 	writeJSON(w, http.StatusOK, completionResponse{
-		ID: sr.id, Object: "text_completion", Created: created, Model: e.cfg.Model,
+		ID: sr.id, Object: "text_completion", Created: created, Model: sr.model,
 		Choices: []completionChoice{{Text: text.String(), FinishReason: &finish}},
 		Usage:   u,
 	})
@@ -270,8 +293,9 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 
 // newSimRequest validates a generation request and turns it into a
 // scheduler request: prompt tokens (rendered exactly as /tokenize does),
-// output length, cache salt and the prompt's block hashes.
-func (e *Engine) newSimRequest(req *genRequest, chat bool) (*simRequest, error) {
+// output length, extra keys (LoRA adapter, cache salt) and the prompt's
+// block hashes.
+func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*simRequest, error) {
 	if req.N != nil && *req.N != 1 {
 		return nil, badRequest("n must be 1 in this simulator")
 	}
@@ -308,18 +332,21 @@ func (e *Engine) newSimRequest(req *genRequest, chat bool) (*simRequest, error) 
 		seed:      promptSeed(prompt),
 		stream:    req.Stream,
 		notify:    make(chan struct{}, 1),
+		model:     model.name,
+		lora:      model.lora,
+		loraID:    model.loraID,
 	}
-	var extra [][]any
+	var salt string
 	if req.CacheSalt != nil {
 		if *req.CacheSalt == "" {
 			return nil, badRequest("cache_salt must not be empty")
 		}
-		sr.extra0 = []any{*req.CacheSalt}
-		extra = [][]any{sr.extra0}
+		salt = *req.CacheSalt
 	}
+	sr.extra0, sr.extraRest = blockExtraKeys(model.lora, salt)
 	bs := e.cfg.BlockSize
 	h := e.hashers.Get().(*kvindex.Hasher)
-	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, extra)
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, sr.extraKeys(len(prompt)/bs))
 	e.hashers.Put(h)
 	if err != nil {
 		return nil, fmt.Errorf("hash prompt: %w", err)
@@ -363,7 +390,7 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 	if chat {
 		object = "chat.completion.chunk"
 		// vLLM's first chat chunk carries the role.
-		if !send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+		if !send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
 			Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: strPtr("")}}}}) {
 			return
 		}
@@ -388,10 +415,10 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 			}
 			var ok bool
 			if chat {
-				ok = send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+				ok = send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
 					Choices: []chatChunkChoice{{Delta: chatDelta{Content: &s}, FinishReason: fr, StopReason: stopReason(fr)}}})
 			} else {
-				ok = send(completionChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model,
+				ok = send(completionChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
 					Choices: []completionChoice{{Text: s, FinishReason: fr}}})
 			}
 			if !ok {
@@ -412,9 +439,9 @@ func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, 
 			if includeUsage {
 				u := streamUsage(makeUsage(sr.promptLen, out, cached))
 				if chat {
-					send(chatChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model, Choices: []chatChunkChoice{}, Usage: &u})
+					send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: []chatChunkChoice{}, Usage: &u})
 				} else {
-					send(completionChunk{ID: sr.id, Object: object, Created: created, Model: e.cfg.Model, Choices: []completionChoice{}, Usage: &u})
+					send(completionChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: []completionChoice{}, Usage: &u})
 				}
 			}
 			_, _ = io.WriteString(w, "data: [DONE]\n\n")
@@ -564,15 +591,24 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 		OwnedBy     string  `json:"owned_by"`
 		Root        string  `json:"root"`
 		Parent      *string `json:"parent"`
-		MaxModelLen int     `json:"max_model_len"`
+		MaxModelLen *int    `json:"max_model_len"`
 		Permission  []any   `json:"permission"`
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []model{{ID: e.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "vllm",
-			Root: e.cfg.Model, MaxModelLen: e.cfg.MaxModelLen, Permission: []any{}}},
-	})
+	now := time.Now().Unix()
+	data := make([]model, 0, 1+len(e.cfg.LoRAModules))
+	data = append(data, model{ID: e.cfg.Model, Object: "model", Created: now, OwnedBy: "vllm",
+		Root: e.cfg.Model, MaxModelLen: &e.cfg.MaxModelLen, Permission: []any{}})
+	// vLLM lists adapters after the base model, with the adapter's path as
+	// root, the base model as parent and no max_model_len.
+	for _, name := range e.cfg.LoRAModules {
+		data = append(data, model{ID: name, Object: "model", Created: now, OwnedBy: "vllm",
+			Root: loraPath(name), Parent: &e.cfg.Model, Permission: []any{}})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
+
+// loraPath is the fake adapter path /v1/models reports as an adapter's root.
+func loraPath(name string) string { return "/sim/lora/" + name }
 
 type tokenizeRequest struct {
 	Model                string          `json:"model"`
@@ -617,7 +653,7 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeReqError(w, err)
 		return
 	}
-	if !e.checkModel(w, req.Model) {
+	if _, ok := e.resolveModel(w, req.Model); !ok {
 		return
 	}
 	var toks []uint64

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )
 
@@ -373,5 +375,71 @@ func TestZmq4ClientInterop(t *testing.T) {
 	}
 	if len(end.Frames) != 4 || !bytes.Equal(end.Frames[2], endSeq) {
 		t.Fatalf("end frames %q", end.Frames)
+	}
+}
+
+// TestPythonSubscriberLoRA decodes an adapter request's BlockStored with
+// msgpack-python: lora_id, lora_name and per-block extra_keys as vLLM's
+// msgspec encoder writes them, hashes as kvindex computes them.
+func TestPythonSubscriberLoRA(t *testing.T) {
+	const lora, salt = "chat", "t1"
+	for _, shape := range []struct {
+		name                   string
+		mapEvents, bytesHashes bool
+	}{{"array-int", false, false}, {"map-bytes", true, true}} {
+		t.Run(shape.name, func(t *testing.T) {
+			e := startEngine(t, Config{
+				TimeScale: 100, LoRAModules: []string{"sql", lora},
+				KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", MapEvents: shape.mapEvents, BytesHashes: shape.bytesHashes},
+			})
+			py := runPy(t, "sub", e.KVEndpoint(), "", "1", "30")
+			py.next(t) // ready
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := e.WaitKVSubscribers(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			prompt := make([]uint64, 32)
+			for i := range prompt {
+				prompt[i] = uint64(7 * i)
+			}
+			body := map[string]any{"model": lora, "cache_salt": salt, "prompt": prompt, "max_tokens": 1}
+			if st, out := postJSON(t, newClient(t), e.URL()+"/v1/completions", body); st != 200 {
+				t.Fatalf("status %d: %s", st, out)
+			}
+			h, err := kvindexHasher(e.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := h.BlockHashes(nil, prompt, kvindex.RequestExtraKeys(lora, salt, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := py.next(t)
+			evs := m["batch"].([]any)[1].([]any)
+			if len(evs) != 1 {
+				t.Fatalf("events %v", evs)
+			}
+			typ, n, get := pyEvent(t, evs[0], shape.mapEvents)
+			if typ != "BlockStored" || (shape.mapEvents && n != 11) || (!shape.mapEvents && n != 12) {
+				t.Fatalf("event %v", evs[0])
+			}
+			if id, ok := get(5, "lora_id").(json.Number); !ok || id.String() != "2" || get(7, "lora_name") != lora {
+				t.Fatalf("lora_id %v lora_name %v", get(5, "lora_id"), get(7, "lora_name"))
+			}
+			hs := get(1, "block_hashes").([]any)
+			for i, d := range want {
+				w := fmt.Sprint(d.Uint64())
+				if shape.bytesHashes {
+					w = hex.EncodeToString(d[:])
+				}
+				if got := pyHash(t, hs[i], shape.bytesHashes); got != w {
+					t.Errorf("hash %d = %s, want %s", i, got, w)
+				}
+			}
+			if got := fmt.Sprint(get(8, "extra_keys")); got != "[[chat t1] [chat]]" {
+				t.Errorf("extra_keys %s", got)
+			}
+		})
 	}
 }

@@ -45,6 +45,10 @@ func (e *Engine) metricsText() []byte {
 	running, waiting := len(e.running), len(e.waiting)
 	usage := e.pool.usage()
 	c := e.ctr
+	var runningLoRAs, waitingLoRAs string
+	if len(e.cfg.LoRAModules) > 0 {
+		runningLoRAs, waitingLoRAs = e.loraSetLocked(e.running), e.loraSetLocked(e.waiting)
+	}
 	e.mu.Unlock()
 
 	var b bytes.Buffer
@@ -74,6 +78,19 @@ func (e *Engine) metricsText() []byte {
 	b.WriteString(ttft + "_count{" + labels + "} " + pyFloat(float64(c.ttft.count)) + "\n")
 	b.WriteString(ttft + "_sum{" + labels + "} " + pyFloat(c.ttft.sum) + "\n")
 
+	if len(e.cfg.LoRAModules) > 0 {
+		// vLLM exports this only with LoRA enabled, without model_name and
+		// engine; its value is the time of the last update. A new series
+		// appears in vLLM for every new label set and the old ones stay; the
+		// simulator shows only the current one. max_lora is vLLM's
+		// --max-loras; the simulator has no such limit, so it is the number
+		// of adapters.
+		const info = "vllm:lora_requests_info"
+		b.WriteString("# HELP " + info + " Running stats on lora requests.\n# TYPE " + info + " gauge\n")
+		b.WriteString(info + `{max_lora="` + strconv.Itoa(len(e.cfg.LoRAModules)) + `",waiting_lora_adapters="` + labelValue(waitingLoRAs) +
+			`",running_lora_adapters="` + labelValue(runningLoRAs) + `"} ` + pyFloat(float64(time.Now().UnixNano())/1e9) + "\n")
+	}
+
 	// cache_config_info: every CacheConfig field stringified, plus engine,
 	// without model_name.
 	cc := e.cfg
@@ -83,6 +100,27 @@ func (e *Engine) metricsText() []byte {
 		strconv.Itoa(cc.DPRank) + `",gpu_memory_utilization="0.9",is_attention_free="False",mamba_cache_dtype="auto",num_cpu_blocks="None",num_gpu_blocks="` +
 		strconv.Itoa(cc.NumGPUBlocks) + `",num_gpu_blocks_override="None",prefix_caching_hash_algo="sha256_cbor",sliding_window="None",swap_space="4",swap_space_bytes="4294967296"} 1.0` + "\n")
 	return b.Bytes()
+}
+
+// loraSetLocked returns the adapters of reqs, each once, comma-separated
+// in registration order, as vllm:lora_requests_info labels them.
+func (e *Engine) loraSetLocked(reqs []*simRequest) string {
+	var seen []bool
+	for _, r := range reqs {
+		if r.loraID > 0 {
+			if seen == nil {
+				seen = make([]bool, len(e.cfg.LoRAModules)+1)
+			}
+			seen[r.loraID] = true
+		}
+	}
+	var names []string
+	for id, ok := range seen {
+		if ok {
+			names = append(names, e.cfg.LoRAModules[id-1])
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 func (e *Engine) handleMetrics(w http.ResponseWriter, r *http.Request) {

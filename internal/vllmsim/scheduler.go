@@ -17,7 +17,11 @@ type simRequest struct {
 	maxTokens int
 	seed      uint64
 	stream    bool             // wake the handler for every token, not only at the end
-	extra0    []any            // extra keys of block 0 (cache_salt), nil if none
+	model     string           // echoed in responses
+	lora      string           // LoRA adapter name, "" for the base model
+	loraID    int              // its lora_id, 0 for the base model
+	extra0    []any            // extra keys of block 0 ([lora, salt], [salt] or [lora]), nil if none
+	extraRest []any            // extra keys of every later block ([lora]), nil if none
 	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
 	arrival   float64          // simulated clock at submission, seconds
 
@@ -38,6 +42,39 @@ type simRequest struct {
 	err      error
 	finish   string
 	firstTok time.Time
+}
+
+// blockExtraKeys returns the extra keys vLLM hashes into block 0 and into
+// every later block of a text-only request: the LoRA adapter name on every
+// block, then the cache salt on block 0 only (generate_block_hash_extra_keys:
+// lora, multimodal, salt). Nil means none.
+func blockExtraKeys(lora, salt string) (first, rest []any) {
+	if lora != "" {
+		rest = []any{lora}
+	}
+	switch {
+	case lora != "" && salt != "":
+		first = []any{lora, salt}
+	case salt != "":
+		first = []any{salt}
+	default:
+		first = rest
+	}
+	return first, rest
+}
+
+// extraKeys returns the extra keys of blocks 0..n-1 in the form
+// kvindex.Hasher.BlockHashes takes, nil when the request has none.
+func (r *simRequest) extraKeys(n int) [][]any {
+	if (r.extra0 == nil && r.extraRest == nil) || n <= 0 {
+		return nil
+	}
+	out := make([][]any, n)
+	out[0] = r.extra0
+	for i := 1; i < n; i++ {
+		out[i] = r.extraRest
+	}
+	return out
 }
 
 func (r *simRequest) signal() {
@@ -279,7 +316,7 @@ func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
 		if i > 0 {
 			parent = r.hashes[i-1]
 		}
-		var extra []any
+		extra := r.extraRest
 		if i == 0 {
 			extra = r.extra0
 		}
@@ -295,12 +332,15 @@ func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
 		hashes:    r.hashes[r.numStored:full],
 		tokens:    r.tokens[r.numStored*bs : full*bs],
 		blockSize: bs,
+		extraRest: r.extraRest,
+		loraName:  r.lora,
+		loraID:    r.loraID,
 	}
 	if r.numStored > 0 {
 		ev.hasParent, ev.parent = true, r.hashes[r.numStored-1]
-	}
-	if r.extra0 != nil && r.numStored == 0 {
-		ev.extra = [][]any{r.extra0}
+		ev.extraFirst = r.extraRest
+	} else {
+		ev.extraFirst = r.extra0
 	}
 	for b := r.numStored; b < full; b++ {
 		e.pool.cache(r.blocks[b], r.hashes[b])
