@@ -5,8 +5,9 @@
 //	vllmsim -n 4 -port 8000 -kv-port 5557 -replay-port 5600 -time-scale 10
 //
 // Rank r listens on port+r, publishes on tcp://*:kv-port+r and answers
-// replay on tcp://*:replay-port+r, as vLLM offsets DP ranks. It prints one
-// line per engine and stops cleanly on SIGINT or SIGTERM.
+// replay on tcp://*:replay-port+r, as vLLM offsets DP ranks. -lora-modules a,b
+// serves LoRA adapters "a" and "b" on top of -model. It prints one line per
+// engine and stops cleanly on SIGINT or SIGTERM.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,6 +66,7 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		legacy      = fs.Bool("legacy-replay", false, "replay replies without the topic frame (before vLLM #45177)")
 		seed        = fs.String("seed", "0", "PYTHONHASHSEED used for block hashes")
 		topic       = fs.String("topic", "", "KV-event topic")
+		loras       = fs.String("lora-modules", "", "comma-separated LoRA adapter names served on top of -model (vLLM's --lora-modules, without paths)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,6 +81,7 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		Model: *model, Addr: net.JoinHostPort(*host, strconv.Itoa(*port)),
 		MaxNumSeqs: *maxSeqs, NumGPUBlocks: *blocks, BlockSize: *blockSize, MaxModelLen: *maxLen,
 		PrefillTokensPerSec: *prefillTPS, DecodeStepTime: *decodeStep, TimeScale: *timeScale, HashSeed: *seed,
+		LoRAModules: splitList(*loras),
 	}
 	if *kvPort > 0 || *kvEndpoint != "" {
 		kv := &vllmsim.KVEventsConfig{Endpoint: *kvEndpoint, Topic: *topic, MapEvents: *mapEvents,
@@ -95,7 +99,8 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		return err
 	}
 	for i, e := range engines {
-		fmt.Fprintf(out, "engine %d url=%s kv=%s replay=%s model=%s\n", i, e.URL(), orNone(e.KVEndpoint()), orNone(e.ReplayEndpoint()), *model)
+		fmt.Fprintf(out, "engine %d url=%s kv=%s replay=%s model=%s lora=%s\n", i, e.URL(), orNone(e.KVEndpoint()), orNone(e.ReplayEndpoint()), *model,
+			orNone(strings.Join(e.Config().LoRAModules, ",")))
 	}
 	if started != nil {
 		started <- engines
@@ -106,6 +111,15 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		errs = append(errs, e.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// splitList splits a comma-separated flag value; "" is an empty list. Empty
+// items are kept so that the engine's validation reports them.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func orNone(s string) string {

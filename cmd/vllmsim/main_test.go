@@ -83,10 +83,62 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"-block-size", "-3", "-port", "0"},
 		{"-kv-endpoint", "udp://x:1", "-port", "0"},
 		{"extra"},
+		{"-port", "0", "-lora-modules", "sim-model"},
+		{"-port", "0", "-model", "m", "-lora-modules", "a,m"},
+		{"-port", "0", "-lora-modules", "a,a"},
+		{"-port", "0", "-lora-modules", "a,,b"},
 	} {
 		var out bytes.Buffer
 		if err := serve(context.Background(), args, &out, nil); err == nil {
 			t.Errorf("serve(%q) succeeded", args)
 		}
+	}
+}
+
+func TestServeLoRAModules(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	started := make(chan []*vllmsim.Engine, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"-port", "0", "-time-scale", "50", "-model", "base", "-lora-modules", "sql,chat"}, &out, started)
+	}()
+	var engines []*vllmsim.Engine
+	select {
+	case engines = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("fleet did not start")
+	}
+	if got := engines[0].Config().LoRAModules; len(got) != 2 || got[0] != "sql" || got[1] != "chat" {
+		t.Errorf("LoRAModules %q", got)
+	}
+	if !strings.Contains(out.String(), "model=base lora=sql,chat") {
+		t.Errorf("output %q", out.String())
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for model, status := range map[string]int{"chat": 200, "sql": 200, "base": 200, "other": 404} {
+		resp, err := client.Post(engines[0].URL()+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != status {
+			t.Errorf("model %s: status %d, want %d", model, resp.StatusCode, status)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
 	}
 }
