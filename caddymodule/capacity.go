@@ -14,7 +14,8 @@ type limits struct {
 	maxInflight int
 	failClosed  bool
 	// ignoreDispatched disables local accounting: only the scraped gauges
-	// count (disable_local_accounting).
+	// count (disable_local_accounting), neither the requests sent since the
+	// last scrape nor those that finished since.
 	ignoreDispatched bool
 }
 
@@ -54,26 +55,34 @@ func (f *fleet) tryReserve(dials []string, lim limits) (res *upstreams.Reservati
 
 // engineFree is how many more requests an engine with known gauges takes:
 // none at or over the KV limit; up to max_inflight counting running, waiting
-// and what this gateway dispatched since the last scrape (unless
-// disable_local_accounting: the gauges alone). Without a limit it
-// is full exactly when its scheduler reports waiting requests; local
-// accounting then has nothing to count against, so configure max_inflight
-// (vLLM's --max-num-seqs) for a cap tighter than the poll interval.
+// and what this gateway dispatched since the last scrape, less the scraped
+// requests of this gateway that finished since (unless
+// disable_local_accounting: the gauges alone). Without a limit it is full
+// exactly when its scheduler reports waiting requests (less those that
+// finishes have let in since); dispatched requests then have nothing to
+// count against, so configure max_inflight (vLLM's --max-num-seqs) for a
+// cap tighter than the poll interval.
 func engineFree(l upstreams.Load, lim limits) int {
 	if l.KVUsage >= lim.kv {
 		return 0
+	}
+	running, waiting := l.Running, l.Waiting
+	if !lim.ignoreDispatched {
+		// A parked request gets a finished request's slot at once, not
+		// at the next poll.
+		running, waiting = l.Estimated()
 	}
 	max := l.MaxInflight
 	if max == 0 {
 		max = lim.maxInflight
 	}
 	if max == 0 {
-		if l.Waiting > 0 {
+		if waiting > 0 {
 			return 0
 		}
 		return 1
 	}
-	used := int(l.Running + l.Waiting)
+	used := int(running + waiting)
 	if !lim.ignoreDispatched {
 		used += int(l.Dispatched)
 	}

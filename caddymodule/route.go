@@ -119,10 +119,14 @@ func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, 
 		if d == own {
 			l.Inflight, l.Dispatched = max(l.Inflight-1, 0), max(l.Dispatched-1, 0)
 		}
+		// The gauges less the requests seen finishing since the scrape, as
+		// llm_admission counts them, so both agree on which engines are
+		// full.
+		running, waiting := l.Estimated()
 		c := routing.Candidate{
 			Dial:        d,
-			Running:     l.Running,
-			Waiting:     l.Waiting,
+			Running:     running,
+			Waiting:     waiting,
 			Inflight:    l.Inflight,
 			Dispatched:  l.Dispatched,
 			KVUsage:     l.KVUsage,
@@ -253,6 +257,9 @@ func (f *fleet) account(r *http.Request, dial string) {
 		return
 	}
 	res := e.Reserve()
+	// Handed to the engine now, like an admission reservation above: once
+	// a scrape counts it, its end frees the slot before the next one.
+	res.Sent()
 	caddyhttp.SetVar(r.Context(), varReservation, res)
 	context.AfterFunc(r.Context(), res.Done)
 }

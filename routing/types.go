@@ -87,7 +87,9 @@ type Candidate struct {
 	MatchedBlocks int
 
 	// Running and Waiting are the engine's own gauges
-	// (vllm:num_requests_running / _waiting) from the last scrape.
+	// (vllm:num_requests_running / _waiting) from the last scrape, less
+	// the requests the caller has seen finish there since (taken off
+	// Waiting first: the scheduler refills a freed slot from its queue).
 	Running, Waiting float64
 	// Inflight counts requests this gateway has in flight there now;
 	// Dispatched counts those sent since the last scrape (not yet in the
