@@ -82,9 +82,13 @@ func occupy(t *testing.T, e *vllmsim.Engine, n int) []*occupant {
 // at least busy running+waiting requests.
 func admWaitBusy(t *testing.T, dial string, busy int) {
 	t.Helper()
+	// Only a scrape taken from now on shows occupants the caller just
+	// started directly: an older one may count a gateway request that has
+	// finished since, whose slot admission (rightly) treats as free.
+	since := time.Now()
 	eventually(t, 10*time.Second, fmt.Sprintf("gateway sees %d busy on %s", busy, dial), func() bool {
 		r := getEngineReport(t, dial)
-		return r.Known && r.Running+r.Waiting >= float64(busy)
+		return r.Known && r.ScrapedAt.After(since) && r.Running+r.Waiting >= float64(busy)
 	})
 }
 

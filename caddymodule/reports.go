@@ -28,6 +28,7 @@ type engineReport struct {
 	LastError  string    `json:"last_error,omitempty"`
 	Inflight   int64     `json:"local_inflight"`
 	Dispatched int64     `json:"dispatched_since_scrape"`
+	Finished   int64     `json:"finished_since_scrape"`
 	MaxInfl    int       `json:"max_inflight"`
 	DrainRate  float64   `json:"drain_rate"`
 	Drained    bool      `json:"drained"`
@@ -84,7 +85,7 @@ func (f *fleet) engineReports() []engineReport {
 			BlockSize: l.BlockSize, GPUBlocks: l.NumGPUBlocks,
 			ScrapedAt: l.ScrapedAt, AgeSeconds: l.Age.Seconds(),
 			Failures: l.Failures, LastError: l.LastError,
-			Inflight: l.Inflight, Dispatched: l.Dispatched, MaxInfl: l.MaxInflight,
+			Inflight: l.Inflight, Dispatched: l.Dispatched, Finished: l.Finished, MaxInfl: l.MaxInflight,
 			DrainRate: l.DrainRate, Drained: f.isDrained(e.Dial()),
 			Breaker: f.currentBreaker().State(e.Dial(), now),
 		}
