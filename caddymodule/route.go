@@ -88,7 +88,15 @@ func (f *fleet) view(dials []string, s routeSettings) fleetView {
 // decide is the decision proper, given the prompt's token ids (nil when
 // they are unknown: the approximate tier only).
 func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, explain bool, own string, v fleetView, tokens []uint64) routeResult {
-	res := routeResult{text: approxText(req), blockSize: v.blockSize}
+	// A request for a LoRA adapter is matched under the adapter's name,
+	// which vLLM hashes into every block; the base model's blocks are no
+	// hit for it.
+	var lora string
+	if f.index.IsLoRA(req.Model) {
+		lora = req.Model
+	}
+	ns := cacheNamespace(lora, req.CacheSalt)
+	res := routeResult{text: ns + approxText(req), blockSize: v.blockSize}
 	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
 	loads := v.loads
 	bs := res.blockSize
@@ -97,7 +105,7 @@ func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, 
 	if tokens != nil {
 		res.tokens, promptTokens = len(tokens), len(tokens)
 		precise = make(map[string]int)
-		matches, err := f.index.Match(kvindex.Query{Tokens: tokens, CacheSalt: req.CacheSalt})
+		matches, err := f.index.Match(kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt})
 		if err == nil {
 			for _, m := range matches {
 				precise[m.Engine] = m.Blocks
@@ -110,7 +118,8 @@ func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, 
 	approxList, _ := f.approx.Match(res.text)
 	approx := make(map[string]int, len(approxList))
 	for _, m := range approxList {
-		approx[m.Engine] = m.Bytes
+		// The namespace is no part of the prompt.
+		approx[m.Engine] = max(m.Bytes-len(ns), 0)
 	}
 
 	cands := make([]routing.Candidate, len(dials))
@@ -202,6 +211,17 @@ func (f *fleet) tokenize(ctx context.Context, req *admission.Request, engines []
 // considers no more than its MaxChunks (4096) chunks of 64 bytes, so
 // copying more of a long prompt would be wasted work per request.
 const approxMaxBytes = 4096 * 64
+
+// cacheNamespace prefixes the approximate tier's text so that requests
+// whose KV blocks vLLM keeps apart although their text is equal — another
+// LoRA adapter, another cache_salt — do not share a prefix in the tree. It
+// is empty for the base model without a salt, the common case.
+func cacheNamespace(lora, salt string) string {
+	if lora == "" && salt == "" {
+		return ""
+	}
+	return "\x00lora:" + lora + "\x00salt:" + salt + "\x00"
+}
 
 // approxText is what the approximate tier keys on: the start of the raw
 // prompt, or of the raw messages array (a conversation's earlier turns are a
