@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -42,7 +43,9 @@ func init() {
 // Without llm_admission in front, the policy reads the body itself (up to
 // max_body, restored for the upstream and handed afresh to every attempt,
 // so response-based retries work without request_buffers) and reports each
-// request's final status to the breaker. With llm_admission, response-based
+// request's final status to the breaker. It waits for the body at most
+// [policyBodyWait]: a slower client's request is routed on load alone and
+// proxied as its body arrives. With llm_admission, response-based
 // retries need request_buffers (the handler's body is read once).
 //
 // EXPERIMENTAL: Subject to change.
@@ -84,9 +87,19 @@ type Policy struct {
 	// replica and tier. Default: false.
 	DebugHeaders bool `json:"debug_headers,omitempty"`
 
-	fleet  *fleet
-	logger *zap.Logger
+	fleet    *fleet
+	logger   *zap.Logger
+	bodyWait time.Duration // policyBodyWait; shorter in unit tests
 }
+
+// policyBodyWait bounds how long Select waits for a request body it reads
+// itself. Past it the request is routed on load alone and the proxy gets
+// the bytes read so far followed by the rest, as they come (the engine
+// cannot start before the whole body is there anyway, so waiting costs a
+// slow client little; not waiting would cost it the prefix-cache hit). A
+// client that stalls for good is bounded by Caddy's read_body timeout and
+// by its connection, exactly as with any other selection policy.
+const policyBodyWait = 5 * time.Second
 
 // CaddyModule returns the Caddy module information.
 func (*Policy) CaddyModule() caddy.ModuleInfo {
@@ -125,6 +138,9 @@ func (p *Policy) setup(logger *zap.Logger, f *fleet) {
 	}
 	if p.BreakerCooldown == 0 {
 		p.BreakerCooldown = caddy.Duration(10 * time.Second)
+	}
+	if p.bodyWait == 0 {
+		p.bodyWait = policyBodyWait
 	}
 	p.fleet = f
 	p.fleet.setBreaker(routing.BreakerConfig{Failures: p.BreakerFailures, Cooldown: time.Duration(p.BreakerCooldown)})
@@ -316,9 +332,9 @@ func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
 }
 
 // request returns the parsed request left by llm_admission, or parses the
-// body itself (bounded, and restored for the upstream) when that handler
-// did not run. The body is read at most once per request; when the policy
-// read it, every attempt gets it afresh.
+// body itself (bounded in size and time, and restored for the upstream)
+// when that handler did not run. The body is read at most once per
+// request; when the policy read it whole, every attempt gets it afresh.
 func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	if st.body != nil {
 		r.Body = io.NopCloser(bytes.NewReader(st.body))
@@ -333,13 +349,30 @@ func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || r.ContentLength > p.MaxBody {
 		return nil
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, p.MaxBody+1))
-	if err != nil || int64(len(body)) > p.MaxBody {
-		// Give the proxy back what was read, followed by the rest.
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	// A read with no deadline of its own would hold this request's
+	// selection for as long as its client stalls: read in the background
+	// and stop waiting at bodyWait. (The server's read deadline cannot
+	// serve: when it fires, net/http cancels the request's context, and
+	// the request could only be failed.)
+	ab := readAhead(r.Body, p.MaxBody+1, r.ContentLength)
+	wait := time.NewTimer(p.bodyWait)
+	defer wait.Stop()
+	select {
+	case <-ab.done:
+	case <-wait.C:
+		p.logger.Debug("request body not received in time; routing on load alone",
+			zap.Duration("waited", p.bodyWait), zap.Int("bytes_read", ab.buffered()))
+		r.Body = ab // what was read, then the rest as it comes
+		return nil
+	case <-r.Context().Done():
+		r.Body = ab
+		return nil
+	}
+	body, err := ab.buf, ab.err // the reader is done with them
+	if err != io.EOF || int64(len(body)) > p.MaxBody {
+		// A read error, or over max_body: give the proxy back what was
+		// read, followed by the rest.
+		r.Body = ab
 		return nil
 	}
 	st.body = body
@@ -350,6 +383,128 @@ func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	}
 	caddyhttp.SetVar(r.Context(), varRequest, req)
 	return req
+}
+
+// aheadBody reads a request body in a goroutine of its own, up to limit
+// bytes, so that Select can stop waiting for a slow client without losing
+// what was read. As an io.ReadCloser it yields the whole body: the bytes
+// read ahead, then (past the limit) the rest straight from the source.
+//
+// The goroutine stops at the limit, at the end of the body, or when a read
+// fails — which a stalled client's read does when its connection closes
+// (client gone, Caddy's read_body timeout, server shutdown). Nothing else
+// can interrupt a read of a server request body, and closing the body
+// meanwhile would block on the read, so Close only makes later Reads fail
+// and the server closes the source once the request is over.
+type aheadBody struct {
+	src    io.ReadCloser
+	limit  int64
+	length int64         // declared length, -1 if unknown
+	done   chan struct{} // closed when the goroutine stops reading src
+
+	mu       sync.Mutex
+	cond     sync.Cond // signalled when buf grows, reading stops or Close is called
+	buf      []byte    // read ahead; appended to by the goroutine only
+	err      error     // why reading stopped: io.EOF, a read error, or nil at the limit
+	finished bool      // the goroutine stopped reading
+	pos      int       // bytes of buf already returned by Read
+	closed   bool
+}
+
+// readAheadPrealloc is the largest declared length allocated before the bytes
+// arrive (a client must not make the gateway hold max_body for a body it
+// never sends); past it the buffer grows by doubling as bytes come.
+const readAheadPrealloc = 64 << 10
+
+func readAhead(src io.ReadCloser, limit, contentLength int64) *aheadBody {
+	b := &aheadBody{src: src, limit: limit, length: contentLength, done: make(chan struct{})}
+	b.cond.L = &b.mu
+	size := int64(512)
+	if contentLength >= 0 {
+		size = contentLength + 1 // +1: EOF then needs no growth
+	}
+	go b.run(make([]byte, 0, min(size, limit, readAheadPrealloc)))
+	return b
+}
+
+// run is the reading goroutine. It reads into buf's spare capacity, which
+// is its alone (readers look at buf[:len] only, under the lock), and grows
+// buf when full.
+func (b *aheadBody) run(buf []byte) {
+	defer close(b.done)
+	for {
+		if len(buf) == cap(buf) {
+			// Double, but no further than the declared length (+1 for
+			// EOF) and the limit. Readers may be copying from the old
+			// array meanwhile: both only read it.
+			n := int64(max(len(buf), 512))
+			if b.length >= int64(len(buf)) {
+				n = min(n, b.length+1-int64(len(buf)))
+			}
+			n = min(n, b.limit-int64(len(buf)))
+			buf = slices.Grow(buf, int(n))
+		}
+		dst := buf[len(buf):min(int64(cap(buf)), b.limit)]
+		n, err := b.src.Read(dst)
+		b.mu.Lock()
+		buf = buf[:len(buf)+n]
+		b.buf = buf
+		if err != nil {
+			b.err = err
+		}
+		b.finished = err != nil || int64(len(buf)) >= b.limit
+		finished := b.finished
+		b.mu.Unlock()
+		b.cond.Broadcast()
+		if finished {
+			return
+		}
+	}
+}
+
+// buffered returns how many bytes were read ahead so far.
+func (b *aheadBody) buffered() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.buf)
+}
+
+// Read implements io.Reader.
+func (b *aheadBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	b.mu.Lock()
+	for b.pos == len(b.buf) && !b.finished && !b.closed {
+		b.cond.Wait()
+	}
+	if b.closed {
+		b.mu.Unlock()
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.pos < len(b.buf) {
+		n := copy(p, b.buf[b.pos:])
+		b.pos += n
+		b.mu.Unlock()
+		return n, nil
+	}
+	err := b.err
+	b.mu.Unlock()
+	if err == nil {
+		// Stopped at the limit: the rest comes from the client directly.
+		return b.src.Read(p)
+	}
+	return 0, err
+}
+
+// Close implements io.Closer: later Reads fail, and a Read waiting for the
+// goroutine returns. The source is the server's to close.
+func (b *aheadBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	return nil
 }
 
 func (p *Policy) cacheKey(r *http.Request) string {
