@@ -55,7 +55,7 @@ func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet, string) {
 	for {
 		if e, ok := f.registry.Get(dial); ok && e.Load().Known {
 			// As lb_policy llm in the same route would have taught it.
-			f.learnPool("default", []string{dial})
+			f.learnPool(nil, "default", []string{dial})
 			return f, dial
 		}
 		if time.Now().After(deadline) {

@@ -91,6 +91,7 @@ type App struct {
 	fleet   *fleet
 	logger  *zap.Logger
 	prevLog *zap.Logger // the fleet's logger before Start, restored by Stop
+	prevApp *App        // the generation this one replaced, restored by Stop after a failed reload
 }
 
 // EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
@@ -226,7 +227,7 @@ func (a *App) validate() error {
 // for new engines and stop for removed ones; engines that stay keep running.
 func (a *App) Start() error {
 	a.prevLog = a.fleet.logBase.Swap(a.logger)
-	a.fleet.apply(a)
+	a.prevApp = a.fleet.startGeneration(a)
 	current.Store(a)
 	return nil
 }
@@ -235,10 +236,13 @@ func (a *App) Start() error {
 // already applied itself, and the last Cleanup stops the workers.
 func (a *App) Stop() error {
 	current.CompareAndSwap(a, nil)
-	// A reload that failed after this Start: the fleet logs through the
-	// generation that keeps running again.
-	if a.fleet != nil && a.prevLog != nil {
-		a.fleet.logBase.CompareAndSwap(a.logger, a.prevLog)
+	// A reload that failed after this Start: the fleet logs through, and
+	// follows the config of, the generation that keeps running again.
+	if a.fleet != nil {
+		if a.prevLog != nil {
+			a.fleet.logBase.CompareAndSwap(a.logger, a.prevLog)
+		}
+		a.fleet.stopGeneration(a, a.prevApp)
 	}
 	return nil
 }
@@ -246,6 +250,7 @@ func (a *App) Stop() error {
 // Cleanup releases this generation's reference on the fleet.
 func (a *App) Cleanup() error {
 	if a.fleet != nil {
+		a.fleet.cleanupGeneration(a)
 		_, err := pool.Delete(fleetKey)
 		a.fleet = nil
 		return err

@@ -49,9 +49,14 @@ type fleet struct {
 	stopped  chan struct{}
 	startOne sync.Once
 
-	mu           sync.Mutex
-	gates        map[string]*admission.Gate
-	pools        map[string][]string // pool name -> dials, learned from the policy
+	mu    sync.Mutex
+	gates map[string]*admission.Gate
+	pools map[string][]string // pool name -> dials, learned from the policy
+	// running is the app generation whose config the fleet follows;
+	// started holds the generations started and not yet cleaned up. Only
+	// the running generation's policies may teach pools.
+	running      *App
+	started      map[*App]bool
 	kvLive       map[string]*kvLive
 	drained      map[string]bool
 	kvEventsPort int
@@ -96,6 +101,46 @@ func (f *fleet) registryOptions(a *App) upstreams.Options {
 		o.IdleTTL = time.Duration(a.IdleTTL)
 	}
 	return o
+}
+
+// startGeneration makes a the running generation and applies its config; it
+// returns the generation that ran before.
+func (f *fleet) startGeneration(a *App) (prev *App) {
+	f.mu.Lock()
+	prev, f.running = f.running, a
+	if f.started == nil {
+		f.started = make(map[*App]bool)
+	}
+	f.started[a] = true
+	f.mu.Unlock()
+	f.apply(a)
+	return prev
+}
+
+// stopGeneration is a's Stop. When a is still the running generation and
+// prev, the one it replaced, is still started, the reload that started a
+// failed and prev keeps serving: the fleet follows prev's config again.
+// (At shutdown prev has been cleaned up already, and nothing is restored.)
+func (f *fleet) stopGeneration(a, prev *App) {
+	f.mu.Lock()
+	restore := f.running == a && prev != nil && f.started[prev]
+	if f.running == a {
+		f.running = nil
+		if restore {
+			f.running = prev
+		}
+	}
+	f.mu.Unlock()
+	if restore {
+		f.apply(prev)
+	}
+}
+
+// cleanupGeneration forgets generation a.
+func (f *fleet) cleanupGeneration(a *App) {
+	f.mu.Lock()
+	delete(f.started, a)
+	f.mu.Unlock()
 }
 
 // apply makes the fleet follow the config of a starting app generation.
@@ -270,11 +315,17 @@ func (f *fleet) gate(name string, cfg admission.Config) *admission.Gate {
 	return g
 }
 
-// learnPool records the upstreams a selection policy saw for a pool, so the
-// admission handler of the same route knows which engines serve it.
-func (f *fleet) learnPool(name string, dials []string) {
+// learnPool records the upstreams a selection policy of the app generation
+// from saw for a pool, so the admission handler of the same route knows
+// which engines serve it. During a reload, requests still in the old
+// config's routes must not teach the new one their upstreams: only the
+// running generation's policies count.
+func (f *fleet) learnPool(from *App, name string, dials []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if from != f.running {
+		return
+	}
 	old := f.pools[name]
 	if len(old) == len(dials) {
 		same := true

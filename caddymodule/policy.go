@@ -88,6 +88,7 @@ type Policy struct {
 	DebugHeaders bool `json:"debug_headers,omitempty"`
 
 	fleet    *fleet
+	app      *App // the config generation this policy belongs to
 	logger   *zap.Logger
 	bodyWait time.Duration // policyBodyWait; shorter in unit tests
 }
@@ -115,6 +116,7 @@ func (p *Policy) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	p.app = app
 	p.setup(ctx.Logger(), app.fleet)
 	return nil
 }
@@ -243,7 +245,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		}
 		cands = append(cands, u)
 	}
-	p.fleet.learnPool(p.Pool, sortedCopy(all))
+	p.fleet.learnPool(p.app, p.Pool, sortedCopy(all))
 
 	var chosen *reverseproxy.Upstream
 	var text string // what the approximate tier keys on, once computed
