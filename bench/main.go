@@ -1,24 +1,27 @@
-// Command bench is caddy-llmgw's evaluation harness: routing quality and
-// gateway overhead, measured side by side, with the tables of
+// Command bench is caddy-llmgw's evaluation harness: routing quality,
+// gateway overhead and a soak, measured side by side, with the tables of
 // BENCHMARKS.md and the plots under bench/plots generated from one run.
 //
-//	go run ./bench              # everything, < 30 minutes on 2 cores
-//	go run ./bench -quick       # a smoke run, < 5 minutes
+//	go run ./bench              # everything, about 35 minutes on 2 cores
+//	go run ./bench -quick       # a smoke run, < 7 minutes
 //	go run ./bench -only overhead,fleet
 //
 // Sections: "quality" (real Caddy processes with each load-balancing
 // policy in front of simulated vLLM engines, over a rate ladder),
 // "fleet" (routing.Pick and a real kvindex.Index driven by a
-// discrete-event model of 8 to 256 engines), and "overhead" (Caddy with
-// llm_admission and lb_policy llm against plain reverse_proxy). Each
-// section writes its raw results as JSON under -out; the report is
-// rendered from every section result found there, so -only refreshes one
-// section of an existing report.
+// discrete-event model of 8 to 256 engines), "overhead" (Caddy with
+// llm_admission and lb_policy llm against plain reverse_proxy) and
+// "soak" (caddymodule's TestReliabilitySoak for 10 minutes against the
+// built gateway: mixed load while engines restart and the config
+// reloads; 1 minute with -quick). Each section writes its raw results as
+// JSON under -out; the report is rendered from every section result
+// found there, so -only refreshes one section of an existing report.
 //
 // While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
 // (comma-separated names and rate multiples), BENCH_TIMESCALE and
-// BENCH_FLEET_REQUESTS narrow a run; use them with -out so the committed
-// report is not touched.
+// BENCH_FLEET_REQUESTS narrow a run, and BENCH_SOAK (a Go duration such
+// as 90s) shortens the soak; use them with -out so the committed report
+// is not touched.
 package main
 
 import (
@@ -71,9 +74,9 @@ func parseFlags(args []string) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var o Options
 	var only string
-	fs.BoolVar(&o.Quick, "quick", false, "smoke mode: tiny workloads, < 5 minutes; report and plots go under -out")
+	fs.BoolVar(&o.Quick, "quick", false, "smoke mode: tiny workloads and a 1-minute soak, < 7 minutes; report and plots go under -out")
 	fs.StringVar(&o.Out, "out", "", "directory for raw results (default bench/results, or bench/results/quick with -quick)")
-	fs.StringVar(&only, "only", "", "comma-separated sections to run: quality, fleet, overhead (default all); \"report\" only re-renders the report from saved results")
+	fs.StringVar(&only, "only", "", "comma-separated sections to run: quality, fleet, overhead, soak (default all); \"report\" only re-renders the report from saved results")
 	fs.StringVar(&o.Markdown, "md", "", "report path (default BENCHMARKS.md at the repository root; <out>/BENCHMARKS.md with -quick or -out)")
 	fs.StringVar(&o.Plots, "plots", "", "plot directory (default bench/plots; <out>/plots with -quick or -out)")
 	format := fs.String("plot-format", "svg", "plot file format: svg or png")
@@ -93,15 +96,15 @@ func parseFlags(args []string) (Options, error) {
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			switch s {
-			case "quality", "fleet", "overhead", "report":
+			case "quality", "fleet", "overhead", "soak", "report":
 				o.Only[s] = true
 			default:
-				return o, fmt.Errorf("unknown section %q (quality, fleet, overhead; report re-renders only)", s)
+				return o, fmt.Errorf("unknown section %q (quality, fleet, overhead, soak; report re-renders only)", s)
 			}
 		}
 	}
 	if len(o.Only) == 0 {
-		o.Only = map[string]bool{"quality": true, "fleet": true, "overhead": true}
+		o.Only = map[string]bool{"quality": true, "fleet": true, "overhead": true, "soak": true}
 	}
 	return o, nil
 }
@@ -150,7 +153,11 @@ func run(ctx context.Context, args []string) error {
 		env.RunDeadline = 90 * time.Second
 	}
 	started := time.Now()
-	plan := Plan{Quality: qualityParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick)}
+	soak, err := soakParams(o.Quick)
+	if err != nil {
+		return err
+	}
+	plan := Plan{Quality: qualityParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick), Soak: soak}
 	return runSections(ctx, env, o, plan, tmp, started)
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The parameters of every section, in one place: the report prints them.
@@ -146,4 +148,22 @@ func qualityModel() EngineModel {
 	m := simModel()
 	m.TokenScale = 4
 	return m
+}
+
+// soakParams is the soak: caddymodule's TestReliabilitySoak for 10
+// minutes, as the reliability issue asks (1 minute with -quick).
+// BENCH_SOAK (a Go duration) overrides the length, for development.
+func soakParams(quick bool) (SoakParams, error) {
+	p := SoakParams{Duration: 10 * time.Minute, Test: "TestReliabilitySoak", Package: "./caddymodule"}
+	if quick {
+		p.Duration = time.Minute
+	}
+	if v := os.Getenv("BENCH_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return p, fmt.Errorf("BENCH_SOAK=%q: want a positive Go duration such as 90s", v)
+		}
+		p.Duration = d
+	}
+	return p, nil
 }

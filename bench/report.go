@@ -21,12 +21,13 @@ type loaded struct {
 	quality  *QualityResult
 	fleet    *FleetResult
 	overhead *OverheadResult
+	soak     *SoakResult
 	files    map[string]SectionFile
 }
 
 func loadSections(dir string) (*loaded, error) {
 	l := &loaded{files: map[string]SectionFile{}}
-	for _, name := range []string{"quality", "fleet", "overhead"} {
+	for _, name := range []string{"quality", "fleet", "overhead", "soak"} {
 		b, err := os.ReadFile(filepath.Join(dir, name+".json"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -50,9 +51,19 @@ func loadSections(dir string) (*loaded, error) {
 		case "overhead":
 			l.overhead = &OverheadResult{}
 			target = l.overhead
+		case "soak":
+			l.soak = &SoakResult{}
+			target = l.soak
 		}
 		if err := json.Unmarshal(f.Result, target); err != nil {
 			return nil, fmt.Errorf("%s.json result: %w", name, err)
+		}
+	}
+	// The soak's figures come from another program's JSON: check them
+	// again, so a report is never rendered from figures that do not add up.
+	if s := l.soak; s != nil && s.Run != nil {
+		if err := s.Run.check(); err != nil {
+			return nil, fmt.Errorf("soak.json: %w", err)
 		}
 	}
 	return l, nil
@@ -143,9 +154,9 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	}
 	w(" Machine: %d × %s, %s, %s (load average at the end of the last section: %s; the machine was shared with other jobs, so absolute speeds are noisy — every comparison below is between configurations measured in the same run, alternating or back to back).\n\n",
 		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
-	w("`go run ./bench -quick` is a smoke run of every section (< 5 minutes); `go run ./bench -only quality|fleet|overhead` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim*.go`), overhead runs (`overhead.go`), this report (`report.go`, `plots.go`); every parameter is in `plans.go`.\n\n")
+	w("`go run ./bench -quick` is a smoke run of every section (< 7 minutes, with a 1-minute soak); `go run ./bench -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim*.go`), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n")
 
-	if l.quality != nil || l.overhead != nil {
+	if l.quality != nil || l.overhead != nil || l.soak != nil {
 		w("## Headline\n\n")
 		renderHeadline(&b, l)
 		renderFindings(&b, l)
@@ -158,6 +169,9 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	}
 	if l.overhead != nil {
 		renderOverhead(&b, l.overhead, l.files["overhead"], plotsRel, plots["overhead"])
+	}
+	if l.soak != nil {
+		renderSoak(&b, l.soak, l.files["soak"], plotsRel, plots["soak"])
 	}
 	return b.String()
 }
@@ -279,6 +293,9 @@ func renderFindings(b *strings.Builder, l *loaded) {
 		if len(parts) > 0 {
 			w("- **What it costs:** %s; most of it is tokenizing the prompt through an engine's `/tokenize` (profile in section 3).\n", strings.Join(parts, "; "))
 		}
+	}
+	if s := l.soak; s != nil {
+		w("- %s\n", soakFinding(s))
 	}
 	w("\n")
 }

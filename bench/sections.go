@@ -15,12 +15,14 @@ type Plan struct {
 	Quality  QualityParams
 	Fleet    FleetParams
 	Overhead OverheadParams
+	Soak     SoakParams
 }
 
 // runSections runs the selected sections, saving each result under
-// env.Out, then renders the report and plots from every saved result.
+// env.Out, then renders the report and plots from every saved result. A
+// failed soak is saved and reported like a result, and then fails the run.
 func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string, started time.Time) error {
-	if o.Only["quality"] || o.Only["overhead"] {
+	if o.Only["quality"] || o.Only["overhead"] || o.Only["soak"] {
 		log.Printf("building caddy (go build ./cmd/caddy)")
 		bin, err := buildCaddy(ctx, env.Root, tmp)
 		if err != nil {
@@ -58,11 +60,25 @@ func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string
 			return err
 		}
 	}
+	var failed error
+	if o.Only["soak"] {
+		t0 := time.Now()
+		res, err := runSoak(ctx, env, plan.Soak, tmp)
+		if err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		if err := saveSection(env, "soak", res, t0); err != nil {
+			return err
+		}
+		if !res.Passed {
+			failed = fmt.Errorf("soak failed: %s (the report says so; the test's output is above)", res.Problem)
+		}
+	}
 	if err := writeReport(env, o); err != nil {
 		return err
 	}
 	log.Printf("done in %s", time.Since(started).Round(time.Second))
-	return nil
+	return failed
 }
 
 // writeReport renders the markdown report and the plots from every
@@ -106,6 +122,13 @@ func writeReport(env *Env, o Options) error {
 			return fmt.Errorf("overhead plots: %w", err)
 		}
 		plots["overhead"] = names
+	}
+	if s := l.soak; s != nil && s.Passed && s.Run != nil {
+		names, err := plotSoak(o.Plots, o.PlotExt, s.Run)
+		if err != nil {
+			return fmt.Errorf("soak plots: %w", err)
+		}
+		plots["soak"] = names
 	}
 	rel, err := filepath.Rel(filepath.Dir(o.Markdown), o.Plots)
 	if err != nil {

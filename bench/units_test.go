@@ -301,3 +301,162 @@ func FuzzReadStream(f *testing.F) {
 		}
 	})
 }
+
+// soakJSON is a small soak as TestReliabilitySoak writes it: two full
+// minutes and a partial third.
+const soakJSON = `{
+  "duration": "2m30s",
+  "mode": "Caddy binary /tmp/x/caddy (figures: the gateway process)",
+  "gomaxprocs": 2, "workers": 48, "restarts": 3, "reloads": 1,
+  "requests": 1000,
+  "outcomes": {"ok": 930, "client_left": 40, "sse_error_event": 20, "http_502": 6, "shutdown": 4},
+  "minutes": [
+    {"minute": 0, "requests": 400, "outcomes": {"ok": 372, "client_left": 16, "sse_error_event": 10, "http_502": 2}, "p50_ttft_ms": 120.5, "p99_ttft_ms": 450, "p99_total_ms": 900},
+    {"minute": 1, "requests": 400, "outcomes": {"ok": 374, "client_left": 16, "sse_error_event": 6, "http_502": 4}, "p50_ttft_ms": 118, "p99_ttft_ms": 600, "p99_total_ms": 950},
+    {"minute": 2, "requests": 200, "outcomes": {"ok": 184, "client_left": 8, "sse_error_event": 4, "shutdown": 4}, "p50_ttft_ms": 119, "p99_ttft_ms": 480, "p99_total_ms": 910}
+  ],
+  "gauges": [
+    {"at": "0s", "goroutines": 60, "rss_mib": 40.5},
+    {"at": "30s", "goroutines": 410, "rss_mib": 70.25},
+    {"at": "1m0s", "goroutines": 420, "rss_mib": 72},
+    {"at": "1m30s", "goroutines": 415, "rss_mib": 73},
+    {"at": "2m0s", "goroutines": 418, "rss_mib": 73.5},
+    {"at": "2m36s", "goroutines": 64, "rss_mib": 55}
+  ],
+  "events": ["45s restart 127.0.0.1:1", "1m30s restart 127.0.0.1:2", "1m40s streams cut on 127.0.0.1:3 for 10s", "2m0s reload", "2m15s restart 127.0.0.1:3"]
+}`
+
+// TestSoakReport renders section 4 from a hand-written soak, through the
+// same files and loader a run uses.
+func TestSoakReport(t *testing.T) {
+	run, err := readSoakRun(strings.NewReader(soakJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	env := &Env{Out: dir, Command: "go run ./bench -only soak"}
+	res := &SoakResult{Params: SoakParams{Duration: 150 * time.Second, Test: "TestReliabilitySoak", Package: "./caddymodule"}, Command: "go test …", Passed: true, Run: run}
+	if err := saveSection(env, "soak", res, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := loadSections(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plots, err := plotSoak(dir, ".svg", l.soak.Run)
+	if err != nil || len(plots) != 2 {
+		t.Fatalf("plots %v: %v", plots, err)
+	}
+	md := render(l, "plots", map[string][]string{"soak": plots}, time.Minute)
+	for _, want := range []string{
+		"## 4. Soak",
+		"**1000 requests** in 2m30s",
+		"| served (`ok`) | 930 | 93.00% |",
+		"| SSE error event (`sse_error_event`) | 20 | 2.00% |",
+		"| 502 (`http_502`) | 6 | 0.60% |",
+		"| 0 | 400 | 372 | 16 | 10 | 2 | 0 | 120 ms | 450 ms | 900 ms | 420 | 72.0 MiB | 1m0s |",
+		"| 2 (partial, 30s) | 200 | 184 |",
+		"**Drift.** TTFT p99 was 450 ms in minute 0 and 600 ms in minute 1, the last full one (+33%;",
+		"60 goroutines and 40.5 MiB RSS before the load, 410 and 70.2 MiB under load at 30s",
+		"and 64 and 55.0 MiB at 2m36s",
+		"goroutines +4 and RSS +14.5 MiB over the whole soak",
+		"**Under a 2m30s soak** (mixed load with 3 engine restarts, 1 stream-cut episode and 1 config reload): 1000 requests, 93.0% served, every one ended in a way the injected faults explain",
+		"![soak_ttft](plots/soak_ttft.svg)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+
+	// A failed soak says so, with the test's output, and shows no figures.
+	res = &SoakResult{Passed: false, Problem: "go test TestReliabilitySoak failed: exit status 1", Tail: []string{"    reliability_soak_test.go:440: 3 requests ended transport_error", "--- FAIL: TestReliabilitySoak (95.1s)"}, Run: run}
+	if err := saveSection(env, "soak", res, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = loadSections(dir); err != nil {
+		t.Fatal(err)
+	}
+	md = render(l, "plots", nil, time.Minute)
+	for _, want := range []string{"**The soak failed: go test TestReliabilitySoak failed: exit status 1.**", "3 requests ended transport_error", "**The soak failed** (section 4)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("failed soak: report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "Per minute") || strings.Contains(md, "**Drift.**") {
+		t.Errorf("failed soak: the report shows figures:\n%s", md)
+	}
+}
+
+// TestReadSoakRun: figures that do not add up are refused with the reason.
+func TestReadSoakRun(t *testing.T) {
+	edit := func(old, new string) string {
+		if !strings.Contains(soakJSON, old) {
+			t.Fatalf("soakJSON lacks %q", old)
+		}
+		return strings.Replace(soakJSON, old, new, 1)
+	}
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", "", "EOF"},
+		{"not JSON", "soak passed", "invalid character"},
+		{"cut short", soakJSON[:200], "unexpected EOF"},
+		{"wrong type", edit(`"requests": 1000`, `"requests": "many"`), "cannot unmarshal"},
+		{"trailing data", soakJSON + ` {"requests": 1}`, "data after the JSON object"},
+		{"bad duration", edit(`"duration": "2m30s"`, `"duration": "long"`), "duration \"long\""},
+		{"no requests", edit(`"requests": 1000`, `"requests": 0`), "0 requests"},
+		{"outcomes do not add up", edit(`"ok": 930`, `"ok": 931`), "outcomes add up to 1001, not the 1000 requests"},
+		{"negative outcome", edit(`"shutdown": 4}`, `"shutdown": -4}`), "negative count"},
+		{"minutes out of order", edit(`{"minute": 1,`, `{"minute": 0,`), "minute 0 out of order"},
+		{"minute does not add up", edit(`"requests": 200,`, `"requests": 201,`), "minute 2: outcomes add up to 200, not its 201 requests"},
+		{"p99 below p50", edit(`"p99_ttft_ms": 600`, `"p99_ttft_ms": 100`), "impossible latencies"},
+		{"no gauges", edit(`"gauges": [`, `"gauges": [], "x": [`), "0 gauges"},
+		{"gauge time", edit(`"at": "1m30s"`, `"at": "soon"`), "gauge 3: time \"soon\""},
+		{"gauge goes back", edit(`"at": "1m30s"`, `"at": "10s"`), "gauge 3"},
+		{"too large", `{"events": ["` + strings.Repeat("x", maxSoakJSON) + `"]}`, "unexpected EOF"},
+		{"valid", soakJSON, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run, err := readSoakRun(strings.NewReader(tt.in))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("valid soak refused: %v", err)
+			case tt.want == "" && (run.Requests != 1000 || len(run.Minutes) != 3 || run.duration() != 150*time.Second):
+				t.Fatalf("read %+v", run)
+			case tt.want != "" && err == nil:
+				t.Fatalf("accepted")
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("error %q, want it to say %q", err, tt.want)
+			case tt.want != "" && !strings.HasPrefix(err.Error(), "soak figures: "):
+				t.Fatalf("error %q does not say it is about the soak's figures", err)
+			}
+		})
+	}
+}
+
+// TestLineLog: the subprocess's output is split into lines however it is
+// written, JSON log lines are left out, long lines are cut and only the
+// last lines are kept.
+func TestLineLog(t *testing.T) {
+	l := &lineLog{prefix: "test: ", keep: 3}
+	out := "=== RUN   TestX\n{\"level\":\"info\"}\n  x_test.go:1: minute 0\r\n" + strings.Repeat("y", 3*maxLogLine) + "\nlast line, no newline"
+	for len(out) > 0 { // in odd-sized writes
+		n := min(7, len(out))
+		if _, err := l.Write([]byte(out[:n])); err != nil {
+			t.Fatal(err)
+		}
+		out = out[n:]
+	}
+	l.flush()
+	got := l.tail()
+	if len(got) != 3 || got[0] != "  x_test.go:1: minute 0" || got[2] != "last line, no newline" {
+		t.Fatalf("tail %q", got)
+	}
+	if want := strings.Repeat("y", maxLogLine) + " …"; got[1] != want {
+		t.Errorf("long line: %d bytes, want it cut to %d", len(got[1]), len(want))
+	}
+}
