@@ -132,3 +132,50 @@ func smokePlan() Plan {
 	ov.Bodies = ov.Bodies[:1]
 	return Plan{Quality: q, Fleet: f, Overhead: ov}
 }
+
+// TestSoakSmoke runs the soak section end to end, briefly: the real test
+// as a subprocess against a gateway built from this checkout, its figures
+// read back; and a test name that matches nothing, which must fail the
+// section rather than leave it without figures unnoticed.
+func TestSoakSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Caddy and runs caddymodule's soak test")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := repoRoot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	bin, err := buildCaddy(ctx, root, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Root: root, Out: t.TempDir(), Caddy: bin}
+	p, err := soakParams(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Duration = 20 * time.Second
+	res, err := runSoak(ctx, env, p, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Passed || res.Run == nil {
+		t.Fatalf("soak failed: %s\n%s", res.Problem, strings.Join(res.Tail, "\n"))
+	}
+	if r := res.Run; r.Requests == 0 || r.Outcomes["ok"] == 0 || !r.external() || r.duration() != p.Duration {
+		t.Errorf("soak figures: %d requests, %d served, mode %q, duration %s", r.Requests, r.Outcomes["ok"], r.Mode, r.Duration)
+	}
+
+	p.Test = "TestNoSuchSoak"
+	res, err = runSoak(ctx, env, p, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Passed || !strings.Contains(res.Problem, "wrote no figures") {
+		t.Errorf("a soak that wrote no figures: passed %v, problem %q", res.Passed, res.Problem)
+	}
+}

@@ -215,6 +215,9 @@ func runSoak(ctx context.Context, env *Env, p SoakParams, tmp string) (*SoakResu
 		"LLMGW_SOAK_OUT=" + out,
 		"XDG_CONFIG_HOME=" + dir,
 		"XDG_DATA_HOME=" + dir,
+		// The test's temporary directories go under the harness's, which
+		// is removed even when a cancelled test could not clean up.
+		"TMPDIR=" + dir,
 		fmt.Sprintf("LLMGW_TEST_ADMIN_PORT=%d", adminPort),
 		fmt.Sprintf("LLMGW_TEST_HTTP_PORT=%d", httpPort),
 	}

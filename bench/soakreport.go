@@ -200,7 +200,7 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 	if !r.external() {
 		gateway = "the gateway is Caddy inside the test process, so goroutines and RSS are the whole test process's (engines and load included)"
 	}
-	w("[`TestReliabilitySoak`](caddymodule/reliability_soak_test.go) runs for **%s**: %d clients in a closed loop (each sends its next request as soon as its last one ends) through the gateway, in front of 4 [`vllmsim`](internal/vllmsim) engines (max_num_seqs 16, 5× faster than real time, KV events over ZeroMQ) with `max_inflight 8` each, fewer slots than clients, so requests park in `llm_admission` (`max_park 10s`, SSE heartbeats). Three requests in four stream; half continue one of 8 long conversations (a shared prefix), 15%% ask for the high or low band, the rest are one-off prompts. Faults: an engine restarts every 45 s (%s), one engine cuts its streams after 5 tokens for 10 s every 100 s (%s), and the config is reloaded every 2 minutes (%s). GOMAXPROCS %d; %s. Latencies are wall times measured by the clients, of served requests only: TTFT is the time to a stream's first token or to a non-streaming response; total is to the end of the response.\n\n",
+	w("[`TestReliabilitySoak`](caddymodule/reliability_soak_test.go) runs for **%s**: %d clients in a closed loop (each sends its next request as soon as its last one ends) through the gateway, in front of 4 [`vllmsim`](internal/vllmsim) engines (max_num_seqs 16, 5× faster than real time, KV events over ZeroMQ) with `max_inflight 8` each, fewer slots than clients, so requests park in `llm_admission` (`max_park 10s`, SSE heartbeats). Three requests in four stream; half continue one of 8 long conversations (a shared prefix), 15%% ask for the high or low band, the rest are one-off prompts. Faults: an engine restarts every 45 s (%s), one engine cuts its streams after 5 tokens for 10 s every 100 s (%s), and the config is reloaded every 2 minutes (%s). GOMAXPROCS %d; %s. Latencies are wall times measured by the clients, of served requests only: TTFT is the time to a stream's first token or to a non-streaming response, including any time parked in admission; total is to the end of the response.\n\n",
 		r.duration(), r.Workers, plural(r.Restarts, "restart"), plural(r.cuts(), "episode"), plural(r.Reloads, "reload"), r.GOMAXPROCS, gateway)
 
 	w("**%d requests** in %s (%.1f served per second), by how they ended:\n\n", r.Requests, r.duration(), float64(r.Outcomes["ok"])/r.duration().Seconds())
@@ -246,7 +246,7 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 		w(" %s | %s | %s | %s | %s | %s |\n", wallMS(mm.P50TTFT), wallMS(mm.P99TTFT), wallMS(mm.P99Total), gor, rss, at)
 	}
 	w("\n**Drift.** %s\n\n", soakDrift(r))
-	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, and at the end goroutines and RSS were back within the test's margins of their values under load at 30 s.\n\n")
+	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, and at the end goroutines and RSS were no further above their values under load at 30 s than the test allows.\n\n")
 }
 
 // soakDrift compares the first and last minutes and the gateway at the
@@ -284,7 +284,7 @@ func soakDrift(r *SoakRun) string {
 		g := r.Gauges[1]
 		fmt.Fprintf(&b, ", %.0f and %.1f MiB under load at %s", g.Goroutines, g.RSSMiB, g.At)
 	}
-	fmt.Fprintf(&b, " (at most %.0f and %.1f MiB in any gauge), and %.0f and %.1f MiB at %s, after the load had stopped, idle connections had closed and a GC had run: goroutines %+.0f and RSS %+.1f MiB over the whole soak.",
+	fmt.Fprintf(&b, " (at most %.0f and %.1f MiB in any gauge), and %.0f and %.1f MiB at %s, once the load had stopped and its idle connections had closed: goroutines %+.0f and RSS %+.1f MiB over the whole soak.",
 		peakG, peakR, last.Goroutines, last.RSSMiB, last.At, last.Goroutines-first.Goroutines, last.RSSMiB-first.RSSMiB)
 	return b.String()
 }
@@ -295,7 +295,15 @@ func plotSoak(dir, ext string, r *SoakRun) ([]string, error) {
 	tt := plot.New()
 	tt.Title.Text = fmt.Sprintf("Soak: TTFT of served requests per minute (%s, wall ms)", r.duration())
 	tt.X.Label.Text = "minute of the soak"
-	tt.Y.Label.Text = "TTFT (ms)"
+	tt.Y.Label.Text = "TTFT (ms, log scale)"
+	// p50 and p99 are orders of magnitude apart (p99 includes parking).
+	tt.Y.Scale = plot.LogScale{}
+	tt.Y.Tick.Marker = logTicks{}
+	var ticks []plot.Tick
+	for _, m := range r.Minutes {
+		ticks = append(ticks, plot.Tick{Value: float64(m.Minute), Label: fmt.Sprint(m.Minute)})
+	}
+	tt.X.Tick.Marker = plot.ConstantTicks(ticks)
 	tt.Legend.Top, tt.Legend.Left = true, true
 	for i, s := range []struct {
 		name string
@@ -307,7 +315,7 @@ func plotSoak(dir, ext string, r *SoakRun) ([]string, error) {
 		var xys plotter.XYs
 		for _, m := range r.Minutes {
 			if r.minuteKind(m.Minute) != "after" && m.Outcomes["ok"] > 0 {
-				xys = append(xys, plotter.XY{X: float64(m.Minute), Y: s.y(m)})
+				xys = append(xys, plotter.XY{X: float64(m.Minute), Y: math.Max(s.y(m), 0.1)})
 			}
 		}
 		if len(xys) == 0 {
@@ -323,7 +331,7 @@ func plotSoak(dir, ext string, r *SoakRun) ([]string, error) {
 		tt.Legend.Add("TTFT "+s.name, l, pts)
 	}
 	tt.Add(plotter.NewGrid())
-	tt.Y.Min, tt.Y.Max = 0, tt.Y.Max*1.3 // room for the legend
+	tt.Y.Max *= 4 // room for the legend above the lines
 	if err := tt.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "soak_ttft"+ext)); err != nil {
 		return nil, err
 	}
