@@ -347,8 +347,8 @@ func simulateFleet(ctx context.Context, p FleetParams, n int, v FleetVariant) (F
 }
 
 // arrive creates the next request and sends it, or parks it while no
-// engine has room (the llm_admission gate: running + waiting + dispatched
-// below max_num_seqs and KV usage below the limit).
+// engine has room (the llm_admission gate: running + waiting − finished +
+// dispatched below max_inflight and KV usage below the limit).
 func (s *fleetSim) arrive(w WorkloadSpec) {
 	s.arrived++
 	r := &desReq{id: s.nextID, group: s.rng.IntN(len(s.groups)), qseed: s.rng.Uint64(), arrival: s.now,
@@ -470,7 +470,8 @@ func (s *fleetSim) fillCandidates(matches []kvindex.EngineMatch) {
 	for i, e := range s.engines {
 		c := &s.cands[i]
 		c.Tier, c.MatchedBlocks = routing.Precise, 0
-		c.Running, c.Waiting, c.KVUsage = e.snapRunning, e.snapWaiting, e.snapKV
+		c.Running, c.Waiting = e.estimated()
+		c.KVUsage = e.snapKV
 		c.Inflight, c.Dispatched = int64(e.inflight), int64(e.dispatched)
 		c.MaxInflight, c.LoadKnown = s.maxInflight(), true
 	}
@@ -501,7 +502,7 @@ func (s *fleetSim) scrape() {
 	for _, e := range s.engines {
 		e.snapRunning, e.snapWaiting = float64(len(e.running)), float64(len(e.waiting))
 		e.snapKV = float64(e.used) / float64(e.capacity)
-		e.dispatched = 0
+		e.dispatched, e.finished = 0, 0
 		e.scrapeT = s.now
 	}
 	s.unpark()
@@ -697,8 +698,12 @@ func (s *fleetSim) storeBlocks(e *desEngine, r *desReq) {
 func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	e.release(r)
 	e.inflight--
-	if r.dispatchT >= e.scrapeT && e.dispatched > 0 {
-		e.dispatched--
+	if r.dispatchT >= e.scrapeT {
+		if e.dispatched > 0 {
+			e.dispatched--
+		}
+	} else {
+		e.finished++ // the last scrape counted it
 	}
 	s.completed++
 	s.prompt += int64(r.promptLen)

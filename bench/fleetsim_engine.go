@@ -31,6 +31,9 @@ type desEngine struct {
 	snapRunning, snapWaiting, snapKV float64
 	scrapeT                          float64
 	dispatched, inflight             int
+	// finished counts requests the last scrape counted that have ended
+	// since (upstreams.Load.Finished): their slots are free already.
+	finished int
 }
 
 type desBlock struct {
@@ -57,12 +60,21 @@ func newDESEngine(i, blocks int) *desEngine {
 
 // free is the llm_admission headroom (caddymodule's engineFree with a
 // max_inflight): none at the KV limit, else max − (running + waiting +
-// dispatched) as the gateway sees them.
+// dispatched) as the gateway sees them, finished requests' slots freed.
 func (e *desEngine) free(maxInflight int, kvLimit float64) int {
 	if e.snapKV >= kvLimit {
 		return 0
 	}
-	return maxInflight - int(e.snapRunning+e.snapWaiting) - e.dispatched
+	running, waiting := e.estimated()
+	return maxInflight - int(running+waiting) - e.dispatched
+}
+
+// estimated is upstreams.Load.Estimated: the scraped running and waiting
+// less the requests seen finishing since, off waiting first.
+func (e *desEngine) estimated() (running, waiting float64) {
+	f := float64(e.finished)
+	fromWaiting := min(f, e.snapWaiting)
+	return max(e.snapRunning-(f-fromWaiting), 0), e.snapWaiting - fromWaiting
 }
 
 func (e *desEngine) lruRemove(b *desBlock) {

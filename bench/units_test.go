@@ -245,6 +245,33 @@ func TestKVBlocks(t *testing.T) {
 // TestFleetSim runs the discrete-event model small: every request is
 // accounted for, the index's mirrors accept every event, and routing on
 // the index finds the cache that spreading requests cannot.
+// TestFleetEngineFinished: the fleet model frees a finished request's slot
+// as upstreams.Load.Estimated does — off waiting first, then running —
+// until the next scrape.
+func TestFleetEngineFinished(t *testing.T) {
+	for _, c := range []struct {
+		running, waiting   float64
+		finished, dispatch int
+		wantR, wantW       float64
+		wantFree           int
+	}{
+		{4, 1, 0, 0, 4, 1, 3},
+		{4, 1, 1, 0, 4, 0, 4},
+		{4, 1, 2, 0, 3, 0, 5},
+		{4, 1, 2, 2, 3, 0, 3},
+		{1, 0, 5, 0, 0, 0, 8},
+	} {
+		e := &desEngine{snapRunning: c.running, snapWaiting: c.waiting, finished: c.finished, dispatched: c.dispatch}
+		r, w := e.estimated()
+		if r != c.wantR || w != c.wantW {
+			t.Errorf("%+v: estimated %v, %v; want %v, %v", c, r, w, c.wantR, c.wantW)
+		}
+		if got := e.free(8, 0.9); got != c.wantFree {
+			t.Errorf("%+v: free %d, want %d", c, got, c.wantFree)
+		}
+	}
+}
+
 func TestFleetSim(t *testing.T) {
 	p := fleetParams(true)
 	p.Requests = 3000
