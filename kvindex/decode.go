@@ -259,30 +259,31 @@ func (d *Decoder) takeU64(n int) []uint64 {
 		return nil
 	}
 	d.used.u64 += n
-	l := len(d.u64)
-	if cap(d.u64)-l < n {
-		// Events decoded so far keep the old array until the batch is
-		// done with.
-		d.u64 = make([]uint64, 0, max(2*cap(d.u64), n, minU64Cap))
-		l = 0
-	}
-	d.u64 = d.u64[:l+n]
-	return d.u64[l : l : l+n]
+	return carve(&d.u64, n, minU64Cap)
 }
 
-// takeExtra is takeU64 for ExtraKeys.
+// takeExtra is takeU64 for ExtraKeys (never nil: an empty extra_keys is
+// not an absent one).
 func (d *Decoder) takeExtra(n int) [][]any {
 	if n == 0 {
 		return [][]any{}
 	}
 	d.used.extra += n
-	l := len(d.extra)
-	if cap(d.extra)-l < n {
-		d.extra = make([][]any, 0, max(2*cap(d.extra), n, minExtraCap))
+	return carve(&d.extra, n, minExtraCap)
+}
+
+// carve takes room for n more elements off the end of *buf, growing it to
+// a new array when full; slices carved before keep the old array until the
+// batch is done with.
+func carve[T any](buf *[]T, n, minCap int) []T {
+	b := *buf
+	l := len(b)
+	if cap(b)-l < n {
+		b = make([]T, 0, max(2*cap(b), n, minCap))
 		l = 0
 	}
-	d.extra = d.extra[:l+n]
-	return d.extra[l : l : l+n]
+	*buf = b[:l+n]
+	return b[l : l : l+n]
 }
 
 func (d *Decoder) batchBody(b *Batch) error {

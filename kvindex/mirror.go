@@ -434,10 +434,8 @@ func shrinkMap[V any](mp map[uint64]V, hi int) (map[uint64]V, int) {
 	if hi < minHi || 4*n > hi {
 		return mp, hi
 	}
-	out := make(map[uint64]V, n)
-	for k, v := range mp {
-		out[k] = v
-	}
+	out := make(map[uint64]V, n) // maps.Clone would keep mp's size
+	maps.Copy(out, mp)
 	return out, n
 }
 
