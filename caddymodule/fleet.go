@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -123,12 +124,14 @@ func (f *fleet) startGeneration(a *App) (prev *App) {
 // (At shutdown prev has been cleaned up already, and nothing is restored.)
 func (f *fleet) stopGeneration(a, prev *App) {
 	f.mu.Lock()
-	restore := f.running == a && prev != nil && f.started[prev]
-	if f.running == a {
-		f.running = nil
-		if restore {
-			f.running = prev
-		}
+	if f.running != a {
+		f.mu.Unlock()
+		return
+	}
+	f.running = nil
+	restore := prev != nil && f.started[prev]
+	if restore {
+		f.running = prev
 	}
 	f.mu.Unlock()
 	if restore {
@@ -326,18 +329,8 @@ func (f *fleet) learnPool(from *App, name string, dials []string) {
 	if from != f.running {
 		return
 	}
-	old := f.pools[name]
-	if len(old) == len(dials) {
-		same := true
-		for i := range old {
-			if old[i] != dials[i] {
-				same = false
-				break
-			}
-		}
-		if same {
-			return
-		}
+	if slices.Equal(f.pools[name], dials) {
+		return
 	}
 	f.pools[name] = append([]string(nil), dials...)
 }
