@@ -166,7 +166,7 @@ func requestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt
 	if blockSize <= 0 {
 		return dst, errBlockSize
 	}
-	first, rest := requestExtra(loraName, cacheSalt)
+	first, rest := RequestBlockExtraKeys(loraName, cacheSalt)
 	var h keyHasher
 	key := rootKey(group)
 	n := len(tokens) / blockSize
@@ -184,8 +184,12 @@ func requestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt
 	return dst, nil
 }
 
-// requestExtra returns the extra keys of block 0 and of later blocks.
-func requestExtra(loraName, cacheSalt string) (first, rest []any) {
+// RequestBlockExtraKeys returns the extra keys vLLM hashes into block 0
+// and into every later block of a text-only request: the LoRA adapter name
+// on every block, then the cache salt on block 0 only (vLLM's
+// generate_block_hash_extra_keys: LoRA, multimodal, salt). Nil means none.
+// RequestExtraKeys spells them out per block.
+func RequestBlockExtraKeys(loraName, cacheSalt string) (first, rest []any) {
 	if loraName != "" {
 		rest = []any{loraName}
 	}
@@ -209,7 +213,7 @@ func RequestExtraKeys(loraName, cacheSalt string, nBlocks int) [][]any {
 	if (loraName == "" && cacheSalt == "") || nBlocks <= 0 {
 		return nil
 	}
-	first, rest := requestExtra(loraName, cacheSalt)
+	first, rest := RequestBlockExtraKeys(loraName, cacheSalt)
 	out := make([][]any, nBlocks)
 	out[0] = first
 	for i := 1; i < nBlocks; i++ {

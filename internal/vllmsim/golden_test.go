@@ -55,7 +55,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	if len(loraCase) < 2 {
 		t.Fatal("golden hash case bs16_seed0_lora_and_salt missing")
 	}
-	first, rest := blockExtraKeys("sql-adapter", "tenant-a")
+	first, rest := kvindex.RequestBlockExtraKeys("sql-adapter", "tenant-a")
 	loraSalt := []kvEvent{
 		{kind: evStored, hashes: goldenDigests(t, loraCase[:2]), tokens: toks, blockSize: 16,
 			extraFirst: first, extraRest: rest, loraName: "sql-adapter", loraID: 1},

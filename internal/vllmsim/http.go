@@ -343,10 +343,10 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 		}
 		salt = *req.CacheSalt
 	}
-	sr.extra0, sr.extraRest = blockExtraKeys(model.lora, salt)
+	sr.extra0, sr.extraRest = kvindex.RequestBlockExtraKeys(model.lora, salt)
 	bs := e.cfg.BlockSize
 	h := e.hashers.Get().(*kvindex.Hasher)
-	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, sr.extraKeys(len(prompt)/bs))
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, kvindex.RequestExtraKeys(model.lora, salt, len(prompt)/bs))
 	e.hashers.Put(h)
 	if err != nil {
 		return nil, fmt.Errorf("hash prompt: %w", err)

@@ -44,39 +44,6 @@ type simRequest struct {
 	firstTok time.Time
 }
 
-// blockExtraKeys returns the extra keys vLLM hashes into block 0 and into
-// every later block of a text-only request: the LoRA adapter name on every
-// block, then the cache salt on block 0 only (generate_block_hash_extra_keys:
-// lora, multimodal, salt). Nil means none.
-func blockExtraKeys(lora, salt string) (first, rest []any) {
-	if lora != "" {
-		rest = []any{lora}
-	}
-	switch {
-	case lora != "" && salt != "":
-		first = []any{lora, salt}
-	case salt != "":
-		first = []any{salt}
-	default:
-		first = rest
-	}
-	return first, rest
-}
-
-// extraKeys returns the extra keys of blocks 0..n-1 in the form
-// kvindex.Hasher.BlockHashes takes, nil when the request has none.
-func (r *simRequest) extraKeys(n int) [][]any {
-	if (r.extra0 == nil && r.extraRest == nil) || n <= 0 {
-		return nil
-	}
-	out := make([][]any, n)
-	out[0] = r.extra0
-	for i := 1; i < n; i++ {
-		out[i] = r.extraRest
-	}
-	return out
-}
-
 func (r *simRequest) signal() {
 	select {
 	case r.notify <- struct{}{}:
