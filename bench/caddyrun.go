@@ -295,19 +295,31 @@ func (gw *Gateway) waitReady(ctx context.Context, engines int, wantKV bool) erro
 	}
 }
 
-func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
+// getOK sends a GET and returns the response when its status is 200 OK;
+// the caller closes the body. Any other status is an error, so an error
+// page is never taken for the data asked for.
+func getOK(ctx context.Context, c *http.Client, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return resp, nil
+}
+
+func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
+	resp, err := getOK(ctx, c, url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
-	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v)
 }
 
@@ -317,11 +329,7 @@ func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 func (gw *Gateway) Metrics(ctx context.Context, prefix string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gw.AdminBase+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := getOK(ctx, http.DefaultClient, gw.AdminBase+"/metrics")
 	if err != nil {
 		return nil, fmt.Errorf("scraping caddy metrics: %w", err)
 	}

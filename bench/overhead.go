@@ -308,19 +308,15 @@ func profileTop(ctx context.Context, gw *Gateway, d time.Duration, path string) 
 	secs := max(1, int(d.Seconds()))
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gw.AdminBase, secs), nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gw.AdminBase, secs))
 	if err != nil {
 		log.Printf("profiling the gateway: %v", err)
 		return nil
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		log.Printf("profiling the gateway: status %d, %v", resp.StatusCode, err)
+	if err != nil {
+		log.Printf("profiling the gateway: %v", err)
 		return nil
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {

@@ -374,11 +374,7 @@ func watchStalls(ctx context.Context, prog *Progress, fleet *SimFleet, gw *Gatew
 
 // saveGoroutines writes Caddy's goroutine dump (admin /debug/pprof).
 func saveGoroutines(ctx context.Context, c *http.Client, gw *Gateway, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gw.AdminBase+"/debug/pprof/goroutine?debug=2", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
+	resp, err := getOK(ctx, c, gw.AdminBase+"/debug/pprof/goroutine?debug=2")
 	if err != nil {
 		return err
 	}
