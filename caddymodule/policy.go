@@ -291,7 +291,9 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	prefixDecisions.WithLabelValues(tier.String(), outcome.String()).Inc()
 	if req != nil {
 		if text == "" {
-			text = approxText(req)
+			// Not routed on the prompt (cache key, or every candidate
+			// excluded): keyed exactly as a routed request would be.
+			text, _ = approxKey(req, p.fleet.loraOf(req))
 		}
 		p.fleet.approx.Insert(text, chosen.Dial)
 	}

@@ -88,15 +88,9 @@ func (f *fleet) view(dials []string, s routeSettings) fleetView {
 // decide is the decision proper, given the prompt's token ids (nil when
 // they are unknown: the approximate tier only).
 func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, explain bool, own string, v fleetView, tokens []uint64) routeResult {
-	// A request for a LoRA adapter is matched under the adapter's name,
-	// which vLLM hashes into every block; the base model's blocks are no
-	// hit for it.
-	var lora string
-	if f.index.IsLoRA(req.Model) {
-		lora = req.Model
-	}
-	ns := cacheNamespace(lora, req.CacheSalt)
-	res := routeResult{text: ns + approxText(req), blockSize: v.blockSize}
+	lora := f.loraOf(req)
+	text, nsLen := approxKey(req, lora)
+	res := routeResult{text: text, blockSize: v.blockSize}
 	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
 	loads := v.loads
 	bs := res.blockSize
@@ -119,7 +113,7 @@ func (f *fleet) decide(req *admission.Request, dials []string, s routeSettings, 
 	approx := make(map[string]int, len(approxList))
 	for _, m := range approxList {
 		// The namespace is no part of the prompt.
-		approx[m.Engine] = max(m.Bytes-len(ns), 0)
+		approx[m.Engine] = max(m.Bytes-nsLen, 0)
 	}
 
 	cands := make([]routing.Candidate, len(dials))
@@ -212,26 +206,34 @@ func (f *fleet) tokenize(ctx context.Context, req *admission.Request, engines []
 // copying more of a long prompt would be wasted work per request.
 const approxMaxBytes = 4096 * 64
 
-// cacheNamespace prefixes the approximate tier's text so that requests
-// whose KV blocks vLLM keeps apart although their text is equal — another
-// LoRA adapter, another cache_salt — do not share a prefix in the tree. It
-// is empty for the base model without a salt, the common case.
-func cacheNamespace(lora, salt string) string {
-	if lora == "" && salt == "" {
-		return ""
+// loraOf returns the LoRA adapter req asks for, or "" for the base model.
+// A request for an adapter is matched under the adapter's name, which vLLM
+// hashes into every block; the base model's blocks are no hit for it.
+func (f *fleet) loraOf(req *admission.Request) string {
+	if f.index.IsLoRA(req.Model) {
+		return req.Model
 	}
-	return "\x00lora:" + lora + "\x00salt:" + salt + "\x00"
+	return ""
 }
 
-// approxText is what the approximate tier keys on: the start of the raw
+// approxKey is what the approximate tier keys req on: the start of the raw
 // prompt, or of the raw messages array (a conversation's earlier turns are a
-// byte prefix of its later requests).
-func approxText(req *admission.Request) string {
+// byte prefix of its later requests), after a namespace of nsLen bytes so
+// that requests whose KV blocks vLLM keeps apart although their text is
+// equal — another LoRA adapter, another cache_salt — do not share a prefix
+// in the tree. The namespace is empty for the base model without a salt,
+// the common case.
+func approxKey(req *admission.Request, lora string) (key string, nsLen int) {
 	raw := req.Prompt
 	if len(req.Messages) > 0 {
 		raw = req.Messages
 	}
-	return string(raw[:min(len(raw), approxMaxBytes)])
+	text := string(raw[:min(len(raw), approxMaxBytes)])
+	if lora == "" && req.CacheSalt == "" {
+		return text, 0
+	}
+	ns := "\x00lora:" + lora + "\x00salt:" + req.CacheSalt + "\x00"
+	return ns + text, len(ns)
 }
 
 // promptIDs returns the prompt of a completion request given as token ids
