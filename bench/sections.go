@@ -31,43 +31,24 @@ func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string
 		env.Caddy = bin
 	}
 	if o.Only["quality"] {
-		t0 := time.Now()
-		res, err := runQuality(ctx, env, plan.Quality)
-		if err != nil {
-			return fmt.Errorf("quality: %w", err)
-		}
-		if err := saveSection(env, "quality", res, t0); err != nil {
+		if _, err := runSection(env, "quality", func() (*QualityResult, error) { return runQuality(ctx, env, plan.Quality) }); err != nil {
 			return err
 		}
 	}
 	if o.Only["fleet"] {
-		t0 := time.Now()
-		res, err := runFleet(ctx, plan.Fleet)
-		if err != nil {
-			return fmt.Errorf("fleet: %w", err)
-		}
-		if err := saveSection(env, "fleet", res, t0); err != nil {
+		if _, err := runSection(env, "fleet", func() (*FleetResult, error) { return runFleet(ctx, plan.Fleet) }); err != nil {
 			return err
 		}
 	}
 	if o.Only["overhead"] {
-		t0 := time.Now()
-		res, err := runOverhead(ctx, env, plan.Overhead)
-		if err != nil {
-			return fmt.Errorf("overhead: %w", err)
-		}
-		if err := saveSection(env, "overhead", res, t0); err != nil {
+		if _, err := runSection(env, "overhead", func() (*OverheadResult, error) { return runOverhead(ctx, env, plan.Overhead) }); err != nil {
 			return err
 		}
 	}
 	var failed error
 	if o.Only["soak"] {
-		t0 := time.Now()
-		res, err := runSoak(ctx, env, plan.Soak, tmp)
+		res, err := runSection(env, "soak", func() (*SoakResult, error) { return runSoak(ctx, env, plan.Soak, tmp) })
 		if err != nil {
-			return fmt.Errorf("soak: %w", err)
-		}
-		if err := saveSection(env, "soak", res, t0); err != nil {
 			return err
 		}
 		if !res.Passed {
@@ -79,6 +60,17 @@ func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string
 	}
 	log.Printf("done in %s", time.Since(started).Round(time.Second))
 	return failed
+}
+
+// runSection runs one section and saves its result under env.Out, timed
+// from the start of run.
+func runSection[T any](env *Env, name string, run func() (T, error)) (T, error) {
+	t0 := time.Now()
+	res, err := run()
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", name, err)
+	}
+	return res, saveSection(env, name, res, t0)
 }
 
 // writeReport renders the markdown report and the plots from every
