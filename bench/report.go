@@ -27,7 +27,19 @@ type loaded struct {
 
 func loadSections(dir string) (*loaded, error) {
 	l := &loaded{files: map[string]SectionFile{}}
-	for _, name := range []string{"quality", "fleet", "overhead", "soak"} {
+	// Each section's result is decoded into a fresh value behind its
+	// field, which stays nil when the section has no file.
+	sections := []struct {
+		name string
+		set  func() any
+	}{
+		{"quality", func() any { l.quality = &QualityResult{}; return l.quality }},
+		{"fleet", func() any { l.fleet = &FleetResult{}; return l.fleet }},
+		{"overhead", func() any { l.overhead = &OverheadResult{}; return l.overhead }},
+		{"soak", func() any { l.soak = &SoakResult{}; return l.soak }},
+	}
+	for _, sec := range sections {
+		name := sec.name
 		b, err := os.ReadFile(filepath.Join(dir, name+".json"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -40,22 +52,7 @@ func loadSections(dir string) (*loaded, error) {
 			return nil, fmt.Errorf("%s.json: %w", name, err)
 		}
 		l.files[name] = f
-		var target any
-		switch name {
-		case "quality":
-			l.quality = &QualityResult{}
-			target = l.quality
-		case "fleet":
-			l.fleet = &FleetResult{}
-			target = l.fleet
-		case "overhead":
-			l.overhead = &OverheadResult{}
-			target = l.overhead
-		case "soak":
-			l.soak = &SoakResult{}
-			target = l.soak
-		}
-		if err := json.Unmarshal(f.Result, target); err != nil {
+		if err := json.Unmarshal(f.Result, sec.set()); err != nil {
 			return nil, fmt.Errorf("%s.json result: %w", name, err)
 		}
 	}
