@@ -246,12 +246,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 		for _, name := range []string{"prefix-low", "random"} {
 			x := q.refRate(name)
 			llm := q.at(name, "llm", x)
-			var best *QualityRun
-			for _, pol := range []string{"least_conn", "round_robin"} {
-				if r := q.at(name, pol, x); r != nil && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
-					best = r
-				}
-			}
+			best := q.bestBuiltin(name, x)
 			if llm != nil && best != nil {
 				losses = append(losses, fmt.Sprintf("%s: TTFT p90 %s vs %s for `%s`", name, secs(llm.Summary.TTFT.P90), secs(best.Summary.TTFT.P90), best.Policy))
 			}
@@ -469,17 +464,25 @@ func decisions(d map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// bestBuiltin is the run of Caddy's built-in policies with the lowest TTFT
+// p90 for a workload at rate x, among runs that served anything (a run
+// that served nothing has a TTFT p90 of 0); nil if there is none.
+func (q *QualityResult) bestBuiltin(name string, x float64) *QualityRun {
+	var best *QualityRun
+	for _, pol := range []string{"least_conn", "round_robin"} {
+		if r := q.at(name, pol, x); r != nil && r.Summary.OK > 0 && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
+			best = r
+		}
+	}
+	return best
+}
+
 // verdicts compares the lb_policy llm configurations with the best of
 // Caddy's built-in policies at every rate, in words.
 func verdicts(q *QualityResult, name string) []string {
 	var out []string
 	for _, x := range q.rates(name) {
-		var best *QualityRun
-		for _, pol := range []string{"least_conn", "round_robin"} {
-			if r := q.at(name, pol, x); r != nil && r.Summary.OK > 0 && (best == nil || r.Summary.TTFT.P90 < best.Summary.TTFT.P90) {
-				best = r
-			}
-		}
+		best := q.bestBuiltin(name, x)
 		if best == nil {
 			continue
 		}
