@@ -310,10 +310,13 @@ func TestFeedConnectDisconnect(t *testing.T) {
 	f.Disconnected(errors.New("connection reset"))
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{})
 	st := m.Stats()
-	if st.Connected || st.LastError != "connection reset" || st.Resyncs["disconnect"] != 1 {
-		t.Fatalf("stats %+v", st)
+	if st.Connected || m.Connected() || st.LastError != "connection reset" || st.Resyncs["disconnect"] != 1 {
+		t.Fatalf("stats %+v, Connected() %v", st, m.Connected())
 	}
 	f.Connected()
+	if !m.Connected() {
+		t.Fatal("Connected() false after the Feed's Connected")
+	}
 	// The first message after Connected is taken as is, whatever its seq.
 	f.Message(nil, 2, batch(e.stored(p, nil, 0, 4)))
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{"e1": 4})

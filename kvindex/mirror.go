@@ -139,6 +139,15 @@ func (m *Mirror) Stats() MirrorStats {
 	return st
 }
 
+// Connected reports whether the engine's events are live: the Feed is
+// between Connected and Disconnected, so the mirror follows the engine
+// and its blocks can be trusted for routing.
+func (m *Mirror) Connected() bool {
+	m.ix.mu.RLock()
+	defer m.ix.mu.RUnlock()
+	return m.st.Connected
+}
+
 // BlockSize returns the engine's block size as announced by its events
 // (group 0, else the lowest group seen), or 0 before the first BlockStored.
 func (m *Mirror) BlockSize() int {

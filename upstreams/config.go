@@ -154,6 +154,11 @@ type Options struct {
 	// not call [Registry.Apply] or [Registry.Close]. Only the value given to
 	// [NewRegistry] is used: Apply ignores this field.
 	Worker func(ctx context.Context, e *Engine)
+	// ManualScrape runs no pollers: the caller scrapes each engine itself
+	// through [Engine.StartScrape]. The fleet simulation uses it, which
+	// keeps its own clock and whose engines have no /metrics to fetch.
+	// Only the value given to [NewRegistry] is used.
+	ManualScrape bool
 }
 
 // Option defaults.

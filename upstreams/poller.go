@@ -48,7 +48,11 @@ func (e *Engine) start(worker func(context.Context, *Engine)) *runHandle {
 		} else {
 			close(workerDone)
 		}
-		e.pollLoop(ctx)
+		if e.reg.manual {
+			<-ctx.Done()
+		} else {
+			e.pollLoop(ctx)
+		}
 		<-workerDone
 	}()
 	return h
@@ -101,12 +105,7 @@ func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
 	o := e.reg.options()
 	e.mu.Lock()
 	url, header := e.cfg.MetricsURL, e.cfg.Header
-	// A new epoch: reservations made from now on may be too recent for this
-	// scrape to see.
-	e.epoch++
-	startEpoch := e.epoch
-	e.dispOld += e.dispCur
-	e.dispCur = 0
+	startEpoch := e.newEpochLocked()
 	e.mu.Unlock()
 
 	g, err := scrape(ctx, o, url, header, buf, scratch)
@@ -115,6 +114,39 @@ func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
 	}
 	e.record(startEpoch, g, err, o)
 	e.reg.notify(e.dial)
+}
+
+// newEpochLocked starts a scrape's epoch: reservations made from now on
+// may be too recent for this scrape to see. e.mu held.
+func (e *Engine) newEpochLocked() uint64 {
+	e.epoch++
+	e.dispOld += e.dispCur
+	e.dispCur = 0
+	return e.epoch
+}
+
+// Gauges are what one scrape read off an engine, for callers that scrape
+// engines themselves ([Options.ManualScrape]).
+type Gauges struct {
+	Running, Waiting float64
+	KVUsage          float64 // 0..1
+	BlockSize        int     // 0 = unknown
+	NumGPUBlocks     int     // 0 = unknown
+}
+
+// StartScrape begins a scrape made by the caller instead of a poller: the
+// returned function records its result exactly as a successful poll would
+// (reservations made before StartScrape become visible in the gauges,
+// finished counts reset, OnUpdate called). Call it once.
+func (e *Engine) StartScrape() (record func(Gauges)) {
+	e.mu.Lock()
+	startEpoch := e.newEpochLocked()
+	e.mu.Unlock()
+	return func(g Gauges) {
+		e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
+			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1}, nil, e.reg.options())
+		e.reg.notify(e.dial)
+	}
 }
 
 // record applies a scrape result: gauges, failure counting, staleness and

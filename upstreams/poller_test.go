@@ -332,3 +332,50 @@ func TestPollIntervalHotUpdate(t *testing.T) {
 	r.Apply([]EngineConfig{{Dial: f.dial()}}, o) // must wake the hour-long wait
 	eventually(t, "faster polling", func() bool { return f.hits.Load() >= 5 })
 }
+
+// TestManualScrape: with ManualScrape no poller runs, even for configured
+// engines, and StartScrape/record applies gauges and the dispatched and
+// finished accounting exactly as a poll does.
+func TestManualScrape(t *testing.T) {
+	var updates atomic.Int64
+	onUpdate := func(string) { updates.Add(1) }
+	r := NewRegistry(Options{ManualScrape: true})
+	defer r.Close()
+	// An address nothing listens on: a poller would mark it failed.
+	r.Apply([]EngineConfig{{Dial: "127.0.0.1:1", MaxInflight: 4}}, Options{PollInterval: time.Millisecond, StaleAfter: 1, OnUpdate: onUpdate})
+	e, _ := r.Get("127.0.0.1:1")
+	time.Sleep(20 * time.Millisecond) // twenty poll intervals: long enough for a poller to have failed
+	if l := e.Load(); l.Known || l.Failures != 0 || l.Degraded {
+		t.Fatalf("before any manual scrape: %+v, want unknown with no failures (no poller ran)", l)
+	}
+
+	before := e.Reserve()
+	before.Sent()
+	record := e.StartScrape()
+	during := e.Reserve() // made after the scrape started: not in its gauges
+	during.Sent()
+	record(Gauges{Running: 1, Waiting: 1, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100})
+	l := e.Load()
+	if !l.Known || l.Running != 1 || l.Waiting != 1 || l.KVUsage != 0.5 || l.BlockSize != 16 || l.NumGPUBlocks != 100 {
+		t.Fatalf("after record: %+v", l)
+	}
+	if l.Dispatched != 1 || l.Inflight != 2 {
+		t.Fatalf("dispatched=%d inflight=%d, want 1 (the request after the scrape's start) and 2", l.Dispatched, l.Inflight)
+	}
+	before.Done() // the scrape counted it: its slot is free at once
+	if l := e.Load(); l.Finished != 1 || l.Dispatched != 1 {
+		t.Fatalf("after Done: finished=%d dispatched=%d, want 1 and 1", l.Finished, l.Dispatched)
+	}
+	if free, known := e.Free(0.9); free != 4-1-1 || !known {
+		// running 1 + waiting 1 − finished 1 + dispatched 1 = 2 used of 4.
+		t.Fatalf("free=%d known=%v, want 2/true", free, known)
+	}
+	e.StartScrape()(Gauges{Running: 1})
+	if l := e.Load(); l.Finished != 0 || l.Dispatched != 0 {
+		t.Fatalf("after the next scrape: finished=%d dispatched=%d, want 0 and 0", l.Finished, l.Dispatched)
+	}
+	if updates.Load() < 3 {
+		t.Fatalf("OnUpdate called %d times, want one per record and per Done", updates.Load())
+	}
+	during.Done()
+}

@@ -21,6 +21,7 @@ import (
 type Registry struct {
 	opts             atomic.Pointer[Options] // resolved (defaults filled)
 	worker           func(context.Context, *Engine)
+	manual           bool // Options.ManualScrape
 	ownClient        *http.Client // the default client, closed by Close; nil if the caller supplied one
 	staleTransitions atomic.Uint64
 
@@ -40,7 +41,7 @@ type Registry struct {
 // NewRegistry returns an empty registry. No goroutines run until the first
 // [Registry.Apply].
 func NewRegistry(opts Options) *Registry {
-	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker, gcWake: make(chan struct{}, 1)}
+	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker, manual: opts.ManualScrape, gcWake: make(chan struct{}, 1)}
 	r.setOptions(opts)
 	return r
 }
