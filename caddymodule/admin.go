@@ -8,11 +8,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 func init() {
@@ -49,7 +50,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	}
 }
 
-func runningFleet() (*fleet, error) {
+func runningFleet() (*fleet.Fleet, error) {
 	app := current.Load()
 	if app == nil || app.fleet == nil {
 		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("the llm app is not running")}
@@ -79,7 +80,7 @@ func (adminAPI) engines(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, f.engineReports())
+	return writeJSON(w, f.EngineReports())
 }
 
 func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
@@ -97,7 +98,7 @@ func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
 		Parked     uint64  `json:"parked"`
 	}
 	out := map[string]map[string]bandReport{}
-	for name, g := range f.gatesByPool() {
+	for name, g := range f.Gates() {
 		st := g.Stats()
 		bands := map[string]bandReport{}
 		for b := 0; b < admission.NumBands; b++ {
@@ -136,34 +137,17 @@ func (adminAPI) explain(w http.ResponseWriter, r *http.Request) error {
 	}
 	poolName := r.URL.Query().Get("pool")
 	if poolName == "" {
-		poolName = "default"
+		poolName = upstreams.DefaultPool
 	}
-	dials := f.poolDials(poolName)
-	if len(dials) == 0 {
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("pool %q has no engines yet", poolName)}
+	ex, err := f.Explain(r.Context(), req, poolName)
+	if errors.Is(err, fleet.ErrNoEngines) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: err}
 	}
-	s := f.policySettings(poolName)
-	start := time.Now()
-	res := f.route(r.Context(), req, dials, s, true)
-	out := map[string]any{
-		"pool":       poolName,
-		"candidates": res.decision.Scored,
-		"tier":       res.decision.Tier,
-		"outcome":    res.decision.Outcome,
-		"share":      res.decision.Share,
-		"tokens":     res.tokens,
-		"block_size": res.blockSize,
-		"took_ms":    float64(time.Since(start).Microseconds()) / 1000,
+	if err != nil {
+		return err
 	}
-	if res.tokenizeErr != nil {
-		out["tokenize_error"] = res.tokenizeErr.Error()
-	}
-	if res.decision.Index >= 0 {
-		out["pick"] = dials[res.decision.Index]
-	} else {
-		out["pick"] = nil
-	}
-	return writeJSON(w, out)
+	observeTokenize(ex.Tokenize)
+	return writeJSON(w, ex)
 }
 
 // engineAction handles POST /llm/engines/{dial}/drain and /undrain.
@@ -186,13 +170,13 @@ func (adminAPI) engineAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch action {
 	case "drain":
-		f.setDrained(dial, true)
+		f.SetDrained(dial, true)
 	case "undrain":
-		f.setDrained(dial, false)
+		f.SetDrained(dial, false)
 	default:
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("unknown action %q", action)}
 	}
-	return writeJSON(w, map[string]any{"dial": dial, "drained": f.isDrained(dial)})
+	return writeJSON(w, map[string]any{"dial": dial, "drained": f.IsDrained(dial)})
 }
 
 // Interface guards

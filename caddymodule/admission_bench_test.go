@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
 // The benchmarks build the llm_admission handler directly on a fleet whose
@@ -37,25 +38,26 @@ func (p *benchGaugePage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // benchFleet is a started fleet with one engine whose gauges come from page,
 // scraped once at start (poll interval 1h) and known when it returns.
-func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet, string) {
+func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet.Fleet, string) {
 	tb.Helper()
 	srv := httptest.NewServer(page)
 	tb.Cleanup(srv.Close)
 	dial := strings.TrimPrefix(srv.URL, "http://")
-	f := newFleet(zap.NewNop())
-	tb.Cleanup(func() { _ = f.Destruct() })
-	f.apply(&App{
-		PollInterval: caddy.Duration(time.Hour),
-		PollTimeout:  caddy.Duration(5 * time.Second),
+	f := fleet.New(zap.NewNop(), fleet.Options{})
+	tb.Cleanup(f.Close)
+	gen := f.NewGeneration(fleet.Config{
+		PollInterval: time.Hour,
+		PollTimeout:  5 * time.Second,
 		StaleAfter:   3,
-		IdleTTL:      caddy.Duration(time.Hour),
-		Engines:      []*EngineConfig{{Dial: dial}},
-	})
+		IdleTTL:      time.Hour,
+		Engines:      []*fleet.EngineConfig{{Dial: dial}},
+	}, zap.NewNop())
+	f.Start(gen)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if e, ok := f.registry.Get(dial); ok && e.Load().Known {
+		if e, ok := f.Registry().Get(dial); ok && e.Load().Known {
 			// As lb_policy llm in the same route would have taught it.
-			f.learnPool(nil, "default", []string{dial})
+			f.LearnPool(gen, "default", []string{dial})
 			return f, dial
 		}
 		if time.Now().After(deadline) {
@@ -65,7 +67,7 @@ func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet, string) {
 	}
 }
 
-func benchHandler(f *fleet, h Admission) *Admission {
+func benchHandler(f *fleet.Fleet, h Admission) *Admission {
 	h.setDefaults()
 	h.fleet, h.logger = f, zap.NewNop()
 	return &h
@@ -196,7 +198,7 @@ func BenchmarkParkedMemory(b *testing.B) {
 					_ = h.ServeHTTP(&benchDiscardWriter{h: http.Header{}}, benchRequest(rctx, body), benchNext)
 				}()
 			}
-			for f.gatesByPool()["default"] == nil || f.gatesByPool()["default"].Stats().Depth[admission.Normal] < n {
+			for f.Gates()["default"] == nil || f.Gates()["default"].Stats().Depth[admission.Normal] < n {
 				time.Sleep(time.Millisecond)
 			}
 			reportMem(b, n, heap0, stack0)

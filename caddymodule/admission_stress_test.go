@@ -96,9 +96,9 @@ func TestAdmissionAccountingStress(t *testing.T) {
 	if p := peak.Load(); p > limit {
 		t.Errorf("%d requests inside next at once; max_inflight %d", p, limit)
 	}
-	e, _ := f.registry.Get(dial)
+	e, _ := f.Registry().Get(dial)
 	l := e.Load()
-	st := f.gatesByPool()["default"].Stats()
+	st := f.Gates()["default"].Stats()
 	t.Logf("admitted %d (served %d), refused or timed out %d, gone %d; peak inside %d; gate %+v", ok.Load(), served.Load(), refused.Load(), gone.Load(), peak.Load(), st)
 	if l.Inflight != 0 || l.Dispatched != 0 {
 		t.Errorf("after all requests: inflight %d, dispatched %d", l.Inflight, l.Dispatched)

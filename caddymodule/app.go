@@ -2,17 +2,13 @@ package caddymodule
 
 import (
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/upstreams"
+	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
 func init() {
@@ -86,54 +82,21 @@ type App struct {
 	TokenizeCacheSize int `json:"tokenize_cache_size,omitempty"`
 
 	// The engines this gateway knows in advance. Others are discovered.
-	Engines []*EngineConfig `json:"engines,omitempty"`
+	Engines []*fleet.EngineConfig `json:"engines,omitempty"`
 
-	fleet   *fleet
-	logger  *zap.Logger
-	prevLog *zap.Logger // the fleet's logger before Start, restored by Stop
-	prevApp *App        // the generation this one replaced, restored by Stop after a failed reload
+	fleet  *fleet.Fleet
+	gen    *fleet.Generation // this config generation's handle on the fleet
+	logger *zap.Logger
 }
 
-// EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
-// the address reverse_proxy dials for it.
-type EngineConfig struct {
-	// The upstream dial address, exactly as reverse_proxy writes it
-	// (host:port). Required.
-	Dial string `json:"dial"`
+// sharedFleet is the pool's value: the fleet, closed when the last config
+// using it is unloaded.
+type sharedFleet struct{ *fleet.Fleet }
 
-	// URL of the engine's Prometheus metrics. Default: http://<dial>/metrics.
-	Metrics string `json:"metrics,omitempty"`
-
-	// URL of the engine's /tokenize. Default: http://<dial>/tokenize.
-	Tokenize string `json:"tokenize,omitempty"`
-
-	// Admission limit on running + waiting + dispatched requests. Default: 0,
-	// which uses the handler's max_inflight, and without one treats an
-	// engine with queued (waiting) requests as full.
-	MaxInflight int `json:"max_inflight,omitempty"`
-
-	// ZeroMQ endpoint of the engine's KV-cache events, e.g.
-	// tcp://10.0.0.7:5557. Default: derived from kv_events_port, else none.
-	KVEvents string `json:"kv_events,omitempty"`
-
-	// Bind kv_events locally and let the engine connect (vLLM publishes in
-	// connect mode when its endpoint has no `*`). Default: false (dial).
-	KVEventsBind bool `json:"kv_events_bind,omitempty"`
-
-	// ZeroMQ endpoint of the engine's replay ROUTER, used to fill sequence
-	// gaps. Default: derived from kv_replay_port, else none.
-	KVReplay string `json:"kv_replay,omitempty"`
-
-	// Topic prefix the engine publishes under. Default: "" (all).
-	KVTopic string `json:"kv_topic,omitempty"`
-
-	// Bearer token sent to the engine's /metrics and /tokenize, for vLLM
-	// started with --api-key. Placeholders such as {env.VLLM_API_KEY} are
-	// expanded. Never logged.
-	APIKey string `json:"api_key,omitempty"`
-
-	// Pool name shown in metrics and the admin API. Default: "default".
-	Pool string `json:"pool,omitempty"`
+// Destruct implements caddy.Destructor.
+func (s sharedFleet) Destruct() error {
+	s.Close()
+	return nil
 }
 
 // CaddyModule returns the Caddy module information.
@@ -169,7 +132,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.TokenizeCacheSize == 0 {
 		a.TokenizeCacheSize = 4096
 	}
-	if err := a.validate(); err != nil {
+	cfg := a.fleetConfig()
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	repl := caddy.NewReplacer()
@@ -177,72 +141,50 @@ func (a *App) Provision(ctx caddy.Context) error {
 		e.APIKey = repl.ReplaceKnown(e.APIKey, "")
 	}
 	val, _, err := pool.LoadOrNew(fleetKey, func() (caddy.Destructor, error) {
-		return newFleet(a.logger.Named("fleet")), nil
+		return sharedFleet{fleet.New(a.logger.Named("fleet"), fleet.Options{})}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("acquiring fleet state: %w", err)
 	}
-	a.fleet = val.(*fleet)
+	a.fleet = val.(sharedFleet).Fleet
+	a.gen = a.fleet.NewGeneration(cfg, a.logger)
 	registerMetrics(ctx.GetMetricsRegistry(), a.fleet, a.logger)
 	return nil
 }
 
-func (a *App) validate() error {
-	if a.StaleAfter < 0 {
-		return fmt.Errorf("stale_after must be positive, got %d", a.StaleAfter)
+// fleetConfig is the config the fleet follows while this generation runs.
+func (a *App) fleetConfig() fleet.Config {
+	return fleet.Config{
+		PollInterval:        time.Duration(a.PollInterval),
+		PollTimeout:         time.Duration(a.PollTimeout),
+		StaleAfter:          a.StaleAfter,
+		IdleTTL:             time.Duration(a.IdleTTL),
+		KVEventsPort:        a.KVEventsPort,
+		KVReplayPort:        a.KVReplayPort,
+		HashSeed:            a.HashSeed,
+		TokenizeTimeout:     time.Duration(a.TokenizeTimeout),
+		TokenizeConcurrency: a.TokenizeConcurrency,
+		TokenizeCacheSize:   a.TokenizeCacheSize,
+		Engines:             a.Engines,
 	}
-	if a.PollInterval < 0 || a.PollTimeout < 0 || a.IdleTTL < 0 || a.TokenizeTimeout < 0 {
-		return fmt.Errorf("durations must be positive")
-	}
-	for _, p := range []int{a.KVEventsPort, a.KVReplayPort} {
-		if p < 0 || p > 65535 {
-			return fmt.Errorf("port %d out of range", p)
-		}
-	}
-	seen := map[string]bool{}
-	for i, e := range a.Engines {
-		if e == nil || e.Dial == "" {
-			return fmt.Errorf("engine %d: dial address is required", i)
-		}
-		if _, _, err := net.SplitHostPort(e.Dial); err != nil {
-			return fmt.Errorf("engine %q: dial address must be host:port: %w", e.Dial, err)
-		}
-		if seen[e.Dial] {
-			return fmt.Errorf("engine %q listed twice", e.Dial)
-		}
-		seen[e.Dial] = true
-		if e.MaxInflight < 0 {
-			return fmt.Errorf("engine %q: max_inflight must not be negative", e.Dial)
-		}
-		for _, ep := range []string{e.KVEvents, e.KVReplay} {
-			if ep != "" && !strings.HasPrefix(ep, "tcp://") {
-				return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
-			}
-		}
-	}
-	return nil
 }
 
 // Start applies this config to the fleet: pollers and KV subscriptions start
 // for new engines and stop for removed ones; engines that stay keep running.
 func (a *App) Start() error {
-	a.prevLog = a.fleet.logBase.Swap(a.logger)
-	a.prevApp = a.fleet.startGeneration(a)
+	a.fleet.Start(a.gen)
 	current.Store(a)
 	return nil
 }
 
 // Stop leaves the fleet running: the next config generation (if any) has
-// already applied itself, and the last Cleanup stops the workers.
+// already applied itself, and the last Cleanup stops the workers. After a
+// reload that failed once this generation started, the fleet goes back to
+// the generation that keeps running.
 func (a *App) Stop() error {
 	current.CompareAndSwap(a, nil)
-	// A reload that failed after this Start: the fleet logs through, and
-	// follows the config of, the generation that keeps running again.
 	if a.fleet != nil {
-		if a.prevLog != nil {
-			a.fleet.logBase.CompareAndSwap(a.logger, a.prevLog)
-		}
-		a.fleet.stopGeneration(a, a.prevApp)
+		a.fleet.Stop(a.gen)
 	}
 	return nil
 }
@@ -250,57 +192,12 @@ func (a *App) Stop() error {
 // Cleanup releases this generation's reference on the fleet.
 func (a *App) Cleanup() error {
 	if a.fleet != nil {
-		a.fleet.cleanupGeneration(a)
+		a.fleet.Cleanup(a.gen)
 		_, err := pool.Delete(fleetKey)
 		a.fleet = nil
 		return err
 	}
 	return nil
-}
-
-// engineConfigs turns the app config into the registry's view; the KV
-// subscription rides in Attrs so that changing it restarts the subscriber.
-func (a *App) engineConfigs() []upstreams.EngineConfig {
-	out := make([]upstreams.EngineConfig, 0, len(a.Engines))
-	for _, e := range a.Engines {
-		kc := kvConfig{Endpoint: e.KVEvents, Bind: e.KVEventsBind, Replay: e.KVReplay, Topic: e.KVTopic}
-		if kc.Endpoint == "" {
-			kc.Endpoint = derivedEndpoint(e.Dial, a.KVEventsPort)
-		}
-		if kc.Replay == "" {
-			kc.Replay = derivedEndpoint(e.Dial, a.KVReplayPort)
-		}
-		out = append(out, upstreams.EngineConfig{
-			Dial:        e.Dial,
-			MetricsURL:  e.Metrics,
-			TokenizeURL: e.Tokenize,
-			MaxInflight: e.MaxInflight,
-			Header:      bearer(e.APIKey),
-			Pool:        e.Pool,
-			Static:      true,
-			Attrs:       kc.attrs(),
-		})
-	}
-	return out
-}
-
-// derivedEndpoint is tcp://<host of dial>:<port>, or "" when port is 0.
-func derivedEndpoint(dial string, port int) string {
-	if port == 0 {
-		return ""
-	}
-	host, _, err := net.SplitHostPort(dial)
-	if err != nil {
-		return ""
-	}
-	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-func bearer(key string) http.Header {
-	if key == "" {
-		return nil
-	}
-	return http.Header{"Authorization": []string{"Bearer " + key}}
 }
 
 // appFromContext returns the llm app of this config, provisioning it with

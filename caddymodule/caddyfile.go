@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
 func init() {
@@ -91,7 +93,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "tokenize_cache_size":
 			err = parseInt(d, &a.TokenizeCacheSize)
 		case "engine":
-			var e *EngineConfig
+			var e *fleet.EngineConfig
 			e, err = parseEngine(d)
 			if err == nil {
 				a.Engines = append(a.Engines, e)
@@ -106,8 +108,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func parseEngine(d *caddyfile.Dispenser) (*EngineConfig, error) {
-	e := new(EngineConfig)
+func parseEngine(d *caddyfile.Dispenser) (*fleet.EngineConfig, error) {
+	e := new(fleet.EngineConfig)
 	if !d.NextArg() {
 		return nil, d.ArgErr()
 	}

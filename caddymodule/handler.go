@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -118,8 +119,7 @@ type Admission struct {
 	// limit).
 	DisableLocalAccounting bool `json:"disable_local_accounting,omitempty"`
 
-	app    *App
-	fleet  *fleet
+	fleet  *fleet.Fleet
 	logger *zap.Logger
 	models map[string]bool
 }
@@ -140,7 +140,7 @@ func (h *Admission) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.app, h.fleet = app, app.fleet
+	h.fleet = app.fleet
 	return nil
 }
 
@@ -261,7 +261,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		return next.ServeHTTP(w, r)
 	}
 	caddyhttp.SetVar(r.Context(), "llm.band", band.String())
-	h.fleet.notePoolModel(h.Pool, req.Model)
+	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req.Stream)
 	if done {
@@ -270,7 +270,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	if a.res != nil {
 		caddyhttp.SetVar(r.Context(), varReservation, a.res)
 		res := a.res
-		fb.onSend = func() { h.fleet.followUpstream(r, res) }
+		fb.onSend = func() { h.fleet.Follow(res, servedBy(r)) }
 		fb.onSent = res.Sent
 		// Released however the proxy ends, panics (http.ErrAbortHandler)
 		// included; the release wakes parked requests.
@@ -291,7 +291,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		if ow.aborted {
 			outcome = errUpstreamAborted
 		}
-		h.fleet.reportOutcome(servedBy(r), outcome, ow.status)
+		h.fleet.ReportOutcome(servedBy(r), outcome, ow.status)
 	}
 	if ow.aborted && !ow.streaming() {
 		// A non-streaming body cut short: aborting the connection is the
@@ -413,7 +413,7 @@ type admitted struct {
 func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, stream bool) (a admitted, done bool) {
 	dials := h.dials()
 	lim := h.limits()
-	if lim.failClosed && !h.fleet.anyKnown(dials) {
+	if lim.FailClosed && !h.fleet.AnyKnown(dials) {
 		// Nothing to wait for: parking would only delay the same answer.
 		rejectedTotal.WithLabelValues(band.String(), "state_unknown").Inc()
 		h.reject(w, nil, band, 1, "state_unknown")
@@ -423,13 +423,13 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	// result or a completion); what it writes is read here after Ready is
 	// closed or Leave returned, both ordered after it.
 	try := func() bool {
-		rr, fo, ok := h.fleet.tryReserve(h.dials(), lim)
+		rr, fo, ok := h.fleet.TryReserve(h.dials(), lim)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
 		return ok
 	}
-	gate := h.fleet.gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
+	gate := h.fleet.Gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
 	waiter, err := gate.Enter(band, try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
@@ -533,11 +533,11 @@ func (h *Admission) dials() []string {
 	if len(h.Engines) > 0 {
 		return h.Engines
 	}
-	return h.fleet.poolDials(h.Pool)
+	return h.fleet.PoolDials(h.Pool)
 }
 
-func (h *Admission) limits() limits {
-	return limits{kv: h.KVLimit, maxInflight: h.MaxInflight, failClosed: h.FailClosed, ignoreDispatched: h.DisableLocalAccounting}
+func (h *Admission) limits() fleet.Limits {
+	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting}
 }
 
 // parkOutcome is how parking ended.
@@ -605,7 +605,7 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 // drain rate and the request's queue position (a newcomer's place in band
 // when position is 0). gate may be nil.
 func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) {
-	rate := h.fleet.drainRate(h.dials())
+	rate := h.fleet.DrainRate(h.dials())
 	if gate != nil {
 		if position <= 0 {
 			position = gate.Ahead(band) + 1

@@ -2,11 +2,15 @@ package caddymodule
 
 import (
 	"errors"
+	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 // Counters and histograms are package-level and re-registered into each
@@ -81,10 +85,24 @@ func collectors() []prometheus.Collector {
 	}
 }
 
+// observeTokenize counts a routing tokenization: a failure, a cache hit,
+// or the duration of a /tokenize call.
+func observeTokenize(t fleet.TokenizeResult) {
+	switch {
+	case !t.Called:
+	case t.Err != nil:
+		tokenizeFailures.Inc()
+	case t.Cached:
+		tokenizeCacheHits.Inc()
+	default:
+		tokenizeSeconds.Observe(t.Took.Seconds())
+	}
+}
+
 // registerMetrics adds the llmgw collectors to a config's registry.
 // Registering the same package-level collector twice into one registry (two
 // apps cannot exist, but a retried provision can) is not an error.
-func registerMetrics(reg *prometheus.Registry, f *fleet, logger *zap.Logger) {
+func registerMetrics(reg *prometheus.Registry, f *fleet.Fleet, logger *zap.Logger) {
 	if reg == nil {
 		return
 	}
@@ -132,7 +150,7 @@ var (
 )
 
 // fleetCollector reads the fleet's live state at scrape time.
-type fleetCollector struct{ f *fleet }
+type fleetCollector struct{ f *fleet.Fleet }
 
 // Describe implements prometheus.Collector.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -146,44 +164,58 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	f := c.f
-	var depth [admission.NumBands]int
-	for _, g := range f.gateList() {
-		st := g.Stats()
-		for b := range depth {
-			depth[b] += st.Depth[b]
-		}
-	}
-	for b, d := range depth {
+	for b, d := range f.QueueDepth() {
 		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(d), admission.Band(b).String())
 	}
-	for _, e := range f.registry.Engines() {
-		l := e.Load()
-		dial, poolName := e.Dial(), e.Config().Pool
-		if poolName == "" {
-			poolName = "default"
-		}
-		stale := 0.0
-		if !l.Known {
-			stale = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(l.Inflight), dial, poolName)
-		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, l.Waiting, dial, poolName)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, l.Running, dial, poolName)
-		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, l.KVUsage, dial, poolName)
-		ch <- prometheus.MustNewConstMetric(descDrainRate, prometheus.GaugeValue, l.DrainRate, dial, poolName)
-		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, stale, dial, poolName)
+	reg := f.Registry()
+	for _, e := range reg.Engines() {
+		collectEngine(ch, e)
 	}
-	for model, sat := range f.saturation() {
+	for model, sat := range f.Saturation() {
 		ch <- prometheus.MustNewConstMetric(descSaturation, prometheus.GaugeValue, sat, model)
 	}
-	ch <- prometheus.MustNewConstMetric(descStaleTotal, prometheus.CounterValue, float64(f.registry.StaleTransitions()))
-	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, float64(f.registry.Degraded()))
-	for _, b := range f.breakerStates() {
-		v := 0.0
-		if b.open {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, b.dial)
+	ch <- prometheus.MustNewConstMetric(descStaleTotal, prometheus.CounterValue, float64(reg.StaleTransitions()))
+	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, float64(reg.Degraded()))
+	for dial, open := range f.BreakerOpen() {
+		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, boolGauge(open), dial)
 	}
-	f.collectKV(ch)
+	collectKV(ch, f.Index().Stats())
+}
+
+// collectEngine emits one engine's gauges and accounting.
+func collectEngine(ch chan<- prometheus.Metric, e *upstreams.Engine) {
+	l := e.Load()
+	dial, poolName := e.Dial(), e.Config().Pool
+	if poolName == "" {
+		poolName = upstreams.DefaultPool
+	}
+	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(l.Inflight), dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, l.Waiting, dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, l.Running, dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, l.KVUsage, dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descDrainRate, prometheus.GaugeValue, l.DrainRate, dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, boolGauge(!l.Known), dial, poolName)
+}
+
+// collectKV emits the per-engine KV metrics.
+func collectKV(ch chan<- prometheus.Metric, stats []kvindex.MirrorStats) {
+	sort.Slice(stats, func(i, j int) bool { return stats[i].Engine < stats[j].Engine })
+	for _, s := range stats {
+		e := s.Engine
+		for typ, n := range map[string]uint64{"stored": s.Stored, "removed": s.Removed, "cleared": s.Cleared, "unknown": s.Unknown} {
+			ch <- prometheus.MustNewConstMetric(descKVEvents, prometheus.CounterValue, float64(n), e, typ)
+		}
+		ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(s.Blocks), e)
+		for reason, n := range s.Resyncs {
+			ch <- prometheus.MustNewConstMetric(descKVResyncs, prometheus.CounterValue, float64(n), e, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descKVMismatch, prometheus.CounterValue, float64(s.Verify.Mismatched), e)
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -87,8 +88,8 @@ type Policy struct {
 	// replica and tier. Default: false.
 	DebugHeaders bool `json:"debug_headers,omitempty"`
 
-	fleet    *fleet
-	app      *App // the config generation this policy belongs to
+	fleet    *fleet.Fleet
+	gen      *fleet.Generation // the config generation this policy belongs to
 	logger   *zap.Logger
 	bodyWait time.Duration // policyBodyWait; shorter in unit tests
 }
@@ -116,14 +117,14 @@ func (p *Policy) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	p.app = app
+	p.gen = app.gen
 	p.setup(ctx.Logger(), app.fleet)
 	return nil
 }
 
 // setup applies the defaults and registers the policy's settings with the
 // fleet (Provision without a Caddy context, for tests).
-func (p *Policy) setup(logger *zap.Logger, f *fleet) {
+func (p *Policy) setup(logger *zap.Logger, f *fleet.Fleet) {
 	p.logger = logger
 	p.Config.SetDefaults()
 	if p.Pool == "" {
@@ -145,8 +146,8 @@ func (p *Policy) setup(logger *zap.Logger, f *fleet) {
 		p.bodyWait = policyBodyWait
 	}
 	p.fleet = f
-	p.fleet.setBreaker(routing.BreakerConfig{Failures: p.BreakerFailures, Cooldown: time.Duration(p.BreakerCooldown)})
-	p.fleet.setPolicy(p.Pool, p.settings())
+	p.fleet.SetBreaker(routing.BreakerConfig{Failures: p.BreakerFailures, Cooldown: time.Duration(p.BreakerCooldown)})
+	p.fleet.SetPolicy(p.Pool, p.settings())
 }
 
 // Validate checks the configuration.
@@ -160,8 +161,8 @@ func (p *Policy) Validate() error {
 	return nil
 }
 
-func (p *Policy) settings() routeSettings {
-	return routeSettings{cost: p.Config, blockSize: p.BlockSize, tokenize: !p.DisableTokenize}
+func (p *Policy) settings() fleet.Settings {
+	return fleet.Settings{Cost: p.Config, BlockSize: p.BlockSize, Tokenize: !p.DisableTokenize}
 }
 
 // varSelect holds the policy's *selectState of a request.
@@ -196,10 +197,65 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	ctx := r.Context()
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
+	st := p.attempt(r, repl, res == nil)
+	req := p.request(r, st)
+	cands, spare := p.candidates(pool, st)
+	chosen, d := p.choose(r, req, cands, res)
+	if chosen == nil {
+		// No request to route on, or every candidate excluded (saturated,
+		// KV full): least_conn among what is left rather than nil while
+		// any upstream is available; replicas whose breaker is open come
+		// last. Drained replicas never get new requests.
+		d.Tier = routing.LoadOnly
+		if chosen = leastConn(cands); chosen == nil {
+			chosen = leastConn(spare)
+		}
+	}
+	for _, u := range cands {
+		if u != chosen {
+			p.fleet.ReleaseProbe(u.Dial) // hand back half-open probes not used
+		}
+	}
+	if chosen == nil {
+		return nil
+	}
+	prefixDecisions.WithLabelValues(d.Tier.String(), d.Outcome.String()).Inc()
+	p.fleet.Routed(req, d, chosen.Dial)
+	st.mu.Lock()
+	st.tried[chosen.Dial] = true
+	st.last = chosen.Dial
+	st.mu.Unlock()
+	if repl != nil {
+		// The status left by an earlier attempt must not be taken for
+		// this one's.
+		repl.Delete(statusPlaceholder)
+	}
+	caddyhttp.SetVar(ctx, "llm.tier", d.Tier.String())
+	if res == nil {
+		// Not gated by llm_admission: count the request here until it ends.
+		res = p.fleet.Dispatch(nil, chosen.Dial)
+		caddyhttp.SetVar(ctx, varReservation, res)
+		context.AfterFunc(ctx, res.Done)
+	} else {
+		p.fleet.Dispatch(res, chosen.Dial)
+	}
+	if p.DebugHeaders && w != nil {
+		w.Header().Set("X-LLM-Upstream", chosen.Dial)
+		w.Header().Set("X-LLM-Tier", d.Tier.String())
+	}
+	return chosen
+}
+
+// attempt returns the request's routing state, starting it on the first
+// attempt of a reverse_proxy handler. A later attempt of the same handler
+// means the previous pick failed: the breaker hears of it. report says the
+// policy reports the request's outcome itself (no llm_admission).
+func (p *Policy) attempt(r *http.Request, repl *caddy.Replacer, report bool) *selectState {
+	ctx := r.Context()
 	st, ok := caddyhttp.GetVar(ctx, varSelect).(*selectState)
 	switch {
 	case !ok:
-		st = &selectState{req: r, tried: make(map[string]bool), report: res == nil}
+		st = &selectState{req: r, tried: make(map[string]bool), report: report}
 		caddyhttp.SetVar(ctx, varSelect, st)
 		if st.report {
 			// llm_admission did not gate this request, so nobody else
@@ -222,98 +278,66 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		st.last = ""
 		st.mu.Unlock()
 		if last != "" {
-			p.fleet.breakerFailure(last)
+			p.fleet.Breaker().Failure(last, time.Now())
 		}
 	}
-	req := p.request(r, st)
+	return st
+}
 
+// candidates are the upstreams this attempt may pick: available, not tried
+// by this request, not drained, and allowed by their breaker; spare are
+// those refused only by their breaker. It also teaches the fleet the pool's
+// upstreams, for the admission handler of the same route.
+func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (cands, spare []*reverseproxy.Upstream) {
 	now := time.Now()
+	b := p.fleet.Breaker()
 	all := make([]string, 0, len(pool))
-	cands := make([]*reverseproxy.Upstream, 0, len(pool))
-	var spare []*reverseproxy.Upstream // refused only by their breaker
+	cands = make([]*reverseproxy.Upstream, 0, len(pool))
 	for _, u := range pool {
 		if u == nil {
 			continue
 		}
 		all = append(all, u.Dial)
-		if !u.Available() || st.tried[u.Dial] || p.fleet.isDrained(u.Dial) {
+		if !u.Available() || st.tried[u.Dial] || p.fleet.IsDrained(u.Dial) {
 			continue
 		}
-		if !p.fleet.breakerAllow(u.Dial, now) {
+		if !b.Allow(u.Dial, now) {
 			spare = append(spare, u)
 			continue
 		}
 		cands = append(cands, u)
 	}
-	p.fleet.learnPool(p.app, p.Pool, sortedCopy(all))
+	sort.Strings(all)
+	p.fleet.LearnPool(p.gen, p.Pool, all)
+	return cands, spare
+}
 
-	var chosen *reverseproxy.Upstream
-	var text string // what the approximate tier keys on, once computed
-	tier, outcome := routing.LoadOnly, routing.Miss
-	if len(cands) > 0 {
-		dials := make([]string, len(cands))
-		for i, u := range cands {
-			dials[i] = u.Dial
-		}
-		if key := p.cacheKey(r); key != "" {
-			chosen, tier, outcome = cands[routing.Rendezvous(key, dials)], routing.CacheKey, routing.Hit
-		} else if req != nil {
-			own := ""
-			if res != nil {
-				own = res.Engine().Dial()
-			}
-			rr := p.fleet.routeFor(ctx, req, dials, p.settings(), false, own)
-			outcome, text = rr.decision.Outcome, rr.text
-			if rr.decision.Index >= 0 {
-				chosen, tier = cands[rr.decision.Index], rr.decision.Tier
-				prefixShare.Observe(rr.decision.Share)
-			}
-		}
+// choose asks the fleet where the request goes among cands; nil when it
+// has no answer (no candidate, no request, or every candidate excluded).
+func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation) (*reverseproxy.Upstream, fleet.Decision) {
+	d := fleet.Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
+	if len(cands) == 0 {
+		return nil, d
 	}
-	if chosen == nil {
-		// No request to route on, or every candidate excluded (saturated,
-		// KV full): least_conn among what is left rather than nil while
-		// any upstream is available; replicas whose breaker is open come
-		// last. Drained replicas never get new requests.
-		tier = routing.LoadOnly
-		if chosen = leastConn(cands); chosen == nil {
-			chosen = leastConn(spare)
-		}
+	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: p.cacheKey(r)}
+	for i, u := range cands {
+		q.Dials[i] = u.Dial
 	}
-	for _, u := range cands {
-		if u != chosen {
-			p.fleet.breakerRelease(u.Dial) // hand back half-open probes not used
-		}
+	if res != nil {
+		q.Own = res.Engine().Dial()
 	}
-	if chosen == nil {
-		return nil
+	if q.CacheKey == "" && req == nil {
+		return nil, d
 	}
-	prefixDecisions.WithLabelValues(tier.String(), outcome.String()).Inc()
-	if req != nil {
-		if text == "" {
-			// Not routed on the prompt (cache key, or every candidate
-			// excluded): keyed exactly as a routed request would be.
-			text, _ = approxKey(req, p.fleet.loraOf(req))
-		}
-		p.fleet.approx.Insert(text, chosen.Dial)
+	d = p.fleet.Route(r.Context(), q)
+	observeTokenize(d.Tokenize)
+	if d.Index < 0 {
+		return nil, d
 	}
-
-	st.mu.Lock()
-	st.tried[chosen.Dial] = true
-	st.last = chosen.Dial
-	st.mu.Unlock()
-	if repl != nil {
-		// The status left by an earlier attempt must not be taken for
-		// this one's.
-		repl.Delete(statusPlaceholder)
+	if d.Tier != routing.CacheKey {
+		prefixShare.Observe(d.Share)
 	}
-	caddyhttp.SetVar(ctx, "llm.tier", tier.String())
-	p.fleet.account(r, chosen.Dial)
-	if p.DebugHeaders && w != nil {
-		w.Header().Set("X-LLM-Upstream", chosen.Dial)
-		w.Header().Set("X-LLM-Tier", tier.String())
-	}
-	return chosen
+	return cands[d.Index], d
 }
 
 // reportEnd feeds the breaker with the last attempt's result when the
@@ -332,7 +356,7 @@ func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
 	if !ok || !isInt {
 		return
 	}
-	p.fleet.reportOutcome(last, nil, status)
+	p.fleet.ReportOutcome(last, nil, status)
 }
 
 // request returns the parsed request left by llm_admission, or parses the
@@ -528,12 +552,6 @@ func leastConn(ups []*reverseproxy.Upstream) *reverseproxy.Upstream {
 		}
 	}
 	return best
-}
-
-func sortedCopy(s []string) []string {
-	out := append([]string(nil), s...)
-	sort.Strings(out)
-	return out
 }
 
 // Interface guards

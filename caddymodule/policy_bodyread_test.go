@@ -59,7 +59,7 @@ func selectWithin(t *testing.T, p *Policy, r *http.Request, d time.Duration) str
 func TestPolicyBodyRead(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	body := chatBody(false, strings.Repeat("a slow client ", 200))
 	half := len(body) / 2
 	errGone := errors.New("client gone")
@@ -158,7 +158,7 @@ func TestPolicyBodyRead(t *testing.T) {
 func TestPolicyBodyReadClose(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{bodyWait: 50 * time.Millisecond})
 	pr, pw := io.Pipe()
 	r, _, cancel := testRequest(t, "")
@@ -339,7 +339,7 @@ func TestPolicyBodyReadStalledClients(t *testing.T) {
 // body (lb_policy llm without llm_admission), for a body that is all there.
 func BenchmarkPolicyBodyRead(b *testing.B) {
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := new(Policy)
 	p.setup(zap.NewNop(), f)
 	for _, size := range []int{1 << 10, 64 << 10} {

@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
@@ -68,17 +65,15 @@ func TestPolicyScaleOut(t *testing.T) {
 	policyGateway{engines: engines, policy: "\t\t\tdebug_headers\n"}.load(t)
 	polWaitKV(t, engines...)
 
-	second := newFleet(zap.NewNop())
-	defer second.Destruct()
-	app := &App{
-		PollInterval: caddy.Duration(50 * time.Millisecond), PollTimeout: caddy.Duration(time.Second),
-		StaleAfter: 3, IdleTTL: caddy.Duration(time.Minute),
-		TokenizeTimeout: caddy.Duration(time.Second), TokenizeConcurrency: 8, TokenizeCacheSize: 64,
+	cfg := fleet.Config{
+		PollInterval: 50 * time.Millisecond, PollTimeout: time.Second, StaleAfter: 3, IdleTTL: time.Minute,
+		TokenizeTimeout: time.Second, TokenizeConcurrency: 8, TokenizeCacheSize: 64,
 	}
 	for _, e := range engines {
-		app.Engines = append(app.Engines, &EngineConfig{Dial: e.Addr(), KVEvents: e.KVEndpoint(), KVReplay: e.ReplayEndpoint()})
+		cfg.Engines = append(cfg.Engines, &fleet.EngineConfig{Dial: e.Addr(), KVEvents: e.KVEndpoint(), KVReplay: e.ReplayEndpoint()})
 	}
-	second.apply(app)
+	second := startedFleet(cfg)
+	defer second.Close()
 	dials := make([]string, len(engines))
 	for i, e := range engines {
 		dials[i] = e.Addr()
@@ -87,7 +82,10 @@ func TestPolicyScaleOut(t *testing.T) {
 			t.Fatalf("%s: %v", e.Addr(), err)
 		}
 		cancel()
-		eventually(t, 10*time.Second, "second gateway connected to "+e.Addr(), func() bool { return second.preciseFresh(e.Addr()) })
+		eventually(t, 10*time.Second, "second gateway connected to "+e.Addr(), func() bool {
+			m := second.Index().Mirror(e.Addr())
+			return m != nil && m.Connected()
+		})
 	}
 
 	// Each engine holds its own prefix, learned by both gateways from events.
@@ -97,11 +95,11 @@ func TestPolicyScaleOut(t *testing.T) {
 		polDirect(t, e, polChat(prefixes[i], "warm", 1, false))
 		polWaitBlocks(t, e.Addr(), 1200/16)
 		eventually(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
-			m := second.index.Mirror(e.Addr())
+			m := second.Index().Mirror(e.Addr())
 			return m != nil && m.Stats().Blocks == getEngineReport(t, e.Addr()).KV.Blocks
 		})
 	}
-	s := second.policySettings("default")
+	s := second.PolicySettings("default")
 	for i, e := range engines {
 		for j := range 3 {
 			body := polChat(prefixes[i], fmt.Sprintf("question %d", j), 2, false)
@@ -113,7 +111,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := second.route(context.Background(), req, dials, s, false).decision
+			d := second.Route(context.Background(), fleet.Query{Request: req, Dials: dials, Settings: s})
 			if d.Index < 0 || dials[d.Index] != e.Addr() || d.Tier != routing.Precise || d.Outcome != routing.Hit {
 				t.Errorf("gateway 2, prefix %d: %+v, want %s precise hit", i, d, e.Addr())
 			}

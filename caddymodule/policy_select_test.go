@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -43,23 +44,29 @@ func polLeakCheck(t *testing.T) func() {
 // deadDials are loopback addresses nothing listens on.
 var deadDials = []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
 
-// testFleet is a fleet applied with the given engines, as App.Start would.
-func testFleet(engines ...*EngineConfig) *fleet {
-	f := newFleet(zap.NewNop())
-	f.apply(&App{
-		PollInterval:        caddy.Duration(time.Second),
-		PollTimeout:         caddy.Duration(time.Second),
+// testFleet is a fleet following a config with the given engines, as
+// App.Start would start it.
+func testFleet(engines ...*fleet.EngineConfig) *fleet.Fleet {
+	return startedFleet(fleet.Config{
+		PollInterval:        time.Second,
+		PollTimeout:         time.Second,
 		StaleAfter:          3,
-		IdleTTL:             caddy.Duration(time.Minute),
-		TokenizeTimeout:     caddy.Duration(time.Second),
+		IdleTTL:             time.Minute,
+		TokenizeTimeout:     time.Second,
 		TokenizeConcurrency: 8,
 		TokenizeCacheSize:   64,
 		Engines:             engines,
 	})
+}
+
+// startedFleet is a new fleet running one generation of cfg.
+func startedFleet(cfg fleet.Config) *fleet.Fleet {
+	f := fleet.New(zap.NewNop(), fleet.Options{})
+	f.Start(f.NewGeneration(cfg, zap.NewNop()))
 	return f
 }
 
-func testPolicy(f *fleet, p *Policy) *Policy {
+func testPolicy(f *fleet.Fleet, p *Policy) *Policy {
 	p.setup(zap.NewNop(), f)
 	return p
 }
@@ -97,7 +104,7 @@ func readBody(t *testing.T, r *http.Request) string {
 func TestPolicySelectBody(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	big := chatBody(false, strings.Repeat("long ", 100))
 	cases := []struct {
 		name, body string
@@ -147,7 +154,7 @@ func TestPolicySelectBody(t *testing.T) {
 func TestPolicySelectRetriesAndBreaker(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
 	r, _, cancel := testRequest(t, chatBody(false, "retry me"))
 	defer cancel()
@@ -167,7 +174,7 @@ func TestPolicySelectRetriesAndBreaker(t *testing.T) {
 		t.Fatalf("every upstream failed, yet %s was picked", u.Dial)
 	}
 	for d := range seen {
-		if st := f.currentBreaker().State(d, time.Now()); st != routing.StateOpen {
+		if st := f.Breaker().State(d, time.Now()); st != routing.StateOpen {
 			t.Errorf("breaker of %s is %s after its failure, want open", d, st)
 		}
 	}
@@ -187,7 +194,7 @@ func TestPolicySelectRetriesAndBreaker(t *testing.T) {
 func TestPolicySelectSecondHandler(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
 	pool := testPool(deadDials[0])
 	r, _, cancel := testRequest(t, chatBody(false, "two proxies"))
@@ -199,13 +206,13 @@ func TestPolicySelectSecondHandler(t *testing.T) {
 	if u := p.Select(pool, r2, nil); u == nil {
 		t.Fatal("second handler: its first attempt found the upstream excluded")
 	}
-	if st := f.currentBreaker().State(deadDials[0], time.Now()); st != routing.StateClosed {
+	if st := f.Breaker().State(deadDials[0], time.Now()); st != routing.StateClosed {
 		t.Fatalf("the first handler's pick counted as a failure: %s", st)
 	}
 	if u := p.Select(pool, r2, nil); u != nil {
 		t.Fatalf("the second handler's retry re-picked %s", u.Dial)
 	}
-	if st := f.currentBreaker().State(deadDials[0], time.Now()); st != routing.StateOpen {
+	if st := f.Breaker().State(deadDials[0], time.Now()); st != routing.StateOpen {
 		t.Fatalf("the second handler's retry did not count a failure: %s", st)
 	}
 }
@@ -216,27 +223,27 @@ func TestPolicySelectSecondHandler(t *testing.T) {
 func TestPolicySelectReportsOutcome(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Hour)})
 	for _, admitted := range []bool{false, true} {
 		r, repl, cancel := testRequest(t, chatBody(false, "status"))
 		if admitted {
-			caddyhttp.SetVar(r.Context(), varReservation, f.registry.Ensure(deadDials[0]).Reserve())
+			caddyhttp.SetVar(r.Context(), varReservation, f.Registry().Ensure(deadDials[0]).Reserve())
 		}
 		u := p.Select(testPool(deadDials...), r, nil)
 		repl.Set(statusPlaceholder, http.StatusInternalServerError)
 		cancel()
 		if admitted {
 			time.Sleep(50 * time.Millisecond) // a report would have run by now
-			if st := f.currentBreaker().State(u.Dial, time.Now()); st != routing.StateClosed {
+			if st := f.Breaker().State(u.Dial, time.Now()); st != routing.StateClosed {
 				t.Errorf("with llm_admission the policy reported too: breaker %s", st)
 			}
 			continue
 		}
 		eventually(t, 5*time.Second, "the 500 to open the breaker", func() bool {
-			return f.currentBreaker().State(u.Dial, time.Now()) == routing.StateOpen
+			return f.Breaker().State(u.Dial, time.Now()) == routing.StateOpen
 		})
-		f.setBreaker(routing.BreakerConfig{Failures: 2, Cooldown: time.Hour}) // fresh breakers
+		f.SetBreaker(routing.BreakerConfig{Failures: 2, Cooldown: time.Hour}) // fresh breakers
 	}
 }
 
@@ -245,17 +252,17 @@ func TestPolicySelectReportsOutcome(t *testing.T) {
 // gets a pick (least_conn), never nil while an upstream is available.
 func TestPolicySelectDrainAndSaturation(t *testing.T) {
 	defer polLeakCheck(t)()
-	engines := make([]*EngineConfig, len(deadDials))
+	engines := make([]*fleet.EngineConfig, len(deadDials))
 	for i, d := range deadDials {
-		engines[i] = &EngineConfig{Dial: d, MaxInflight: 1}
+		engines[i] = &fleet.EngineConfig{Dial: d, MaxInflight: 1}
 	}
 	f := testFleet(engines...)
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{})
 	pool := testPool(deadDials...)
 
-	f.setDrained(deadDials[0], true)
-	f.setDrained(deadDials[1], true)
+	f.SetDrained(deadDials[0], true)
+	f.SetDrained(deadDials[1], true)
 	for i := range 20 {
 		r, _, cancel := testRequest(t, chatBody(false, "drain "+strings.Repeat("x", i)))
 		u := p.Select(pool, r, nil)
@@ -264,20 +271,20 @@ func TestPolicySelectDrainAndSaturation(t *testing.T) {
 			t.Fatalf("request %d went to %v, want the only undrained %s", i, u, deadDials[2])
 		}
 	}
-	f.setDrained(deadDials[2], true)
+	f.SetDrained(deadDials[2], true)
 	r, _, cancel := testRequest(t, chatBody(false, "all drained"))
 	if u := p.Select(pool, r, nil); u != nil {
 		t.Errorf("every replica drained, yet %s was picked", u.Dial)
 	}
 	cancel()
 	for _, d := range deadDials {
-		f.setDrained(d, false)
+		f.SetDrained(d, false)
 	}
 
 	// Saturate every replica (max_inflight 1, one request each).
 	var held []*upstreams.Reservation
 	for _, d := range deadDials {
-		held = append(held, f.registry.Ensure(d).Reserve())
+		held = append(held, f.Registry().Ensure(d).Reserve())
 	}
 	defer func() {
 		for _, h := range held {
@@ -288,7 +295,7 @@ func TestPolicySelectDrainAndSaturation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := f.route(context.Background(), req, deadDials, p.settings(), false).decision; d.Index != -1 {
+	if d := f.Route(context.Background(), fleet.Query{Request: req, Dials: deadDials, Settings: p.settings()}); d.Index != -1 {
 		t.Fatalf("routing picked %d in a saturated fleet: the fallback is not exercised", d.Index)
 	}
 	r, _, cancel = testRequest(t, chatBody(false, "saturated"))
@@ -309,7 +316,7 @@ func TestPolicySelectDrainAndSaturation(t *testing.T) {
 func TestPolicySelectCacheKey(t *testing.T) {
 	defer polLeakCheck(t)()
 	f := testFleet()
-	defer f.Destruct()
+	defer f.Close()
 	p := testPolicy(f, &Policy{CacheKeyHeader: "X-Session-ID"})
 	pool := testPool(deadDials...)
 	pick := func(key string) string {
@@ -330,7 +337,7 @@ func TestPolicySelectCacheKey(t *testing.T) {
 			t.Fatalf("key %s moved from %s to %s", k, home[k], again)
 		}
 	}
-	f.setDrained(deadDials[1], true)
+	f.SetDrained(deadDials[1], true)
 	moved := 0
 	for k, d := range home {
 		got := pick(k)

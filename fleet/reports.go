@@ -1,16 +1,18 @@
-package caddymodule
+package fleet
 
 import (
-	"sort"
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
-// engineReport is one engine in GET /llm/engines.
-type engineReport struct {
+// EngineReport is one engine in GET /llm/engines.
+type EngineReport struct {
 	Dial       string    `json:"dial"`
 	Pool       string    `json:"pool"`
 	Static     bool      `json:"configured"`
@@ -33,11 +35,11 @@ type engineReport struct {
 	DrainRate  float64   `json:"drain_rate"`
 	Drained    bool      `json:"drained"`
 	Breaker    string    `json:"breaker"`
-	KV         *kvReport `json:"kv"`
+	KV         *KVReport `json:"kv"`
 }
 
-// kvReport is an engine's KV subscription and mirror.
-type kvReport struct {
+// KVReport is an engine's KV subscription and mirror.
+type KVReport struct {
 	Endpoint         string            `json:"endpoint"`
 	Mode             string            `json:"mode"`
 	Replay           string            `json:"replay,omitempty"`
@@ -59,11 +61,11 @@ type kvReport struct {
 	Resyncs          map[string]uint64 `json:"resyncs"`
 	LastResync       time.Time         `json:"last_resync,omitzero"`
 	LastResyncReason string            `json:"last_resync_reason,omitempty"`
-	Verify           verifyReport      `json:"hash_verification"`
+	Verify           VerifyReport      `json:"hash_verification"`
 }
 
-// verifyReport is the hash verification state of an engine's mirror.
-type verifyReport struct {
+// VerifyReport is the hash verification state of an engine's mirror.
+type VerifyReport struct {
 	Enabled        bool      `json:"enabled"`
 	Checked        uint64    `json:"checked"`
 	Verified       uint64    `json:"verified"`
@@ -73,12 +75,14 @@ type verifyReport struct {
 	LastMismatchAt time.Time `json:"last_mismatch_at,omitzero"`
 }
 
-func (f *fleet) engineReports() []engineReport {
+// EngineReports describes every engine the registry knows.
+func (f *Fleet) EngineReports() []EngineReport {
 	now := time.Now()
-	var out []engineReport
+	b := f.Breaker()
+	var out []EngineReport
 	for _, e := range f.registry.Engines() {
 		l, c := e.Load(), e.Config()
-		r := engineReport{
+		r := EngineReport{
 			Dial: e.Dial(), Pool: c.Pool, Static: c.Static,
 			Known: l.Known, Stale: l.Stale, Degraded: l.Degraded,
 			Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage,
@@ -86,11 +90,11 @@ func (f *fleet) engineReports() []engineReport {
 			ScrapedAt: l.ScrapedAt, AgeSeconds: l.Age.Seconds(),
 			Failures: l.Failures, LastError: l.LastError,
 			Inflight: l.Inflight, Dispatched: l.Dispatched, Finished: l.Finished, MaxInfl: l.MaxInflight,
-			DrainRate: l.DrainRate, Drained: f.isDrained(e.Dial()),
-			Breaker: f.currentBreaker().State(e.Dial(), now),
+			DrainRate: l.DrainRate, Drained: f.IsDrained(e.Dial()),
+			Breaker: b.State(e.Dial(), now),
 		}
 		if r.Pool == "" {
-			r.Pool = "default"
+			r.Pool = upstreams.DefaultPool
 		}
 		r.KV = f.kvReport(e.Dial())
 		out = append(out, r)
@@ -98,20 +102,20 @@ func (f *fleet) engineReports() []engineReport {
 	return out
 }
 
-func (f *fleet) kvReport(dial string) *kvReport {
+func (f *Fleet) kvReport(dial string) *KVReport {
 	f.mu.Lock()
-	live := f.kvLive[dial]
+	s := f.subs[dial]
 	f.mu.Unlock()
-	if live == nil {
+	if s == nil {
 		return nil
 	}
-	st := live.sub.Stats()
-	r := &kvReport{
-		Endpoint: live.cfg.Endpoint, Mode: "connect", Replay: live.cfg.Replay,
+	st := s.sub.Stats()
+	r := &KVReport{
+		Endpoint: s.cfg.Endpoint, Mode: "connect", Replay: s.cfg.Replay,
 		Subscribed: true, Connected: st.Connected, Sessions: st.Sessions,
 		DialErrors: st.DialErrors, Dropped: st.Dropped, LastError: st.LastError,
 	}
-	if live.cfg.Bind {
+	if s.cfg.Bind {
 		r.Mode = "bind"
 	}
 	if m := f.index.Mirror(dial); m != nil {
@@ -126,35 +130,28 @@ func (f *fleet) kvReport(dial string) *kvReport {
 		r.DecodeErrors = ms.DecodeErrors
 		r.Resyncs, r.LastResync, r.LastResyncReason = ms.Resyncs, ms.LastResync, ms.LastResyncReason
 		v := ms.Verify
-		r.Verify = verifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,
+		r.Verify = VerifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,
 			Mismatched: v.Mismatched, Skipped: v.Skipped, LastMismatch: v.LastMismatch, LastMismatchAt: v.LastMismatchAt}
 	}
 	return r
 }
 
-func (f *fleet) gatesByPool() map[string]*admission.Gate {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]*admission.Gate, len(f.gates))
-	for k, g := range f.gates {
-		out[k] = g
+// QueueDepth is the number of requests parked in every pool's gate, by
+// band.
+func (f *Fleet) QueueDepth() [admission.NumBands]int {
+	var depth [admission.NumBands]int
+	for _, g := range f.gateList() {
+		st := g.Stats()
+		for b := range depth {
+			depth[b] += st.Depth[b]
+		}
 	}
-	return out
+	return depth
 }
 
-func (f *fleet) gateList() []*admission.Gate {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]*admission.Gate, 0, len(f.gates))
-	for _, g := range f.gates {
-		out = append(out, g)
-	}
-	return out
-}
-
-// saturation is, per pool's model, the share of its engines without room
+// Saturation is, per pool's model, the share of its engines without room
 // under the default admission limits.
-func (f *fleet) saturation() map[string]float64 {
+func (f *Fleet) Saturation() map[string]float64 {
 	f.mu.Lock()
 	pools := make(map[string]string, len(f.poolModels))
 	for p, m := range f.poolModels {
@@ -163,7 +160,7 @@ func (f *fleet) saturation() map[string]float64 {
 	f.mu.Unlock()
 	out := make(map[string]float64, len(pools))
 	for p, model := range pools {
-		dials := f.poolDials(p)
+		dials := f.PoolDials(p)
 		if len(dials) == 0 {
 			continue
 		}
@@ -173,7 +170,7 @@ func (f *fleet) saturation() map[string]float64 {
 			if !ok {
 				continue
 			}
-			if l := e.Load(); l.Known && engineFree(l, limits{kv: 0.9}) <= 0 {
+			if l := e.Load(); l.Known && engineFree(l, Limits{KV: 0.9}) <= 0 {
 				full++
 			}
 		}
@@ -182,34 +179,56 @@ func (f *fleet) saturation() map[string]float64 {
 	return out
 }
 
-type breakerState struct {
-	dial string
-	open bool
-}
-
-func (f *fleet) breakerStates() []breakerState {
+// BreakerOpen reports, for every registered engine, whether its circuit
+// breaker is open.
+func (f *Fleet) BreakerOpen() map[string]bool {
 	now := time.Now()
-	b := f.currentBreaker()
-	var out []breakerState
+	b := f.Breaker()
+	out := make(map[string]bool)
 	for _, e := range f.registry.Engines() {
-		out = append(out, breakerState{dial: e.Dial(), open: b.State(e.Dial(), now) == "open"})
+		out[e.Dial()] = b.State(e.Dial(), now) == routing.StateOpen
 	}
 	return out
 }
 
-// collectKV emits the per-engine KV metrics.
-func (f *fleet) collectKV(ch chan<- prometheus.Metric) {
-	stats := f.index.Stats()
-	sort.Slice(stats, func(i, j int) bool { return stats[i].Engine < stats[j].Engine })
-	for _, s := range stats {
-		e := s.Engine
-		for typ, n := range map[string]uint64{"stored": s.Stored, "removed": s.Removed, "cleared": s.Cleared, "unknown": s.Unknown} {
-			ch <- prometheus.MustNewConstMetric(descKVEvents, prometheus.CounterValue, float64(n), e, typ)
-		}
-		ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(s.Blocks), e)
-		for reason, n := range s.Resyncs {
-			ch <- prometheus.MustNewConstMetric(descKVResyncs, prometheus.CounterValue, float64(n), e, reason)
-		}
-		ch <- prometheus.MustNewConstMetric(descKVMismatch, prometheus.CounterValue, float64(s.Verify.Mismatched), e)
+// ErrNoEngines is Explain's answer for a pool with no engines yet.
+var ErrNoEngines = errors.New("pool has no engines yet")
+
+// Explanation is a routing decision as POST /llm/explain shows it.
+type Explanation struct {
+	Pool          string           `json:"pool"`
+	Candidates    []routing.Scored `json:"candidates"`
+	Tier          routing.Tier     `json:"tier"`
+	Outcome       routing.Outcome  `json:"outcome"`
+	Share         float64          `json:"share"`
+	Tokens        int              `json:"tokens"`
+	BlockSize     int              `json:"block_size"`
+	TookMs        float64          `json:"took_ms"`
+	TokenizeError string           `json:"tokenize_error,omitempty"`
+	Pick          *string          `json:"pick"`
+	// Tokenize is how the prompt's tokens were had, for metrics.
+	Tokenize TokenizeResult `json:"-"`
+}
+
+// Explain routes a request as the pool's policy would and scores every
+// candidate, without proxying, reserving or learning anything.
+func (f *Fleet) Explain(ctx context.Context, req *admission.Request, pool string) (Explanation, error) {
+	dials := f.PoolDials(pool)
+	if len(dials) == 0 {
+		return Explanation{}, fmt.Errorf("pool %q: %w", pool, ErrNoEngines)
 	}
+	start := time.Now()
+	d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: f.PolicySettings(pool), Explain: true})
+	out := Explanation{
+		Pool: pool, Candidates: d.Scored, Tier: d.Tier, Outcome: d.Outcome, Share: d.Share,
+		Tokens: d.Tokens, BlockSize: d.BlockSize, Tokenize: d.Tokenize,
+		TookMs: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if d.Tokenize.Err != nil {
+		out.TokenizeError = d.Tokenize.Err.Error()
+	}
+	if d.Index >= 0 {
+		out.Pick = &dials[d.Index]
+	}
+	return out, nil
 }

@@ -1,0 +1,139 @@
+package fleet
+
+import (
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// Limits are one admission handler's limits.
+type Limits struct {
+	KV          float64 // an engine at or over this KV usage is full
+	MaxInflight int     // for engines without their own max_inflight
+	FailClosed  bool    // refuse rather than admit on unknown engine state
+	// IgnoreDispatched disables local accounting: only the scraped gauges
+	// count (disable_local_accounting), neither the requests sent since the
+	// last scrape nor those that finished since.
+	IgnoreDispatched bool
+}
+
+// TryReserve admits a request when an engine of the pool has room, reserving
+// it on the engine with the most room (the policy moves the reservation if it
+// routes elsewhere). Engines whose state is unknown or stale admit too
+// (fail-open, reported) unless FailClosed. An empty pool fails open.
+func (f *Fleet) TryReserve(dials []string, lim Limits) (res *upstreams.Reservation, failOpen, ok bool) {
+	var best, unknown *upstreams.Engine
+	bestFree := 0
+	for _, d := range dials {
+		if f.IsDrained(d) {
+			continue
+		}
+		e := f.registry.Ensure(d)
+		l := e.Load()
+		if !l.Known {
+			if unknown == nil || l.Inflight < unknown.Load().Inflight {
+				unknown = e
+			}
+			continue
+		}
+		if free := engineFree(l, lim); free > bestFree {
+			best, bestFree = e, free
+		}
+	}
+	switch {
+	case best != nil:
+		return best.Reserve(), false, true
+	case unknown != nil && !lim.FailClosed:
+		return unknown.Reserve(), true, true
+	case len(dials) == 0 && !lim.FailClosed:
+		return nil, true, true
+	}
+	return nil, false, false
+}
+
+// engineFree is how many more requests an engine with known gauges takes:
+// none at or over the KV limit; up to max_inflight counting running, waiting
+// and what this gateway dispatched since the last scrape, less the scraped
+// requests of this gateway that finished since (unless
+// disable_local_accounting: the gauges alone). Without a limit it is full
+// exactly when its scheduler reports waiting requests (less those that
+// finishes have let in since); dispatched requests then have nothing to
+// count against, so configure max_inflight (vLLM's --max-num-seqs) for a
+// cap tighter than the poll interval.
+func engineFree(l upstreams.Load, lim Limits) int {
+	if l.KVUsage >= lim.KV {
+		return 0
+	}
+	running, waiting := l.Running, l.Waiting
+	if !lim.IgnoreDispatched {
+		// A parked request gets a finished request's slot at once, not
+		// at the next poll.
+		running, waiting = l.Estimated()
+	}
+	max := l.MaxInflight
+	if max == 0 {
+		max = lim.MaxInflight
+	}
+	if max == 0 {
+		if waiting > 0 {
+			return 0
+		}
+		return 1
+	}
+	used := int(running + waiting)
+	if !lim.IgnoreDispatched {
+		used += int(l.Dispatched)
+	}
+	return max - used
+}
+
+// AnyKnown reports whether some undrained engine of the pool has fresh
+// gauges, so that a fail-closed admission has something to wait for.
+func (f *Fleet) AnyKnown(dials []string) bool {
+	for _, d := range dials {
+		if f.IsDrained(d) {
+			continue
+		}
+		if e, ok := f.registry.Get(d); ok && e.Load().Known {
+			return true
+		}
+	}
+	return false
+}
+
+// DrainRate is the pool's observed completions per second.
+func (f *Fleet) DrainRate(dials []string) float64 {
+	var sum float64
+	for _, d := range dials {
+		if e, ok := f.registry.Get(d); ok {
+			sum += e.Load().DrainRate
+		}
+	}
+	return sum
+}
+
+// Dispatch counts a request routed to dial there and marks it handed to
+// the engine: res, its admission reservation, moves there; without one
+// (no admission in front) a new reservation is made, which the caller ends
+// with Done when the request ends. It returns the reservation now counting
+// the request.
+func (f *Fleet) Dispatch(res *upstreams.Reservation, dial string) *upstreams.Reservation {
+	if res == nil {
+		res = f.registry.Ensure(dial).Reserve()
+	} else {
+		res.Move(f.registry.Ensure(dial))
+	}
+	// The request reaches the engine only now: keep it counted as
+	// dispatched until a scrape that starts after this succeeds, and once
+	// a scrape counts it, its end frees the slot before the next one.
+	res.Sent()
+	return res
+}
+
+// Follow moves a reservation to the engine the proxy is using for the
+// request, when that is not where it counts (a selection policy other than
+// llm: the engine reserved at admission was only a guess).
+func (f *Fleet) Follow(res *upstreams.Reservation, dial string) {
+	if dial == "" || dial == res.Engine().Dial() {
+		return
+	}
+	res.Move(f.registry.Ensure(dial))
+}

@@ -1,0 +1,245 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// Fleet is the process-wide state shared by every config generation. All
+// methods are safe for concurrent use.
+type Fleet struct {
+	logger    *zap.Logger                // writes through logBase's core
+	logBase   atomic.Pointer[zap.Logger] // the running generation's logger
+	registry  *upstreams.Registry
+	index     *kvindex.Index
+	approx    *kvindex.ApproxTree
+	tokenizer atomic.Pointer[upstreams.Tokenizer]
+	tokOpts   upstreams.TokenizerOptions // guarded by mu
+	breaker   *routing.Breaker           // guarded by mu; replaced when its config changes
+
+	kick     chan struct{}
+	stop     context.CancelFunc
+	stopped  chan struct{}
+	startOne sync.Once
+
+	mu    sync.Mutex
+	gates map[string]*admission.Gate
+	pools map[string][]string // pool name -> dials, learned from the policy
+	// running is the generation whose config the fleet follows; started
+	// holds the generations started and not yet cleaned up. Only the
+	// running generation's policies may teach pools.
+	running      *Generation
+	started      map[*Generation]bool
+	subs         map[string]*subscription
+	drained      map[string]bool
+	kvEventsPort int
+	kvReplayPort int
+	verifySeed   *string
+	poolModels   map[string]string // pool -> model last seen, for metrics
+	policies     map[string]Settings
+	breakerCfg   routing.BreakerConfig
+}
+
+// Options are what a Fleet is built with, fixed for its life.
+type Options struct {
+	// ManualScrape runs no gauge pollers: the caller scrapes engines itself
+	// through [upstreams.Engine.StartScrape] (the fleet simulation, which
+	// keeps its own clock).
+	ManualScrape bool
+	// IndexConfig bounds the prefix index. Default: kvindex's defaults.
+	Index kvindex.IndexConfig
+}
+
+// New returns a fleet that logs to logger until a generation starts. No
+// goroutine runs before the first [Fleet.Start].
+func New(logger *zap.Logger, o Options) *Fleet {
+	f := &Fleet{
+		index:   kvindex.NewIndex(o.Index),
+		approx:  kvindex.NewApproxTree(kvindex.ApproxConfig{}),
+		breaker: routing.NewBreaker(routing.BreakerConfig{}),
+		kick:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		gates:   make(map[string]*admission.Gate),
+		pools:   make(map[string][]string),
+		subs:    make(map[string]*subscription),
+		drained: make(map[string]bool),
+	}
+	f.logBase.Store(logger)
+	// The fleet outlives configs; its logs go where the running
+	// generation says, not to the first config's outputs.
+	f.logger = zap.New(&liveCore{base: &f.logBase}).Named(logger.Name())
+	ro := f.registryOptions(nil)
+	ro.ManualScrape = o.ManualScrape
+	f.registry = upstreams.NewRegistry(ro)
+	f.tokenizer.Store(upstreams.NewTokenizer(upstreams.TokenizerOptions{}))
+	return f
+}
+
+// Registry is the fleet's engine registry: gauges and local accounting.
+func (f *Fleet) Registry() *upstreams.Registry { return f.registry }
+
+// Index is the fleet's prefix index of the engines' KV caches.
+func (f *Fleet) Index() *kvindex.Index { return f.index }
+
+// Close stops every worker and closes the fleet's connections; called when
+// the last config is unloaded. The registry closes its scrape client's; the
+// tokenizer's keep-alive connections to the engines' /tokenize must go too,
+// or each one idles for the transport's 90s after the fleet is gone (and a
+// tokenize call still running in a leaving config's request closes its own
+// when it ends).
+func (f *Fleet) Close() {
+	if f.stop != nil {
+		f.stop()
+		<-f.stopped
+	}
+	f.registry.Close()
+	f.tokenizer.Load().Close()
+}
+
+func (f *Fleet) onUpdate(dial string) {
+	// Keep the mirror no larger than what the engine can hold.
+	if m := f.index.Mirror(dial); m != nil {
+		if e, ok := f.registry.Get(dial); ok {
+			if n := e.Load().NumGPUBlocks; n > 0 {
+				m.SetCapacity(n)
+			}
+		}
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kicker wakes every admission gate after poll results and completions.
+// One goroutine coalesces bursts and keeps gate locks out of the pollers.
+func (f *Fleet) kicker(ctx context.Context) {
+	defer close(f.stopped)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+		}
+		for _, g := range f.gateList() {
+			g.Kick()
+		}
+	}
+}
+
+// Gate returns the admission gate of a pool, updating its tunables.
+func (f *Fleet) Gate(pool string, cfg admission.Config) *admission.Gate {
+	f.mu.Lock()
+	g, ok := f.gates[pool]
+	if !ok {
+		g = admission.NewGate(cfg)
+		f.gates[pool] = g
+	}
+	f.mu.Unlock()
+	if ok {
+		// Outside f.mu: the lock order is gate, then fleet (a gate runs its
+		// try functions, which read the fleet, under its own lock).
+		g.SetConfig(cfg)
+	}
+	return g
+}
+
+// Gates returns the admission gates by pool.
+func (f *Fleet) Gates() map[string]*admission.Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]*admission.Gate, len(f.gates))
+	for k, g := range f.gates {
+		out[k] = g
+	}
+	return out
+}
+
+func (f *Fleet) gateList() []*admission.Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*admission.Gate, 0, len(f.gates))
+	for _, g := range f.gates {
+		out = append(out, g)
+	}
+	return out
+}
+
+// LearnPool records the upstreams (sorted) that a selection policy of
+// generation from saw for a pool, so the admission handler of the same
+// route knows which engines serve it. During a reload, requests still in
+// the old config's routes must not teach the new one their upstreams: only
+// the running generation's policies count.
+func (f *Fleet) LearnPool(from *Generation, pool string, dials []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if from != f.running || slices.Equal(f.pools[pool], dials) {
+		return
+	}
+	f.pools[pool] = append([]string(nil), dials...)
+}
+
+// PoolDials returns the engines serving a pool: learned from the policy
+// under the running config, else the engines configured for the pool, else
+// every engine the registry knows (the discovered ones included).
+func (f *Fleet) PoolDials(pool string) []string {
+	f.mu.Lock()
+	d, ok := f.pools[pool]
+	f.mu.Unlock()
+	if ok {
+		return d
+	}
+	var static, all []string
+	for _, e := range f.registry.Engines() {
+		all = append(all, e.Dial())
+		if c := e.Config(); c.Static && (c.Pool == pool || c.Pool == "" && pool == upstreams.DefaultPool) {
+			static = append(static, e.Dial())
+		}
+	}
+	if len(static) > 0 {
+		return static
+	}
+	return all
+}
+
+// SetDrained drains an engine (no new requests; in-flight ones finish) or
+// undrains it.
+func (f *Fleet) SetDrained(dial string, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if on {
+		f.drained[dial] = true
+	} else {
+		delete(f.drained, dial)
+	}
+}
+
+// IsDrained reports whether an engine is drained.
+func (f *Fleet) IsDrained(dial string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drained[dial]
+}
+
+// NotePoolModel remembers the model a pool serves, for the saturation
+// metric.
+func (f *Fleet) NotePoolModel(pool, model string) {
+	if model == "" {
+		return
+	}
+	f.mu.Lock()
+	if f.poolModels == nil {
+		f.poolModels = make(map[string]string)
+	}
+	f.poolModels[pool] = model
+	f.mu.Unlock()
+}

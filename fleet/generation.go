@@ -1,0 +1,304 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// Config is what one config generation asks of the fleet. Zero durations
+// and counts leave the registry's and tokenizer's defaults in place.
+type Config struct {
+	PollInterval time.Duration // between scrapes of one engine
+	PollTimeout  time.Duration // deadline of one scrape
+	StaleAfter   int           // failed scrapes after which gauges are stale
+	IdleTTL      time.Duration // dynamic engines unused this long are removed
+	// KVEventsPort and KVReplayPort derive the KV-event endpoints of
+	// engines without explicit ones: tcp://<dial host>:<port>; 0 = none.
+	KVEventsPort, KVReplayPort int
+	// HashSeed is the engines' PYTHONHASHSEED; when set, a sample of
+	// BlockStored events is re-hashed as vLLM does and mismatches counted.
+	HashSeed            *string
+	TokenizeTimeout     time.Duration // deadline of one /tokenize call
+	TokenizeConcurrency int           // /tokenize calls in flight at most
+	TokenizeCacheSize   int           // tokenize cache entries
+	Engines             []*EngineConfig
+}
+
+// EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
+// the address reverse_proxy dials for it.
+type EngineConfig struct {
+	// The upstream dial address, exactly as reverse_proxy writes it
+	// (host:port). Required.
+	Dial string `json:"dial"`
+
+	// URL of the engine's Prometheus metrics. Default: http://<dial>/metrics.
+	Metrics string `json:"metrics,omitempty"`
+
+	// URL of the engine's /tokenize. Default: http://<dial>/tokenize.
+	Tokenize string `json:"tokenize,omitempty"`
+
+	// Admission limit on running + waiting + dispatched requests. Default: 0,
+	// which uses the handler's max_inflight, and without one treats an
+	// engine with queued (waiting) requests as full.
+	MaxInflight int `json:"max_inflight,omitempty"`
+
+	// ZeroMQ endpoint of the engine's KV-cache events, e.g.
+	// tcp://10.0.0.7:5557. Default: derived from kv_events_port, else none.
+	KVEvents string `json:"kv_events,omitempty"`
+
+	// Bind kv_events locally and let the engine connect (vLLM publishes in
+	// connect mode when its endpoint has no `*`). Default: false (dial).
+	KVEventsBind bool `json:"kv_events_bind,omitempty"`
+
+	// ZeroMQ endpoint of the engine's replay ROUTER, used to fill sequence
+	// gaps. Default: derived from kv_replay_port, else none.
+	KVReplay string `json:"kv_replay,omitempty"`
+
+	// Topic prefix the engine publishes under. Default: "" (all).
+	KVTopic string `json:"kv_topic,omitempty"`
+
+	// Bearer token sent to the engine's /metrics and /tokenize, for vLLM
+	// started with --api-key. Placeholders such as {env.VLLM_API_KEY} are
+	// expanded. Never logged.
+	APIKey string `json:"api_key,omitempty"`
+
+	// Pool name shown in metrics and the admin API. Default: "default".
+	Pool string `json:"pool,omitempty"`
+}
+
+// Validate checks a config before any of it is applied.
+func (c *Config) Validate() error {
+	if c.StaleAfter < 0 {
+		return fmt.Errorf("stale_after must be positive, got %d", c.StaleAfter)
+	}
+	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 {
+		return fmt.Errorf("durations must be positive")
+	}
+	for _, p := range []int{c.KVEventsPort, c.KVReplayPort} {
+		if p < 0 || p > 65535 {
+			return fmt.Errorf("port %d out of range", p)
+		}
+	}
+	seen := map[string]bool{}
+	for i, e := range c.Engines {
+		if e == nil || e.Dial == "" {
+			return fmt.Errorf("engine %d: dial address is required", i)
+		}
+		if _, _, err := net.SplitHostPort(e.Dial); err != nil {
+			return fmt.Errorf("engine %q: dial address must be host:port: %w", e.Dial, err)
+		}
+		if seen[e.Dial] {
+			return fmt.Errorf("engine %q listed twice", e.Dial)
+		}
+		seen[e.Dial] = true
+		if e.MaxInflight < 0 {
+			return fmt.Errorf("engine %q: max_inflight must not be negative", e.Dial)
+		}
+		for _, ep := range []string{e.KVEvents, e.KVReplay} {
+			if ep != "" && !strings.HasPrefix(ep, "tcp://") {
+				return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
+			}
+		}
+	}
+	return nil
+}
+
+// Generation is one config generation's handle on the fleet: made when the
+// config is provisioned, started when it runs, stopped and cleaned up when
+// it goes. Its selection policies pass it to [Fleet.LearnPool].
+type Generation struct {
+	cfg    Config
+	logger *zap.Logger
+	// Set by Start, for Stop after a failed reload: the generation this one
+	// replaced and the fleet's logger before.
+	prev    *Generation
+	prevLog *zap.Logger
+}
+
+// NewGeneration returns the handle of a config generation that logs to
+// logger. Nothing is applied before [Fleet.Start].
+func (f *Fleet) NewGeneration(cfg Config, logger *zap.Logger) *Generation {
+	return &Generation{cfg: cfg, logger: logger}
+}
+
+// Start makes g the running generation: the fleet logs through g's logger
+// and follows its config (pollers and KV subscriptions start for new
+// engines and stop for removed ones; engines that stay keep running).
+func (f *Fleet) Start(g *Generation) {
+	g.prevLog = f.logBase.Swap(g.logger)
+	f.mu.Lock()
+	g.prev, f.running = f.running, g
+	if f.started == nil {
+		f.started = make(map[*Generation]bool)
+	}
+	f.started[g] = true
+	f.mu.Unlock()
+	f.apply(g.cfg)
+}
+
+// Stop is g's stop. When g is still the running generation and the one it
+// replaced is still started, the reload that started g failed and that one
+// keeps serving: the fleet logs through and follows its config again. (At
+// shutdown the previous generation has been cleaned up already, and nothing
+// is restored.)
+func (f *Fleet) Stop(g *Generation) {
+	if g.prevLog != nil {
+		f.logBase.CompareAndSwap(g.logger, g.prevLog)
+	}
+	f.mu.Lock()
+	if f.running != g {
+		f.mu.Unlock()
+		return
+	}
+	f.running = nil
+	restore := g.prev != nil && f.started[g.prev]
+	if restore {
+		f.running = g.prev
+	}
+	f.mu.Unlock()
+	if restore {
+		f.apply(g.prev.cfg)
+	}
+}
+
+// Cleanup forgets generation g.
+func (f *Fleet) Cleanup(g *Generation) {
+	f.mu.Lock()
+	delete(f.started, g)
+	f.mu.Unlock()
+}
+
+func (f *Fleet) registryOptions(c *Config) upstreams.Options {
+	o := upstreams.Options{
+		Logger:   f.logger.Named("poller"),
+		OnUpdate: f.onUpdate,
+		Worker:   f.kvWorker,
+	}
+	if c != nil {
+		o.PollInterval, o.PollTimeout = c.PollInterval, c.PollTimeout
+		o.StaleAfter, o.IdleTTL = c.StaleAfter, c.IdleTTL
+	}
+	return o
+}
+
+// apply makes the fleet follow a starting generation's config.
+func (f *Fleet) apply(c Config) {
+	f.startOne.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		f.stop = cancel
+		go f.kicker(ctx)
+	})
+	tok := upstreams.TokenizerOptions{
+		Timeout:       c.TokenizeTimeout,
+		MaxConcurrent: c.TokenizeConcurrency,
+		CacheEntries:  c.TokenizeCacheSize,
+	}
+	f.mu.Lock()
+	f.kvEventsPort, f.kvReplayPort = c.KVEventsPort, c.KVReplayPort
+	reverify := seedChanged(f.verifySeed, c.HashSeed)
+	f.verifySeed = c.HashSeed
+	if tok != f.tokOpts {
+		// New limits take a new client; calls in flight finish on the old.
+		f.tokOpts = tok
+		f.tokenizer.Swap(upstreams.NewTokenizer(tok)).Close()
+	}
+	f.mu.Unlock()
+	if reverify {
+		f.applyVerify()
+	}
+	f.registry.Apply(c.engineConfigs(), f.registryOptions(&c))
+	// A new config may route a pool to other upstreams: forget what the
+	// policies learned, or admission would gate (and fail open) on departed
+	// engines until the first request of the pool reaches the policy —
+	// which a request parked on the stale list never does. Policies relearn
+	// on their next request; meanwhile PoolDials falls back to the config.
+	f.mu.Lock()
+	clear(f.pools)
+	f.mu.Unlock()
+}
+
+// engineConfigs turns the config into the registry's view; the KV
+// subscription rides in Attrs so that changing it restarts the subscriber.
+func (c *Config) engineConfigs() []upstreams.EngineConfig {
+	out := make([]upstreams.EngineConfig, 0, len(c.Engines))
+	for _, e := range c.Engines {
+		kc := kvConfig{Endpoint: e.KVEvents, Bind: e.KVEventsBind, Replay: e.KVReplay, Topic: e.KVTopic}
+		if kc.Endpoint == "" {
+			kc.Endpoint = derivedEndpoint(e.Dial, c.KVEventsPort)
+		}
+		if kc.Replay == "" {
+			kc.Replay = derivedEndpoint(e.Dial, c.KVReplayPort)
+		}
+		out = append(out, upstreams.EngineConfig{
+			Dial:        e.Dial,
+			MetricsURL:  e.Metrics,
+			TokenizeURL: e.Tokenize,
+			MaxInflight: e.MaxInflight,
+			Header:      bearer(e.APIKey),
+			Pool:        e.Pool,
+			Static:      true,
+			Attrs:       kc.attrs(),
+		})
+	}
+	return out
+}
+
+// derivedEndpoint is tcp://<host of dial>:<port>, or "" when port is 0.
+func derivedEndpoint(dial string, port int) string {
+	if port == 0 {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(dial)
+	if err != nil {
+		return ""
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func bearer(key string) http.Header {
+	if key == "" {
+		return nil
+	}
+	return http.Header{"Authorization": []string{"Bearer " + key}}
+}
+
+// seedChanged reports whether a new hash_seed differs from the old one.
+func seedChanged(old, new *string) bool {
+	if old == nil || new == nil {
+		return old != new
+	}
+	return *old != *new
+}
+
+// verifyConfig is the mirrors' hash verification under the current seed.
+// f.mu held.
+func (f *Fleet) verifyConfigLocked() kvindex.VerifyConfig {
+	if f.verifySeed == nil {
+		return kvindex.VerifyConfig{}
+	}
+	return kvindex.VerifyConfig{Seed: *f.verifySeed, Sample: 16}
+}
+
+// applyVerify brings the running mirrors in line with a changed hash_seed:
+// subscriptions read the seed only when they start, and a reload that
+// changes it keeps them running. Counters restart with the new seed.
+func (f *Fleet) applyVerify() {
+	f.mu.Lock()
+	cfg := f.verifyConfigLocked()
+	f.mu.Unlock()
+	for _, st := range f.index.Stats() {
+		if m := f.index.Mirror(st.Engine); m != nil {
+			m.SetVerify(cfg)
+		}
+	}
+}

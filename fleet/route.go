@@ -1,0 +1,328 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"hash/fnv"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// Settings are one pool's routing knobs: its llm policy's.
+type Settings struct {
+	Cost      routing.Config
+	BlockSize int  // tokens per KV block for engines that have not reported theirs
+	Tokenize  bool // call /tokenize for prompts that are not token ids
+}
+
+// DefaultSettings are a pool's settings before its policy registered any.
+func DefaultSettings() Settings {
+	s := Settings{BlockSize: 16, Tokenize: true}
+	s.Cost.SetDefaults()
+	return s
+}
+
+// Query is one routing question: where should this request go among these
+// engines?
+type Query struct {
+	// Request is the parsed request; nil routes on load alone.
+	Request *admission.Request
+	// Dials are the candidate engines, in the proxy's order.
+	Dials    []string
+	Settings Settings
+	// Own is the engine the request's admission reservation counts against
+	// ("" for none). That reservation is left out of Own's load, or the
+	// engine admission happened to reserve on would look busier than its
+	// peers by this very request and never win a tie.
+	Own string
+	// CacheKey, when set, pins the request by rendezvous hashing over Dials.
+	CacheKey string
+	// Tokens are the prompt's token ids when the caller has them already;
+	// nil: taken from a prompt given as ids, else from /tokenize.
+	Tokens []uint64
+	// Explain scores every candidate and marks those a policy leaves out
+	// before routing (drained, breaker open).
+	Explain bool
+}
+
+// Decision is a routing decision with what it was made from. Index is into
+// Query.Dials, -1 when no candidate may take the request (the caller falls
+// back to least-connections).
+type Decision struct {
+	routing.Decision
+	Tokens    int // prompt tokens (0 when not tokenized)
+	BlockSize int
+	Tokenize  TokenizeResult
+	key       string // the approximate tier's key, once computed
+}
+
+// TokenizeResult says how the prompt's token ids were had.
+type TokenizeResult struct {
+	Called bool          // a /tokenize call was made or answered from the cache
+	Cached bool          // answered from the tokenize cache
+	Took   time.Duration // the call's duration (not for cache hits)
+	Err    error         // the call failed: routed on the approximate tier
+}
+
+// Route decides where a request goes: for each candidate the prefix it
+// holds (precise tier from its KV mirror when its events are live and the
+// prompt's tokens are known, approximate tier otherwise) and its load, and
+// routing.Pick decides. It changes nothing: [Fleet.Routed] records the
+// outcome, so the explain API uses Route as is.
+func (f *Fleet) Route(ctx context.Context, q Query) Decision {
+	if q.CacheKey != "" && len(q.Dials) > 0 {
+		return Decision{Decision: routing.Decision{
+			Index: routing.Rendezvous(q.CacheKey, q.Dials), Tier: routing.CacheKey, Outcome: routing.Hit}}
+	}
+	if q.Request == nil {
+		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
+	}
+	v := f.view(q.Dials, q.Settings)
+	tokens := q.Tokens
+	if tokens == nil {
+		tokens = promptIDs(q.Request)
+	}
+	var tr TokenizeResult
+	if tokens == nil && q.Settings.Tokenize {
+		tokens, tr = f.tokenize(ctx, q.Request, v)
+	}
+	d := f.decide(q, v, tokens)
+	d.Tokenize = tr
+	return d
+}
+
+// Routed records that a request went to dial: the approximate tree learns
+// its prefix there. d is the request's Decision from Route, or the zero
+// Decision when it was not routed on its prompt (every candidate excluded,
+// or no Route at all).
+func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
+	if req == nil {
+		return
+	}
+	key := d.key
+	if key == "" {
+		// Keyed exactly as a routed request would be.
+		key, _ = approxKey(req, f.loraOf(req))
+	}
+	f.approx.Insert(key, dial)
+}
+
+// view is the candidates' engines and loads as one decision sees them.
+type view struct {
+	engines   []*upstreams.Engine
+	loads     []upstreams.Load
+	blockSize int
+}
+
+// view snapshots the candidates' loads and the fleet's block size: what the
+// engines' events say, else their gauges, else the policy's setting.
+func (f *Fleet) view(dials []string, s Settings) view {
+	v := view{engines: make([]*upstreams.Engine, len(dials)), loads: make([]upstreams.Load, len(dials)), blockSize: s.BlockSize}
+	for i, d := range dials {
+		v.engines[i] = f.registry.Ensure(d)
+		v.loads[i] = v.engines[i].Load()
+		if v.loads[i].BlockSize > 0 && v.blockSize == s.BlockSize {
+			v.blockSize = v.loads[i].BlockSize
+		}
+	}
+	for _, d := range dials {
+		if m := f.index.Mirror(d); m != nil && m.BlockSize() > 0 {
+			v.blockSize = m.BlockSize()
+			break
+		}
+	}
+	return v
+}
+
+// matches are what the index and the tree say each engine holds of one
+// prompt.
+type matches struct {
+	precise map[string]int // blocks, by engine; nil when tokens are unknown
+	approx  map[string]int // bytes of the key past its namespace, by engine
+}
+
+// decide is the decision proper, given the prompt's token ids (nil when
+// they are unknown: the approximate tier only).
+func (f *Fleet) decide(q Query, v view, tokens []uint64) Decision {
+	req := q.Request
+	lora := f.loraOf(req)
+	key, nsLen := approxKey(req, lora)
+	d := Decision{key: key, BlockSize: v.blockSize}
+	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
+	promptTokens := textLen / 4                    // rough bytes-per-token when untokenized
+	var m matches
+	if tokens != nil {
+		d.Tokens, promptTokens = len(tokens), len(tokens)
+		m.precise = make(map[string]int)
+		found, err := f.index.Match(kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt})
+		if err == nil {
+			for _, x := range found {
+				m.precise[x.Engine] = x.Blocks
+			}
+		}
+	}
+	total := promptTokens / v.blockSize
+	// The tree sees at most the key's first approxMaxBytes; its match is a
+	// share of the whole prompt.
+	approxList, _ := f.approx.Match(key)
+	m.approx = make(map[string]int, len(approxList))
+	for _, x := range approxList {
+		m.approx[x.Engine] = max(x.Bytes-nsLen, 0) // the namespace is no part of the prompt
+	}
+	cands := make([]routing.Candidate, len(q.Dials))
+	for i, dial := range q.Dials {
+		c := f.candidate(q, v.loads[i], dial)
+		if tokens != nil && f.live(dial) {
+			c.Tier, c.MatchedBlocks = routing.Precise, m.precise[dial]
+		} else {
+			c.Tier = routing.Approximate
+			if textLen > 0 {
+				c.MatchedBlocks = int(float64(m.approx[dial]) / float64(textLen) * float64(total))
+			}
+		}
+		cands[i] = c
+	}
+	d.Decision = routing.Pick(routing.Request{
+		PromptTokens: promptTokens,
+		BlockSize:    v.blockSize,
+		TotalBlocks:  total,
+		Key:          spreadKey(tokens, v.blockSize, key),
+	}, cands, q.Settings.Cost, q.Explain)
+	return d
+}
+
+// candidate is one engine's load as routing.Pick weighs it.
+func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candidate {
+	if dial == q.Own {
+		l.Inflight, l.Dispatched = max(l.Inflight-1, 0), max(l.Dispatched-1, 0)
+	}
+	// The gauges less the requests seen finishing since the scrape, as
+	// admission counts them, so both agree on which engines are full.
+	running, waiting := l.Estimated()
+	c := routing.Candidate{
+		Dial:        dial,
+		Running:     running,
+		Waiting:     waiting,
+		Inflight:    l.Inflight,
+		Dispatched:  l.Dispatched,
+		KVUsage:     l.KVUsage,
+		MaxInflight: l.MaxInflight,
+		LoadKnown:   l.Known,
+	}
+	if q.Explain {
+		// What a policy leaves out before routing, shown as such.
+		switch {
+		case f.IsDrained(dial):
+			c.Unavailable = "drained"
+		case f.Breaker().State(dial, time.Now()) == routing.StateOpen:
+			c.Unavailable = "breaker_open"
+		}
+	}
+	return c
+}
+
+// tokenize asks the least busy known engine to tokenize the prompt exactly
+// as it will render it.
+func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
+	pick := -1
+	for i, l := range v.loads {
+		if pick < 0 || (l.Known && !v.loads[pick].Known) || (l.Known == v.loads[pick].Known && l.Inflight < v.loads[pick].Inflight) {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return nil, TokenizeResult{}
+	}
+	cfg := v.engines[pick].Config()
+	start := time.Now()
+	tokens, cached, err := f.tokenizer.Load().Tokenize(ctx, cfg.TokenizeURL, cfg.Header, upstreams.TokenizeRequest{
+		Model:                req.Model,
+		Prompt:               req.Prompt,
+		Messages:             req.Messages,
+		AddGenerationPrompt:  req.AddGenerationPrompt,
+		ContinueFinalMessage: req.ContinueFinalMessage,
+		AddSpecialTokens:     req.AddSpecialTokens,
+		ChatTemplate:         req.ChatTemplate,
+		ChatTemplateKwargs:   req.ChatTemplateKwargs,
+		Tools:                req.Tools,
+	})
+	tr := TokenizeResult{Called: true, Cached: cached, Err: err}
+	if err != nil {
+		return nil, tr
+	}
+	if !cached {
+		tr.Took = time.Since(start)
+	}
+	return tokens, tr
+}
+
+// approxMaxBytes bounds the text the approximate tier keys on: the tree
+// considers no more than its MaxChunks (4096) chunks of 64 bytes, so
+// copying more of a long prompt would be wasted work per request.
+const approxMaxBytes = 4096 * 64
+
+// loraOf returns the LoRA adapter req asks for, or "" for the base model.
+// A request for an adapter is matched under the adapter's name, which vLLM
+// hashes into every block; the base model's blocks are no hit for it.
+func (f *Fleet) loraOf(req *admission.Request) string {
+	if f.index.IsLoRA(req.Model) {
+		return req.Model
+	}
+	return ""
+}
+
+// approxKey is what the approximate tier keys req on: the start of the raw
+// prompt, or of the raw messages array (a conversation's earlier turns are a
+// byte prefix of its later requests), after a namespace of nsLen bytes so
+// that requests whose KV blocks vLLM keeps apart although their text is
+// equal — another LoRA adapter, another cache_salt — do not share a prefix
+// in the tree. The namespace is empty for the base model without a salt,
+// the common case.
+func approxKey(req *admission.Request, lora string) (key string, nsLen int) {
+	raw := req.Prompt
+	if len(req.Messages) > 0 {
+		raw = req.Messages
+	}
+	text := string(raw[:min(len(raw), approxMaxBytes)])
+	if lora == "" && req.CacheSalt == "" {
+		return text, 0
+	}
+	ns := "\x00lora:" + lora + "\x00salt:" + req.CacheSalt + "\x00"
+	return ns + text, len(ns)
+}
+
+// promptIDs returns the prompt of a completion request given as token ids
+// (vLLM hashes them as they are: no tokenizing needed), or nil.
+func promptIDs(req *admission.Request) []uint64 {
+	p := bytes.TrimSpace(req.Prompt)
+	if len(p) < 3 || p[0] != '[' || len(req.Messages) > 0 {
+		return nil
+	}
+	var ids []uint64
+	if err := json.Unmarshal(p, &ids); err != nil || len(ids) == 0 {
+		return nil // strings, or a batch of prompts
+	}
+	return ids
+}
+
+// spreadKey derives the tie-break key from the prompt's first block, so that
+// requests sharing a prefix agree on where a cold prefix goes.
+func spreadKey(tokens []uint64, bs int, text string) uint64 {
+	h := fnv.New64a()
+	if len(tokens) > 0 {
+		var b [8]byte
+		for _, t := range tokens[:min(len(tokens), bs)] {
+			binary.LittleEndian.PutUint64(b[:], t)
+			h.Write(b[:])
+		}
+	} else {
+		h.Write([]byte(text[:min(len(text), 256)]))
+	}
+	return h.Sum64()
+}
