@@ -110,9 +110,9 @@ func fleetParams(quick bool) FleetParams {
 		// lb_policy llm keeps its affinity.
 		Variants: []FleetVariant{
 			{Name: "llm", Policy: "llm", Load: 1},
-			{Name: "least_loaded", Policy: "least_loaded", Load: 1},
+			{Name: "least_conn", Policy: "least_conn", Load: 1},
 			{Name: "round_robin", Policy: "round_robin", Load: 1},
-			{Name: "least_loaded-queue2x", Policy: "least_loaded", Load: 1, InflightX: 2},
+			{Name: "least_conn-queue2x", Policy: "least_conn", Load: 1, InflightX: 2},
 			{Name: "llm@1.4", Policy: "llm", Load: 1.4},
 			{Name: "llm-queue2x@1.4", Policy: "llm", Load: 1.4, InflightX: 2},
 		},

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
-	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
 func TestPercentiles(t *testing.T) {
@@ -149,36 +148,6 @@ func TestWorkloadTokens(t *testing.T) {
 	}
 }
 
-// TestBatchEncoder checks the fleet simulation's event batches against
-// the gateway's own decoder.
-func TestBatchEncoder(t *testing.T) {
-	evs := []desEvent{
-		{stored: true, hashes: []uint64{11, 12}, tokens: []uint64{1, 2, 3, 4}},
-		{stored: true, hashes: []uint64{13}, parent: 12, hasPar: true, tokens: []uint64{5, 6}},
-		{hashes: []uint64{11}},
-	}
-	b, err := kvindex.DecodeBatch(newBatchEncoder().encode(1.5, evs, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.TS != 1.5 || len(b.Events) != 3 || b.Unknown != 0 {
-		t.Fatalf("batch %+v", b)
-	}
-	for i, want := range evs {
-		got := b.Events[i]
-		kind := kvindex.EventBlockRemoved
-		if want.stored {
-			kind = kvindex.EventBlockStored
-		}
-		if got.Kind != kind || !slices.Equal(got.BlockHashes, want.hashes) || got.HasParent != want.hasPar || got.Parent != want.parent {
-			t.Errorf("event %d: %+v, want %+v", i, got, want)
-		}
-		if want.stored && (!slices.Equal(got.TokenIDs, want.tokens) || got.BlockSize != 2 || got.Medium != "GPU") {
-			t.Errorf("event %d: tokens %v block size %d medium %q", i, got.TokenIDs, got.BlockSize, got.Medium)
-		}
-	}
-}
-
 func TestSimLag(t *testing.T) {
 	p := QualityParams{Engines: 2, TimeScale: 2, Model: EngineModel{DecodeStepSeconds: 0.02, TokenScale: 4, PrefillTokensPerSec: 1000}}
 	step := 80 * time.Millisecond / 2 // wall time of one step at time scale 2
@@ -242,41 +211,14 @@ func TestKVBlocks(t *testing.T) {
 	}
 }
 
-// TestFleetSim runs the discrete-event model small: every request is
-// accounted for, the index's mirrors accept every event, and routing on
-// the index finds the cache that spreading requests cannot.
-// TestFleetEngineFinished: the fleet model frees a finished request's slot
-// as upstreams.Load.Estimated does — off waiting first, then running —
-// until the next scrape.
-func TestFleetEngineFinished(t *testing.T) {
-	for _, c := range []struct {
-		running, waiting   float64
-		finished, dispatch int
-		wantR, wantW       float64
-		wantFree           int
-	}{
-		{4, 1, 0, 0, 4, 1, 3},
-		{4, 1, 1, 0, 4, 0, 4},
-		{4, 1, 2, 0, 3, 0, 5},
-		{4, 1, 2, 2, 3, 0, 3},
-		{1, 0, 5, 0, 0, 0, 8},
-	} {
-		e := &desEngine{snapRunning: c.running, snapWaiting: c.waiting, finished: c.finished, dispatched: c.dispatch}
-		r, w := e.estimated()
-		if r != c.wantR || w != c.wantW {
-			t.Errorf("%+v: estimated %v, %v; want %v, %v", c, r, w, c.wantR, c.wantW)
-		}
-		if got := e.free(8, 0.9); got != c.wantFree {
-			t.Errorf("%+v: free %d, want %d", c, got, c.wantFree)
-		}
-	}
-}
-
+// TestFleetSim runs the fleet section small, through its adapter: every
+// request is accounted for, the index's mirrors accept every event, and
+// routing on the index finds the cache that spreading requests cannot.
 func TestFleetSim(t *testing.T) {
 	p := fleetParams(true)
 	p.Requests = 3000
 	hit := map[string]float64{}
-	for _, v := range []FleetVariant{{Name: "llm", Policy: "llm", Load: 1}, {Name: "rr", Policy: "round_robin", Load: 1}, {Name: "ll2", Policy: "least_loaded", Load: 1.4, InflightX: 2}} {
+	for _, v := range []FleetVariant{{Name: "llm", Policy: "llm", Load: 1}, {Name: "rr", Policy: "round_robin", Load: 1}, {Name: "lc2", Policy: "least_conn", Load: 1.4, InflightX: 2}} {
 		r, err := simulateFleet(context.Background(), p, 8, v)
 		if err != nil {
 			t.Fatal(err)

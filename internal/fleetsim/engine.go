@@ -1,15 +1,11 @@
-package main
+package fleetsim
 
-import (
-	"bytes"
-	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
-)
+import "fmt"
 
 // desEngine is one modelled engine: its KV block pool with prefix cache
-// and LRU of evictable blocks, its queues, and the gateway's view of it
-// (gauges as of the last scrape, requests dispatched and in flight).
+// and LRU of evictable blocks, and its queues. What the gateway knows of it
+// lives in the real fleet: gauges as of the last scrape, and this
+// gateway's accounting of the requests it sent.
 type desEngine struct {
 	idx      int
 	name     string
@@ -26,14 +22,6 @@ type desEngine struct {
 	events           []desEvent // this step's KV events
 	seq              uint64
 	preemptions      int
-
-	// The gateway's view.
-	snapRunning, snapWaiting, snapKV float64
-	scrapeT                          float64
-	dispatched, inflight             int
-	// finished counts requests the last scrape counted that have ended
-	// since (upstreams.Load.Finished): their slots are free already.
-	finished int
 }
 
 type desBlock struct {
@@ -54,27 +42,8 @@ type desEvent struct {
 }
 
 func newDESEngine(i, blocks int) *desEngine {
-	return &desEngine{idx: i, name: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), capacity: blocks,
+	return &desEngine{idx: i, name: fmt.Sprintf("engine%d.sim.invalid:8000", i), capacity: blocks,
 		cache: make(map[uint64]*desBlock), freeRaw: blocks}
-}
-
-// free is the llm_admission headroom (caddymodule's engineFree with a
-// max_inflight): none at the KV limit, else max − (running + waiting +
-// dispatched) as the gateway sees them, finished requests' slots freed.
-func (e *desEngine) free(maxInflight int, kvLimit float64) int {
-	if e.snapKV >= kvLimit {
-		return 0
-	}
-	running, waiting := e.estimated()
-	return maxInflight - int(running+waiting) - e.dispatched
-}
-
-// estimated is upstreams.Load.Estimated: the scraped running and waiting
-// less the requests seen finishing since, off waiting first.
-func (e *desEngine) estimated() (running, waiting float64) {
-	f := float64(e.finished)
-	fromWaiting := min(f, e.snapWaiting)
-	return max(e.snapRunning-(f-fromWaiting), 0), e.snapWaiting - fromWaiting
 }
 
 func (e *desEngine) lruRemove(b *desBlock) {
@@ -164,70 +133,4 @@ func (e *desEngine) stored(r *desReq, from, to, bs int) {
 		ev.parent, ev.hasPar = r.hashes[from-1], true
 	}
 	e.events = append(e.events, ev)
-}
-
-// batchEncoder writes event batches in vLLM's positional msgpack form
-// ([ts, [events...], dp_rank], 12-field BlockStored), as vllmsim does.
-type batchEncoder struct {
-	buf bytes.Buffer
-	enc *msgpack.Encoder
-}
-
-func newBatchEncoder() *batchEncoder {
-	b := &batchEncoder{}
-	b.enc = msgpack.NewEncoder(&b.buf)
-	return b
-}
-
-// encode returns the payload; it is valid until the next call. Writes to
-// a bytes.Buffer cannot fail, so errors are not checked.
-func (b *batchEncoder) encode(ts float64, evs []desEvent, bs int) []byte {
-	b.buf.Reset()
-	enc := b.enc
-	_ = enc.EncodeArrayLen(3)
-	_ = enc.EncodeFloat64(ts)
-	_ = enc.EncodeArrayLen(len(evs))
-	for i := range evs {
-		ev := &evs[i]
-		if !ev.stored {
-			_ = enc.EncodeArrayLen(4)
-			_ = enc.EncodeString("BlockRemoved")
-			b.hashes(ev.hashes)
-			_ = enc.EncodeString("GPU")
-			_ = enc.EncodeUint(0)
-			continue
-		}
-		_ = enc.EncodeArrayLen(12)
-		_ = enc.EncodeString("BlockStored")
-		b.hashes(ev.hashes)
-		if ev.hasPar {
-			_ = enc.EncodeUint(ev.parent)
-		} else {
-			_ = enc.EncodeNil()
-		}
-		_ = enc.EncodeArrayLen(len(ev.tokens))
-		for _, t := range ev.tokens {
-			_ = enc.EncodeUint(t)
-		}
-		_ = enc.EncodeUint(uint64(bs))
-		_ = enc.EncodeNil() // lora_id
-		_ = enc.EncodeString("GPU")
-		_ = enc.EncodeNil() // lora_name
-		_ = enc.EncodeArrayLen(len(ev.hashes))
-		for range ev.hashes {
-			_ = enc.EncodeNil() // no extra keys
-		}
-		_ = enc.EncodeUint(0) // group_idx
-		_ = enc.EncodeString("full_attention")
-		_ = enc.EncodeNil() // sliding window
-	}
-	_ = enc.EncodeUint(0) // dp rank
-	return b.buf.Bytes()
-}
-
-func (b *batchEncoder) hashes(hs []uint64) {
-	_ = b.enc.EncodeArrayLen(len(hs))
-	for _, h := range hs {
-		_ = b.enc.EncodeUint(h)
-	}
 }

@@ -1,0 +1,736 @@
+// Package fleetsim drives the gateway's own core — a real fleet.Fleet:
+// admission's TryReserve, Route's candidate gathering and routing.Pick,
+// Routed, Dispatch and the registry's accounting, a real kvindex.Index fed
+// vLLM KV-event batches through kvindex.Feed — against a discrete-event
+// model of N engines, to see how hit rate, TTFT and the gateway's CPU and
+// memory behave at fleet sizes one machine cannot run as processes.
+//
+// The engine model follows vllmsim's scheduler (and so vLLM's):
+// prefix-cache hits at admission, whole-prompt block reservation, chunked
+// prefill under a token budget, one token per decoding sequence per step,
+// LRU eviction of freed cached blocks, recompute preemption. Only the
+// engines, the clock, the clients and Caddy's own least_conn and
+// round_robin are modelled; every decision of the gateway is its own code.
+package fleetsim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// Model is one simulated engine's scheduler.
+type Model struct {
+	MaxNumSeqs          int
+	BlockSize           int
+	PrefillTokensPerSec float64
+	DecodeStepSeconds   float64
+	MaxBatchedTokens    int
+}
+
+// Policies the simulation routes with.
+const (
+	PolicyLLM        = "llm"         // lb_policy llm: the fleet's Route
+	PolicyLeastConn  = "least_conn"  // Caddy's least_conn: fewest in flight, random among ties
+	PolicyRoundRobin = "round_robin" // Caddy's round_robin
+)
+
+// Params are one run.
+type Params struct {
+	Engines  int
+	KVBlocks int // per engine
+	Model    Model
+	// The workload: Groups prefix groups of SystemTokens shared tokens;
+	// each request adds QuestionTokens of its own and generates
+	// OutputTokens.
+	Groups                                     int
+	SystemTokens, QuestionTokens, OutputTokens int
+	Requests                                   int
+	Rate                                       float64 // arrivals per simulated second (Poisson)
+	Policy                                     string
+	// MaxInflight is every engine's max_inflight in the llm app: the
+	// admission limit and the policy's saturation rule.
+	MaxInflight  int
+	KVLimit      float64 // llm_admission's kv_limit
+	PollInterval float64 // seconds between scrapes
+	MaxPark      float64 // seconds a request may park
+	QueueSize    int     // parked requests at most
+	Seed         uint64
+	// Decided, if set, sees every llm decision before the request is
+	// dispatched, so a test can ask the gateway's policy the same question.
+	// An error ends the run.
+	Decided func(Decided) error
+}
+
+// Decided is one llm routing decision as the simulation made it.
+type Decided struct {
+	Fleet       *fleet.Fleet
+	Query       fleet.Query // Query.Tokens holds the prompt
+	Reservation *upstreams.Reservation
+	Decision    fleet.Decision
+	// Chosen is the engine the request goes to: Decision's pick, or
+	// least_conn's when Route had none.
+	Chosen string
+}
+
+// Result is one run's outcome. Times are simulated seconds, except the
+// gateway's CPU figures, which are host time.
+type Result struct {
+	Completed, Rejected int
+	// Refusals counts admission refusals; RefusedIdle sums the sequence
+	// slots actually free in the fleet at those moments (the gauges the
+	// gate reads are up to a poll interval old).
+	Refusals, RefusedIdle int
+	PromptTokens          int64
+	CachedTokens          int64
+	OutputTokens          int64
+	// Per completed request: time to first token, end to end, parked in
+	// admission, and queued in the engine before its last admission.
+	TTFT, E2E, Park, Queue []float64
+	SimSeconds             float64
+	Preemptions            int
+	// The gateway (llm): host nanoseconds per Route, host time decoding
+	// events and updating mirrors, and what the index holds.
+	DecisionNs     []float64
+	EventTime      time.Duration
+	EventBatches   int
+	Outcomes       map[string]int
+	IndexBlocks    int
+	MirrorProblems uint64 // unchainable + malformed + decode errors: should be 0
+	IndexBytes     int64  // heap freed when the fleet is dropped
+}
+
+// Event kinds of the discrete-event loop.
+const (
+	evArrival = iota
+	evStepEnd
+	evScrape
+)
+
+type simEvent struct {
+	t    float64
+	seq  uint64 // FIFO among equal times
+	kind int
+	eng  int
+}
+
+// eventQueue is the simulation's clock: a min-heap of events by time.
+type eventQueue []simEvent
+
+// Len, Less, Swap, Push and Pop implement heap.Interface.
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].t != q[j].t {
+		return q[i].t < q[j].t
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// fleetSim is one run's state.
+type fleetSim struct {
+	p       Params
+	bs      int
+	now     float64
+	q       eventQueue
+	qseq    uint64
+	engines []*desEngine
+	dials   []string
+	rng     *rand.Rand
+	groups  []desGroup
+	nextID  int
+	arrived int
+
+	// The gateway.
+	f        *fleet.Fleet
+	feeds    []*kvindex.Feed
+	settings fleet.Settings
+	limits   fleet.Limits
+	enc      *batchEncoder
+	parked   []*desReq
+	rr       int
+	res      Result
+}
+
+// desGroup is a prefix group: its system prompt's tokens and block hashes.
+type desGroup struct {
+	tokens []uint64
+	hashes []uint64
+}
+
+// desReq is one request in the model.
+type desReq struct {
+	id, group int
+	qseed     uint64
+	tokens    []uint64 // prompt, then generated tokens
+	hashes    []uint64 // engine hashes of the full blocks of tokens known so far
+	promptLen int
+	maxTokens int
+	gen       int
+	target    int // tokens to prefill at this admission
+	computed  int // tokens whose KV is computed
+	stored    int // leading blocks cached (hits or stored)
+	chunk     int
+	blocks    []*desBlock
+	prefill   bool
+	cachedTok int
+	arrival   float64
+	first     float64
+	dispatchT float64
+	admitT    float64
+	eng       *desEngine
+	res       *upstreams.Reservation // the gateway's accounting of it
+}
+
+func (s *fleetSim) push(t float64, kind, eng int) {
+	s.qseq++
+	heap.Push(&s.q, simEvent{t: t, seq: s.qseq, kind: kind, eng: eng})
+}
+
+// Run simulates one run to its end: every request completed or refused.
+func Run(ctx context.Context, p Params) (Result, error) {
+	if p.Engines <= 0 || p.Groups <= 0 || p.Rate <= 0 || p.Model.BlockSize <= 0 || p.MaxInflight <= 0 {
+		return Result{}, fmt.Errorf("fleetsim: engines, groups, rate, block size and max_inflight must be positive: %+v", p)
+	}
+	s, err := newSim(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if s.f != nil {
+			s.f.Close()
+		}
+	}()
+	s.scrape() // the pollers' start-up scrape
+	s.push(0, evArrival, -1)
+	s.push(p.PollInterval, evScrape, -1)
+	for s.q.Len() > 0 {
+		if s.arrived%4096 == 0 && ctx.Err() != nil {
+			return s.res, ctx.Err()
+		}
+		ev := heap.Pop(&s.q).(simEvent)
+		s.now = ev.t
+		switch ev.kind {
+		case evArrival:
+			if err := s.arrive(); err != nil {
+				return s.res, err
+			}
+			if s.arrived < p.Requests {
+				s.push(s.now+s.rng.ExpFloat64()/p.Rate, evArrival, -1)
+			}
+		case evStepEnd:
+			if err := s.stepEnd(s.engines[ev.eng]); err != nil {
+				return s.res, err
+			}
+		case evScrape:
+			if err := s.scrape(); err != nil {
+				return s.res, err
+			}
+			if s.res.Completed+s.res.Rejected < p.Requests {
+				s.push(s.now+p.PollInterval, evScrape, -1)
+			}
+		}
+	}
+	s.res.SimSeconds = s.now
+	for _, e := range s.engines {
+		s.res.Preemptions += e.preemptions
+	}
+	s.measureIndex()
+	return s.res, nil
+}
+
+// newSim builds the engines, the groups' system prompts and the gateway: a
+// fleet whose config lists every engine with its max_inflight, scraped by
+// the simulation's clock instead of pollers.
+func newSim(p Params) (*fleetSim, error) {
+	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines)))}
+	s.res.Outcomes = map[string]int{}
+	// System prompts: random token ids, so groups share nothing.
+	grng := rand.New(rand.NewPCG(p.Seed, 0x67726f7570))
+	for range p.Groups {
+		toks := make([]uint64, p.SystemTokens)
+		for i := range toks {
+			toks[i] = grng.Uint64N(150000)
+		}
+		s.groups = append(s.groups, desGroup{tokens: toks, hashes: chainHashes(nil, 0, toks, s.bs)})
+	}
+	runtime.GC()
+	s.f = fleet.New(zap.NewNop(), fleet.Options{ManualScrape: true,
+		Index: kvindex.IndexConfig{MaxEngines: max(p.Engines, 64), MaxBlocksPerEngine: 4 * p.KVBlocks}})
+	cfg := fleet.Config{PollInterval: time.Hour, IdleTTL: time.Hour}
+	for i := range p.Engines {
+		e := newDESEngine(i, p.KVBlocks)
+		s.engines, s.dials = append(s.engines, e), append(s.dials, e.name)
+		cfg.Engines = append(cfg.Engines, &fleet.EngineConfig{Dial: e.name, MaxInflight: p.MaxInflight})
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s.f.Start(s.f.NewGeneration(cfg, zap.NewNop()))
+	s.settings = fleet.DefaultSettings()
+	s.limits = fleet.Limits{KV: p.KVLimit}
+	if p.Policy == PolicyLLM {
+		s.enc = newBatchEncoder()
+		for _, e := range s.engines {
+			m, err := s.f.Index().AddEngine(e.name, kvindex.MirrorConfig{Capacity: p.KVBlocks})
+			if err != nil {
+				return nil, err
+			}
+			feed := kvindex.NewFeed(m, nil, kvindex.FeedConfig{})
+			feed.Connected()
+			s.feeds = append(s.feeds, feed)
+		}
+	}
+	return s, nil
+}
+
+// measureIndex fills the index figures, then drops the fleet: the heap it
+// frees is the gateway's memory for this fleet.
+func (s *fleetSim) measureIndex() {
+	if s.p.Policy != PolicyLLM {
+		return
+	}
+	for _, st := range s.f.Index().Stats() {
+		s.res.IndexBlocks += st.Blocks
+		s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
+	}
+	s.engines, s.groups, s.q, s.parked = nil, nil, nil, nil
+	runtime.GC()
+	var m1, m2 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+	s.f.Close()
+	s.f, s.feeds = nil, nil
+	runtime.GC()
+	runtime.ReadMemStats(&m2)
+	s.res.IndexBytes = int64(m1.HeapAlloc) - int64(m2.HeapAlloc)
+}
+
+// arrive creates the next request and sends it, or parks it while no
+// engine has room (the llm_admission gate).
+func (s *fleetSim) arrive() error {
+	s.arrived++
+	p := s.p
+	r := &desReq{id: s.nextID, group: s.rng.IntN(len(s.groups)), qseed: s.rng.Uint64(), arrival: s.now,
+		maxTokens: p.OutputTokens, promptLen: p.SystemTokens + p.QuestionTokens}
+	s.nextID++
+	if len(s.parked) == 0 {
+		if res := s.admit(); res != nil {
+			return s.dispatch(r, res)
+		}
+	}
+	if len(s.parked) >= p.QueueSize {
+		s.res.Rejected++
+		return nil
+	}
+	s.parked = append(s.parked, r)
+	return nil
+}
+
+// admit is llm_admission's decision: a reservation on the engine with the
+// most room, or nil (counted as a refusal) when none has any.
+func (s *fleetSim) admit() *upstreams.Reservation {
+	if res, _, ok := s.f.TryReserve(s.dials, s.limits); ok {
+		return res // never nil: the pool is not empty
+	}
+	// The gate refused: count the sequence slots actually free then.
+	for _, e := range s.engines {
+		s.res.RefusedIdle += max(0, s.p.Model.MaxNumSeqs-len(e.running)-len(e.waiting))
+	}
+	s.res.Refusals++
+	return nil
+}
+
+// unpark admits parked requests, first come first served, while an engine
+// has room; those parked longer than MaxPark are refused.
+func (s *fleetSim) unpark() error {
+	for len(s.parked) > 0 {
+		r := s.parked[0]
+		if s.now-r.arrival > s.p.MaxPark {
+			s.parked = s.parked[1:]
+			s.res.Rejected++
+			continue
+		}
+		res := s.admit()
+		if res == nil {
+			return nil
+		}
+		s.parked = s.parked[1:]
+		if err := s.dispatch(r, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// materialize builds the request's prompt tokens and block hashes.
+func (s *fleetSim) materialize(r *desReq) {
+	g := &s.groups[r.group]
+	r.tokens = make([]uint64, 0, r.promptLen+r.maxTokens)
+	r.tokens = append(r.tokens, g.tokens...)
+	qr := rand.New(rand.NewPCG(r.qseed, 1))
+	for len(r.tokens) < r.promptLen {
+		r.tokens = append(r.tokens, qr.Uint64N(150000))
+	}
+	r.hashes = append(make([]uint64, 0, (r.promptLen+r.maxTokens)/s.bs+1), g.hashes...)
+	r.hashes = chainHashes(r.hashes, len(r.hashes), r.tokens[:r.promptLen], s.bs)
+}
+
+// dispatch routes an admitted request with the policy under test and
+// hands it to the engine; the fleet moves its reservation there.
+func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
+	s.materialize(r)
+	var idx int
+	switch s.p.Policy {
+	case PolicyRoundRobin:
+		idx = s.rr % len(s.engines)
+		s.rr++
+	case PolicyLeastConn:
+		idx = s.leastConn()
+	default:
+		var err error
+		if idx, err = s.route(r, res); err != nil {
+			return err
+		}
+	}
+	e := s.engines[idx]
+	r.res = s.f.Dispatch(res, e.name)
+	r.dispatchT = s.now
+	r.eng = e
+	e.waiting = append(e.waiting, r)
+	if !e.busy {
+		s.startStep(e)
+	}
+	return nil
+}
+
+// route is lb_policy llm: the fleet's Route on the prompt's tokens (the
+// admission reservation left out of its engine's load), least_conn when
+// every candidate is excluded, and Routed to record the pick.
+func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
+	q := fleet.Query{
+		Request:  &admission.Request{Model: "sim-model"},
+		Dials:    s.dials,
+		Settings: s.settings,
+		Own:      res.Engine().Dial(),
+		Tokens:   r.tokens[:r.promptLen],
+	}
+	t0 := time.Now()
+	d := s.f.Route(context.Background(), q)
+	s.res.DecisionNs = append(s.res.DecisionNs, float64(time.Since(t0).Nanoseconds()))
+	idx, tier := d.Index, d.Tier
+	if idx < 0 {
+		idx, tier = s.leastConn(), routing.LoadOnly
+	}
+	s.res.Outcomes[tier.String()+"/"+d.Outcome.String()]++
+	s.f.Routed(q.Request, d, s.dials[idx])
+	if s.p.Decided != nil {
+		if err := s.p.Decided(Decided{Fleet: s.f, Query: q, Reservation: res, Decision: d, Chosen: s.dials[idx]}); err != nil {
+			return 0, err
+		}
+	}
+	return idx, nil
+}
+
+// leastConn is Caddy's least_conn: the engine with the fewest requests in
+// flight through this gateway, a random one among ties.
+func (s *fleetSim) leastConn() int {
+	best, ties := -1, 0
+	var least int64
+	for i, d := range s.dials {
+		n := s.f.Registry().Ensure(d).Load().Inflight
+		switch {
+		case best < 0 || n < least:
+			best, least, ties = i, n, 1
+		case n == least:
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// scrape is the gauge pollers: every engine's running, waiting and KV
+// usage as of now, recorded through the registry as a poll would.
+func (s *fleetSim) scrape() error {
+	for _, e := range s.engines {
+		s.f.Registry().Ensure(e.name).StartScrape()(upstreams.Gauges{
+			Running:      float64(len(e.running)),
+			Waiting:      float64(len(e.waiting)),
+			KVUsage:      float64(e.used) / float64(e.capacity),
+			BlockSize:    s.bs,
+			NumGPUBlocks: e.capacity,
+		})
+	}
+	return s.unpark()
+}
+
+// finish ends a request: its engine frees its blocks, the gateway's
+// reservation ends, and its figures are recorded.
+func (s *fleetSim) finish(e *desEngine, r *desReq) {
+	e.release(r)
+	r.res.Done()
+	s.res.Completed++
+	s.res.PromptTokens += int64(r.promptLen)
+	s.res.CachedTokens += int64(r.cachedTok)
+	s.res.OutputTokens += int64(r.gen)
+	s.res.TTFT = append(s.res.TTFT, r.first-r.arrival)
+	s.res.Park = append(s.res.Park, r.dispatchT-r.arrival)
+	s.res.Queue = append(s.res.Queue, r.admitT-r.dispatchT)
+	s.res.E2E = append(s.res.E2E, s.now-r.arrival)
+	r.tokens, r.hashes, r.blocks, r.res = nil, nil, nil, nil
+}
+
+// publish encodes the step's events as a vLLM batch and feeds it to the
+// engine's mirror, timing the gateway's share.
+func (s *fleetSim) publish(e *desEngine) {
+	if len(e.events) == 0 {
+		return
+	}
+	if s.feeds != nil {
+		payload := s.enc.encode(s.now, e.events, s.bs)
+		t0 := time.Now()
+		s.feeds[e.idx].Message(nil, e.seq, payload)
+		s.res.EventTime += time.Since(t0)
+		s.res.EventBatches++
+		e.seq++
+	}
+	e.events = e.events[:0]
+}
+
+// startStep schedules an engine's next step, or leaves it idle.
+func (s *fleetSim) startStep(e *desEngine) {
+	m := s.p.Model
+	budget := m.MaxBatchedTokens
+	prefill := 0
+	scheduled := 0
+	for i := 0; i < len(e.running); i++ {
+		r := e.running[i]
+		if r.prefill {
+			r.chunk = min(r.target-r.computed, budget)
+			budget -= r.chunk
+			prefill += r.chunk
+			scheduled++
+			continue
+		}
+		// Decoding: the KV of one more token.
+		ok := true
+		for len(r.blocks) < blocksFor(r.computed+1, s.bs) {
+			if e.allocate(r) {
+				continue
+			}
+			victim := e.running[len(e.running)-1]
+			s.preempt(e, victim)
+			if victim == r {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			break // r was the last running request
+		}
+		r.chunk = 1
+		budget--
+		scheduled++
+	}
+	for len(e.waiting) > 0 && len(e.running) < m.MaxNumSeqs && budget > 0 {
+		r := e.waiting[0]
+		if !s.engineAdmit(e, r) {
+			break
+		}
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, r)
+		r.chunk = min(r.target-r.computed, budget)
+		budget -= r.chunk
+		prefill += r.chunk
+		scheduled++
+	}
+	if scheduled == 0 {
+		e.busy = false
+		return
+	}
+	e.busy = true
+	dur := m.DecodeStepSeconds + float64(prefill)/m.PrefillTokensPerSec
+	s.push(s.now+dur, evStepEnd, e.idx)
+}
+
+// engineAdmit is the engine scheduler's admission: it reserves the blocks r's prompt needs after its prefix-cache hits,
+// if they are free or evictable.
+func (s *fleetSim) engineAdmit(e *desEngine, r *desReq) bool {
+	r.target = len(r.tokens)
+	hits := 0
+	limit := (r.target - 1) / s.bs // the last token is always computed
+	hitsInLRU := 0
+	for hits < limit && hits < len(r.hashes) {
+		b, ok := e.cache[r.hashes[hits]]
+		if !ok {
+			break
+		}
+		if b.ref == 0 {
+			hitsInLRU++
+		}
+		hits++
+	}
+	need := blocksFor(r.target, s.bs) - hits
+	if need > e.freeRaw+e.lruLen-hitsInLRU {
+		return false
+	}
+	r.blocks = r.blocks[:0]
+	for i := 0; i < hits; i++ {
+		b := e.cache[r.hashes[i]]
+		e.ref(b)
+		r.blocks = append(r.blocks, b)
+	}
+	for i := 0; i < need; i++ {
+		e.allocate(r)
+	}
+	r.computed, r.stored = hits*s.bs, hits
+	if r.gen == 0 {
+		r.cachedTok = hits * s.bs
+	}
+	r.prefill = true
+	r.admitT = s.now
+	return true
+}
+
+// preempt frees a running request's blocks and puts it back at the head
+// of the queue (vLLM's recompute preemption).
+func (s *fleetSim) preempt(e *desEngine, r *desReq) {
+	e.preemptions++
+	e.release(r)
+	r.computed, r.stored, r.prefill = 0, 0, false
+	for i, x := range e.running {
+		if x == r {
+			e.running = append(e.running[:i], e.running[i+1:]...)
+			break
+		}
+	}
+	e.waiting = append([]*desReq{r}, e.waiting...)
+}
+
+// stepEnd applies a step's outputs: prefill progress, one token per
+// decoding request, newly full blocks cached (BlockStored), finished
+// requests freed; then publishes the step's events to the gateway.
+func (s *fleetSim) stepEnd(e *desEngine) error {
+	keep := e.running[:0]
+	var done []*desReq
+	for _, r := range e.running {
+		if r.chunk == 0 {
+			keep = append(keep, r)
+			continue
+		}
+		r.computed += r.chunk
+		r.chunk = 0
+		s.storeBlocks(e, r)
+		if r.prefill && r.computed < r.target {
+			keep = append(keep, r)
+			continue
+		}
+		r.prefill = false
+		// A token is sampled.
+		r.gen++
+		if r.gen == 1 {
+			r.first = s.now
+		}
+		r.tokens = append(r.tokens, outputTok(r.id, r.gen))
+		if r.gen >= r.maxTokens {
+			done = append(done, r)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	e.running = keep
+	for _, r := range done {
+		s.finish(e, r)
+	}
+	s.publish(e)
+	s.startStep(e)
+	if len(done) > 0 {
+		return s.unpark()
+	}
+	return nil
+}
+
+// storeBlocks caches r's blocks that became full, as one BlockStored
+// event chained to the block before them.
+func (s *fleetSim) storeBlocks(e *desEngine, r *desReq) {
+	full := r.computed / s.bs
+	if full <= r.stored {
+		return
+	}
+	if len(r.hashes) < full {
+		r.hashes = chainHashes(r.hashes, len(r.hashes), r.tokens[:full*s.bs], s.bs)
+	}
+	first := -1
+	for i := r.stored; i < full; i++ {
+		b := r.blocks[i]
+		h := r.hashes[i]
+		if _, dup := e.cache[h]; dup || b.hashed {
+			// Another request cached this block first: this copy stays
+			// private and is freed without an event.
+			if first >= 0 {
+				e.stored(r, first, i, s.bs)
+				first = -1
+			}
+			continue
+		}
+		b.hash, b.hashed = h, true
+		e.cache[h] = b
+		if first < 0 {
+			first = i
+		}
+	}
+	if first >= 0 {
+		e.stored(r, first, full, s.bs)
+	}
+	r.stored = full
+}
+
+func blocksFor(tokens, bs int) int { return (tokens + bs - 1) / bs }
+
+// chainHashes appends to dst the engine hashes of tokens' full blocks from
+// block `from` on, chaining from dst's last hash.
+func chainHashes(dst []uint64, from int, tokens []uint64, bs int) []uint64 {
+	var parent uint64 = 0x243f6a8885a308d3
+	if from > 0 {
+		parent = dst[from-1]
+	}
+	for i := from; (i+1)*bs <= len(tokens); i++ {
+		h := parent ^ 0x9e3779b97f4a7c15
+		for _, t := range tokens[i*bs : (i+1)*bs] {
+			h = (h ^ t) * 0x100000001b3
+			h ^= h >> 29
+		}
+		dst = append(dst, h)
+		parent = h
+	}
+	return dst
+}
+
+// outputTok is the k-th generated token of request id.
+func outputTok(id, k int) uint64 {
+	x := uint64(id)<<20 ^ uint64(k) ^ 0x5bd1e995
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x % 150000
+}
