@@ -225,17 +225,7 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "fail_closed":
 			err = parseFlag(d, &h.FailClosed)
 		case "local_accounting":
-			var v string
-			if err = parseString(d, &v); err == nil {
-				switch v {
-				case "on":
-					h.DisableLocalAccounting = false
-				case "off":
-					h.DisableLocalAccounting = true
-				default:
-					err = d.Errf("local_accounting must be on or off, got '%s'", v)
-				}
-			}
+			err = parseOff(d, &h.DisableLocalAccounting)
 		default:
 			return d.Errf("unrecognized llm_admission subdirective '%s'", d.Val())
 		}
@@ -392,6 +382,24 @@ func parseSize(d *caddyfile.Dispenser, dst *int64) error {
 		return d.Errf("bad size '%s'", s)
 	}
 	*dst = int64(n)
+	return nil
+}
+
+// parseOff parses a directive's "on" or "off", setting off.
+func parseOff(d *caddyfile.Dispenser, off *bool) error {
+	name := d.Val()
+	var v string
+	if err := parseString(d, &v); err != nil {
+		return err
+	}
+	switch v {
+	case "on":
+		*off = false
+	case "off":
+		*off = true
+	default:
+		return d.Errf("%s must be on or off, got '%s'", name, v)
+	}
 	return nil
 }
 

@@ -238,22 +238,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	if !isInference(r) {
 		return next.ServeHTTP(w, r)
 	}
-	body, status, err := h.readBody(w, r)
-	if err != nil {
-		return writeJSONError(w, status, err.Error())
+	req, fb, err := h.prepare(w, r)
+	if req == nil {
+		return err // answered
 	}
-	req, err := admission.ParseRequest(body)
-	if err != nil {
-		return writeRequestError(w, err)
-	}
-	fb := &followingBody{Reader: bytes.NewReader(body)}
-	r.Body = fb
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil // the body is now of known length
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	caddyhttp.SetVar(r.Context(), varRequest, req)
-	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
-
 	// The band headers are read and removed before anything else sees the
 	// request, whether or not it is gated.
 	band := h.band(r)
@@ -281,9 +269,45 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		failOpenTotal.Inc()
 	}
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
+	return h.proxy(w, r, next, proxied{model: req.Model, body: fb, sseSent: a.sseSent})
+}
 
-	ow := newObservingWriter(w, r, a.sseSent, time.Now(), req.Model)
-	ow.onResponse = fb.onSend
+// prepare reads and parses the body, reinstalls it for the proxy and
+// leaves the parsed request in the vars. A nil request means the client
+// was answered (the error is the handler's result).
+func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.Request, *followingBody, error) {
+	body, status, err := h.readBody(w, r)
+	if err != nil {
+		return nil, nil, writeJSONError(w, status, err.Error())
+	}
+	req, err := admission.ParseRequest(body)
+	if err != nil {
+		return nil, nil, writeRequestError(w, err)
+	}
+	fb := &followingBody{Reader: bytes.NewReader(body)}
+	r.Body = fb
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil // the body is now of known length
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	caddyhttp.SetVar(r.Context(), varRequest, req)
+	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
+	return req, fb, nil
+}
+
+// proxied is an admitted request on its way to the engine.
+type proxied struct {
+	model   string
+	body    *followingBody
+	sseSent bool // parked as a stream: the SSE 200 is out
+}
+
+// proxy runs the rest of the chain for an admitted request, observes the
+// response, reports the engine's outcome to the breaker, and turns an
+// upstream failure into an answer the client can read.
+func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, p proxied) error {
+	ow := newObservingWriter(w, r, p.sseSent, time.Now(), p.model)
+	ow.onResponse = p.body.onSend
+	var err error
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()
 	if r.Context().Err() == nil { // a client that left says nothing about the engine
@@ -298,35 +322,11 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		// only honest signal left.
 		panic(http.ErrAbortHandler)
 	}
-	if a.sseSent || ow.aborted {
+	if p.sseSent || ow.aborted {
 		// Headers are out: an upstream failure can only be told in-band, and
 		// returning an error would make Caddy write into the open stream.
 		if err != nil || ow.aborted || ow.status >= 400 {
-			msg := "upstream error"
-			switch {
-			case ow.aborted:
-				msg = "upstream stream ended abruptly"
-			case err != nil:
-				// The cause (with internal addresses) goes to the log only.
-				msg = "upstream error: " + strings.ToLower(http.StatusText(errStatus(err)))
-			case ow.errBody.Len() > 0:
-				msg = fmt.Sprintf("upstream error (%d): %s", ow.status, bytes.TrimSpace(ow.errBody.Bytes()))
-			}
-			st := ow.status
-			if st < 400 {
-				st = http.StatusBadGateway
-			}
-			ev := admission.ErrorEvent(msg, st)
-			if ow.aborted {
-				// The cut may have fallen inside an event: end it first
-				// (a blank line without data is no event).
-				ev = append([]byte("\n\n"), ev...)
-			}
-			_, _ = ow.ResponseWriterWrapper.Write(ev)
-			flush(w)
-			if c := h.logger.Check(zapcore.DebugLevel, "upstream failed after SSE headers"); c != nil {
-				c.Write(zap.Int("status", ow.status), zap.Error(err))
-			}
+			h.streamError(w, ow, err)
 		}
 		return nil
 	}
@@ -339,6 +339,36 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		return writeJSONError(w, st, "no engine could serve the request: "+strings.ToLower(http.StatusText(st)))
 	}
 	return err
+}
+
+// streamError ends an open SSE stream with an `event: error` telling why
+// the upstream failed.
+func (h *Admission) streamError(w http.ResponseWriter, ow *observingWriter, err error) {
+	msg := "upstream error"
+	switch {
+	case ow.aborted:
+		msg = "upstream stream ended abruptly"
+	case err != nil:
+		// The cause (with internal addresses) goes to the log only.
+		msg = "upstream error: " + strings.ToLower(http.StatusText(errStatus(err)))
+	case ow.errBody.Len() > 0:
+		msg = fmt.Sprintf("upstream error (%d): %s", ow.status, bytes.TrimSpace(ow.errBody.Bytes()))
+	}
+	st := ow.status
+	if st < 400 {
+		st = http.StatusBadGateway
+	}
+	ev := admission.ErrorEvent(msg, st)
+	if ow.aborted {
+		// The cut may have fallen inside an event: end it first (a blank
+		// line without data is no event).
+		ev = append([]byte("\n\n"), ev...)
+	}
+	_, _ = ow.ResponseWriterWrapper.Write(ev)
+	flush(w)
+	if c := h.logger.Check(zapcore.DebugLevel, "upstream failed after SSE headers"); c != nil {
+		c.Write(zap.Int("status", ow.status), zap.Error(err))
+	}
 }
 
 // followingBody is the request body reinstalled after reading it; the
