@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -539,5 +540,53 @@ func TestLineLog(t *testing.T) {
 	}
 	if want := strings.Repeat("y", maxLogLine) + " …"; got[1] != want {
 		t.Errorf("long line: %d bytes, want it cut to %d", len(got[1]), len(want))
+	}
+}
+
+// TestReportStatesPlan: the report's prose states the configuration of
+// the plan that ran (here the smoke plan, with -quick), not the full
+// plan's engine counts, poll intervals and workload sizes.
+func TestReportStatesPlan(t *testing.T) {
+	plan := smokePlan()
+	q := plan.Quality
+	q.Engines, q.PollInterval = 3, 400*time.Millisecond
+	spec := q.Plans[0].Workload
+	spec.Name = "prefix-high" // the workload whyText explains
+	run := QualityRun{Workload: spec.Name, Policy: "llm", RateX: 1, Rate: 2, Summary: Summary{OK: 1, Requests: 1}}
+	f := plan.Fleet
+	f.Sizes, f.PollInterval = []int{4, 16}, 0.1
+	file := SectionFile{Quick: true, Machine: Machine{CPUs: 5}}
+	l := &loaded{
+		quality:  &QualityResult{Params: q, Workloads: []QualityWorkload{{Spec: spec, CapMiss: 2}}, Runs: []QualityRun{run}},
+		fleet:    &FleetResult{Params: f},
+		overhead: &OverheadResult{Params: plan.Overhead},
+		files:    map[string]SectionFile{"quality": file, "fleet": file, "overhead": file},
+	}
+	md := render(l, "plots", nil, time.Minute)
+	for _, want := range []string{
+		"with a soak of 1 minute",
+		"on 3 simulated vLLM engines behind a real Caddy",
+		"Command: `go run ./bench -quick -only quality`",
+		"a fresh fleet of 3 [`vllmsim`](internal/vllmsim) engines",
+		"`llm { poll_interval 400ms;",
+		"`reverse_proxy <3 engines> {",
+		fmt.Sprintf("re-prefilling %d tokens elsewhere", spec.SystemTokens),
+		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
+		"## 2. Fleet simulation: 4 to 16 engines",
+		"Command: `go run ./bench -quick -only fleet`",
+		"as of the last 100 ms poll",
+		"On 5 shared cores the load generator",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, stale := range []string{"8 engines", "8 simulated", "poll_interval 250ms", "250 ms poll", "40 groups", "2,048", "2 shared cores", "1-minute", "%!"} {
+		if strings.Contains(md, stale) {
+			t.Errorf("report states %q, which is not this plan", stale)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
 	}
 }
