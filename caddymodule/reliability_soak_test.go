@@ -510,23 +510,28 @@ func (s *soak) settle() {
 
 // The bounds of soakLimitsFor. Once the load has stopped, a healthy
 // gateway still holds idle keep-alive connections to the engines (Caddy
-// keeps them for 2 minutes): about one per request it had in flight to an
-// engine — at most max_inflight per engine — for the proxy, and as many
-// for /tokenize. Each is 2 goroutines (the transport's read and write
-// loops), 3 when the engines run in the test process (their side of it).
-// Anything else must fit in soakGoroutineSlack. Measured, 20 s soak: 46
-// goroutines before the load, 117 to 138 after it (limit 206); in-process
-// 74 and 184 (limit 298); the 10-minute soak of BENCHMARKS.md 47 and 79.
+// keeps them for 2 minutes): at most as many as it had in use at once,
+// and a client's request uses one for /tokenize and one for the proxy at
+// a time, so at most 2 per client (worker). Each is 2 goroutines (the
+// transport's read and write loops), 3 when the engines run in the test
+// process (their side of it). Anything else must fit in
+// soakGoroutineSlack. Measured before → after the load, Caddy process:
+// 20 s soaks 46 → 117 to 138 (limit 270), a 150 s soak 46 → 155 (limit
+// 270), the 10-minute soak of BENCHMARKS.md 47 → 79; in-process, a 20 s
+// soak 74 → 184 (limit 394). A leak of a goroutine per 20 requests (180
+// in a 20 s soak) fails.
 //
 // RSS does not come back down: the heap grown under load returns to the
 // OS slowly, and the tokenize cache and KV index fill up. A healthy
 // 10-minute soak plateaus from minute 5 on, 101 MiB above its baseline
-// (58.5 → 159.4 MiB); a 20 s one ends 34 to 36 MiB above it (65.5 →
-// 99.3 MiB). soakRSSGrowthMiB leaves half as much again as the former.
+// (58.5 → 159.4 MiB); a 150 s soak ends 67 MiB above (55.9 → 123.1), a
+// 20 s one 34 to 36 MiB (65.5 → 99.3). soakRSSGrowthMiB leaves half as
+// much again as the 10-minute soak's growth; 1 KiB leaked per request
+// (110 MiB over its 112827 requests) fails it.
 const (
 	soakConnGoroutines       = 2
 	soakConnGoroutinesInProc = 3
-	soakIdleConnsPerInflight = 2 // the proxy's and /tokenize's
+	soakIdleConnsPerWorker   = 2 // the proxy's and /tokenize's
 	soakGoroutineSlack       = 32
 	soakRSSGrowthMiB         = 150
 )
@@ -547,7 +552,7 @@ func soakLimitsFor(base soakGauge, c soakSetup, external bool) soakLimits {
 	if external {
 		perConn = soakConnGoroutines
 	}
-	idle := c.Engines * c.MaxInflight * soakIdleConnsPerInflight
+	idle := c.Workers * soakIdleConnsPerWorker
 	return soakLimits{
 		Goroutines: base.Goroutines + float64(idle*perConn+soakGoroutineSlack),
 		RSSMiB:     base.RSSMiB + soakRSSGrowthMiB,
@@ -663,8 +668,9 @@ func TestSoakLimits(t *testing.T) {
 		{"20 s soak, Caddy process", true, soakGauge{Goroutines: 46, RSSMiB: 65.5}, soakGauge{Goroutines: 138, RSSMiB: 99.3}, true, true},
 		{"20 s soak, in-process", false, soakGauge{Goroutines: 74, RSSMiB: 62.5}, soakGauge{Goroutines: 184, RSSMiB: 106.2}, true, true},
 		{"10 min soak, Caddy process", true, soakGauge{Goroutines: 47, RSSMiB: 58.5}, soakGauge{Goroutines: 79, RSSMiB: 159.4}, true, true},
-		// One goroutine per 40 of the 20 s soak's 3607 requests.
-		{"goroutine leak", true, soakGauge{Goroutines: 46, RSSMiB: 65.5}, soakGauge{Goroutines: 138 + 3607/40, RSSMiB: 99.3}, false, true},
+		{"150 s soak, Caddy process", true, soakGauge{Goroutines: 46, RSSMiB: 55.9}, soakGauge{Goroutines: 155, RSSMiB: 123.1}, true, true},
+		// One goroutine per 20 of the 20 s soak's 3607 requests.
+		{"goroutine leak", true, soakGauge{Goroutines: 46, RSSMiB: 65.5}, soakGauge{Goroutines: 138 + 3607/20, RSSMiB: 99.3}, false, true},
 		// 1 KiB per request of the 10-minute soak's 112827.
 		{"memory leak", true, soakGauge{Goroutines: 47, RSSMiB: 58.5}, soakGauge{Goroutines: 79, RSSMiB: 159.4 + 112827.0/1024}, true, false},
 	} {
