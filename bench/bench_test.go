@@ -134,9 +134,11 @@ func smokePlan() Plan {
 }
 
 // TestSoakSmoke runs the soak section end to end, briefly: the real test
-// as a subprocess against a gateway built from this checkout, its figures
-// read back; and a test name that matches nothing, which must fail the
-// section rather than leave it without figures unnoticed.
+// as a subprocess against a gateway built from this checkout, on the
+// schedule it scales to 20 s — engine restarts, a stream-cut episode, a
+// reload, gauges under load — its figures read back; and a test name that
+// matches nothing, which must fail the section rather than leave it
+// without figures unnoticed.
 func TestSoakSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds Caddy and runs caddymodule's soak test")
@@ -166,9 +168,22 @@ func TestSoakSmoke(t *testing.T) {
 	if !res.Passed || res.Run == nil {
 		t.Fatalf("soak failed: %s\n%s", res.Problem, strings.Join(res.Tail, "\n"))
 	}
-	if r := res.Run; r.Requests == 0 || r.Outcomes["ok"] == 0 || !r.external() || r.duration() != p.Duration {
+	r := res.Run
+	if r.Requests == 0 || r.Outcomes["ok"] == 0 || !r.external() || r.duration() != p.Duration {
 		t.Errorf("soak figures: %d requests, %d served, mode %q, duration %s", r.Requests, r.Outcomes["ok"], r.Mode, r.Duration)
 	}
+	// The point of a short soak: its scaled schedule injected every fault
+	// and gauged the gateway under load, so the leak check ran.
+	if r.Restarts < 1 || r.Cuts < 1 || r.Reloads < 1 || len(r.Gauges) < 3 {
+		t.Errorf("a %s soak injected %d engine restarts, %d stream-cut episodes, %d reloads and took %d gauges (want ≥ 1 of each fault and a gauge under load); schedule %+v",
+			r.Duration, r.Restarts, r.Cuts, r.Reloads, len(r.Gauges), r.Setup.Schedule)
+	}
+	first, last, lim := r.Gauges[0], r.Gauges[len(r.Gauges)-1], r.Setup.Limits
+	if last.Goroutines > lim.Goroutines || last.RSSMiB > lim.RSSMiB {
+		t.Errorf("the gateway ended at %.0f goroutines and %.1f MiB, beyond the limits %+v, yet the test passed", last.Goroutines, last.RSSMiB, lim)
+	}
+	t.Logf("%d requests, %v; %d restarts, %d stream-cut episodes, %d reloads; goroutines %.0f → %.0f (limit %.0f), RSS %.1f → %.1f MiB (limit %.1f)",
+		r.Requests, r.Outcomes, r.Restarts, r.Cuts, r.Reloads, first.Goroutines, last.Goroutines, lim.Goroutines, first.RSSMiB, last.RSSMiB, lim.RSSMiB)
 
 	p.Test = "TestNoSuchSoak"
 	res, err = runSoak(ctx, env, p, tmp)

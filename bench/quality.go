@@ -63,6 +63,8 @@ type QualityParams struct {
 	Rho       float64     `json:"rho"`
 	TimeScale float64     `json:"time_scale"`
 	MaxPark   float64     `json:"max_park_sim_seconds"`
+	// PollInterval is the gateway's poll_interval (wall time).
+	PollInterval time.Duration `json:"poll_interval_ns"`
 	// LagThreshold and MaxRetries: a run whose SimLag exceeds the
 	// threshold is run again, at most MaxRetries times over the section,
 	// keeping the attempt that lagged least.
@@ -220,7 +222,7 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 		PolicyBody:    pol.Body,
 		Admission:     true,
 		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
-		PollInterval:  250 * time.Millisecond,
+		PollInterval:  p.PollInterval,
 	}, pol.KV)
 	if err != nil {
 		return run, err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -151,7 +152,7 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	}
 	w(" Machine: %d × %s, %s, %s (load average at the end of the last section: %s; the machine was shared with other jobs, so absolute speeds are noisy — every comparison below is between configurations measured in the same run, alternating or back to back).\n\n",
 		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
-	w("`go run ./bench -quick` is a smoke run of every section (< 7 minutes, with a 1-minute soak); `go run ./bench -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim*.go`), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n")
+	w("`go run ./bench -quick` is a smoke run of every section (< 7 minutes, with a soak of %s); `go run ./bench -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim*.go`), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n", every(soakDuration(true)))
 
 	if l.quality != nil || l.overhead != nil || l.soak != nil {
 		w("## Headline\n\n")
@@ -183,8 +184,8 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 		x := q.satRate(name)
 		qw := q.workload(name)
 		if qw != nil {
-			w("Workload **%s** (%s, scaled: %s) on 8 simulated vLLM engines behind a real Caddy, at **%.1f requests/s** — the lowest rate of the ladder at which `round_robin` saturates (its TTFT p90 at least doubles; %.2f× the fleet's estimated no-cache-hit capacity). Latencies in simulated seconds; the full ladder is in section 1.\n\n",
-				name, qw.Spec.Reference, qw.Spec.Shape(), x*qw.CapMiss, x)
+			w("Workload **%s** (%s, scaled: %s) on %d simulated vLLM engines behind a real Caddy, at **%.1f requests/s** — the lowest rate of the ladder at which `round_robin` saturates (its TTFT p90 at least doubles; %.2f× the fleet's estimated no-cache-hit capacity). Latencies in simulated seconds; the full ladder is in section 1.\n\n",
+				name, qw.Spec.Reference, qw.Spec.Shape(), q.Params.Engines, x*qw.CapMiss, x)
 		}
 		w("| policy | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | completed | 503 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, pol := range q.Params.Policies {
@@ -239,8 +240,8 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			rr = q.at("prefix-high", "round_robin", x)
 		}
 		if lo != nil && hi != nil && q2 != nil && rr != nil {
-			w("- **Under overload, `max_inflight` decides how much affinity survives:** with `max_inflight` = `--max-num-seqs` no request may wait at a busy engine, and on prefix-high `llm`'s hit rate falls from %.0f%% at %.1f req/s to %.0f%% at %.1f req/s (TTFT p90 %s; `round_robin` %s). With `max_inflight` = 2 × max_num_seqs (`llm-queue2x`, the README's advice) requests may wait briefly at the engine holding their prefix: %.0f%% hits and TTFT p90 %s at the same rate. Section 2 shows the same choice at 8 to 256 engines.\n",
-				lo.Summary.HitRate*100, lo.Rate, hi.Summary.HitRate*100, hi.Rate, secs(hi.Summary.TTFT.P90), secs(rr.Summary.TTFT.P90), q2.Summary.HitRate*100, secs(q2.Summary.TTFT.P90))
+			w("- **Under overload, `max_inflight` decides how much affinity survives:** with `max_inflight` = `--max-num-seqs` no request may wait at a busy engine, and on prefix-high `llm`'s hit rate falls from %.0f%% at %.1f req/s to %.0f%% at %.1f req/s (TTFT p90 %s; `round_robin` %s). With `max_inflight` = 2 × max_num_seqs (`llm-queue2x`, the README's advice) requests may wait briefly at the engine holding their prefix: %.0f%% hits and TTFT p90 %s at the same rate.%s\n",
+				lo.Summary.HitRate*100, lo.Rate, hi.Summary.HitRate*100, hi.Rate, secs(hi.Summary.TTFT.P90), secs(rr.Summary.TTFT.P90), q2.Summary.HitRate*100, secs(q2.Summary.TTFT.P90), fleetScope(l.fleet))
 		}
 		var losses []string
 		for _, name := range []string{"prefix-low", "random"} {
@@ -292,6 +293,28 @@ func renderFindings(b *strings.Builder, l *loaded) {
 	w("\n")
 }
 
+// engineRange names the fleet sizes of the simulation: "8 to 256
+// engines", or "4 engines" for a single size.
+func engineRange(sizes []int) string {
+	if len(sizes) == 0 {
+		return "no engines"
+	}
+	lo, hi := slices.Min(sizes), slices.Max(sizes)
+	if lo == hi {
+		return plural(lo, "engine")
+	}
+	return fmt.Sprintf("%d to %d engines", lo, hi)
+}
+
+// fleetScope points from the findings to section 2, with the fleet sizes
+// it ran, when it ran.
+func fleetScope(f *FleetResult) string {
+	if f == nil {
+		return ""
+	}
+	return fmt.Sprintf(" Section 2 shows the same choice at %s.", engineRange(f.Params.Sizes))
+}
+
 func (o *OverheadResult) find(body, target string) *OverheadStat {
 	for i := range o.Stats {
 		if o.Stats[i].Body == body && o.Stats[i].Target == target {
@@ -323,9 +346,9 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p := q.Params
 	w("## 1. Routing quality: real Caddy, simulated vLLM fleet\n\n")
-	w("Command: `go run ./bench -only quality` (%s of this run).\n\n", time.Duration(f.Seconds*float64(time.Second)).Round(time.Second))
-	w("**Setup.** For every (workload, rate, policy) the harness starts a fresh fleet of %d [`vllmsim`](internal/vllmsim) engines in its own process (cold caches for everyone; max_num_seqs %d, block size %d, prefill %.0f tokens/s, decode step %.0f ms, %d-token steps, KV events over ZeroMQ) and a fresh Caddy process built from this checkout (`go build ./cmd/caddy`) with a generated Caddyfile: `llm { poll_interval 250ms; engine … { max_inflight %d; kv_events …; kv_replay … } }`, `llm_admission { max_park %.0fs (simulated) }`, `reverse_proxy <8 engines> { lb_policy …; flush_interval -1 }`. Only the policy differs:\n\n",
-		p.Engines, p.Model.MaxNumSeqs, p.Model.BlockSize, p.Model.PrefillTokensPerSec, p.Model.DecodeStepSeconds*1000, p.Model.MaxBatchedTokens, p.Model.MaxNumSeqs, p.MaxPark)
+	w("Command: `%s` (%s of this run).\n\n", f.rerun("quality"), time.Duration(f.Seconds*float64(time.Second)).Round(time.Second))
+	w("**Setup.** For every (workload, rate, policy) the harness starts a fresh fleet of %d [`vllmsim`](internal/vllmsim) engines in its own process (cold caches for everyone; max_num_seqs %d, block size %d, prefill %.0f tokens/s, decode step %.0f ms, %d-token steps, KV events over ZeroMQ) and a fresh Caddy process built from this checkout (`go build ./cmd/caddy`) with a generated Caddyfile: `llm { poll_interval %s; engine … { max_inflight %d; kv_events …; kv_replay … } }`, `llm_admission { max_park %.0fs (simulated) }`, `reverse_proxy <%d engines> { lb_policy …; flush_interval -1 }`. Only the policy differs:\n\n",
+		p.Engines, p.Model.MaxNumSeqs, p.Model.BlockSize, p.Model.PrefillTokensPerSec, p.Model.DecodeStepSeconds*1000, p.Model.MaxBatchedTokens, p.PollInterval, p.Model.MaxNumSeqs, p.MaxPark, p.Engines)
 	for _, pol := range p.Policies {
 		w("- `%s`: %s\n", pol.Name, pol.Desc)
 	}
@@ -402,7 +425,7 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 		for _, v := range verdicts(q, name) {
 			w("- %s\n", v)
 		}
-		if why := whyText(name); why != "" {
+		if why := whyText(qw.Spec, p); why != "" {
 			w("\n%s\n", why)
 		}
 		w("\n")
@@ -508,19 +531,21 @@ func verdicts(q *QualityResult, name string) []string {
 }
 
 // whyText explains, per workload, what the policies can and cannot gain;
-// it follows from the workload's shape and the gateway's rules, not from
-// one run's numbers.
-func whyText(workload string) string {
-	switch workload {
+// it follows from the workload's shape, the fleet's size and the gateway's
+// rules, not from one run's numbers.
+func whyText(w WorkloadSpec, p QualityParams) string {
+	shared := 100 * float64(w.SystemTokens) / float64(w.SystemTokens+w.QuestionTokens)
+	switch w.Name {
 	case "prefix-high":
-		return "Why: nearly 90% of every prompt is its group's system prompt, and the fleet's caches can keep every group resident only if each group lives on one engine. `round_robin` and `least_conn` send every group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused (their hit rate is what survives by chance). `lb_policy llm` sends a group where its prefix is, so most prompts prefill only their question: shorter TTFT, and a higher saturation point because engines spend less time prefilling. The approximate tier does as well as the precise one here because this gateway is the only client and the prefixes are byte-identical, so its prefix tree is right; it cannot see evictions, which the precise tier can.\n\n" +
-			"Past `round_robin`'s saturation `llm` keeps less of that advantage. With `max_inflight` = `--max-num-seqs` neither admission nor the policy ever lets a request wait at a busy engine — the policy excludes an engine at max_inflight as saturated — so once the engines holding a group are full, its requests spill to whichever engine has a free slot, miss there, and evict other groups' prefixes. `llm-queue2x` (max_inflight = 2 × max_num_seqs, the README's advice) lets requests queue briefly at the holder, where the cost model weighs a queued request (queue_weight 512) against re-prefilling 2,048 tokens elsewhere; it keeps most of its hits under overload and the lowest TTFT. `cache_key_header` pins groups by hashing the key and ignores load: with 40 groups on 8 engines some engines get about twice their share, which shows as a long TTFT tail and lower throughput at high rates, although its hit rate is the highest."
+		return fmt.Sprintf("Why: %.0f%% of every prompt is its group's system prompt, and the fleet's caches can keep every group resident only if each group lives on one engine. `round_robin` and `least_conn` send every group everywhere, so each engine cycles through all groups' prefixes and evicts them before they are reused (their hit rate is what survives by chance). `lb_policy llm` sends a group where its prefix is, so most prompts prefill only their question: shorter TTFT, and a higher saturation point because engines spend less time prefilling. The approximate tier does as well as the precise one here because this gateway is the only client and the prefixes are byte-identical, so its prefix tree is right; it cannot see evictions, which the precise tier can.\n\n"+
+			"Past `round_robin`'s saturation `llm` keeps less of that advantage. With `max_inflight` = `--max-num-seqs` neither admission nor the policy ever lets a request wait at a busy engine — the policy excludes an engine at max_inflight as saturated — so once the engines holding a group are full, its requests spill to whichever engine has a free slot, miss there, and evict other groups' prefixes. `llm-queue2x` (max_inflight = 2 × max_num_seqs, the README's advice) lets requests queue briefly at the holder, where the cost model weighs a queued request (queue_weight 512) against re-prefilling %d tokens elsewhere; it keeps most of its hits under overload and the lowest TTFT. `cache_key_header` pins groups by hashing the key and ignores load: hashing %d groups onto %d engines gives some engines well over their share, which shows as a long TTFT tail and lower throughput at high rates, although its hit rate is the highest.", shared, w.SystemTokens, w.Groups, p.Engines)
 	case "prefix-low":
-		return "Why: only the 256-token system prompt (about a tenth of each prompt) is shared, so affinity can save at most about 10% of the prefill, and the policies differ mainly in how they balance load. Affinity still pulls a group's requests towards the engine holding those 256 tokens — and with them their 2,048-token uncached questions. The cost model charges a running sequence 32 token-equivalents, and a request dispatched since the last poll as one more running sequence, so it cannot see that an engine is busy prefilling long prompts; `round_robin` spreads those prefills evenly. `lb_policy llm` also decides on gauges up to one poll interval old and pays for a `/tokenize` call per request. So it ties with or loses to Caddy's own policies here: this is the workload where cache-aware routing has nothing to sell. `cache_key_header` hot-spots as on prefix-high."
+		return fmt.Sprintf("Why: only the %d-token system prompt (%.0f%% of each prompt) is shared, so affinity can save at most about that share of the prefill, and the policies differ mainly in how they balance load. Affinity still pulls a group's requests towards the engine holding those %d tokens — and with them their %d-token uncached questions. The cost model charges a running sequence 32 token-equivalents, and a request dispatched since the last poll as one more running sequence, so it cannot see that an engine is busy prefilling long prompts; `round_robin` spreads those prefills evenly. `lb_policy llm` also decides on gauges up to one poll interval old and pays for a `/tokenize` call per request. So it ties with or loses to Caddy's own policies here: this is the workload where cache-aware routing has nothing to sell. `cache_key_header` hot-spots as on prefix-high.", w.SystemTokens, shared, w.SystemTokens, w.QuestionTokens)
 	case "prefix-long":
-		return "Why: a 6,000-token shared prefix makes a miss cost 0.6 s of prefill, so keeping groups together pays in TTFT; but each request also decodes 1,000 tokens, so the fleet's capacity is mostly decode time and the prefill saved changes throughput little. With 5 requests per group, at most 4 in 5 can hit."
+		return fmt.Sprintf("Why: a %d-token shared prefix makes a miss cost %.1f s of prefill, so keeping groups together pays in TTFT; but each request also decodes %d tokens, so the fleet's capacity is mostly decode time and the prefill saved changes throughput little. With %d requests per group, at most %d in %d can hit.",
+			w.SystemTokens, float64(w.SystemTokens)/p.Model.PrefillTokensPerSec, w.OutputTokens, w.PerGroup, w.PerGroup-1, w.PerGroup)
 	case "multiturn":
-		return "Why: every turn's prompt is the previous turn's prompt plus the answer plus a new question, so the engine that served the last turn holds almost the whole prompt. All `lb_policy llm` variants (and `cache_key_header` with the session id) follow the session; `round_robin` and `least_conn` find the history on the right engine only by chance (1 in 8) and otherwise reuse only the shared system prompt. Sessions pace themselves (think time, one turn at a time), so the fleet does not saturate at these rates."
+		return fmt.Sprintf("Why: every turn's prompt is the previous turn's prompt plus the answer plus a new question, so the engine that served the last turn holds almost the whole prompt. All `lb_policy llm` variants (and `cache_key_header` with the session id) follow the session; `round_robin` and `least_conn` find the history on the right engine only by chance (1 in %d) and otherwise reuse only the shared system prompt. Sessions pace themselves (think time, one turn at a time), so the fleet does not saturate at these rates.", p.Engines)
 	case "random":
 		return "Why: the control. Nothing is shared, so no policy can get hits and the best a router can do is balance load. `lb_policy llm` then decides on load alone (the decisions column shows `load_only`); it pays for tokenizing each prompt and decides on gauges up to one poll interval old, so matching `least_conn` is the expected outcome. `cache_key_header` with a unique key per request is random placement, which shows in its tail."
 	}
@@ -530,10 +555,10 @@ func whyText(workload string) string {
 func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel string, plots []string) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p := f.Params
-	w("## 2. Fleet simulation: 8 to %d engines\n\n", p.Sizes[len(p.Sizes)-1])
-	w("Command: `go run ./bench -only fleet` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
-	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last 250 ms poll, and the gateway's own accounting: in flight, dispatched since the scrape, and finished since the scrape (a request the last scrape counted frees its slot when it ends). The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting − finished + dispatched < max_inflight — max_num_seqs, or twice that for the `-queue2x` variants — and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s, then get 503). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
-		p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs, p.KVLimit, p.QueueSize, p.MaxPark)
+	w("## 2. Fleet simulation: %s\n\n", engineRange(p.Sizes))
+	w("Command: `%s` (%s of this run).\n\n", sf.rerun("fleet"), time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
+	w("One machine cannot run hundreds of engines, so this section drives the gateway's own routing code in-process against a discrete-event model of N engines: every request of the `llm` policy is routed by `routing.Pick`, with candidates filled as `caddymodule` fills them — matched blocks from a real `kvindex.Index` (`kvindex.Keys` + `MatchKeys` over the prompt's tokens), gauges (running, waiting, KV usage) as of the last %.0f ms poll, and the gateway's own accounting: in flight, dispatched since the scrape, and finished since the scrape (a request the last scrape counted frees its slot when it ends). The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. Admission is modelled as `llm_admission` does it (an engine has room while running + waiting − finished + dispatched < max_inflight — max_num_seqs, or twice that for the `-queue2x` variants — and KV usage < %.2f; otherwise requests park FIFO, at most %d, for at most %.0f s, then get 503). `least_loaded` is `routing.LeastLoaded` (fewest requests in flight from the gateway, like Caddy's `least_conn`); `round_robin` cycles.\n\n",
+		p.PollInterval*1000, p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs, p.KVLimit, p.QueueSize, p.MaxPark)
 	w("Workload: shared prefixes (%d/%d/%d tokens), %d groups per engine (so the resident set grows with the fleet), each request's group chosen uniformly at random, Poisson arrivals at the variant's load × the fleet's no-hit capacity, %d requests per run; KV cache per engine by the same rule as section 1 (ρ = %.2f). Times are simulated seconds; the gateway's CPU figures are host time of this process (single-threaded, on a shared machine) and index memory is the heap the collector frees when the index is dropped.\n\n",
 		p.Workload.SystemTokens, p.Workload.QuestionTokens, p.Workload.OutputTokens, p.GroupsPerEngine, p.Requests, p.Rho)
 	for _, pl := range plots {
@@ -567,7 +592,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p := o.Params
 	w("## 3. Gateway overhead: `llm_admission` + `lb_policy llm` vs plain Caddy\n\n")
-	w("Command: `go run ./bench -only overhead` (%s of this run).\n\n", time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
+	w("Command: `%s` (%s of this run).\n\n", sf.rerun("overhead"), time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
 	w("Two Caddy processes run side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond): **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep), **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating plain → llm → direct, %d rounds (after a %.0f s warm-up each), so machine noise hits all three alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
 		p.Engines, p.TimeScale, p.Concurrency, p.Phase, p.Rounds, p.Warmup)
 	for _, pl := range plots {
@@ -597,5 +622,5 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			w("\nWhere the `llm` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", body.Name, strings.Join(s.Profile, "\n"))
 		}
 	}
-	w("\nOn 2 shared cores the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n")
+	w("\nOn %s the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n", plural(sf.Machine.CPUs, "shared core"))
 }

@@ -140,12 +140,23 @@ func writeReport(env *Env, o Options) error {
 
 // SectionFile is one section's saved result with how it was produced.
 type SectionFile struct {
-	Section string          `json:"section"`
-	Command string          `json:"command"`
+	Section string `json:"section"`
+	Command string `json:"command"`
+	// Quick: the section ran with -quick's plan.
+	Quick   bool            `json:"quick,omitempty"`
 	Machine Machine         `json:"machine"`
 	Started time.Time       `json:"started"`
 	Seconds float64         `json:"seconds"`
 	Result  json.RawMessage `json:"result"`
+}
+
+// rerun is the command that runs section again with the plan of this
+// result (the plain or the -quick one).
+func (f SectionFile) rerun(section string) string {
+	if f.Quick {
+		return "go run ./bench -quick -only " + section
+	}
+	return "go run ./bench -only " + section
 }
 
 func saveSection(env *Env, name string, v any, t0 time.Time) error {
@@ -153,7 +164,7 @@ func saveSection(env *Env, name string, v any, t0 time.Time) error {
 	if err != nil {
 		return fmt.Errorf("encoding %s results: %w", name, err)
 	}
-	f := SectionFile{Section: name, Command: env.Command, Machine: machine(), Started: t0, Seconds: time.Since(t0).Seconds(), Result: raw}
+	f := SectionFile{Section: name, Command: env.Command, Quick: env.Quick, Machine: machine(), Started: t0, Seconds: time.Since(t0).Seconds(), Result: raw}
 	b, err := json.MarshalIndent(f, "", " ")
 	if err != nil {
 		return fmt.Errorf("encoding %s results: %w", name, err)

@@ -63,13 +63,72 @@ type SoakRun struct {
 	Mode       string         `json:"mode"`
 	GOMAXPROCS int            `json:"gomaxprocs"`
 	Workers    int            `json:"workers"`
+	Setup      *SoakSetup     `json:"setup"`
 	Restarts   int            `json:"restarts"`
+	Cuts       int            `json:"cuts"` // stream-cut episodes
 	Reloads    int            `json:"reloads"`
 	Requests   int            `json:"requests"`
 	Outcomes   map[string]int `json:"outcomes"`
 	Minutes    []SoakMinute   `json:"minutes"`
 	Gauges     []SoakGauge    `json:"gauges"`
 	Events     []string       `json:"events"`
+}
+
+// SoakSetup is the configuration the test ran with, as it wrote it
+// (soakSetup in caddymodule/reliability_soak_test.go), so that the report
+// states what ran: a short soak's schedule is scaled to its length.
+type SoakSetup struct {
+	Engines       int           `json:"engines"`
+	MaxNumSeqs    int           `json:"max_num_seqs"`
+	TimeScale     float64       `json:"time_scale"`
+	MaxInflight   int           `json:"max_inflight"`
+	MaxPark       time.Duration `json:"max_park_ns"`
+	QueueSize     int           `json:"queue_size"`
+	Heartbeat     time.Duration `json:"heartbeat_ns"`
+	PollInterval  time.Duration `json:"poll_interval_ns"`
+	LBRetries     int           `json:"lb_retries"`
+	Workers       int           `json:"workers"`
+	Conversations int           `json:"conversations"`
+	CutAfter      int           `json:"cut_after_tokens"`
+	Schedule      SoakSchedule  `json:"schedule"`
+	Limits        SoakLimits    `json:"limits"`
+}
+
+// SoakSchedule is when the soak injected its faults and gauged the gateway.
+type SoakSchedule struct {
+	RestartEvery time.Duration `json:"restart_every_ns"`
+	CutEvery     time.Duration `json:"cut_every_ns"`
+	CutFor       time.Duration `json:"cut_for_ns"`
+	ReloadEvery  time.Duration `json:"reload_every_ns"`
+	GaugeEvery   time.Duration `json:"gauge_every_ns"`
+}
+
+// SoakLimits are the most goroutines and RSS the test allowed the gateway
+// once the load was over, derived from the gauge before the load.
+type SoakLimits struct {
+	Goroutines float64 `json:"max_goroutines"`
+	RSSMiB     float64 `json:"max_rss_mib"`
+}
+
+// check refuses a setup the report cannot describe.
+func (c *SoakSetup) check() error {
+	if c == nil {
+		return errors.New("no setup (written by an older TestReliabilitySoak?)")
+	}
+	if c.Engines <= 0 || c.MaxNumSeqs <= 0 || c.TimeScale <= 0 || c.MaxInflight <= 0 || c.Workers <= 0 || c.Conversations <= 0 || c.CutAfter <= 0 {
+		return fmt.Errorf("setup: a count is not positive: %+v", *c)
+	}
+	if c.MaxPark <= 0 || c.Heartbeat <= 0 || c.PollInterval <= 0 {
+		return fmt.Errorf("setup: max_park %v, heartbeat %v, poll_interval %v: want positive durations", c.MaxPark, c.Heartbeat, c.PollInterval)
+	}
+	sc := c.Schedule
+	if sc.RestartEvery <= 0 || sc.CutEvery <= 0 || sc.CutFor <= 0 || sc.ReloadEvery <= 0 || sc.GaugeEvery <= 0 {
+		return fmt.Errorf("setup: schedule %+v: want positive intervals", sc)
+	}
+	if c.Limits.Goroutines <= 0 || c.Limits.RSSMiB <= 0 {
+		return fmt.Errorf("setup: limits %+v: want positive bounds", c.Limits)
+	}
+	return nil
 }
 
 // SoakMinute is one minute of the soak: the requests that ended in it.
@@ -110,10 +169,21 @@ func readSoakRun(r io.Reader) (*SoakRun, error) {
 	return &run, nil
 }
 
+// check refuses figures that do not add up, or that lack the setup the
+// report describes.
 func (r *SoakRun) check() error {
 	d, err := time.ParseDuration(r.Duration)
 	if err != nil || d <= 0 {
 		return fmt.Errorf("duration %q is not a positive duration", r.Duration)
+	}
+	if err := r.Setup.check(); err != nil {
+		return err
+	}
+	if r.Workers != r.Setup.Workers {
+		return fmt.Errorf("%d workers, but the setup says %d", r.Workers, r.Setup.Workers)
+	}
+	if r.Restarts < 0 || r.Cuts < 0 || r.Reloads < 0 {
+		return fmt.Errorf("negative fault counts: %d restarts, %d cuts, %d reloads", r.Restarts, r.Cuts, r.Reloads)
 	}
 	if r.Requests <= 0 {
 		return fmt.Errorf("%d requests", r.Requests)
@@ -123,6 +193,14 @@ func (r *SoakRun) check() error {
 	} else if sum != r.Requests {
 		return fmt.Errorf("outcomes add up to %d, not the %d requests", sum, r.Requests)
 	}
+	if err := r.checkMinutes(); err != nil {
+		return err
+	}
+	return r.checkGauges()
+}
+
+// checkMinutes: the windows are in order and add up.
+func (r *SoakRun) checkMinutes() error {
 	if len(r.Minutes) == 0 {
 		return errors.New("no per-minute windows")
 	}
@@ -148,6 +226,11 @@ func (r *SoakRun) check() error {
 	if inMinutes > r.Requests {
 		return fmt.Errorf("the minutes hold %d requests, the totals %d", inMinutes, r.Requests)
 	}
+	return nil
+}
+
+// checkGauges: the start and the end at least, in time order, positive.
+func (r *SoakRun) checkGauges() error {
 	if len(r.Gauges) < 2 {
 		return fmt.Errorf("%d gauges (want the start and the end at least)", len(r.Gauges))
 	}

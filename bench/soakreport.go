@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,17 +124,6 @@ func (r *SoakRun) gaugeFor(m int) *SoakGauge {
 	return g
 }
 
-// cuts counts the stream-cut episodes among the events.
-func (r *SoakRun) cuts() int {
-	n := 0
-	for _, e := range r.Events {
-		if strings.Contains(e, "streams cut") {
-			n++
-		}
-	}
-	return n
-}
-
 // wallMS formats a wall latency given in milliseconds.
 func wallMS(v float64) string {
 	switch {
@@ -179,15 +169,19 @@ func soakFinding(s *SoakResult) string {
 		clean = fmt.Sprintf("**%d ended in a way no fault explains**", n)
 	}
 	return fmt.Sprintf("**Under a %s soak** (mixed load with %s, %s and %s): %d requests, %.1f%% served, %s%s; the gateway's goroutines %.0f → %.0f and RSS %.0f → %.0f MiB from before the load to after it.",
-		r.duration(), plural(r.Restarts, "engine restart"), plural(r.cuts(), "stream-cut episode"), plural(r.Reloads, "config reload"), r.Requests, pctOf(r.Outcomes["ok"], r.Requests), clean, ttft,
+		r.duration(), plural(r.Restarts, "engine restart"), plural(r.Cuts, "stream-cut episode"), plural(r.Reloads, "config reload"), r.Requests, pctOf(r.Outcomes["ok"], r.Requests), clean, ttft,
 		first.Goroutines, last.Goroutines, first.RSSMiB, last.RSSMiB)
 }
 
 func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel string, plots []string) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## 4. Soak: mixed load while engines restart and the config reloads\n\n")
-	w("Command: `go run ./bench -only soak` (%s of this run), which builds the gateway (`go build ./cmd/caddy`) and runs\n\n```sh\n%s\n```\n\n",
-		time.Duration(f.Seconds*float64(time.Second)).Round(time.Second), s.Command)
+	rerun := f.rerun("soak")
+	if s.Params.Duration > 0 && s.Params.Duration != soakDuration(f.Quick) {
+		rerun = fmt.Sprintf("BENCH_SOAK=%s %s", s.Params.Duration, rerun)
+	}
+	w("Command: `%s` (%s of this run), which builds the gateway (`go build ./cmd/caddy`) and runs\n\n```sh\n%s\n```\n\n",
+		rerun, time.Duration(f.Seconds*float64(time.Second)).Round(time.Second), s.Command)
 	m := f.Machine
 	w("Machine: %d × %s, %s, %s; load average at the end of the soak: %s (shared with other jobs).\n\n", m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
 	if !s.Passed || s.Run == nil {
@@ -196,13 +190,7 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 		return
 	}
 	r := s.Run
-	gateway := "the gateway is the Caddy binary built from this checkout, in its own process, so its goroutines and RSS are its own (`go_goroutines` and `process_resident_memory_bytes` from its `/metrics`)"
-	if !r.external() {
-		gateway = "the gateway is Caddy inside the test process, so goroutines and RSS are the whole test process's (engines and load included)"
-	}
-	w("[`TestReliabilitySoak`](caddymodule/reliability_soak_test.go) runs for **%s**: %d clients in a closed loop (each sends its next request as soon as its last one ends) through the gateway, in front of 4 [`vllmsim`](internal/vllmsim) engines (max_num_seqs 16, 5× faster than real time, KV events over ZeroMQ) with `max_inflight 8` each, fewer slots than clients, so requests park in `llm_admission` (`max_park 10s`, SSE heartbeats). Three requests in four stream; half continue one of 8 long conversations (a shared prefix), 15%% ask for the high or low band, the rest are one-off prompts. Faults: an engine restarts every 45 s (%s), one engine cuts its streams after 5 tokens for 10 s every 100 s (%s), and the config is reloaded every 2 minutes (%s). GOMAXPROCS %d; %s. Latencies are wall times measured by the clients, of served requests only: TTFT is the time to a stream's first token or to a non-streaming response, including any time parked in admission; total is to the end of the response.\n\n",
-		r.duration(), r.Workers, plural(r.Restarts, "restart"), plural(r.cuts(), "episode"), plural(r.Reloads, "reload"), r.GOMAXPROCS, gateway)
-
+	w("%s\n\n", soakSetupText(r))
 	w("**%d requests** in %s (%.1f served per second), by how they ended:\n\n", r.Requests, r.duration(), float64(r.Outcomes["ok"])/r.duration().Seconds())
 	w("| outcome | requests | share | what it means |\n|---|---:|---:|---|\n")
 	for _, k := range orderedOutcomes(r.Outcomes) {
@@ -222,7 +210,7 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 	if len(others) > 0 && others[0] == "ok" {
 		others = others[1:]
 	}
-	w("Per minute (requests counted in the minute they ended; goroutines and RSS from the last gauge taken in the minute, every 30 s):\n\n| minute | requests | served |")
+	w("Per minute (requests counted in the minute they ended; goroutines and RSS from the last gauge taken in the minute, one every %s):\n\n| minute | requests | served |", every(r.Setup.Schedule.GaugeEvery))
 	for _, k := range others {
 		w(" %s |", soakOutcomeInfo(k).label)
 	}
@@ -246,7 +234,41 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 		w(" %s | %s | %s | %s | %s | %s |\n", wallMS(mm.P50TTFT), wallMS(mm.P99TTFT), wallMS(mm.P99Total), gor, rss, at)
 	}
 	w("\n**Drift.** %s\n\n", soakDrift(r))
-	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, and at the end goroutines and RSS were no further above their values under load at 30 s than the test allows.\n\n")
+	first, last, lim := r.Gauges[0], r.Gauges[len(r.Gauges)-1], r.Setup.Limits
+	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, every scheduled fault happened, and after the load the gateway had %.0f goroutines and %.1f MiB RSS, within the bounds the test derived from its %.0f and %.1f MiB before the load (at most %.0f goroutines and %.1f MiB).\n\n",
+		last.Goroutines, last.RSSMiB, first.Goroutines, first.RSSMiB, lim.Goroutines, lim.RSSMiB)
+}
+
+// soakSetupText describes the soak that ran, from the setup the test
+// wrote: a short soak's schedule is not the 10-minute one's.
+func soakSetupText(r *SoakRun) string {
+	c, sc := r.Setup, r.Setup.Schedule
+	gateway := "the gateway is the Caddy binary built from this checkout, in its own process, so its goroutines and RSS are its own (`go_goroutines` and `process_resident_memory_bytes` from its `/metrics`)"
+	if !r.external() {
+		gateway = "the gateway is Caddy inside the test process, so goroutines and RSS are the whole test process's (engines and load included)"
+	}
+	slots := c.Engines * c.MaxInflight
+	park := fmt.Sprintf("%d slots for %d clients, so requests park in `llm_admission`", slots, r.Workers)
+	if slots >= r.Workers {
+		park = fmt.Sprintf("%d slots for %d clients, so requests rarely park in `llm_admission`", slots, r.Workers)
+	}
+	return fmt.Sprintf("[`TestReliabilitySoak`](caddymodule/reliability_soak_test.go) runs for **%s**: %d clients in a closed loop (each sends its next request as soon as its last one ends) through the gateway, in front of %s (max_num_seqs %d, %g× faster than real time, KV events over ZeroMQ) with `max_inflight %d` each: %s (`max_park %s`, `queue_size %d`, SSE heartbeats every %s). The llm app polls the engines every %s (`poll_interval`); the proxy retries a failed request up to %s (`lb_retries`). Three requests in four stream; half continue one of %d long conversations (a shared prefix), 15%% ask for the high or low band, the rest are one-off prompts. Faults: an engine restarts every %s (%s), one engine cuts its streams after %d tokens for %s every %s (%s), and the config is reloaded every %s (%s); goroutines and RSS are read every %s. GOMAXPROCS %d; %s. Latencies are wall times measured by the clients, of served requests only: TTFT is the time to a stream's first token or to a non-streaming response, including any time parked in admission; total is to the end of the response.",
+		r.duration(), r.Workers, plural(c.Engines, "[`vllmsim`](internal/vllmsim) engine"), c.MaxNumSeqs, c.TimeScale, c.MaxInflight, park,
+		c.MaxPark, c.QueueSize, every(c.Heartbeat), every(c.PollInterval), plural(c.LBRetries, "time"), c.Conversations,
+		every(sc.RestartEvery), plural(r.Restarts, "restart"), c.CutAfter, every(sc.CutFor), every(sc.CutEvery), plural(r.Cuts, "episode"),
+		every(sc.ReloadEvery), plural(r.Reloads, "reload"), every(sc.GaugeEvery), r.GOMAXPROCS, gateway)
+}
+
+// every formats an interval of the soak's schedule: whole minutes as
+// such, anything else in seconds to a tenth.
+func every(d time.Duration) string {
+	if d >= time.Minute && d%time.Minute == 0 {
+		return plural(int(d/time.Minute), "minute")
+	}
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + " s"
 }
 
 // soakDrift compares the first and last minutes and the gateway at the
@@ -284,7 +306,7 @@ func soakDrift(r *SoakRun) string {
 		g := r.Gauges[1]
 		fmt.Fprintf(&b, ", %.0f and %.1f MiB under load at %s", g.Goroutines, g.RSSMiB, g.At)
 	}
-	fmt.Fprintf(&b, " (at most %.0f and %.1f MiB in any gauge), and %.0f and %.1f MiB at %s, once the load had stopped and its idle connections had closed: goroutines %+.0f and RSS %+.1f MiB over the whole soak.",
+	fmt.Fprintf(&b, " (at most %.0f and %.1f MiB in any gauge), and %.0f and %.1f MiB at %s, once the load had stopped and the clients had closed their connections: goroutines %+.0f and RSS %+.1f MiB over the whole soak.",
 		peakG, peakR, last.Goroutines, last.RSSMiB, last.At, last.Goroutines-first.Goroutines, last.RSSMiB-first.RSSMiB)
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -276,7 +277,12 @@ func FuzzReadStream(f *testing.F) {
 const soakJSON = `{
   "duration": "2m30s",
   "mode": "Caddy binary /tmp/x/caddy (figures: the gateway process)",
-  "gomaxprocs": 2, "workers": 48, "restarts": 3, "reloads": 1,
+  "gomaxprocs": 2, "workers": 48, "restarts": 3, "cuts": 1, "reloads": 1,
+  "setup": {"engines": 4, "max_num_seqs": 16, "time_scale": 5, "max_inflight": 8, "max_park_ns": 10000000000,
+    "queue_size": 512, "heartbeat_ns": 2000000000, "poll_interval_ns": 500000000, "lb_retries": 2,
+    "workers": 48, "conversations": 8, "cut_after_tokens": 5,
+    "schedule": {"restart_every_ns": 45000000000, "cut_every_ns": 100000000000, "cut_for_ns": 10000000000, "reload_every_ns": 120000000000, "gauge_every_ns": 30000000000},
+    "limits": {"max_goroutines": 220, "max_rss_mib": 190.5}},
   "requests": 1000,
   "outcomes": {"ok": 930, "client_left": 40, "sse_error_event": 20, "http_502": 6, "shutdown": 4},
   "minutes": [
@@ -331,6 +337,14 @@ func TestSoakReport(t *testing.T) {
 		"goroutines +4 and RSS +14.5 MiB over the whole soak",
 		"**Under a 2m30s soak** (mixed load with 3 engine restarts, 1 stream-cut episode and 1 config reload): 1000 requests, 93.0% served, every one ended in a way the injected faults explain",
 		"![soak_ttft](plots/soak_ttft.svg)",
+		"Command: `BENCH_SOAK=2m30s go run ./bench -only soak`",
+		"in front of 4 [`vllmsim`](internal/vllmsim) engines (max_num_seqs 16, 5× faster than real time",
+		"with `max_inflight 8` each: 32 slots for 48 clients, so requests park in `llm_admission` (`max_park 10s`, `queue_size 512`, SSE heartbeats every 2 s)",
+		"polls the engines every 500 ms (`poll_interval`); the proxy retries a failed request up to 2 times",
+		"one of 8 long conversations",
+		"Faults: an engine restarts every 45 s (3 restarts), one engine cuts its streams after 5 tokens for 10 s every 100 s (1 episode), and the config is reloaded every 2 minutes (1 reload); goroutines and RSS are read every 30 s.",
+		"from the last gauge taken in the minute, one every 30 s)",
+		"after the load the gateway had 64 goroutines and 55.0 MiB RSS, within the bounds the test derived from its 60 and 40.5 MiB before the load (at most 220 goroutines and 190.5 MiB)",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -339,6 +353,42 @@ func TestSoakReport(t *testing.T) {
 	if t.Failed() {
 		t.Logf("report:\n%s", md)
 	}
+
+	// A -quick soak's report states its own, scaled, configuration.
+	quick, err := readSoakRun(strings.NewReader(strings.NewReplacer(
+		`"engines": 4`, `"engines": 3`, `"max_inflight": 8`, `"max_inflight": 20`,
+		`"restart_every_ns": 45000000000`, `"restart_every_ns": 6000000000`, `"cut_every_ns": 100000000000`, `"cut_every_ns": 13333000000`,
+		`"cut_for_ns": 10000000000`, `"cut_for_ns": 1333000000`, `"reload_every_ns": 120000000000`, `"reload_every_ns": 16000000000`,
+		`"gauge_every_ns": 30000000000`, `"gauge_every_ns": 4000000000`).Replace(soakJSON)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Quick = true
+	res = &SoakResult{Params: SoakParams{Duration: soakDuration(true)}, Command: "go test …", Passed: true, Run: quick}
+	if err := saveSection(env, "soak", res, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = loadSections(dir); err != nil {
+		t.Fatal(err)
+	}
+	md = render(l, "plots", nil, time.Minute)
+	for _, want := range []string{
+		"Command: `go run ./bench -quick -only soak`",
+		"in front of 3 [`vllmsim`](internal/vllmsim) engines",
+		"with `max_inflight 20` each: 60 slots for 48 clients, so requests rarely park",
+		"an engine restarts every 6 s (3 restarts), one engine cuts its streams after 5 tokens for 1.3 s every 13.3 s (1 episode), and the config is reloaded every 16 s (1 reload); goroutines and RSS are read every 4 s.",
+		"one every 4 s)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("quick soak: report lacks %q", want)
+		}
+	}
+	for _, stale := range []string{"45 s", "100 s", "2 minutes", "every 30 s", "4 [`vllmsim`]", "max_inflight 8", "`go run ./bench -only soak`"} {
+		if strings.Contains(md, stale) {
+			t.Errorf("quick soak: report states %q, the full soak's configuration", stale)
+		}
+	}
+	env.Quick = false
 
 	// A failed soak says so, with the test's output, and shows no figures.
 	res = &SoakResult{Passed: false, Problem: "go test TestReliabilitySoak failed: exit status 1", Tail: []string{"    reliability_soak_test.go:440: 3 requests ended transport_error", "--- FAIL: TestReliabilitySoak (95.1s)"}, Run: run}
@@ -385,6 +435,11 @@ func TestReadSoakRun(t *testing.T) {
 		{"no gauges", edit(`"gauges": [`, `"gauges": [], "x": [`), "0 gauges"},
 		{"gauge time", edit(`"at": "1m30s"`, `"at": "soon"`), "gauge 3: time \"soon\""},
 		{"gauge goes back", edit(`"at": "1m30s"`, `"at": "10s"`), "gauge 3"},
+		{"no setup", edit(`"setup": {`, `"x": {`), "no setup"},
+		{"no schedule", edit(`"gauge_every_ns": 30000000000`, `"gauge_every_ns": 0`), "schedule"},
+		{"no limits", edit(`"max_rss_mib": 190.5`, `"max_rss_mib": 0`), "limits"},
+		{"workers disagree", edit(`"workers": 48, "conversations"`, `"workers": 47, "conversations"`), "48 workers, but the setup says 47"},
+		{"negative cuts", edit(`"cuts": 1`, `"cuts": -1`), "negative fault counts"},
 		{"too large", `{"events": ["` + strings.Repeat("x", maxSoakJSON) + `"]}`, "unexpected EOF"},
 		{"valid", soakJSON, ""},
 	}
@@ -427,5 +482,53 @@ func TestLineLog(t *testing.T) {
 	}
 	if want := strings.Repeat("y", maxLogLine) + " …"; got[1] != want {
 		t.Errorf("long line: %d bytes, want it cut to %d", len(got[1]), len(want))
+	}
+}
+
+// TestReportStatesPlan: the report's prose states the configuration of
+// the plan that ran (here the smoke plan, with -quick), not the full
+// plan's engine counts, poll intervals and workload sizes.
+func TestReportStatesPlan(t *testing.T) {
+	plan := smokePlan()
+	q := plan.Quality
+	q.Engines, q.PollInterval = 3, 400*time.Millisecond
+	spec := q.Plans[0].Workload
+	spec.Name = "prefix-high" // the workload whyText explains
+	run := QualityRun{Workload: spec.Name, Policy: "llm", RateX: 1, Rate: 2, Summary: Summary{OK: 1, Requests: 1}}
+	f := plan.Fleet
+	f.Sizes, f.PollInterval = []int{4, 16}, 0.1
+	file := SectionFile{Quick: true, Machine: Machine{CPUs: 5}}
+	l := &loaded{
+		quality:  &QualityResult{Params: q, Workloads: []QualityWorkload{{Spec: spec, CapMiss: 2}}, Runs: []QualityRun{run}},
+		fleet:    &FleetResult{Params: f},
+		overhead: &OverheadResult{Params: plan.Overhead},
+		files:    map[string]SectionFile{"quality": file, "fleet": file, "overhead": file},
+	}
+	md := render(l, "plots", nil, time.Minute)
+	for _, want := range []string{
+		"with a soak of 1 minute",
+		"on 3 simulated vLLM engines behind a real Caddy",
+		"Command: `go run ./bench -quick -only quality`",
+		"a fresh fleet of 3 [`vllmsim`](internal/vllmsim) engines",
+		"`llm { poll_interval 400ms;",
+		"`reverse_proxy <3 engines> {",
+		fmt.Sprintf("re-prefilling %d tokens elsewhere", spec.SystemTokens),
+		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
+		"## 2. Fleet simulation: 4 to 16 engines",
+		"Command: `go run ./bench -quick -only fleet`",
+		"as of the last 100 ms poll",
+		"On 5 shared cores the load generator",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, stale := range []string{"8 engines", "8 simulated", "poll_interval 250ms", "250 ms poll", "40 groups", "2,048", "2 shared cores", "1-minute", "%!"} {
+		if strings.Contains(md, stale) {
+			t.Errorf("report states %q, which is not this plan", stale)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
 	}
 }

@@ -24,8 +24,10 @@ import (
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
-// The soak: a long mixed load through the gateway while engines restart
-// periodically. It runs only when LLMGW_SOAK is set to a duration:
+// The soak: a long mixed load through the gateway while engines restart,
+// streams are cut and the config reloads, on a schedule scaled to the
+// soak's length (soakScheduleFor). It runs only when LLMGW_SOAK is set to
+// a duration:
 //
 //	LLMGW_SOAK=10m go test -run TestReliabilitySoak -timeout 30m ./caddymodule
 //
@@ -241,197 +243,391 @@ func soakRequest(ctx context.Context, rng *rand.Rand, convs []string) soakSample
 	}
 }
 
-// TestReliabilitySoak: mixed load (48 clients over 4 engines of
-// max_inflight 8, so requests park; streams and not, shared prefixes and
-// one-offs, three bands, 10% of clients leaving mid-stream) for LLMGW_SOAK,
-// with an engine restarted every 45 s, one engine cutting its streams for
-// 10 s every 100 s, and a config reload every 2 minutes.
-// It reports requests served, outcomes by cause, TTFT percentiles per
-// minute (drift), and the gateway's goroutines and RSS over time; it fails
-// if a request ends in a way no fault explains (a truncated stream, a
-// transport error) or goroutines and RSS do not stay flat.
+// soakSetup is the soak's configuration. The test writes it with its
+// figures, so that the bench's report describes the soak that ran rather
+// than restating these values.
+type soakSetup struct {
+	Engines       int           `json:"engines"`
+	MaxNumSeqs    int           `json:"max_num_seqs"`
+	TimeScale     float64       `json:"time_scale"`
+	MaxInflight   int           `json:"max_inflight"` // per engine, below the load's concurrency, so that requests park
+	MaxPark       time.Duration `json:"max_park_ns"`
+	QueueSize     int           `json:"queue_size"`
+	Heartbeat     time.Duration `json:"heartbeat_ns"`
+	PollInterval  time.Duration `json:"poll_interval_ns"`
+	LBRetries     int           `json:"lb_retries"`
+	Workers       int           `json:"workers"`
+	Conversations int           `json:"conversations"`
+	CutAfter      int           `json:"cut_after_tokens"` // a stream-cut episode cuts streams after this many tokens
+	Schedule      soakSchedule  `json:"schedule"`
+	Limits        soakLimits    `json:"limits"`
+}
+
+// soakSchedule is when the soak injects its faults and gauges the gateway.
+type soakSchedule struct {
+	RestartEvery time.Duration `json:"restart_every_ns"` // one engine restarts, in turn
+	CutEvery     time.Duration `json:"cut_every_ns"`     // one engine cuts its streams …
+	CutFor       time.Duration `json:"cut_for_ns"`       // … for this long
+	ReloadEvery  time.Duration `json:"reload_every_ns"`  // the config is reloaded
+	GaugeEvery   time.Duration `json:"gauge_every_ns"`   // goroutines and RSS are read
+}
+
+// soakFullSchedule is the schedule of a soak of soakFullSpan or longer.
+var soakFullSchedule = soakSchedule{
+	RestartEvery: 45 * time.Second,
+	CutEvery:     100 * time.Second,
+	CutFor:       10 * time.Second,
+	ReloadEvery:  2 * time.Minute,
+	GaugeEvery:   30 * time.Second,
+}
+
+// soakFullSpan is the shortest soak that runs the full schedule: by then
+// every fault has happened at least once (the first reload, the last to
+// come, is at 2 minutes), with 30 s left for the requests it disturbed.
+const soakFullSpan = 150 * time.Second
+
+// soakScheduleFor is the schedule of a soak of length d. A soak shorter
+// than soakFullSpan gets the full schedule compressed into its length, so
+// it sees what the first 150 s of a long soak see — three engine
+// restarts, a stream-cut episode, a reload, gauges under load — however
+// short it is (a CI smoke of 20 s).
+func soakScheduleFor(d time.Duration) soakSchedule {
+	if d >= soakFullSpan {
+		return soakFullSchedule
+	}
+	scale := func(iv time.Duration) time.Duration {
+		// In floating point: iv × d overflows int64 nanoseconds.
+		return max(time.Duration(float64(iv)*float64(d)/float64(soakFullSpan)).Round(time.Millisecond), time.Millisecond)
+	}
+	f := soakFullSchedule
+	return soakSchedule{
+		RestartEvery: scale(f.RestartEvery),
+		CutEvery:     scale(f.CutEvery),
+		CutFor:       scale(f.CutFor),
+		ReloadEvery:  scale(f.ReloadEvery),
+		GaugeEvery:   scale(f.GaugeEvery),
+	}
+}
+
+// soakDefaults is the soak's configuration but for its schedule.
+var soakDefaults = soakSetup{
+	Engines: 4, MaxNumSeqs: 16, TimeScale: 5, MaxInflight: 8,
+	MaxPark: 10 * time.Second, QueueSize: 512, Heartbeat: 2 * time.Second,
+	PollInterval: 500 * time.Millisecond, LBRetries: 2,
+	Workers: 48, Conversations: 8, CutAfter: 5,
+}
+
+// soak is one run of TestReliabilitySoak.
+type soak struct {
+	t        *testing.T
+	d        time.Duration
+	setup    soakSetup
+	engines  []*vllmsim.Engine
+	bin      string // the Caddy binary; "" = the in-process Caddy
+	external bool
+	start    time.Time
+
+	mu      sync.Mutex // guards samples; the rest is the fault loop's
+	samples []soakSample
+
+	gauges                  []soakGauge
+	events                  []string
+	restarts, cuts, reloads int
+}
+
+// TestReliabilitySoak: mixed load (closed-loop clients through the gateway
+// to engines with fewer slots than clients, so requests park; streams and
+// not, shared prefixes and one-offs, three bands, 10% of clients leaving
+// mid-stream) for LLMGW_SOAK, while engines restart, one engine at a time
+// cuts its streams, and the config reloads (soakScheduleFor). It reports
+// requests served, outcomes by cause, TTFT percentiles per minute
+// (drift), and the gateway's goroutines and RSS over time; it fails if a
+// request ends in a way no fault explains (a truncated stream, a transport
+// error), if a scheduled fault did not happen, or if after the load the
+// gateway's goroutines or RSS are beyond soakLimits of their pre-load
+// values.
+//
+// It is opt-in because it is long; `go test ./bench` (TestSoakSmoke) runs
+// a 20 s soak through it against the built gateway.
 func TestReliabilitySoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("LLMGW_SOAK"))
 	if err != nil || d <= 0 {
-		t.Skip("set LLMGW_SOAK=10m to run the soak")
+		t.Skip("set LLMGW_SOAK=10m to run the soak (go test ./bench runs a 20 s one through TestSoakSmoke)")
 	}
-	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 5, MaxNumSeqs: 16})
-	cfg := func(reload int) relGateway {
-		g := relGateway{
-			engines:     relEngines(engines...),
-			pollIntervl: "500ms",
-			appExtra:    fmt.Sprintf("\t\tstale_after %d\n", 3+reload%2),
-			admission:   "\t\tmax_park 10s\n\t\tqueue_size 512\n\t\theartbeat 2s\n",
-			proxyExtra:  "\t\tlb_retries 2\n",
-		}
-		for i := range g.engines {
-			// Below the load's concurrency, so that requests park.
-			g.engines[i].extra = "\t\t\tmax_inflight 8\n"
-		}
-		return g
+	s := &soak{t: t, d: d, setup: soakDefaults, bin: os.Getenv("LLMGW_SOAK_CADDY")}
+	s.setup.Schedule = soakScheduleFor(d)
+	s.external = s.bin != ""
+	s.startGateway()
+	base := soakGaugeNow(t, s.external, time.Now())
+	s.gauges = append(s.gauges, base)
+	s.setup.Limits = soakLimitsFor(base, s.setup, s.external)
+	s.run()
+	s.settle()
+	outcomes, windows := s.figures()
+	s.report(outcomes, windows)
+	s.verdicts(outcomes)
+}
+
+// config is the gateway's Caddyfile after the given number of reloads;
+// each reload changes stale_after, so that it is a real config change.
+func (s *soak) config(reload int) relGateway {
+	c := s.setup
+	g := relGateway{
+		engines:     relEngines(s.engines...),
+		pollIntervl: c.PollInterval.String(),
+		appExtra:    fmt.Sprintf("\t\tstale_after %d\n", 3+reload%2),
+		admission:   fmt.Sprintf("\t\tmax_park %s\n\t\tqueue_size %d\n\t\theartbeat %s\n", c.MaxPark, c.QueueSize, c.Heartbeat),
+		proxyExtra:  fmt.Sprintf("\t\tlb_retries %d\n", c.LBRetries),
 	}
-	bin := os.Getenv("LLMGW_SOAK_CADDY")
-	external := bin != ""
-	load := func(reload int) {
-		if !external {
-			cfg(reload).load(t)
-			return
-		}
-		req, _ := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg(reload).caddyfile()))
-		req.Header.Set("Content-Type", "text/caddyfile")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Errorf("reload: %v", err)
-			return
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			t.Errorf("reload: %d %s", res.StatusCode, body)
-		}
+	for i := range g.engines {
+		g.engines[i].extra = fmt.Sprintf("\t\t\tmax_inflight %d\n", c.MaxInflight)
 	}
-	if external {
-		startSoakGateway(t, bin, cfg(0).caddyfile())
+	return g
+}
+
+// load loads the config after reload reloads: into the in-process Caddy,
+// or through the Caddy process's admin API.
+func (s *soak) load(reload int) {
+	t := s.t
+	if !s.external {
+		s.config(reload).load(t)
+		return
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(s.config(reload).caddyfile()))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Errorf("reload: %v", err)
+		return
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("reload: %d %s", res.StatusCode, body)
+	}
+}
+
+// startGateway starts the engines and the gateway, and waits until the
+// gateway is subscribed to every engine's KV events.
+func (s *soak) startGateway() {
+	t := s.t
+	s.engines = startEngines(t, s.setup.Engines, vllmsim.Config{TimeScale: s.setup.TimeScale, MaxNumSeqs: s.setup.MaxNumSeqs})
+	if s.external {
+		startSoakGateway(t, s.bin, s.config(0).caddyfile())
 	} else {
-		load(0)
+		s.load(0)
 		t.Cleanup(func() { relReset(t) })
 	}
 	eventually(t, 20*time.Second, "subscriptions connected", func() bool {
-		for _, e := range engines {
+		for _, e := range s.engines {
 			if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
 				return false
 			}
 		}
 		return true
 	})
+}
 
-	convs := make([]string, 8)
+// gaugeNow reads the gateway's goroutines and RSS, timed from the start
+// of the load.
+func (s *soak) gaugeNow() soakGauge { return soakGaugeNow(s.t, s.external, s.start) }
+
+// run drives the load for s.d and injects the faults on their schedule.
+func (s *soak) run() {
+	convs := make([]string, s.setup.Conversations)
 	for i := range convs {
 		convs[i] = fmt.Sprintf("conversation %d: %s", i, longText(150+50*i))
 	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	s.start = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.d)
 	defer cancel()
-	var (
-		mu      sync.Mutex
-		samples []soakSample
-		gauges  []soakGauge
-		events  []string
-		wg      sync.WaitGroup
-	)
-	gauges = append(gauges, soakGaugeNow(t, external, start))
-	const workers = 48
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+	var wg sync.WaitGroup
+	for w := range s.setup.Workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(s.start.UnixNano())))
 			for ctx.Err() == nil {
-				s := soakRequest(ctx, rng, convs)
-				s.at = time.Since(start)
-				mu.Lock()
-				samples = append(samples, s)
-				mu.Unlock()
+				r := soakRequest(ctx, rng, convs)
+				r.at = time.Since(s.start)
+				s.mu.Lock()
+				s.samples = append(s.samples, r)
+				s.mu.Unlock()
 			}
-		}()
+		})
 	}
-	restart := time.NewTicker(45 * time.Second)
-	reload := time.NewTicker(2 * time.Minute)
-	gauge := time.NewTicker(30 * time.Second)
-	drop := time.NewTicker(100 * time.Second)
-	defer drop.Stop()
+	s.faults(ctx)
+	wg.Wait()
+}
+
+// faults injects the schedule's faults and takes its gauges until ctx ends.
+func (s *soak) faults(ctx context.Context) {
+	sc := s.setup.Schedule
+	restart, drop := time.NewTicker(sc.RestartEvery), time.NewTicker(sc.CutEvery)
+	reload, gauge := time.NewTicker(sc.ReloadEvery), time.NewTicker(sc.GaugeEvery)
 	defer restart.Stop()
+	defer drop.Stop()
 	defer reload.Stop()
 	defer gauge.Stop()
-	restarts, reloads := 0, 0
-loop:
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return
 		case <-restart.C:
-			e := engines[restarts%len(engines)]
+			e := s.engines[s.restarts%len(s.engines)]
 			if err := e.Restart(); err != nil {
-				t.Errorf("restarting %s: %v", e.Addr(), err)
+				s.t.Errorf("restarting %s: %v", e.Addr(), err)
+				continue
 			}
-			restarts++
-			events = append(events, fmt.Sprintf("%v restart %s", time.Since(start).Round(time.Second), e.Addr()))
+			s.restarts++
+			s.event("restart %s", e.Addr())
 		case <-drop.C:
-			// Streams cut mid-way on one engine for 10 s.
-			e := engines[(restarts+2)%len(engines)]
-			e.SetFaults(vllmsim.Faults{DropStreamAfter: 5})
-			time.AfterFunc(10*time.Second, func() { e.SetFaults(vllmsim.Faults{}) })
-			events = append(events, fmt.Sprintf("%v streams cut on %s for 10s", time.Since(start).Round(time.Second), e.Addr()))
+			e := s.engines[(s.restarts+2)%len(s.engines)]
+			e.SetFaults(vllmsim.Faults{DropStreamAfter: s.setup.CutAfter})
+			time.AfterFunc(sc.CutFor, func() { e.SetFaults(vllmsim.Faults{}) })
+			s.cuts++
+			s.event("streams cut on %s for %s", e.Addr(), sc.CutFor)
 		case <-reload.C:
-			reloads++
-			load(reloads)
-			events = append(events, fmt.Sprintf("%v reload", time.Since(start).Round(time.Second)))
+			s.reloads++
+			s.load(s.reloads)
+			s.event("reload")
 		case <-gauge.C:
-			g := soakGaugeNow(t, external, start)
-			mu.Lock()
-			gauges = append(gauges, g)
-			mu.Unlock()
+			s.gauges = append(s.gauges, s.gaugeNow())
 		}
 	}
-	wg.Wait()
-	client.CloseIdleConnections()
-	time.Sleep(5 * time.Second) // let the gateway settle: connections close, parked requests leave
-	runtime.GC()
-	gauges = append(gauges, soakGaugeNow(t, external, start))
+}
 
-	// Figures.
-	outcomes := map[string]int{}
-	var windows []soakWindow
-	byMinute := map[int][]soakSample{}
-	for _, s := range samples {
-		outcomes[s.outcome]++
-		byMinute[int(s.at/time.Minute)] = append(byMinute[int(s.at/time.Minute)], s)
+func (s *soak) event(format string, args ...any) {
+	s.events = append(s.events, time.Since(s.start).Round(time.Second).String()+" "+fmt.Sprintf(format, args...))
+}
+
+// settle lets the gateway settle after the load (client connections
+// close, parked requests leave) and takes the last gauge.
+func (s *soak) settle() {
+	client.CloseIdleConnections()
+	time.Sleep(5 * time.Second)
+	runtime.GC() // the in-process gateway's; a Caddy process collects on its own
+	s.gauges = append(s.gauges, s.gaugeNow())
+}
+
+// The bounds of soakLimitsFor. Once the load has stopped, a healthy
+// gateway still holds idle keep-alive connections to the engines (Caddy
+// keeps them for 2 minutes): at most as many as it had in use at once,
+// and a client's request uses one for /tokenize and one for the proxy at
+// a time, so at most 2 per client (worker). Each is 2 goroutines (the
+// transport's read and write loops), 3 when the engines run in the test
+// process (their side of it). Anything else must fit in
+// soakGoroutineSlack. Measured before → after the load, Caddy process:
+// 20 s soaks 46 → 117 to 138 (limit 270), a 150 s soak 46 → 155 (limit
+// 270), the 10-minute soak of BENCHMARKS.md 47 → 79; in-process, a 20 s
+// soak 74 → 184 (limit 394). A leak of a goroutine per 20 requests (180
+// in a 20 s soak) fails.
+//
+// RSS does not come back down: the heap grown under load returns to the
+// OS slowly, and the tokenize cache and KV index fill up. A healthy
+// 10-minute soak plateaus from minute 5 on, 101 MiB above its baseline
+// (58.5 → 159.4 MiB); a 150 s soak ends 67 MiB above (55.9 → 123.1), a
+// 20 s one 34 to 36 MiB (65.5 → 99.3). soakRSSGrowthMiB leaves half as
+// much again as the 10-minute soak's growth; 1 KiB leaked per request
+// (110 MiB over its 112827 requests) fails it.
+const (
+	soakConnGoroutines       = 2
+	soakConnGoroutinesInProc = 3
+	soakIdleConnsPerWorker   = 2 // the proxy's and /tokenize's
+	soakGoroutineSlack       = 32
+	soakRSSGrowthMiB         = 150
+)
+
+// soakLimits are the most goroutines and RSS the gateway may have once the
+// load is over and it has settled.
+type soakLimits struct {
+	Goroutines float64 `json:"max_goroutines"`
+	RSSMiB     float64 `json:"max_rss_mib"`
+}
+
+// soakLimitsFor derives the limits from the gauge taken before the load.
+// They are relative to that baseline, not to a gauge under load: load
+// raises both figures, so a bound on a gauge under load lets a leak of
+// the same size pass unseen.
+func soakLimitsFor(base soakGauge, c soakSetup, external bool) soakLimits {
+	perConn := soakConnGoroutinesInProc
+	if external {
+		perConn = soakConnGoroutines
 	}
-	for m := 0; m <= int(d/time.Minute); m++ {
-		ss := byMinute[m]
-		if len(ss) == 0 {
+	idle := c.Workers * soakIdleConnsPerWorker
+	return soakLimits{
+		Goroutines: base.Goroutines + float64(idle*perConn+soakGoroutineSlack),
+		RSSMiB:     base.RSSMiB + soakRSSGrowthMiB,
+	}
+}
+
+// figures sums the outcomes, and the requests per minute of the soak.
+func (s *soak) figures() (map[string]int, []soakWindow) {
+	outcomes := map[string]int{}
+	byMinute := map[int][]soakSample{}
+	for _, r := range s.samples {
+		outcomes[r.outcome]++
+		m := int(r.at / time.Minute)
+		byMinute[m] = append(byMinute[m], r)
+	}
+	var windows []soakWindow
+	for m := 0; m <= int(s.d/time.Minute); m++ {
+		rs := byMinute[m]
+		if len(rs) == 0 {
 			continue
 		}
-		w := soakWindow{Minute: m, Requests: len(ss), Outcomes: map[string]int{}}
+		w := soakWindow{Minute: m, Requests: len(rs), Outcomes: map[string]int{}}
 		var ttft, total []time.Duration
-		for _, s := range ss {
-			w.Outcomes[s.outcome]++
-			if s.outcome == "ok" {
-				ttft = append(ttft, s.ttft)
-				total = append(total, s.total)
+		for _, r := range rs {
+			w.Outcomes[r.outcome]++
+			if r.outcome == "ok" {
+				ttft = append(ttft, r.ttft)
+				total = append(total, r.total)
 			}
 		}
 		w.P50TTFT, w.P99TTFT, w.P99Total = pct(ttft, .5), pct(ttft, .99), pct(total, .99)
 		windows = append(windows, w)
 	}
+	return outcomes, windows
+}
+
+// report logs the figures and writes them to LLMGW_SOAK_OUT as JSON.
+func (s *soak) report(outcomes map[string]int, windows []soakWindow) {
+	t := s.t
 	mode := "in-process Caddy (figures: whole test process)"
-	if external {
-		mode = "Caddy binary " + bin + " (figures: the gateway process)"
+	if s.external {
+		mode = "Caddy binary " + s.bin + " (figures: the gateway process)"
 	}
-	t.Logf("soak %v, %s, GOMAXPROCS %d, %d workers, %d engine restarts, %d reloads", d, mode, runtime.GOMAXPROCS(0), workers, restarts, reloads)
-	t.Logf("requests %d, outcomes %v", len(samples), outcomes)
+	t.Logf("soak %v, %s, GOMAXPROCS %d, %d workers, %d engine restarts, %d stream-cut episodes, %d reloads",
+		s.d, mode, runtime.GOMAXPROCS(0), s.setup.Workers, s.restarts, s.cuts, s.reloads)
+	t.Logf("schedule %+v, limits after the load %+v", s.setup.Schedule, s.setup.Limits)
+	t.Logf("requests %d, outcomes %v", len(s.samples), outcomes)
 	for _, w := range windows {
 		t.Logf("minute %2d: %5d requests, TTFT p50 %7.1f ms p99 %7.1f ms, total p99 %7.1f ms, %v", w.Minute, w.Requests, w.P50TTFT, w.P99TTFT, w.P99Total, w.Outcomes)
 	}
-	for _, g := range gauges {
+	for _, g := range s.gauges {
 		t.Logf("at %8s: goroutines %5.0f, RSS %6.1f MiB", g.At, g.Goroutines, g.RSSMiB)
 	}
-	for _, e := range events {
+	for _, e := range s.events {
 		t.Log(e)
 	}
-	if out := os.Getenv("LLMGW_SOAK_OUT"); out != "" {
-		b, _ := json.MarshalIndent(map[string]any{
-			"duration": d.String(), "mode": mode, "gomaxprocs": runtime.GOMAXPROCS(0), "workers": workers,
-			"restarts": restarts, "reloads": reloads, "requests": len(samples), "outcomes": outcomes,
-			"minutes": windows, "gauges": gauges, "events": events,
-		}, "", "  ")
-		if err := os.WriteFile(out, b, 0o644); err != nil {
-			t.Error(err)
-		}
+	out := os.Getenv("LLMGW_SOAK_OUT")
+	if out == "" {
+		return
 	}
+	b, _ := json.MarshalIndent(map[string]any{
+		"duration": s.d.String(), "mode": mode, "gomaxprocs": runtime.GOMAXPROCS(0), "workers": s.setup.Workers,
+		"setup": s.setup, "restarts": s.restarts, "cuts": s.cuts, "reloads": s.reloads,
+		"requests": len(s.samples), "outcomes": outcomes, "minutes": windows, "gauges": s.gauges, "events": s.events,
+	}, "", "  ")
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		t.Error(err)
+	}
+}
 
-	// Verdicts: every outcome is one a fault explains, and the gateway
-	// stays flat.
+// verdicts: every outcome is one a fault explains, most requests were
+// served, every scheduled fault happened, and the gateway came back to
+// within soakLimits of where it started.
+func (s *soak) verdicts(outcomes map[string]int) {
+	t := s.t
 	for o, n := range outcomes {
 		switch o {
 		case "ok", "client_left", "shutdown", "sse_error_event", "http_502", "http_503", "keepalive_race":
@@ -439,18 +635,72 @@ loop:
 			t.Errorf("%d requests ended %s", n, o)
 		}
 	}
-	if ok := outcomes["ok"]; ok < len(samples)*8/10 {
-		t.Errorf("only %d of %d requests served", ok, len(samples))
+	if ok := outcomes["ok"]; ok < len(s.samples)*8/10 {
+		t.Errorf("only %d of %d requests served", ok, len(s.samples))
 	}
-	// Flat: after the load (idle connections settled) no more goroutines
-	// than under load at 30 s, and RSS within reach of its 30 s value.
-	if len(gauges) > 2 {
-		loaded, last := gauges[1], gauges[len(gauges)-1]
-		if last.Goroutines > loaded.Goroutines*1.2+50 {
-			t.Errorf("goroutines: %.0f under load at 30 s, %.0f at the end", loaded.Goroutines, last.Goroutines)
+	// The schedule puts every fault, and a gauge under load, inside the
+	// soak (soakScheduleFor): a soak without them tested nothing.
+	for what, n := range map[string]int{"engine restarts": s.restarts, "stream-cut episodes": s.cuts, "config reloads": s.reloads, "gauges under load": len(s.gauges) - 2} {
+		if n < 1 {
+			t.Errorf("%d %s in %v (schedule %+v)", n, what, s.d, s.setup.Schedule)
 		}
-		if last.RSSMiB > loaded.RSSMiB*1.5+64 {
-			t.Errorf("RSS grew from %.1f MiB (30 s) to %.1f MiB", loaded.RSSMiB, last.RSSMiB)
+	}
+	base, last, lim := s.gauges[0], s.gauges[len(s.gauges)-1], s.setup.Limits
+	if last.Goroutines > lim.Goroutines {
+		t.Errorf("goroutines: %.0f before the load, %.0f after it (at most %.0f allowed)", base.Goroutines, last.Goroutines, lim.Goroutines)
+	}
+	if last.RSSMiB > lim.RSSMiB {
+		t.Errorf("RSS: %.1f MiB before the load, %.1f MiB after it (at most %.1f MiB allowed)", base.RSSMiB, last.RSSMiB, lim.RSSMiB)
+	}
+}
+
+// TestSoakLimits: the soak's leak bounds pass the gateway as measured
+// (see soakLimitsFor) and fail it with a leak a soak should catch.
+func TestSoakLimits(t *testing.T) {
+	c := soakDefaults
+	for _, tt := range []struct {
+		name       string
+		external   bool
+		base, end  soakGauge
+		goroutines bool // within the goroutine limit
+		rss        bool // within the RSS limit
+	}{
+		{"20 s soak, Caddy process", true, soakGauge{Goroutines: 46, RSSMiB: 65.5}, soakGauge{Goroutines: 138, RSSMiB: 99.3}, true, true},
+		{"20 s soak, in-process", false, soakGauge{Goroutines: 74, RSSMiB: 62.5}, soakGauge{Goroutines: 184, RSSMiB: 106.2}, true, true},
+		{"10 min soak, Caddy process", true, soakGauge{Goroutines: 47, RSSMiB: 58.5}, soakGauge{Goroutines: 79, RSSMiB: 159.4}, true, true},
+		{"150 s soak, Caddy process", true, soakGauge{Goroutines: 46, RSSMiB: 55.9}, soakGauge{Goroutines: 155, RSSMiB: 123.1}, true, true},
+		// One goroutine per 20 of the 20 s soak's 3607 requests.
+		{"goroutine leak", true, soakGauge{Goroutines: 46, RSSMiB: 65.5}, soakGauge{Goroutines: 138 + 3607/20, RSSMiB: 99.3}, false, true},
+		// 1 KiB per request of the 10-minute soak's 112827.
+		{"memory leak", true, soakGauge{Goroutines: 47, RSSMiB: 58.5}, soakGauge{Goroutines: 79, RSSMiB: 159.4 + 112827.0/1024}, true, false},
+	} {
+		lim := soakLimitsFor(tt.base, c, tt.external)
+		if ok := tt.end.Goroutines <= lim.Goroutines; ok != tt.goroutines {
+			t.Errorf("%s: %.0f → %.0f goroutines within the limit %.0f: %v, want %v", tt.name, tt.base.Goroutines, tt.end.Goroutines, lim.Goroutines, ok, tt.goroutines)
 		}
+		if ok := tt.end.RSSMiB <= lim.RSSMiB; ok != tt.rss {
+			t.Errorf("%s: %.1f → %.1f MiB within the limit %.1f: %v, want %v", tt.name, tt.base.RSSMiB, tt.end.RSSMiB, lim.RSSMiB, ok, tt.rss)
+		}
+	}
+}
+
+// TestSoakSchedule: a soak of any length sees every fault and a gauge
+// under load, and a long one keeps the full schedule.
+func TestSoakSchedule(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 20 * time.Second, time.Minute, soakFullSpan - time.Second} {
+		sc := soakScheduleFor(d)
+		for what, iv := range map[string]time.Duration{"restart": sc.RestartEvery, "cut": sc.CutEvery + sc.CutFor, "reload": sc.ReloadEvery, "gauge": sc.GaugeEvery} {
+			if iv <= 0 || iv >= d {
+				t.Errorf("%v soak: the first %s at %v, not within it", d, what, iv)
+			}
+		}
+	}
+	for _, d := range []time.Duration{soakFullSpan, 10 * time.Minute} {
+		if sc := soakScheduleFor(d); sc != soakFullSchedule {
+			t.Errorf("%v soak: schedule %+v, want the full one %+v", d, sc, soakFullSchedule)
+		}
+	}
+	if sc := soakScheduleFor(20 * time.Second); sc.RestartEvery != 6*time.Second || sc.ReloadEvery != 16*time.Second {
+		t.Errorf("20 s soak: %+v, want restarts every 6 s and a reload at 16 s (the full schedule × 20/150)", sc)
 	}
 }
