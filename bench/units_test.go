@@ -516,7 +516,7 @@ func TestReportStatesPlan(t *testing.T) {
 		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
 		"## 2. Fleet simulation: 4 to 16 engines",
 		"Command: `go run ./bench -quick -only fleet`",
-		"as of the last 100 ms poll",
+		"every 100 ms of simulated time",
 		"On 5 shared cores the load generator",
 	} {
 		if !strings.Contains(md, want) {
