@@ -1,0 +1,74 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// TestExplain: explain routes as the pool's policy would, names the pick,
+// and says so when the pool has no engines.
+func TestExplain(t *testing.T) {
+	f := manualFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 4}, &EngineConfig{Dial: deadDials[1], MaxInflight: 4})
+	if _, err := f.Explain(context.Background(), chatRequest(t, nil, "hi"), "nobody"); err != nil {
+		t.Fatalf("a pool with no configured engines of its own falls back to every engine, got %v", err)
+	}
+	s := DefaultSettings()
+	s.Tokenize = false
+	f.SetPolicy("default", s)
+	scrape(f, deadDials[0], upstreams.Gauges{Running: 4}) // full
+	scrape(f, deadDials[1], upstreams.Gauges{Running: 1})
+	ex, err := f.Explain(context.Background(), chatRequest(t, nil, "hello there"), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Pick == nil || *ex.Pick != deadDials[1] || len(ex.Candidates) != 2 || ex.Candidates[0].Excluded != routing.ExcludedSaturated {
+		t.Fatalf("explanation %+v", ex)
+	}
+	if ex.Tokens != 0 || ex.TokenizeError != "" || ex.Tokenize.Called {
+		t.Fatalf("tokenize is off for the pool, yet tokens %d error %q called %v", ex.Tokens, ex.TokenizeError, ex.Tokenize.Called)
+	}
+
+	empty := New(f.logger, Options{ManualScrape: true})
+	defer empty.Close()
+	if _, err := empty.Explain(context.Background(), &admission.Request{Model: "m"}, "default"); !errors.Is(err, ErrNoEngines) {
+		t.Fatalf("explain on an empty fleet: %v, want ErrNoEngines", err)
+	}
+}
+
+// TestReports: engine reports, saturation and breaker states read the
+// fleet's live state.
+func TestReports(t *testing.T) {
+	f := manualFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 2}, &EngineConfig{Dial: deadDials[1], MaxInflight: 2, Pool: "other"})
+	scrape(f, deadDials[0], upstreams.Gauges{Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100})
+	f.SetDrained(deadDials[1], true)
+	f.SetBreaker(routing.BreakerConfig{Failures: 1})
+	f.ReportOutcome(deadDials[1], errors.New("refused"), 0)
+	f.NotePoolModel("default", "m")
+	byDial := map[string]EngineReport{}
+	for _, r := range f.EngineReports() {
+		byDial[r.Dial] = r
+	}
+	a, b := byDial[deadDials[0]], byDial[deadDials[1]]
+	if !a.Known || a.Running != 2 || a.KVUsage != 0.5 || a.GPUBlocks != 100 || a.MaxInfl != 2 || a.Pool != "default" || a.KV != nil {
+		t.Fatalf("report of the scraped engine: %+v", a)
+	}
+	if b.Known || !b.Drained || b.Breaker != routing.StateOpen || b.Pool != "other" {
+		t.Fatalf("report of the drained, failing engine: %+v", b)
+	}
+	if sat := f.Saturation(); sat["m"] != 1 {
+		t.Fatalf("saturation %v, want the default pool's only engine full", sat)
+	}
+	if open := f.BreakerOpen(); !open[deadDials[1]] || open[deadDials[0]] {
+		t.Fatalf("breaker states %v", open)
+	}
+	res := f.Registry().Ensure(deadDials[0]).Reserve()
+	defer res.Done()
+	if d := f.QueueDepth(); d != [admission.NumBands]int{} {
+		t.Fatalf("queue depth %v with no gate", d)
+	}
+}
