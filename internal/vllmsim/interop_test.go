@@ -8,30 +8,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )
-
-const pythonPath = "/usr/bin/python3"
-
-// pythonZMQ returns the Debian python with pyzmq and msgpack, or skips.
-func pythonZMQ(t *testing.T) string {
-	t.Helper()
-	if _, err := os.Stat(pythonPath); err != nil {
-		t.Skip("SKIPPING Python interop test: /usr/bin/python3 missing: apt-get install python3 python3-zmq python3-msgpack")
-	}
-	if err := exec.Command(pythonPath, "-c", "import zmq, msgpack").Run(); err != nil {
-		t.Skip("SKIPPING Python interop test: python3-zmq missing: apt-get install python3-zmq python3-msgpack")
-	}
-	return pythonPath
-}
 
 // pyProc runs testdata/kvsub.py and yields its JSON lines.
 type pyProc struct {
@@ -42,7 +28,7 @@ type pyProc struct {
 
 func runPy(t *testing.T, args ...string) *pyProc {
 	t.Helper()
-	py := pythonZMQ(t)
+	py := pyzmq.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/kvsub.py"}, args...)...)
 	var errb bytes.Buffer
