@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -152,23 +153,14 @@ func normEvent(ev Event) Event {
 }
 
 func TestDecodeGoldenPayloads(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	if len(g.Payloads) < 7 {
 		t.Fatalf("%d golden payloads, want 7", len(g.Payloads))
 	}
 	dec := NewDecoder()
 	for _, p := range g.Payloads {
 		t.Run(p.Name, func(t *testing.T) {
-			raw, err := hex.DecodeString(p.PayloadHex)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []any
-			jd := json.NewDecoder(bytes.NewReader(p.Decoded))
-			jd.UseNumber()
-			if err := jd.Decode(&want); err != nil {
-				t.Fatal(err)
-			}
+			raw, want := p.Payload, p.Decoded
 			for _, b := range []func() (*Batch, error){
 				func() (*Batch, error) { return DecodeBatch(raw) },
 				func() (*Batch, error) { return dec.Decode(raw) }, // reused decoder
@@ -530,13 +522,8 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 }
 
 func FuzzDecodeBatch(f *testing.F) {
-	g := loadGolden(f)
-	for _, p := range g.Payloads {
-		raw, err := hex.DecodeString(p.PayloadHex)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(raw)
+	for _, p := range golden.Load(f).Payloads {
+		f.Add(p.Payload)
 	}
 	f.Add(payload(omap{"events", arr{omap{"type", "BlockRemoved", "block_hashes", arr{[]byte{1}}}}, "ts", 1}))
 	f.Add(payload(arr{1.0, arr{arr{"X", omap{"a", arr{1}}}}}))

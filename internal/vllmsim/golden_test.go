@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )
@@ -16,15 +17,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func goldenDigests(t *testing.T, hexes []string) []kvindex.Digest {
-	t.Helper()
-	var out []kvindex.Digest
-	for _, h := range hexes {
-		b, err := hex.DecodeString(h)
-		if err != nil || len(b) != 32 {
-			t.Fatalf("bad golden digest %q", h)
-		}
-		out = append(out, kvindex.Digest(b))
+func goldenDigests(ds [][32]byte) []kvindex.Digest {
+	out := make([]kvindex.Digest, len(ds))
+	for i, d := range ds {
+		out[i] = kvindex.Digest(d)
 	}
 	return out
 }
@@ -32,8 +28,8 @@ func goldenDigests(t *testing.T, hexes []string) []kvindex.Digest {
 // TestEncodeMatchesGoldenPayloads builds the events of vLLM's golden
 // payloads and compares the encoder's bytes with msgspec's.
 func TestEncodeMatchesGoldenPayloads(t *testing.T) {
-	g := loadGolden(t)
-	ds := goldenDigests(t, g.HashCases[0].BlockHashesHex) // bs16_seed0_32tok
+	g := golden.Load(t)
+	ds := goldenDigests(g.HashCases[0].BlockHashes) // bs16_seed0_32tok
 	toks := make([]uint64, 32)
 	for i := range toks {
 		toks[i] = uint64(i)
@@ -46,10 +42,10 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	secondBlock := []kvEvent{
 		{kind: evStored, hashes: ds[1:2], hasParent: true, parent: ds[0], tokens: toks[16:], blockSize: 16},
 	}
-	var loraCase []string
+	var loraCase [][32]byte
 	for _, hc := range g.HashCases {
 		if hc.Name == "bs16_seed0_lora_and_salt" {
-			loraCase = hc.BlockHashesHex
+			loraCase = hc.BlockHashes
 		}
 	}
 	if len(loraCase) < 2 {
@@ -57,7 +53,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	}
 	first, rest := kvindex.RequestBlockExtraKeys("sql-adapter", "tenant-a")
 	loraSalt := []kvEvent{
-		{kind: evStored, hashes: goldenDigests(t, loraCase[:2]), tokens: toks, blockSize: 16,
+		{kind: evStored, hashes: goldenDigests(loraCase[:2]), tokens: toks, blockSize: 16,
 			extraFirst: first, extraRest: rest, loraName: "sql-adapter", loraID: 1},
 	}
 	cases := []struct {
@@ -72,7 +68,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 		{"map_lora_salt_extra_keys", true, false, loraSalt},
 	}
 	payloads := map[string]string{}
-	for _, p := range g.MsgpackPayloads {
+	for _, p := range g.Payloads {
 		payloads[p.Name] = p.PayloadHex
 	}
 	for _, tc := range cases {
@@ -92,24 +88,24 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 
 // TestZMQFramesGolden checks the topic and sequence frames.
 func TestZMQFramesGolden(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], g.ZMQFrames.Seq)
-	if got := hex.EncodeToString([]byte(g.ZMQFrames.Topic)); got != g.ZMQFrames.Frame0Hex {
-		t.Errorf("topic frame %s, want %s", got, g.ZMQFrames.Frame0Hex)
+	binary.BigEndian.PutUint64(seq[:], g.ZMQ.Seq)
+	if got := hex.EncodeToString([]byte(g.ZMQ.Topic)); got != g.ZMQ.Frame0Hex {
+		t.Errorf("topic frame %s, want %s", got, g.ZMQ.Frame0Hex)
 	}
-	if got := hex.EncodeToString(seq[:]); got != g.ZMQFrames.Frame1Hex {
-		t.Errorf("seq frame %s, want %s", got, g.ZMQFrames.Frame1Hex)
+	if got := hex.EncodeToString(seq[:]); got != g.ZMQ.Frame1Hex {
+		t.Errorf("seq frame %s, want %s", got, g.ZMQ.Frame1Hex)
 	}
-	if got := hex.EncodeToString(endSeq); got != g.ZMQFrames.EndSeqHex {
-		t.Errorf("end marker %s, want %s", got, g.ZMQFrames.EndSeqHex)
+	if got := hex.EncodeToString(endSeq); got != g.ZMQ.EndSeqHex {
+		t.Errorf("end marker %s, want %s", got, g.ZMQ.EndSeqHex)
 	}
 }
 
 // TestAnnouncedHashesMatchGolden sends the golden token ids to the engine
 // and checks the BlockStored events it publishes, in every wire shape.
 func TestAnnouncedHashesMatchGolden(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	for _, gc := range g.HashCases {
 		if gc.Name != "bs16_seed0_32tok" && gc.Name != "bs64_seed1234_long300" && gc.Name != "bs16_seed0_cache_salt" && gc.Name != "bs16_seed0_lora_and_salt" {
 			continue
@@ -182,7 +178,7 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 					t.Errorf("parent %v, want nil", ev.parent)
 				}
 				nFull := len(gc.Tokens) / gc.BlockSize
-				if len(ev.hashes) != nFull || len(gc.BlockHashesU64) != nFull {
+				if len(ev.hashes) != nFull || len(gc.BlockHashesUint64) != nFull {
 					t.Fatalf("%d hashes, want %d", len(ev.hashes), nFull)
 				}
 				for i, h := range ev.hashes {
@@ -191,8 +187,8 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 						if !ok || hex.EncodeToString(bh) != gc.BlockHashesHex[i] {
 							t.Errorf("hash %d = %x, want %s", i, h, gc.BlockHashesHex[i])
 						}
-					} else if got := hashU64(t, h); got != gc.BlockHashesU64[i] {
-						t.Errorf("hash %d = %d, want %d", i, got, gc.BlockHashesU64[i])
+					} else if got := hashU64(t, h); got != gc.BlockHashesUint64[i] {
+						t.Errorf("hash %d = %d, want %d", i, got, gc.BlockHashesUint64[i])
 					}
 				}
 				if len(ev.tokens) != nFull*gc.BlockSize {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
@@ -130,7 +131,7 @@ func pyHash(t *testing.T, v any, bytesHashes bool) string {
 // msgpack-python: shapes, sequence numbers, hashes, token ids, eviction and
 // AllBlocksCleared.
 func TestPythonSubscriber(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	gc := g.HashCases[0] // bs16_seed0_32tok
 	for _, shape := range []struct {
 		name                   string
@@ -165,7 +166,7 @@ func TestPythonSubscriber(t *testing.T) {
 				if shape.bytesHashes {
 					return gc.BlockHashesHex[i]
 				}
-				return fmt.Sprint(gc.BlockHashesU64[i])
+				return fmt.Sprint(gc.BlockHashesUint64[i])
 			}
 			for seq := range 3 {
 				m := py.next(t)
