@@ -366,6 +366,24 @@ func TestDecodeMapForms(t *testing.T) {
 	}
 }
 
+// TestDecodeMapBatchNonStringKey: an entry with a non-string key is skipped
+// whole. The batch map used to skip only the key and read its value as the
+// next key (found by FuzzDecodeBatch's oracle).
+func TestDecodeMapBatchNonStringKey(t *testing.T) {
+	for name, p := range map[string][]byte{
+		"value looks like a key": payload(omap{1, "ts", "events", arr{arr{"AllBlocksCleared"}}}),
+		"value is a container":   payload(omap{"events", arr{arr{"AllBlocksCleared"}}, arr{1}, omap{"ts", 9}, "ts", 2}),
+	} {
+		b, err := DecodeBatch(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(b.Events) != 1 || b.Events[0].Kind != EventAllBlocksCleared || b.TS == 9 {
+			t.Fatalf("%s: %+v", name, b)
+		}
+	}
+}
+
 func TestDecodeHashWidths(t *testing.T) {
 	for _, c := range []struct {
 		v    any
