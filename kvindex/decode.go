@@ -324,6 +324,10 @@ func (d *Decoder) batchBody(b *Batch) error {
 				return err
 			}
 			if !ok {
+				// key() skipped the non-string key; skip its value.
+				if err := d.skip(0); err != nil {
+					return err
+				}
 				continue
 			}
 			var name string

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -152,23 +154,14 @@ func normEvent(ev Event) Event {
 }
 
 func TestDecodeGoldenPayloads(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	if len(g.Payloads) < 7 {
 		t.Fatalf("%d golden payloads, want 7", len(g.Payloads))
 	}
 	dec := NewDecoder()
 	for _, p := range g.Payloads {
 		t.Run(p.Name, func(t *testing.T) {
-			raw, err := hex.DecodeString(p.PayloadHex)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []any
-			jd := json.NewDecoder(bytes.NewReader(p.Decoded))
-			jd.UseNumber()
-			if err := jd.Decode(&want); err != nil {
-				t.Fatal(err)
-			}
+			raw, want := p.Payload, p.Decoded
 			for _, b := range []func() (*Batch, error){
 				func() (*Batch, error) { return DecodeBatch(raw) },
 				func() (*Batch, error) { return dec.Decode(raw) }, // reused decoder
@@ -374,6 +367,24 @@ func TestDecodeMapForms(t *testing.T) {
 	}
 }
 
+// TestDecodeMapBatchNonStringKey: an entry with a non-string key is skipped
+// whole. The batch map used to skip only the key and read its value as the
+// next key (found by FuzzDecodeBatch's oracle).
+func TestDecodeMapBatchNonStringKey(t *testing.T) {
+	for name, p := range map[string][]byte{
+		"value looks like a key": payload(omap{1, "ts", "events", arr{arr{"AllBlocksCleared"}}}),
+		"value is a container":   payload(omap{"events", arr{arr{"AllBlocksCleared"}}, arr{1}, omap{"ts", 9}, "ts", 2}),
+	} {
+		b, err := DecodeBatch(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(b.Events) != 1 || b.Events[0].Kind != EventAllBlocksCleared || b.TS == 9 {
+			t.Fatalf("%s: %+v", name, b)
+		}
+	}
+}
+
 func TestDecodeHashWidths(t *testing.T) {
 	for _, c := range []struct {
 		v    any
@@ -529,35 +540,50 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// FuzzDecodeBatch checks the Decoder against oracleDecode, msgpack/v5's
+// generic decoding of the same payload read by vLLM's schema: both accept
+// the same payloads (within the oracle's scope) and decode the same events,
+// field by field. A reused and a fresh Decoder must agree on every input.
 func FuzzDecodeBatch(f *testing.F) {
-	g := loadGolden(f)
-	for _, p := range g.Payloads {
-		raw, err := hex.DecodeString(p.PayloadHex)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(raw)
+	for _, p := range golden.Load(f).Payloads {
+		f.Add(p.Payload)
 	}
 	f.Add(payload(omap{"events", arr{omap{"type", "BlockRemoved", "block_hashes", arr{[]byte{1}}}}, "ts", 1}))
 	f.Add(payload(arr{1.0, arr{arr{"X", omap{"a", arr{1}}}}}))
+	f.Add(payload(arr{float32(2), arr{arr{"BlockStored", arr{-1, "ab"}, []byte{7}, nil, 0, -3, nil, nil, arr{nil, arr{arr{}, -1, uint64(math.MaxUint64), 1.5, []byte{}}}}}, nil}))
+	// Every integer width, signed and unsigned, where ids and hashes go: one
+	// flipped bit away from the negative or oversized values they refuse.
+	widths := arr{raw{0xd0, 5}, raw{0xd1, 1, 0}, raw{0xd2, 0, 0, 1, 0}, raw{0xd3, 0, 0, 0, 0, 0, 0, 1, 0},
+		raw{0xcc, 200}, raw{0xcd, 1, 0}, raw{0xce, 0, 0, 1, 0}, raw{0xcf, 0, 0, 0, 0, 0, 0, 1, 0}}
+	f.Add(payload(arr{1.0, arr{arr{"BlockStored", widths, raw{0xd1, 1, 0}, widths, raw{0xd1, 0, 16}, raw{0xd3, 0, 0, 0, 0, 0, 0, 0, 1}}}, raw{0xd2, 0, 0, 0, 1}}))
+	for _, neg := range []raw{{0xd0, 0x80}, {0xd1, 0x81, 0}, {0xd2, 0x80, 0, 0, 1}, {0xd3, 0x80, 0, 0, 0, 0, 0, 0, 1}} {
+		f.Add(payload(arr{1.0, arr{arr{"BlockStored", arr{neg}, nil, arr{neg}, 16}}}))
+	}
 	d := NewDecoder()
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := d.Decode(p)
+		if b2, err2 := DecodeBatch(p); (err == nil) != (err2 == nil) || (err == nil && batchDiff(b, b2) != "") {
+			t.Fatalf("%x: reused and fresh Decoder disagree: %v, %v", p, err, err2)
+		}
+		if err == nil {
+			for _, ev := range b.Events {
+				if len(ev.TokenIDs) > len(p) || len(ev.BlockHashes) > len(p) {
+					t.Fatalf("decoded more elements than payload bytes")
+				}
+			}
+		}
+		want, werr := oracleDecode(p)
+		if errors.Is(werr, errOutside) {
+			return
+		}
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("%x: Decoder error %v, oracle error %v", p, err, werr)
+		}
 		if err != nil {
 			return
 		}
-		for _, ev := range b.Events {
-			if ev.Kind < EventBlockStored || ev.Kind > EventAllBlocksCleared {
-				t.Fatalf("decoded kind %v", ev.Kind)
-			}
-			if len(ev.TokenIDs) > len(p) || len(ev.BlockHashes) > len(p) {
-				t.Fatalf("decoded more elements than payload bytes")
-			}
-		}
-		// A fresh decoder agrees with the reused one.
-		b2, err := DecodeBatch(p)
-		if err != nil || len(b2.Events) != len(b.Events) || b2.Unknown != b.Unknown {
-			t.Fatalf("fresh decoder disagrees: %v", err)
+		if diff := batchDiff(b, want); diff != "" {
+			t.Fatalf("%x: Decoder and oracle differ: %s", p, diff)
 		}
 	})
 }

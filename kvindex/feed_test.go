@@ -2,13 +2,13 @@ package kvindex
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"go.uber.org/goleak"
 )
 
@@ -546,7 +546,7 @@ func TestVerifySampling(t *testing.T) {
 }
 
 func TestMirrorGoldenPayloads(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	ix := NewIndex(IndexConfig{})
 	m, err := ix.AddEngine("e1", MirrorConfig{Verify: VerifyConfig{Sample: 1, Seed: "0"}})
 	if err != nil {
@@ -560,8 +560,7 @@ func TestMirrorGoldenPayloads(t *testing.T) {
 		tok[i] = uint64(i)
 	}
 	for i, p := range g.Payloads {
-		raw, _ := hex.DecodeString(p.PayloadHex)
-		f.Message(nil, uint64(i), raw)
+		f.Message(nil, uint64(i), p.Payload)
 		if p.Name == "array_pr19737_stored" {
 			wantMatch(t, ix, Query{Tokens: tok}, map[string]int{"e1": 2})
 		}
@@ -631,10 +630,8 @@ func checkConsistent(t testing.TB, ix *Index) {
 // FuzzFeed drives two engines' feeds with arbitrary payloads and
 // sequence numbers and checks the index stays consistent with the mirrors.
 func FuzzFeed(f *testing.F) {
-	g := loadGolden(f)
-	for _, p := range g.Payloads {
-		raw, _ := hex.DecodeString(p.PayloadHex)
-		f.Add(raw, raw, uint8(1), uint8(2))
+	for _, p := range golden.Load(f).Payloads {
+		f.Add(p.Payload, p.Payload, uint8(1), uint8(2))
 	}
 	e := newEngineSim(f, "0", 2)
 	pr := prompt(16, 1)

@@ -3,107 +3,14 @@ package kvindex
 import (
 	"bytes"
 	"encoding/hex"
-	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 )
 
-// golden mirrors testdata/vllm_golden.json, vectors computed independently
-// with Python's cbor2/hashlib/msgpack and cross-checked against vLLM.
-type golden struct {
-	HashCases []struct {
-		Name             string          `json:"name"`
-		BlockSize        int             `json:"block_size"`
-		Seed             string          `json:"seed"`
-		Tokens           []uint64        `json:"tokens"`
-		ExtraKeys        json.RawMessage `json:"extra_keys"`
-		NoneHashHex      string          `json:"none_hash_hex"`
-		FirstBlockCBOR   string          `json:"first_block_cbor_hex"`
-		BlockHashesHex   []string        `json:"block_hashes_hex"`
-		BlockHashesUint6 []uint64        `json:"block_hashes_uint64"`
-	} `json:"hash_cases"`
-	Legacy struct {
-		BlockSize   int      `json:"block_size"`
-		Seed        string   `json:"seed"`
-		Tokens      []uint64 `json:"tokens"`
-		NoneHash    uint64   `json:"none_hash_uint64"`
-		BlockHashes []uint64 `json:"block_hashes_uint64"`
-	} `json:"legacy_64bit_case"`
-	Hybrid struct {
-		HashBlockSize  int      `json:"hash_block_size"`
-		GroupBlockSize int      `json:"group_block_size"`
-		Tokens         []uint64 `json:"tokens"`
-		GroupHex       []string `json:"group_block_hashes_hex"`
-		GroupUint64    []uint64 `json:"group_block_hashes_uint64"`
-	} `json:"hybrid_case"`
-	Payloads []struct {
-		Name       string          `json:"name"`
-		PayloadHex string          `json:"payload_hex"`
-		Decoded    json.RawMessage `json:"decoded"`
-	} `json:"msgpack_payloads"`
-}
-
-func loadGolden(t testing.TB) golden {
-	t.Helper()
-	raw, err := os.ReadFile("testdata/vllm_golden.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g golden
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	if err := d.Decode(&g); err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// jsonExtraKeys turns the golden file's extra_keys (JSON arrays standing for
-// Python tuples, numbers for ints) into the per-block []any form.
-func jsonExtraKeys(t *testing.T, raw json.RawMessage) [][]any {
-	t.Helper()
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v []any
-	if err := d.Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	var conv func(any) any
-	conv = func(x any) any {
-		switch y := x.(type) {
-		case json.Number:
-			n, err := y.Int64()
-			if err != nil {
-				t.Fatalf("extra key %v: %v", y, err)
-			}
-			return n
-		case []any:
-			out := make([]any, len(y))
-			for i := range y {
-				out[i] = conv(y[i])
-			}
-			return out
-		default:
-			return y
-		}
-	}
-	out := make([][]any, len(v))
-	for i, b := range v {
-		if b == nil {
-			continue
-		}
-		out[i] = conv(b).([]any)
-	}
-	return out
-}
-
 func TestGoldenHashCases(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	if len(g.HashCases) == 0 {
 		t.Fatal("no hash cases in golden file")
 	}
@@ -117,7 +24,7 @@ func TestGoldenHashCases(t *testing.T) {
 			if got := hex.EncodeToString(root[:]); got != c.NoneHashHex {
 				t.Fatalf("NONE_HASH = %s, want %s", got, c.NoneHashHex)
 			}
-			extra := jsonExtraKeys(t, c.ExtraKeys)
+			extra := c.ExtraKeys
 			got, err := h.BlockHashes(nil, c.Tokens, extra)
 			if err != nil {
 				t.Fatal(err)
@@ -129,14 +36,14 @@ func TestGoldenHashCases(t *testing.T) {
 				if hx := hex.EncodeToString(got[i][:]); hx != c.BlockHashesHex[i] {
 					t.Errorf("block %d = %s, want %s", i, hx, c.BlockHashesHex[i])
 				}
-				if u := got[i].Uint64(); u != c.BlockHashesUint6[i] {
-					t.Errorf("block %d uint64 = %d, want %d", i, u, c.BlockHashesUint6[i])
+				if u := got[i].Uint64(); u != c.BlockHashesUint64[i] {
+					t.Errorf("block %d uint64 = %d, want %d", i, u, c.BlockHashesUint64[i])
 				}
-				if u := ExternalHash(got[i][:]); u != c.BlockHashesUint6[i] {
-					t.Errorf("block %d ExternalHash = %d, want %d", i, u, c.BlockHashesUint6[i])
+				if u := ExternalHash(got[i][:]); u != c.BlockHashesUint64[i] {
+					t.Errorf("block %d ExternalHash = %d, want %d", i, u, c.BlockHashesUint64[i])
 				}
 			}
-			if c.FirstBlockCBOR != "" && len(c.Tokens) >= c.BlockSize {
+			if c.FirstBlockCBORHex != "" && len(c.Tokens) >= c.BlockSize {
 				var first []any
 				if len(extra) > 0 {
 					first = extra[0]
@@ -144,8 +51,8 @@ func TestGoldenHashCases(t *testing.T) {
 				if _, err := h.Block(root, c.Tokens[:c.BlockSize], first); err != nil {
 					t.Fatal(err)
 				}
-				if hx := hex.EncodeToString(h.enc.buf); hx != c.FirstBlockCBOR {
-					t.Errorf("first block CBOR = %s, want %s", hx, c.FirstBlockCBOR)
+				if hx := hex.EncodeToString(h.enc.buf); hx != c.FirstBlockCBORHex {
+					t.Errorf("first block CBOR = %s, want %s", hx, c.FirstBlockCBORHex)
 				}
 			}
 		})
@@ -153,27 +60,27 @@ func TestGoldenHashCases(t *testing.T) {
 }
 
 func TestGoldenLegacy64(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	c := g.Legacy
-	if NoneHash(c.Seed).Uint64() != c.NoneHash {
-		t.Fatalf("legacy NONE_HASH = %d, want %d", NoneHash(c.Seed).Uint64(), c.NoneHash)
+	if NoneHash(c.Seed).Uint64() != c.NoneHashUint64 {
+		t.Fatalf("legacy NONE_HASH = %d, want %d", NoneHash(c.Seed).Uint64(), c.NoneHashUint64)
 	}
 	got, err := Legacy64Hashes(c.Seed, c.BlockSize, c.Tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(c.BlockHashes) {
-		t.Fatalf("%d blocks, want %d", len(got), len(c.BlockHashes))
+	if len(got) != len(c.BlockHashesUint64) {
+		t.Fatalf("%d blocks, want %d", len(got), len(c.BlockHashesUint64))
 	}
 	for i := range got {
-		if got[i] != c.BlockHashes[i] {
-			t.Errorf("block %d = %d, want %d", i, got[i], c.BlockHashes[i])
+		if got[i] != c.BlockHashesUint64[i] {
+			t.Errorf("block %d = %d, want %d", i, got[i], c.BlockHashesUint64[i])
 		}
 	}
 }
 
 func TestGoldenHybridConcat(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	c := g.Hybrid
 	h, err := NewHasher("0", c.HashBlockSize)
 	if err != nil {
@@ -184,13 +91,13 @@ func TestGoldenHybridConcat(t *testing.T) {
 		t.Fatal(err)
 	}
 	per := c.GroupBlockSize / c.HashBlockSize
-	for i := range c.GroupHex {
+	for i := range c.GroupBlockHashesHex {
 		grp := ConcatGroupHash(sub[i*per : (i+1)*per])
-		if hx := hex.EncodeToString(grp); hx != c.GroupHex[i] {
-			t.Errorf("group %d = %s, want %s", i, hx, c.GroupHex[i])
+		if hx := hex.EncodeToString(grp); hx != c.GroupBlockHashesHex[i] {
+			t.Errorf("group %d = %s, want %s", i, hx, c.GroupBlockHashesHex[i])
 		}
-		if u := ExternalHash(grp); u != c.GroupUint64[i] {
-			t.Errorf("group %d uint64 = %d, want %d", i, u, c.GroupUint64[i])
+		if u := ExternalHash(grp); u != c.GroupBlockHashesUint64[i] {
+			t.Errorf("group %d uint64 = %d, want %d", i, u, c.GroupBlockHashesUint64[i])
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 )
@@ -26,19 +27,9 @@ type pyPublisher struct {
 	replay  int
 }
 
-func requireLibzmq(t *testing.T) {
-	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import zmq, msgpack").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("python3-zmq/python3-msgpack missing in CI: %v", err)
-		}
-		t.Skip("SKIPPING libzmq interop: /usr/bin/python3 lacks zmq or msgpack: apt-get install python3-zmq python3-msgpack")
-	}
-}
-
 func startPublisher(t *testing.T, args ...string) *pyPublisher {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/python3", append([]string{"testdata/vllm_publisher.py"}, args...)...)
+	cmd := exec.Command(pyzmq.Require(t), append([]string{"testdata/vllm_publisher.py"}, args...)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +101,6 @@ func chainTokens(first, n int) []uint64 {
 // filled from the replay ROUTER, a gap beyond the replay buffer (reset), a
 // publisher restart (reset and resubscribe) and AllBlocksCleared.
 func TestLibzmqInterop(t *testing.T) {
-	requireLibzmq(t)
 	pub := startPublisher(t, "--buffer", "4")
 
 	ix := kvindex.NewIndex(kvindex.IndexConfig{})

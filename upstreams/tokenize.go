@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -402,9 +403,11 @@ func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
 }
 
 type tokenizeResponse struct {
-	Count       *int     `json:"count"`
-	MaxModelLen int      `json:"max_model_len"`
-	Tokens      []uint64 `json:"tokens"`
+	Count       *int `json:"count"`
+	MaxModelLen int  `json:"max_model_len"`
+	// Tokens is parsed by parseTokenIDs: decoding into []uint64 would
+	// turn a null id into token 0.
+	Tokens json.RawMessage `json:"tokens"`
 }
 
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
@@ -441,11 +444,58 @@ func parseTokenizeResponse(raw []byte) ([]uint64, error) {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("tokenize: decode response: %w", err)
 	}
-	if r.Tokens == nil {
+	if r.Tokens == nil || string(r.Tokens) == "null" {
 		return nil, errors.New("tokenize: response has no tokens")
 	}
-	if r.Count != nil && *r.Count != len(r.Tokens) {
-		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", *r.Count, len(r.Tokens))
+	toks, err := parseTokenIDs(r.Tokens)
+	if err != nil {
+		return nil, err
 	}
-	return r.Tokens, nil
+	if r.Count != nil && *r.Count != len(toks) {
+		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", *r.Count, len(toks))
+	}
+	return toks, nil
+}
+
+// parseTokenIDs parses the tokens array, which encoding/json has already
+// validated as JSON: each element must be an integer in [0, 2^64) written
+// without fraction or exponent, as for a uint64 field, but null is refused
+// rather than read as 0. The result is never nil.
+func parseTokenIDs(b []byte) ([]uint64, error) {
+	i := skipJSONSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, errors.New("tokenize: decode response: tokens is not an array")
+	}
+	out := make([]uint64, 0, bytes.Count(b, []byte{','})+1)
+	if i = skipJSONSpace(b, i+1); i < len(b) && b[i] == ']' {
+		return out, nil
+	}
+	for {
+		start := i
+		var v uint64
+		for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
+			d := uint64(b[i] - '0')
+			if v > (math.MaxUint64-d)/10 {
+				return nil, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out))
+			}
+			v = v*10 + d
+		}
+		if i = skipJSONSpace(b, i); i == start || i >= len(b) || (b[i] != ',' && b[i] != ']') {
+			return nil, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out))
+		}
+		out = append(out, v)
+		if b[i] == ']' {
+			return out, nil
+		}
+		i = skipJSONSpace(b, i+1)
+	}
+}
+
+// skipJSONSpace returns the index of the first non-whitespace byte of b at
+// or after i.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }

@@ -602,18 +602,36 @@ func TestParseTokenizeResponse(t *testing.T) {
 	}
 }
 
-// FuzzParseTokenizeResponse: arbitrary engine responses never panic and any
-// accepted one is self-consistent.
-func FuzzParseTokenizeResponse(f *testing.F) {
-	f.Add([]byte(`{"count":2,"max_model_len":8192,"tokens":[1,2],"token_strs":null}`))
-	f.Add([]byte(`{"tokens":[]}`))
-	f.Add([]byte(`{"count":1,"tokens":[-5]}`))
-	f.Add([]byte(`null`))
-	f.Add([]byte(`{"tokens":[1e400]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		toks, err := parseTokenizeResponse(b)
-		if err == nil && toks == nil {
-			t.Fatal("nil tokens without error")
+// TestParseTokenizeResponseStrictIDs: every token id must be a
+// non-negative integer. Decoding into []uint64 read a null id as token 0,
+// silently hashing a prompt the engine never saw (found by the oracle of
+// FuzzParseTokenizeResponse).
+func TestParseTokenizeResponseStrictIDs(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []uint64 // nil: rejected
+	}{
+		{`{"tokens":[null]}`, nil},
+		{`{"count":2,"tokens":[5,null]}`, nil},
+		{`{"tokens":["5"]}`, nil},
+		{`{"tokens":[1e2]}`, nil},
+		{`{"tokens":[-0]}`, nil},
+		{`{"tokens":[18446744073709551616]}`, nil},
+		{`{"tokens":[99999999999999999999]}`, nil},
+		{`{"tokens":null}`, nil},
+		{`{"tokens":{}}`, nil},
+		{"{\"tokens\":\t[ 0 ,\r\n18446744073709551615 ]\n}", []uint64{0, 18446744073709551615}},
+		{`{"tokens":[ ]}`, []uint64{}},
+	} {
+		toks, err := parseTokenizeResponse([]byte(c.in))
+		if c.want == nil {
+			if err == nil {
+				t.Errorf("%s: accepted as %v", c.in, toks)
+			}
+			continue
 		}
-	})
+		if err != nil || toks == nil || !equalTokens(toks, c.want) {
+			t.Errorf("%s: %v %v, want %v", c.in, toks, err, c.want)
+		}
+	}
 }

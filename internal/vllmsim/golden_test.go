@@ -1,13 +1,20 @@
 package vllmsim
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/llmgw/caddy-llmgw/internal/golden"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )
@@ -16,15 +23,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func goldenDigests(t *testing.T, hexes []string) []kvindex.Digest {
-	t.Helper()
-	var out []kvindex.Digest
-	for _, h := range hexes {
-		b, err := hex.DecodeString(h)
-		if err != nil || len(b) != 32 {
-			t.Fatalf("bad golden digest %q", h)
-		}
-		out = append(out, kvindex.Digest(b))
+func goldenDigests(ds [][32]byte) []kvindex.Digest {
+	out := make([]kvindex.Digest, len(ds))
+	for i, d := range ds {
+		out[i] = kvindex.Digest(d)
 	}
 	return out
 }
@@ -32,8 +34,8 @@ func goldenDigests(t *testing.T, hexes []string) []kvindex.Digest {
 // TestEncodeMatchesGoldenPayloads builds the events of vLLM's golden
 // payloads and compares the encoder's bytes with msgspec's.
 func TestEncodeMatchesGoldenPayloads(t *testing.T) {
-	g := loadGolden(t)
-	ds := goldenDigests(t, g.HashCases[0].BlockHashesHex) // bs16_seed0_32tok
+	g := golden.Load(t)
+	ds := goldenDigests(g.HashCases[0].BlockHashes) // bs16_seed0_32tok
 	toks := make([]uint64, 32)
 	for i := range toks {
 		toks[i] = uint64(i)
@@ -46,10 +48,10 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	secondBlock := []kvEvent{
 		{kind: evStored, hashes: ds[1:2], hasParent: true, parent: ds[0], tokens: toks[16:], blockSize: 16},
 	}
-	var loraCase []string
+	var loraCase [][32]byte
 	for _, hc := range g.HashCases {
 		if hc.Name == "bs16_seed0_lora_and_salt" {
-			loraCase = hc.BlockHashesHex
+			loraCase = hc.BlockHashes
 		}
 	}
 	if len(loraCase) < 2 {
@@ -57,7 +59,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	}
 	first, rest := kvindex.RequestBlockExtraKeys("sql-adapter", "tenant-a")
 	loraSalt := []kvEvent{
-		{kind: evStored, hashes: goldenDigests(t, loraCase[:2]), tokens: toks, blockSize: 16,
+		{kind: evStored, hashes: goldenDigests(loraCase[:2]), tokens: toks, blockSize: 16,
 			extraFirst: first, extraRest: rest, loraName: "sql-adapter", loraID: 1},
 	}
 	cases := []struct {
@@ -72,7 +74,7 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 		{"map_lora_salt_extra_keys", true, false, loraSalt},
 	}
 	payloads := map[string]string{}
-	for _, p := range g.MsgpackPayloads {
+	for _, p := range g.Payloads {
 		payloads[p.Name] = p.PayloadHex
 	}
 	for _, tc := range cases {
@@ -90,26 +92,121 @@ func TestEncodeMatchesGoldenPayloads(t *testing.T) {
 	}
 }
 
-// TestZMQFramesGolden checks the topic and sequence frames.
+// TestZMQFramesGolden publishes a golden payload at the golden topic and
+// sequence number through the simulator's own publisher and compares the
+// bytes on the wire with the ZMTP encoding of vLLM's golden frames; then it
+// sends the replay ROUTER the golden replay request and compares the reply,
+// end marker included, in both reply layouts.
 func TestZMQFramesGolden(t *testing.T) {
-	g := loadGolden(t)
-	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], g.ZMQFrames.Seq)
-	if got := hex.EncodeToString([]byte(g.ZMQFrames.Topic)); got != g.ZMQFrames.Frame0Hex {
-		t.Errorf("topic frame %s, want %s", got, g.ZMQFrames.Frame0Hex)
+	g := golden.Load(t)
+	z := g.ZMQ
+	payload := g.Payloads[0].Payload // over 255 bytes: a long frame
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			e := startEngine(t, Config{TimeScale: 100, KVEvents: &KVEventsConfig{
+				Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: z.Topic, LegacyReplayLayout: legacy,
+			}})
+			sub := dialRaw(t, e.KVEndpoint(), zmq4.Sub)
+			// A subscription to the whole topic: flags 0, length, 0x01 topic.
+			writeRaw(t, sub, append([]byte{0, byte(1 + len(z.Topic)), 1}, z.Topic...))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := e.WaitKVSubscribers(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			e.SetFaults(Faults{SeqGap: int(z.Seq)}) // the next batch is seq z.Seq
+			e.mu.Lock()
+			pub := e.pub
+			e.mu.Unlock()
+			if seq := pub.publish(payload); seq != z.Seq {
+				t.Fatalf("published seq %d, want %d", seq, z.Seq)
+			}
+			wantWire(t, sub, "PUB message", zmtpWire(z.Frame0, z.Frame1, payload))
+
+			dealer := dialRaw(t, e.ReplayEndpoint(), zmq4.Dealer)
+			writeRaw(t, dealer, zmtpWire(z.ReplayRequest...))
+			if start := binary.BigEndian.Uint64(z.ReplayRequest[1]); start > z.Seq {
+				t.Fatalf("golden replay starts at %d, after the seq %d published", start, z.Seq)
+			}
+			reply, end := zmtpWire(nil, z.Frame0, z.Frame1, payload), zmtpWire(nil, nil, z.EndSeq, nil)
+			if legacy {
+				reply, end = zmtpWire(nil, z.Frame1, payload), zmtpWire(nil, z.EndSeq, nil)
+			}
+			wantWire(t, dealer, "replayed batch", reply)
+			wantWire(t, dealer, "replay end marker", end)
+		})
 	}
-	if got := hex.EncodeToString(seq[:]); got != g.ZMQFrames.Frame1Hex {
-		t.Errorf("seq frame %s, want %s", got, g.ZMQFrames.Frame1Hex)
+}
+
+// zmtpWire is the ZMTP 3.0 encoding of a multipart message, written from
+// the spec rather than with the simulator's appendFrames: flags (0x01 more,
+// 0x02 long), then a 1-byte or 8-byte big-endian size, then the body.
+func zmtpWire(frames ...[]byte) []byte {
+	var out []byte
+	for i, f := range frames {
+		more := byte(0)
+		if i < len(frames)-1 {
+			more = 1
+		}
+		if len(f) <= 255 {
+			out = append(out, more, byte(len(f)))
+		} else {
+			out = binary.BigEndian.AppendUint64(append(out, more|2), uint64(len(f)))
+		}
+		out = append(out, f...)
 	}
-	if got := hex.EncodeToString(endSeq); got != g.ZMQFrames.EndSeqHex {
-		t.Errorf("end marker %s, want %s", got, g.ZMQFrames.EndSeqHex)
+	return out
+}
+
+// rawPeer is a connection past the ZMTP handshake, read byte for byte.
+type rawPeer struct {
+	c net.Conn
+	r io.Reader // the handshake's reader: it may hold bytes already read
+}
+
+func dialRaw(t *testing.T, ep string, sockType zmq4.SocketType) rawPeer {
+	t.Helper()
+	e, err := parseEndpoint(ep, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout(e.network, e.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	g, err := handshake(c, sockType, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rawPeer{c: c, r: g}
+}
+
+func writeRaw(t *testing.T, p rawPeer, b []byte) {
+	t.Helper()
+	if _, err := p.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantWire reads len(want) bytes and compares them with want. The deadline
+// only keeps a missing reply from hanging the test.
+func wantWire(t *testing.T, p rawPeer, what string, want []byte) {
+	t.Helper()
+	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(want))
+	if n, err := io.ReadFull(p.r, got); err != nil {
+		t.Fatalf("%s: read %d of %d bytes: %v (got %x)", what, n, len(want), err, got[:n])
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s on the wire:\n got %x\nwant %x", what, got, want)
 	}
 }
 
 // TestAnnouncedHashesMatchGolden sends the golden token ids to the engine
 // and checks the BlockStored events it publishes, in every wire shape.
 func TestAnnouncedHashesMatchGolden(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	for _, gc := range g.HashCases {
 		if gc.Name != "bs16_seed0_32tok" && gc.Name != "bs64_seed1234_long300" && gc.Name != "bs16_seed0_cache_salt" && gc.Name != "bs16_seed0_lora_and_salt" {
 			continue
@@ -182,7 +279,7 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 					t.Errorf("parent %v, want nil", ev.parent)
 				}
 				nFull := len(gc.Tokens) / gc.BlockSize
-				if len(ev.hashes) != nFull || len(gc.BlockHashesU64) != nFull {
+				if len(ev.hashes) != nFull || len(gc.BlockHashesUint64) != nFull {
 					t.Fatalf("%d hashes, want %d", len(ev.hashes), nFull)
 				}
 				for i, h := range ev.hashes {
@@ -191,8 +288,8 @@ func TestAnnouncedHashesMatchGolden(t *testing.T) {
 						if !ok || hex.EncodeToString(bh) != gc.BlockHashesHex[i] {
 							t.Errorf("hash %d = %x, want %s", i, h, gc.BlockHashesHex[i])
 						}
-					} else if got := hashU64(t, h); got != gc.BlockHashesU64[i] {
-						t.Errorf("hash %d = %d, want %d", i, got, gc.BlockHashesU64[i])
+					} else if got := hashU64(t, h); got != gc.BlockHashesUint64[i] {
+						t.Errorf("hash %d = %d, want %d", i, got, gc.BlockHashesUint64[i])
 					}
 				}
 				if len(ev.tokens) != nFull*gc.BlockSize {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -16,45 +15,6 @@ import (
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// golden is the subset of kvindex's vllm_golden.json the tests use.
-type golden struct {
-	HashCases []struct {
-		Name           string   `json:"name"`
-		BlockSize      int      `json:"block_size"`
-		Seed           string   `json:"seed"`
-		Tokens         []uint64 `json:"tokens"`
-		ExtraKeys      [][]any  `json:"extra_keys"`
-		BlockHashesHex []string `json:"block_hashes_hex"`
-		BlockHashesU64 []uint64 `json:"block_hashes_uint64"`
-	} `json:"hash_cases"`
-	MsgpackPayloads []struct {
-		Name       string `json:"name"`
-		PayloadHex string `json:"payload_hex"`
-	} `json:"msgpack_payloads"`
-	ZMQFrames struct {
-		Topic     string `json:"topic"`
-		Seq       uint64 `json:"seq"`
-		Frame0Hex string `json:"frame0_hex"`
-		Frame1Hex string `json:"frame1_hex"`
-		EndSeqHex string `json:"end_seq_hex"`
-	} `json:"zmq_frames"`
-}
-
-func loadGolden(t testing.TB) *golden {
-	t.Helper()
-	b, err := os.ReadFile("testdata/vllm_golden.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g golden
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	return &g
-}
 
 func startEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()

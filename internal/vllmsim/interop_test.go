@@ -8,30 +8,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )
-
-const pythonPath = "/usr/bin/python3"
-
-// pythonZMQ returns the Debian python with pyzmq and msgpack, or skips.
-func pythonZMQ(t *testing.T) string {
-	t.Helper()
-	if _, err := os.Stat(pythonPath); err != nil {
-		t.Skip("SKIPPING Python interop test: /usr/bin/python3 missing: apt-get install python3 python3-zmq python3-msgpack")
-	}
-	if err := exec.Command(pythonPath, "-c", "import zmq, msgpack").Run(); err != nil {
-		t.Skip("SKIPPING Python interop test: python3-zmq missing: apt-get install python3-zmq python3-msgpack")
-	}
-	return pythonPath
-}
 
 // pyProc runs testdata/kvsub.py and yields its JSON lines.
 type pyProc struct {
@@ -42,7 +29,7 @@ type pyProc struct {
 
 func runPy(t *testing.T, args ...string) *pyProc {
 	t.Helper()
-	py := pythonZMQ(t)
+	py := pyzmq.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/kvsub.py"}, args...)...)
 	var errb bytes.Buffer
@@ -144,7 +131,7 @@ func pyHash(t *testing.T, v any, bytesHashes bool) string {
 // msgpack-python: shapes, sequence numbers, hashes, token ids, eviction and
 // AllBlocksCleared.
 func TestPythonSubscriber(t *testing.T) {
-	g := loadGolden(t)
+	g := golden.Load(t)
 	gc := g.HashCases[0] // bs16_seed0_32tok
 	for _, shape := range []struct {
 		name                   string
@@ -179,7 +166,7 @@ func TestPythonSubscriber(t *testing.T) {
 				if shape.bytesHashes {
 					return gc.BlockHashesHex[i]
 				}
-				return fmt.Sprint(gc.BlockHashesU64[i])
+				return fmt.Sprint(gc.BlockHashesUint64[i])
 			}
 			for seq := range 3 {
 				m := py.next(t)

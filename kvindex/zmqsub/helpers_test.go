@@ -6,13 +6,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -22,27 +22,6 @@ func TestMain(m *testing.M) {
 	// zmq4's PUB socket (used only as a benchmark publisher) leaves its
 	// writer goroutine behind after Close; our code creates no PUB sockets.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
-}
-
-const debianPython = "/usr/bin/python3"
-
-// pythonZMQ reports whether Debian's python3 with pyzmq is available.
-var pythonZMQ = sync.OnceValue(func() error {
-	if _, err := os.Stat(debianPython); err != nil {
-		return err
-	}
-	out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%v: %s", err, out)
-	}
-	return nil
-})
-
-func requirePython(t testing.TB) {
-	t.Helper()
-	if err := pythonZMQ(); err != nil {
-		t.Skipf("SKIPPING libzmq interop test: %s with pyzmq unavailable (%v); python3-zmq missing: apt-get install python3-zmq python3-msgpack", debianPython, err)
-	}
 }
 
 // pyPeer is a running testdata/zmqpeer.py process.
@@ -57,8 +36,7 @@ type pyPeer struct {
 
 func startPeer(t testing.TB, args ...string) *pyPeer {
 	t.Helper()
-	requirePython(t)
-	cmd := exec.Command(debianPython, append([]string{"testdata/zmqpeer.py"}, args...)...)
+	cmd := exec.Command(pyzmq.Require(t), append([]string{"testdata/zmqpeer.py"}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
 )
 
 // TestPublisherRestart kills the libzmq publisher (like kill -9 of an
@@ -65,7 +67,7 @@ func freePort(t *testing.T) int {
 
 // TestPublisherStartsLater: Run before the engine is up keeps retrying.
 func TestPublisherStartsLater(t *testing.T) {
-	requirePython(t)
+	pyzmq.Require(t)
 	port := freePort(t)
 	r := startRun(t, Config{Endpoint: tcpEP(port)})
 	waitFor(t, 10*time.Second, "dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
@@ -82,7 +84,7 @@ func TestPublisherStartsLater(t *testing.T) {
 // TestBindMode: libzmq publishers connect to our bound SUB; a publisher
 // that goes away and comes back is served again.
 func TestBindMode(t *testing.T) {
-	requirePython(t)
+	pyzmq.Require(t)
 	r := startRun(t, Config{Endpoint: "tcp://127.0.0.1:0", Bind: true})
 	waitFor(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
 	ep := "tcp://" + r.s.BoundAddr()

@@ -1,0 +1,62 @@
+// Package pyzmq gates the libzmq interop tests on Debian's python3 with
+// python3-zmq and python3-msgpack, the independent peer those tests drive.
+//
+// Without them a developer's run skips the tests with a loud message, but a
+// CI run (environment variable CI non-empty) fails: the README promises that
+// CI runs them, and a silent skip there would leave the wire format with
+// vLLM's real libzmq untested while the run stays green.
+package pyzmq
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// Python is the interpreter the interop tests run: Debian's, whose
+// python3-zmq and python3-msgpack packages ./xcaddy.sh test installs.
+const Python = "/usr/bin/python3"
+
+// installHint is how to get the peer.
+const installHint = "apt-get install python3-zmq python3-msgpack"
+
+// probe reports whether Python can import zmq and msgpack, once per test
+// binary: every interop test asks, and starting Python costs ~50 ms.
+var probe = sync.OnceValue(func() error {
+	if _, err := os.Stat(Python); err != nil {
+		return err
+	}
+	out, err := exec.Command(Python, "-c", "import zmq, msgpack").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+})
+
+// Require returns Python if it can import zmq and msgpack. Otherwise it
+// fails the test when the environment variable CI is non-empty and skips it
+// loudly when not.
+func Require(t testing.TB) string {
+	t.Helper()
+	if fatal, msg := verdict(os.Getenv("CI") != "", probe()); msg != "" {
+		if fatal {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return Python
+}
+
+// verdict decides what a missing peer means: nothing (msg empty) when the
+// probe succeeded, else a failure under CI and a skip elsewhere.
+func verdict(ci bool, probeErr error) (fatal bool, msg string) {
+	if probeErr == nil {
+		return false, ""
+	}
+	if ci {
+		return true, fmt.Sprintf("libzmq interop peer missing under CI: %s lacks zmq or msgpack (%v); %s", Python, probeErr, installHint)
+	}
+	return false, fmt.Sprintf("SKIPPING libzmq interop test: %s lacks zmq or msgpack (%v); %s (under CI=true this fails)", Python, probeErr, installHint)
+}
