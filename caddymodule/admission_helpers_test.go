@@ -305,7 +305,7 @@ func (r *upstreamRecorder) count() int {
 // line.
 func admCaddyfile(dials []string, appExtra, admission, policy string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s", adminAddr, httpPort, httpPort+363, appExtra)
+	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s", adminAddr, httpPort, httpsPort, appExtra)
 	for _, d := range dials {
 		fmt.Fprintf(&b, "\t\tengine %s\n", d)
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -19,22 +21,91 @@ import (
 )
 
 // The integration tests run one in-process Caddy (caddytest), reloaded by
-// each test, in front of simulated vLLM engines on loopback. The admin port
-// is caddytest's 2999 and the gateway listens on 9080, unless
-// LLMGW_TEST_ADMIN_PORT / LLMGW_TEST_HTTP_PORT say otherwise (to run two
-// test processes side by side).
+// each test, in front of simulated vLLM engines on loopback. Its admin,
+// HTTP and HTTPS ports are chosen when the test binary starts (see
+// freePort), so that test processes of this package and of the others run
+// side by side; LLMGW_TEST_ADMIN_PORT / LLMGW_TEST_HTTP_PORT pin the first
+// two instead.
 var (
-	adminPort   = envPort("LLMGW_TEST_ADMIN_PORT", 2999)
-	httpPort    = envPort("LLMGW_TEST_HTTP_PORT", 9080)
+	adminPort   = envPort("LLMGW_TEST_ADMIN_PORT")
+	httpPort    = envPort("LLMGW_TEST_HTTP_PORT")
+	httpsPort   = envPort("")
 	adminAddr   = fmt.Sprintf("localhost:%d", adminPort)
 	gatewayAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
 )
 
-func envPort(name string, def int) int {
+// envPort is the port the environment variable name sets, or else a free
+// one. It runs at package initialisation, before any test: a failure
+// there is no test's, hence the panic.
+func envPort(name string) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
 	}
-	return def
+	port, err := freePort()
+	if err != nil {
+		panic(err)
+	}
+	return port
+}
+
+// freePort returns a TCP port that nothing listens on, on any interface or,
+// when hosts are given, on each of them (IP addresses).
+//
+// The port is free when probed, not reserved: whoever binds it later may
+// find it taken. Ports from listening on :0 would come from the kernel's
+// ephemeral range, which is where it also picks every other :0 listener
+// and the local port of every outgoing connection of every process — and
+// the tests of the other packages, running in parallel, open thousands. So
+// the port is drawn at random from below that range, where no port is ever
+// assigned implicitly: it stays free until someone names it, as the test
+// that closes an engine and starts it again on the same address needs.
+func freePort(hosts ...string) (int, error) {
+	if len(hosts) == 0 {
+		hosts = []string{""}
+	}
+	lo, hi := 10000, ephemeralLow()
+	for range 100 {
+		port := lo + rand.IntN(hi-lo)
+		held := make([]net.Listener, 0, len(hosts))
+		for _, h := range hosts {
+			ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				break
+			}
+			held = append(held, ln)
+		}
+		for _, ln := range held {
+			ln.Close()
+		}
+		if len(held) == len(hosts) {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no TCP port in [%d, %d) free on %q", lo, hi, hosts)
+}
+
+// ephemeralLow is the first port of Linux's ephemeral range (32768 where
+// it cannot be read).
+func ephemeralLow() int {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
+				lo = v
+			}
+		}
+	}
+	return lo
+}
+
+// mustFreePort is freePort for a test.
+func mustFreePort(t testing.TB, hosts ...string) int {
+	t.Helper()
+	port, err := freePort(hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 // startEngines starts n simulated engines with KV events on OS-assigned
@@ -76,7 +147,7 @@ type fleetConfig struct {
 // gatewayCaddyfile renders a Caddyfile for the test gateway.
 func gatewayCaddyfile(fc fleetConfig) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s", adminAddr, httpPort, httpPort+363, fc.appExtra)
+	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s", adminAddr, httpPort, httpsPort, fc.appExtra)
 	for _, e := range fc.engines {
 		fmt.Fprintf(&b, "\t\tengine %s {\n%s", e.Addr(), fc.engineExtra)
 		if !fc.noKV && e.KVEndpoint() != "" {

@@ -16,13 +16,13 @@ import (
 // mirrors, so blocks held before it still draw the requests after it.
 func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
-	httpP := polFreePort(t, ips...)
+	httpP := mustFreePort(t, ips...)
 	kvP, replayP := httpP, httpP
 	for kvP == httpP {
-		kvP = polFreePort(t, ips...)
+		kvP = mustFreePort(t, ips...)
 	}
 	for replayP == httpP || replayP == kvP {
-		replayP = polFreePort(t, ips...)
+		replayP = mustFreePort(t, ips...)
 	}
 	engines := make([]*vllmsim.Engine, len(ips))
 	for i, ip := range ips {

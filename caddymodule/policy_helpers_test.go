@@ -52,7 +52,7 @@ func (g policyGateway) caddyfile() string {
 		app += "\t\tpoll_timeout 2s\n"
 	}
 	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tpoll_interval 50ms\n%s",
-		adminAddr, httpPort, httpPort+363, app)
+		adminAddr, httpPort, httpsPort, app)
 	for i, e := range g.engines {
 		fmt.Fprintf(&b, "\t\tengine %s {\n%s", e.Addr(), g.engine)
 		ep, replay := e.KVEndpoint(), e.ReplayEndpoint()
@@ -244,38 +244,6 @@ func polParallel(n, conc int, fn func(i int) polResult) []polResult {
 	}
 	wg.Wait()
 	return out
-}
-
-// polFreePort returns a TCP port free on every given loopback IP at the time
-// of the call.
-func polFreePort(t *testing.T, ips ...string) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", ips[0]+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ok := true
-		var held []net.Listener
-		for _, ip := range ips[1:] {
-			l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
-			if err != nil {
-				ok = false
-				break
-			}
-			held = append(held, l)
-		}
-		ln.Close()
-		for _, l := range held {
-			l.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no port free on every address")
-	return 0
 }
 
 // polDNSServer answers A queries for any name with ips (and nothing else), so

@@ -20,7 +20,7 @@ import (
 func TestPolicyRetriesAndBreaker(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 200})
 	bad := engines[1]
-	dead := fmt.Sprintf("127.0.0.1:%d", polFreePort(t, "127.0.0.1"))
+	dead := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
 	ups := []string{engines[0].Addr(), bad.Addr(), engines[2].Addr(), dead}
 	policyGateway{
 		engines:   engines,

@@ -17,7 +17,7 @@ import (
 func TestPolicyApproximateTier(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 50})
 	proxies := make([]*polTCPProxy, 3)
-	kv := map[int]string{3: fmt.Sprintf("tcp://127.0.0.1:%d", polFreePort(t, "127.0.0.1"))} // nobody there
+	kv := map[int]string{3: fmt.Sprintf("tcp://127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))} // nobody there
 	for i := range proxies {
 		proxies[i] = newPolTCPProxy(t, engines[i].KVEndpoint()[len("tcp://"):])
 		kv[i] = proxies[i].endpoint()

@@ -59,7 +59,7 @@ func (g relGateway) caddyfile() string {
 	if poll == "" {
 		poll = "50ms"
 	}
-	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n%s", adminAddr, httpPort, httpPort+363, g.global)
+	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n%s", adminAddr, httpPort, httpsPort, g.global)
 	fmt.Fprintf(&b, "\tllm {\n\t\tpoll_interval %s\n%s", poll, g.appExtra)
 	for _, e := range g.engines {
 		fmt.Fprintf(&b, "\t\tengine %s {\n", e.dial)
@@ -304,7 +304,7 @@ func relHeapInuse() uint64 {
 func relReset(t *testing.T) {
 	t.Helper()
 	cfg := fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tidle_ttl 1ms\n\t}\n}\n\nhttp://%s {\n\trespond \"reset\"\n}\n",
-		adminAddr, httpPort, httpPort+363, gatewayAddr)
+		adminAddr, httpPort, httpsPort, gatewayAddr)
 	req, err := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg))
 	if err != nil {
 		t.Error(err)

@@ -52,7 +52,7 @@ func relWaitNoOurGoroutines(t *testing.T, what string, d time.Duration) {
 func relNoLLMApp(t *testing.T) {
 	t.Helper()
 	newTester(t, fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n}\n\nhttp://%s {\n\trespond \"no llm\"\n}\n",
-		adminAddr, httpPort, httpPort+363, gatewayAddr))
+		adminAddr, httpPort, httpsPort, gatewayAddr))
 }
 
 // TestReliabilityLifecycleGoroutines: config generations come and go

@@ -48,7 +48,6 @@ func tlsEdgeClient(t *testing.T) *http.Client {
 // keep-alive comments over HTTP/2 too, and ends with an SSE error event
 // when max_park runs out.
 func TestTLSEdgeHTTP2Streaming(t *testing.T) {
-	httpsPort := httpPort + 363
 	url := fmt.Sprintf("https://localhost:%d/v1/chat/completions", httpsPort)
 	e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond})[0]
 	relGateway{
