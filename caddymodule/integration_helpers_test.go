@@ -293,15 +293,44 @@ func metricValue(t *testing.T, name string, labels ...string) float64 {
 }
 
 // eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	for w := newWait(t, d, what); !cond(); w.tick() {
 	}
+}
+
+// wait paces a wait on a condition the caller checks between ticks (for
+// the loops whose condition eventually's closure cannot hold as well: one
+// that returns a value, or stamps the moment it holds).
+type wait struct {
+	t        testing.TB
+	what     string
+	d, every time.Duration
+	deadline time.Time
+}
+
+// newWait starts a wait of at most d that looks every 10ms.
+func newWait(t testing.TB, d time.Duration, what string) *wait {
+	return &wait{t: t, what: what, d: d, every: 10 * time.Millisecond, deadline: time.Now().Add(d)}
+}
+
+// pace makes the wait look every d.
+func (w *wait) pace(d time.Duration) *wait {
+	w.every = d
+	return w
+}
+
+// tick pauses until the next look; once the deadline has passed it fails
+// the test, with why (what the last look found) when given.
+func (w *wait) tick(why ...any) {
+	w.t.Helper()
+	if time.Now().After(w.deadline) {
+		if len(why) > 0 {
+			w.t.Fatalf("timed out after %v waiting for %s: %s", w.d, w.what, fmt.Sprint(why...))
+		}
+		w.t.Fatalf("timed out after %v waiting for %s", w.d, w.what)
+	}
+	time.Sleep(w.every)
 }
 
 // engineReport fetches one engine's report from /llm/engines.

@@ -157,7 +157,10 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 // and the proxy still cannot dial). Nothing hangs; the gateway serves again
 // once an engine is back.
 func TestReliabilityAllEnginesDown(t *testing.T) {
-	engines := startEngines(t, 2, vllmsim.Config{})
+	// Engine 0 comes back on its address at the end: a port from below the
+	// ephemeral range stays free meanwhile (see freePort).
+	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
+	engines := append(startEngines(t, 1, vllmsim.Config{Addr: addr}), startEngines(t, 1, vllmsim.Config{})...)
 	relGateway{engines: relEngines(engines...), appExtra: "\t\tstale_after 2\n"}.load(t)
 	t.Cleanup(func() { relReset(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -203,9 +206,17 @@ func TestReliabilityAllEnginesDown(t *testing.T) {
 	check("stale gauges")
 
 	// One engine back on the same address: served again.
-	back, err := vllmsim.Start(ctx, vllmsim.Config{Addr: engines[0].Addr(), TimeScale: 50})
-	if err != nil {
-		t.Skipf("cannot restart an engine on %s: %v", engines[0].Addr(), err)
+	// Should the port be taken all the same (another process probing it
+	// for a port of its own holds it for an instant), try again for a
+	// while; a port that stays taken fails the test, as a check skipped
+	// would go unnoticed.
+	var back *vllmsim.Engine
+	for w := newWait(t, 10*time.Second, "the engine back on "+addr); ; {
+		var err error
+		if back, err = vllmsim.Start(ctx, vllmsim.Config{Addr: addr, TimeScale: 50}); err == nil {
+			break
+		}
+		w.tick(err)
 	}
 	defer back.Close()
 	eventually(t, 20*time.Second, "served again", func() bool {
