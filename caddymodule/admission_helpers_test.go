@@ -25,7 +25,7 @@ import (
 // slowEngine is a simulated engine that runs in real time (TimeScale 1) with
 // a 10ms decode step, so a request with a large max_tokens holds a slot for as
 // long as the test wants, and its KV events are not subscribed to.
-func slowEngine(t *testing.T) *vllmsim.Engine {
+func slowEngine(t testing.TB) *vllmsim.Engine {
 	t.Helper()
 	return startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond})[0]
 }
@@ -46,7 +46,7 @@ func (o *occupant) release() {
 
 // occupy sends n long streaming requests straight to e and waits until the
 // engine runs them all.
-func occupy(t *testing.T, e *vllmsim.Engine, n int) []*occupant {
+func occupy(t testing.TB, e *vllmsim.Engine, n int) []*occupant {
 	t.Helper()
 	base := e.Stats().Running + e.Stats().Waiting
 	out := make([]*occupant, n)
@@ -80,7 +80,7 @@ func occupy(t *testing.T, e *vllmsim.Engine, n int) []*occupant {
 
 // admWaitBusy waits until the gateway's view of dial (its last scrape) shows
 // at least busy running+waiting requests.
-func admWaitBusy(t *testing.T, dial string, busy int) {
+func admWaitBusy(t testing.TB, dial string, busy int) {
 	t.Helper()
 	// Only a scrape taken from now on shows occupants the caller just
 	// started directly: an older one may count a gateway request that has
@@ -133,7 +133,7 @@ func admChat(ctx context.Context, stream bool, content string, header map[string
 }
 
 // admWait receives a admResult or fails the test after d.
-func admWait(t *testing.T, ch <-chan admResult, d time.Duration) admResult {
+func admWait(t testing.TB, ch <-chan admResult, d time.Duration) admResult {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -156,7 +156,7 @@ type queueReport struct {
 
 // queueDepth returns the number of requests parked in a band of the default pool
 // ("" for all bands).
-func queueDepth(t *testing.T, band string) int {
+func queueDepth(t testing.TB, band string) int {
 	t.Helper()
 	var q queueReport
 	if code := adminJSON(t, http.MethodGet, "/llm/queue", "", &q); code != http.StatusOK {
@@ -173,7 +173,7 @@ func queueDepth(t *testing.T, band string) int {
 
 // waitQueueDepth waits until a band (or all, "") of the default pool holds n
 // parked requests.
-func waitQueueDepth(t *testing.T, band string, n int) {
+func waitQueueDepth(t testing.TB, band string, n int) {
 	t.Helper()
 	eventually(t, 10*time.Second, fmt.Sprintf("%d parked in band %q", n, band), func() bool { return queueDepth(t, band) == n })
 }
@@ -186,7 +186,7 @@ type admStream struct {
 
 // openAdmStream posts a streaming chat completion through the gateway and
 // returns once the response headers are in.
-func openAdmStream(t *testing.T, ctx context.Context, body string, header map[string]string) *admStream {
+func openAdmStream(t testing.TB, ctx context.Context, body string, header map[string]string) *admStream {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+gatewayAddr+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
@@ -206,7 +206,7 @@ func openAdmStream(t *testing.T, ctx context.Context, body string, header map[st
 }
 
 // next returns the next line, or fails the test after d; ok is false at EOF.
-func (s *admStream) next(t *testing.T, d time.Duration) (string, bool) {
+func (s *admStream) next(t testing.TB, d time.Duration) (string, bool) {
 	t.Helper()
 	select {
 	case l, ok := <-s.lines:
@@ -218,7 +218,7 @@ func (s *admStream) next(t *testing.T, d time.Duration) (string, bool) {
 }
 
 // rest collects the remaining lines until EOF.
-func (s *admStream) rest(t *testing.T, d time.Duration) []string {
+func (s *admStream) rest(t testing.TB, d time.Duration) []string {
 	t.Helper()
 	var out []string
 	deadline := time.After(d)
@@ -261,7 +261,7 @@ type recordedRequest struct {
 	body         []byte
 }
 
-func newUpstreamRecorder(t *testing.T, e *vllmsim.Engine) *upstreamRecorder {
+func newUpstreamRecorder(t testing.TB, e *vllmsim.Engine) *upstreamRecorder {
 	t.Helper()
 	u, _ := url.Parse(e.URL())
 	proxy := httputil.NewSingleHostReverseProxy(u)
@@ -283,7 +283,7 @@ func newUpstreamRecorder(t *testing.T, e *vllmsim.Engine) *upstreamRecorder {
 
 func (r *upstreamRecorder) addr() string { return strings.TrimPrefix(r.srv.URL, "http://") }
 
-func (r *upstreamRecorder) last(t *testing.T) recordedRequest {
+func (r *upstreamRecorder) last(t testing.TB) recordedRequest {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -325,7 +325,7 @@ func admCaddyfile(dials []string, appExtra, admission, policy string) string {
 }
 
 // scrapeMetrics scrapes the admin /metrics page.
-func scrapeMetrics(t *testing.T) string {
+func scrapeMetrics(t testing.TB) string {
 	t.Helper()
 	res, err := client.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
@@ -335,7 +335,7 @@ func scrapeMetrics(t *testing.T) string {
 }
 
 // openAIError decodes an OpenAI-style error body.
-func openAIError(t *testing.T, body string) (msg, typ string, code int) {
+func openAIError(t testing.TB, body string) (msg, typ string, code int) {
 	t.Helper()
 	var v struct {
 		Error struct {

@@ -110,7 +110,7 @@ func mustFreePort(t testing.TB, hosts ...string) int {
 
 // startEngines starts n simulated engines with KV events on OS-assigned
 // ports, closed when the test ends.
-func startEngines(t *testing.T, n int, cfg vllmsim.Config) []*vllmsim.Engine {
+func startEngines(t testing.TB, n int, cfg vllmsim.Config) []*vllmsim.Engine {
 	t.Helper()
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 50
@@ -177,7 +177,7 @@ func gatewayCaddyfile(fc fleetConfig) string {
 }
 
 // newTester loads cfg into the shared in-process Caddy.
-func newTester(t *testing.T, cfg string) *caddytest.Tester {
+func newTester(t testing.TB, cfg string) *caddytest.Tester {
 	t.Helper()
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
 		AdminPort:          adminPort,
@@ -219,7 +219,7 @@ func post(ctx context.Context, body string, header map[string]string) (*http.Res
 }
 
 // readAll reads a response body and closes it.
-func readAll(t *testing.T, res *http.Response) string {
+func readAll(t testing.TB, res *http.Response) string {
 	t.Helper()
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
@@ -241,7 +241,7 @@ func sseLines(res *http.Response, ch chan<- string) {
 }
 
 // adminJSON GETs an admin route into v.
-func adminJSON(t *testing.T, method, path string, body string, v any) int {
+func adminJSON(t testing.TB, method, path string, body string, v any) int {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+adminAddr+path, strings.NewReader(body))
 	if err != nil {
@@ -263,7 +263,7 @@ func adminJSON(t *testing.T, method, path string, body string, v any) int {
 
 // metricValue scrapes the admin /metrics and returns the sum of the series
 // of name whose labels include every given label (k="v" strings).
-func metricValue(t *testing.T, name string, labels ...string) float64 {
+func metricValue(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	res, err := client.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
@@ -334,7 +334,7 @@ func (w *wait) tick(why ...any) {
 }
 
 // engineReport fetches one engine's report from /llm/engines.
-func getEngineReport(t *testing.T, dial string) engineReport {
+func getEngineReport(t testing.TB, dial string) engineReport {
 	t.Helper()
 	var all []engineReport
 	adminJSON(t, http.MethodGet, "/llm/engines", "", &all)

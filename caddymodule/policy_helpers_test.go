@@ -97,7 +97,7 @@ func (g policyGateway) caddyfile() string {
 }
 
 // load reloads the shared Caddy with g.
-func (g policyGateway) load(t *testing.T) {
+func (g policyGateway) load(t testing.TB) {
 	t.Helper()
 	newTester(t, g.caddyfile())
 	// The old config's server closes its idle connections: a request sent
@@ -165,7 +165,7 @@ func polSend(ctx context.Context, url, body string, header map[string]string) po
 }
 
 // polMustSend is send that fails the test unless the answer is a 200.
-func polMustSend(t *testing.T, url, body string, header map[string]string) polResult {
+func polMustSend(t testing.TB, url, body string, header map[string]string) polResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -178,13 +178,13 @@ func polMustSend(t *testing.T, url, body string, header map[string]string) polRe
 
 // direct sends a chat completion straight to an engine, bypassing the
 // gateway (what another gateway or a direct caller would do).
-func polDirect(t *testing.T, e *vllmsim.Engine, body string) polResult {
+func polDirect(t testing.TB, e *vllmsim.Engine, body string) polResult {
 	t.Helper()
 	return polMustSend(t, e.URL()+"/v1/chat/completions", body, nil)
 }
 
 // polWaitKV waits until the gateway's subscription to each engine is connected.
-func polWaitKV(t *testing.T, engines ...*vllmsim.Engine) {
+func polWaitKV(t testing.TB, engines ...*vllmsim.Engine) {
 	t.Helper()
 	for _, e := range engines {
 		eventually(t, 15*time.Second, "KV subscription to "+e.Addr(), func() bool {
@@ -201,7 +201,7 @@ func polWaitKV(t *testing.T, engines ...*vllmsim.Engine) {
 }
 
 // polWaitBlocks waits until /llm/engines shows at least n blocks held by dial.
-func polWaitBlocks(t *testing.T, dial string, n int) engineReport {
+func polWaitBlocks(t testing.TB, dial string, n int) engineReport {
 	t.Helper()
 	var r engineReport
 	eventually(t, 15*time.Second, fmt.Sprintf("%d KV blocks on %s", n, dial), func() bool {
@@ -212,7 +212,7 @@ func polWaitBlocks(t *testing.T, dial string, n int) engineReport {
 }
 
 // polWaitGauges waits until the gateway's view of dial satisfies cond.
-func polWaitGauges(t *testing.T, dial, what string, cond func(engineReport) bool) {
+func polWaitGauges(t testing.TB, dial, what string, cond func(engineReport) bool) {
 	t.Helper()
 	eventually(t, 15*time.Second, what, func() bool { return cond(getEngineReport(t, dial)) })
 }
@@ -250,7 +250,7 @@ func polParallel(n, conc int, fn func(i int) polResult) []polResult {
 // `dynamic a` can discover several loopback engines under one name: this
 // machine's /etc/hosts maps localhost to 127.0.0.1 only. It serves until the
 // test ends and returns its "host:port".
-func polDNSServer(t *testing.T, ips ...string) string {
+func polDNSServer(t testing.TB, ips ...string) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -312,7 +312,7 @@ type polTCPProxy struct {
 	wg    sync.WaitGroup
 }
 
-func newPolTCPProxy(t *testing.T, target string) *polTCPProxy {
+func newPolTCPProxy(t testing.TB, target string) *polTCPProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -359,7 +359,7 @@ func (p *polTCPProxy) close() {
 }
 
 // polExplain is /llm/explain's answer for body, for failure messages.
-func polExplain(t *testing.T, body string) string {
+func polExplain(t testing.TB, body string) string {
 	t.Helper()
 	var v any
 	adminJSON(t, http.MethodPost, "/llm/explain", body, &v)

@@ -97,7 +97,7 @@ func (g relGateway) caddyfile() string {
 }
 
 // load loads the gateway into the shared in-process Caddy.
-func (g relGateway) load(t *testing.T) {
+func (g relGateway) load(t testing.TB) {
 	t.Helper()
 	newTester(t, g.caddyfile())
 }
@@ -232,7 +232,7 @@ func relGoroutines() int {
 // relWaitGoroutines waits until the goroutine count is at most limit, and
 // fails with the goroutines that are new since base (a relGoroutineGroups
 // snapshot) when it does not get there.
-func relWaitGoroutines(t *testing.T, limit int, base map[string]int, d time.Duration) int {
+func relWaitGoroutines(t testing.TB, limit int, base map[string]int, d time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -301,7 +301,7 @@ func relHeapInuse() uint64 {
 // the shared fleet has forgotten every engine, so a test leaves no engines,
 // pollers or subscriptions behind for the tests after it. It talks to the
 // admin API directly: it runs in t.Cleanup, possibly after a failure.
-func relReset(t *testing.T) {
+func relReset(t testing.TB) {
 	t.Helper()
 	cfg := fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n\tllm {\n\t\tidle_ttl 1ms\n\t}\n}\n\nhttp://%s {\n\trespond \"reset\"\n}\n",
 		adminAddr, httpPort, httpsPort, gatewayAddr)
@@ -338,7 +338,7 @@ func relReset(t *testing.T) {
 
 // relTokenize asks an engine's /tokenize for the tokens of a one-message
 // chat, as the gateway's policy would.
-func relTokenize(t *testing.T, e *vllmsim.Engine, content string) []uint64 {
+func relTokenize(t testing.TB, e *vllmsim.Engine, content string) []uint64 {
 	t.Helper()
 	b, _ := json.Marshal(map[string]any{
 		"model":    "sim-model",
@@ -367,7 +367,7 @@ type relCandidate struct {
 }
 
 // relExplain returns the explain API's candidate for dial.
-func relExplain(t *testing.T, body, dial string) relCandidate {
+func relExplain(t testing.TB, body, dial string) relCandidate {
 	t.Helper()
 	var out struct {
 		Candidates []relCandidate `json:"candidates"`
