@@ -31,12 +31,11 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 	for _, mode := range []string{"on", "off"} {
 		t.Run("local_accounting_"+mode, func(t *testing.T) {
 			e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond, MaxNumSeqs: 64})[0]
-			newTester(t, gatewayCaddyfile(fleetConfig{
-				engines:   []*vllmsim.Engine{e},
-				noKV:      true,
+			gateway{
+				engines:   noKVEngines(e),
 				appExtra:  "\t\tpoll_interval 500ms\n",
 				admission: fmt.Sprintf("\t\tmax_inflight %d\n\t\tmax_park 60s\n\t\tqueue_size 100\n\t\tlocal_accounting %s\n", limit, mode),
-			}))
+			}.load(t)
 			eventually(t, 10*time.Second, "engine known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 			var max atomic.Int64
@@ -58,13 +57,12 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
-			chans := make([]<-chan admResult, burst)
+			chans := make([]<-chan reply, burst)
 			for i := range chans {
-				chans[i] = admSend(ctx, "/v1/chat/completions",
-					fmt.Sprintf(`{"model":"sim-model","max_tokens":20,"messages":[{"role":"user","content":"burst %d"}]}`, i), nil)
+				chans[i] = sendAsync(ctx, "", fmt.Sprintf(`{"model":"sim-model","max_tokens":20,"messages":[{"role":"user","content":"burst %d"}]}`, i), nil)
 			}
 			for i, ch := range chans {
-				if r := admWait(t, ch, 120*time.Second); r.status != http.StatusOK {
+				if r := waitReply(t, ch, 120*time.Second); r.status != http.StatusOK {
 					t.Errorf("request %d: %d %v %s", i, r.status, r.err, r.body)
 				}
 			}

@@ -83,10 +83,10 @@ func newBenchSetup(b *testing.B, n, promptTokens int) *benchSetup {
 			b.Fatal(err)
 		}
 	}
-	prefix := polWords("bench", promptTokens)
-	warm := polChat(prefix, "warm", 1, false)
+	prefix := words("bench", promptTokens)
+	warm := chat{system: prefix, user: "warm", maxTokens: 1}.body()
 	for i, e := range engines {
-		r := polSend(ctx, e.URL()+"/v1/chat/completions", warm, nil)
+		r := send(ctx, e.URL()+"/v1/chat/completions", warm, nil)
 		if r.err != nil || r.status != 200 {
 			b.Fatalf("warming %s: %d %v %.200s", e.Addr(), r.status, r.err, r.body)
 		}
@@ -105,7 +105,7 @@ func newBenchSetup(b *testing.B, n, promptTokens int) *benchSetup {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	req, err := admission.ParseRequest([]byte(polChat(prefix, "and now the question", 16, false)))
+	req, err := admission.ParseRequest([]byte(chat{system: prefix, user: "and now the question", maxTokens: 16}.body()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,21 +40,22 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 		engines[i] = e
 		t.Cleanup(func() { _ = e.Close() })
 	}
-	dns := polDNSServer(t, ips...)
-	g := policyGateway{
-		app:    fmt.Sprintf("\t\tkv_events_port %d\n\t\tkv_replay_port %d\n", kvP, replayP),
-		policy: "\t\t\tdebug_headers\n",
+	dns := dnsServer(t, ips...)
+	g := gateway{
+		patient:  true,
+		appExtra: fmt.Sprintf("\t\tkv_events_port %d\n\t\tkv_replay_port %d\n", kvP, replayP),
+		policy:   "\t\t\tdebug_headers\n",
 		dynamic: fmt.Sprintf("\t\tdynamic a sims.llmgw.test %d {\n\t\t\tresolvers %s\n\t\t\tversions ipv4\n\t\t}\n",
 			httpP, dns),
 	}
-	g.load(t)
+	g.loadFresh(t)
 
 	// The first request discovers the engines.
-	first := polMustSend(t, "", polChat("", "hello, who is there?", 2, false), nil)
+	first := mustSend(t, "", chat{user: "hello, who is there?", maxTokens: 2}.body(), nil)
 	if first.upstream == "" {
 		t.Fatal("no upstream header")
 	}
-	polWaitKV(t, engines...)
+	waitKV(t, engines...)
 	for i, e := range engines {
 		r := getEngineReport(t, e.Addr())
 		if r.Static || r.KV.Endpoint != fmt.Sprintf("tcp://%s:%d", ips[i], kvP) {
@@ -63,13 +64,13 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	}
 
 	holder := engines[1]
-	prefix := "Dynamic fleet instructions." + polWords("dyn", 1500)
-	polDirect(t, holder, polChat(prefix, "warm", 1, false))
-	blocks := polWaitBlocks(t, holder.Addr(), 1500/16).KV
+	prefix := "Dynamic fleet instructions." + words("dyn", 1500)
+	direct(t, holder, chat{system: prefix, user: "warm", maxTokens: 1}.body())
+	blocks := waitBlocks(t, holder.Addr(), 1500/16).KV
 	route := func(phase string) {
 		t.Helper()
 		for i := range 10 {
-			r := polMustSend(t, "", polChat(prefix, fmt.Sprintf("%s %d", phase, i), 2, false), nil)
+			r := mustSend(t, "", chat{system: prefix, user: fmt.Sprintf("%s %d", phase, i), maxTokens: 2}.body(), nil)
 			if r.upstream != holder.Addr() || r.tier != "precise" {
 				t.Fatalf("%s request %d: %s on %q, want %s on precise", phase, i, r.upstream, r.tier, holder.Addr())
 			}
@@ -80,7 +81,7 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	// Reload with different policy weights: the engines, their
 	// subscriptions and their mirrors carry over.
 	g.policy += "\t\t\ttie_tokens 4\n\t\t\tqueue_weight 600\n"
-	g.load(t)
+	g.loadFresh(t)
 	time.Sleep(200 * time.Millisecond) // let a restarted subscription (a bug) show
 	after := getEngineReport(t, holder.Addr()).KV
 	if after == nil || after.Blocks < blocks.Blocks || after.Sessions != blocks.Sessions || after.LastResync != blocks.LastResync {

@@ -26,14 +26,14 @@ import (
 // "repeat" requests are identical (the tokenizer cache answers).
 func BenchmarkPolicyGatewayLatency(b *testing.B) {
 	engines := startEngines(b, 4, vllmsim.Config{TimeScale: 10000})
-	prefix := "Latency probe." + polWords("lat", 1000)
+	prefix := "Latency probe." + words("lat", 1000)
 	for _, target := range []struct {
 		name string
-		g    *policyGateway // nil: straight to an engine
+		g    *gateway // nil: straight to an engine
 	}{
 		{"direct", nil},
-		{"round_robin", &policyGateway{engines: engines, admission: "-", policy: "-"}},
-		{"llm", &policyGateway{engines: engines}},
+		{"round_robin", &gateway{patient: true, engines: kvEngines(engines...), admission: "-", policy: "-"}},
+		{"llm", &gateway{patient: true, engines: kvEngines(engines...)}},
 	} {
 		for _, kind := range []string{"unique", "repeat"} {
 			b.Run(target.name+"/"+kind, func(b *testing.B) {
@@ -42,10 +42,10 @@ func BenchmarkPolicyGatewayLatency(b *testing.B) {
 				case target.g == nil:
 					url = engines[0].URL() + "/v1/chat/completions"
 				case target.name == "llm":
-					target.g.load(b)
-					polWaitKV(b, engines...)
+					target.g.loadFresh(b)
+					waitKV(b, engines...)
 				default:
-					target.g.load(b)
+					target.g.loadFresh(b)
 				}
 				benchGatewayLatency(b, url, prefix, kind == "unique")
 			})
@@ -60,7 +60,7 @@ func benchGatewayLatency(b *testing.B, url, prefix string, unique bool) {
 	// Unique across runs too (-count): the gateway's tokenizer cache
 	// outlives a config.
 	run, seq := time.Now().UnixNano(), 0
-	send := func() time.Duration {
+	one := func() time.Duration {
 		user := "the same question every time"
 		if unique {
 			seq++
@@ -69,7 +69,7 @@ func benchGatewayLatency(b *testing.B, url, prefix string, unique bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		t0 := time.Now()
-		r := polSend(ctx, url, polChat(prefix, user, 1, false), nil)
+		r := send(ctx, url, chat{system: prefix, user: user, maxTokens: 1}.body(), nil)
 		d := time.Since(t0)
 		if r.err != nil || r.status != http.StatusOK {
 			b.Fatalf("%d %v %.200s", r.status, r.err, r.body)
@@ -77,11 +77,11 @@ func benchGatewayLatency(b *testing.B, url, prefix string, unique bool) {
 		return d
 	}
 	for range 5 {
-		send()
+		one()
 	}
 	var ds []time.Duration
 	for b.Loop() {
-		ds = append(ds, send())
+		ds = append(ds, one())
 	}
 	reportPercentiles(b, ds)
 }

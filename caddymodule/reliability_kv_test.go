@@ -22,8 +22,8 @@ import (
 func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{})
 	a, b := engines[0], engines[1]
-	relGateway{engines: relEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
 	eventually(t, 10*time.Second, "subscriptions connected", func() bool {
 		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
 		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
@@ -36,12 +36,12 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	routedTo := func(text string) (upstream, tier string) {
 		t.Helper()
 		before := getEngineReport(t, a.Addr()).KV.Stored
-		warm(t, a, text)
+		direct(t, a, chatBody(false, text))
 		eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 			r := getEngineReport(t, a.Addr())
 			return r.KV.Stored > before && r.KV.Blocks > 0
 		})
-		s := relDoStream(ctx, nil, "", chatBody(true, text), nil)
+		s := send(ctx, "", chatBody(true, text), nil)
 		if !s.complete() {
 			t.Fatalf("request: %+v", s)
 		}
@@ -62,7 +62,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 		return r != nil && r.Connected && r.Sessions > before.Sessions && r.Blocks == 0
 	})
 	// The dropped blocks are not claimed: the old prompt matches nothing.
-	if c := relExplain(t, chatBody(false, first), a.Addr()); c.MatchedBlocks != 0 {
+	if c := explainFor(t, chatBody(false, first), a.Addr()); c.MatchedBlocks != 0 {
 		t.Fatalf("after the restart the mirror still claims %d blocks of the old prompt: %+v", c.MatchedBlocks, c)
 	}
 
@@ -190,7 +190,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "garbage_payload", greet: true, // valid frames, undecodable batch
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 0, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
@@ -203,7 +203,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				if r.Blocks != 0 {
 					t.Fatalf("after an undecodable batch the mirror claims %d blocks", r.Blocks)
 				}
-				if m := relExplain(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
+				if m := explainFor(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
 					t.Fatalf("explain still matches %d blocks", m.MatchedBlocks)
 				}
 				sendBatch(t, c, 2, small, 5000) // the stream goes on
@@ -214,11 +214,11 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "sequence_backwards", greet: true, // a restarted engine numbers from 0
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 10, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
-				m := relExplain(t, chatBody(false, content), v.e.Addr())
+				m := explainFor(t, chatBody(false, content), v.e.Addr())
 				if m.Tier != routing.Precise.String() || m.MatchedBlocks != n {
 					t.Fatalf("explain before: %+v, want precise with %d blocks", m, n)
 				}
@@ -229,7 +229,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				if r.Blocks != 1 {
 					t.Fatalf("after seq 10 → 3 the mirror holds %d blocks, want only the new one", r.Blocks)
 				}
-				if m := relExplain(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
+				if m := explainFor(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
 					t.Fatalf("explain after: still matches %d blocks", m.MatchedBlocks)
 				}
 			},
@@ -238,7 +238,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "sequence_gap", greet: true, // no replay endpoint: a hole resets
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 3, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
@@ -255,11 +255,11 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startEngines(t, 1, vllmsim.Config{})[0]
 			pub := newRelFakePub(t, tc.greet, tc.after)
-			relGateway{
-				engines: []relEngine{{dial: e.Addr(), kv: pub.endpoint()}},
+			gateway{
+				engines: []gatewayEngine{{dial: e.Addr(), kv: pub.endpoint()}},
 				policy:  "\t\t\tdebug_headers\n",
 			}.load(t)
-			t.Cleanup(func() { relReset(t) })
+			t.Cleanup(func() { resetGateway(t) })
 			v := env{e: e, pub: pub}
 			tc.check(t, v)
 
@@ -267,7 +267,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			for i := range 3 {
-				s := relDoStream(ctx, nil, "", chatBody(true, content), nil)
+				s := send(ctx, "", chatBody(true, content), nil)
 				if !s.complete() || s.header.Get("X-Llm-Upstream") != e.Addr() {
 					t.Fatalf("request %d during the fault: %+v", i, s)
 				}
