@@ -99,7 +99,9 @@ func TestAdmissionAging(t *testing.T) {
 	defer cancel()
 	reqs := []bandReq{{"low", "low", map[string]string{"X-Priority": "low"}}}
 	chans := parkInOrder(t, ctx, reqs)
-	time.Sleep(400 * time.Millisecond) // the low request ages
+	eventually(t, 10*time.Second, "the low request parked longer than aging", func() bool {
+		return getQueue(t).Pools["default"]["low"].OldestWait > 0.2
+	})
 	more := []bandReq{
 		{"high", "high", map[string]string{"X-Priority": "high"}},
 		{"normal", "normal", nil},

@@ -51,17 +51,12 @@ func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet, string) {
 		IdleTTL:      caddy.Duration(time.Hour),
 		Engines:      []*EngineConfig{{Dial: dial}},
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for w := newWait(tb, 10*time.Second, "engine gauges known").pace(5 * time.Millisecond); ; w.tick() {
 		if e, ok := f.registry.Get(dial); ok && e.Load().Known {
 			// As lb_policy llm in the same route would have taught it.
 			f.learnPool(nil, "default", []string{dial})
 			return f, dial
 		}
-		if time.Now().After(deadline) {
-			tb.Fatal("engine gauges never known")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -196,8 +191,9 @@ func BenchmarkParkedMemory(b *testing.B) {
 					_ = h.ServeHTTP(&benchDiscardWriter{h: http.Header{}}, benchRequest(rctx, body), benchNext)
 				}()
 			}
+			w := newWait(b, 30*time.Second, fmt.Sprintf("%d parked", n)).pace(time.Millisecond)
 			for f.gatesByPool()["default"] == nil || f.gatesByPool()["default"].Stats().Depth[admission.Normal] < n {
-				time.Sleep(time.Millisecond)
+				w.tick()
 			}
 			reportMem(b, n, heap0, stack0)
 			cancel()

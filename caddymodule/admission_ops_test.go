@@ -173,7 +173,10 @@ func TestAdmissionAdminShapes(t *testing.T) {
 	defer pcancel()
 	parked := sendAsync(pctx, "", chatBody(false, "parked"), map[string]string{"X-Priority": "high"})
 	waitQueueDepth(t, "high", 1)
-	time.Sleep(100 * time.Millisecond)
+	// The oldest wait is checked below to be reported in seconds.
+	eventually(t, 10*time.Second, "the parked request's wait past 100ms", func() bool {
+		return getQueue(t).Pools["default"]["high"].OldestWait >= 0.1
+	})
 
 	var engines []map[string]any
 	if code := adminJSON(t, http.MethodGet, "/llm/engines", "", &engines); code != http.StatusOK {

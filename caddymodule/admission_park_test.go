@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -41,8 +42,11 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 
 		occ[0].release()
 		var freeAt time.Time
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		why := lazy(func() string {
+			return fmt.Sprintf("free seen: %v; queue %+v; engine %+v", !freeAt.IsZero(), getQueue(t), getEngineReport(t, e.Addr()))
+		})
+		w := newWait(t, 10*time.Second, fmt.Sprintf("round %d: the parked request at the engine", i)).pace(500 * time.Microsecond)
+		for len(lat) == i {
 			st := e.Stats()
 			busy := st.Running + st.Waiting
 			if freeAt.IsZero() && busy == 0 {
@@ -52,13 +56,7 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 				lat = append(lat, time.Since(freeAt))
 				break
 			}
-			time.Sleep(500 * time.Microsecond)
-		}
-		if len(lat) != i+1 {
-			var q queueReport
-			adminJSON(t, http.MethodGet, "/llm/queue", "", &q)
-			t.Fatalf("round %d: parked request never reached the engine (free seen: %v); queue %+v; engine %+v",
-				i, !freeAt.IsZero(), q, getEngineReport(t, e.Addr()))
+			w.tick(why)
 		}
 		r := waitReply(t, ch, 30*time.Second)
 		cancel()

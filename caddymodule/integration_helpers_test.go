@@ -680,6 +680,29 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// lazy is a failure detail computed only if the failure happens.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
+
+// countGoroutines counts the live goroutines whose stack contains every one
+// of parts.
+func countGoroutines(parts ...string) int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(g, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
 // wait paces a wait on a condition the caller checks between ticks (for
 // the loops whose condition eventually's closure cannot hold as well: one
 // that returns a value, or stamps the moment it holds).
@@ -1159,14 +1182,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// settledGoroutines returns the goroutine count once it has settled: the lowest
-// of several samples over a second, after a GC.
+// settledGoroutines returns the goroutine count once it has settled: the
+// lowest of samples taken after a GC every 20ms, once no sample has been
+// lower for 300ms (goroutines that are ending have ended), or after 2s.
 func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 10 {
+	n, low := runtime.NumGoroutine(), time.Now()
+	for start := time.Now(); time.Since(low) < 300*time.Millisecond && time.Since(start) < 2*time.Second; {
 		runtime.GC()
-		time.Sleep(100 * time.Millisecond)
-		n = min(n, runtime.NumGoroutine())
+		time.Sleep(20 * time.Millisecond)
+		if m := runtime.NumGoroutine(); m < n {
+			n, low = m, time.Now()
+		}
 	}
 	return n
 }

@@ -90,19 +90,15 @@ func newBenchSetup(b *testing.B, n, promptTokens int) *benchSetup {
 		if r.err != nil || r.status != 200 {
 			b.Fatalf("warming %s: %d %v %.200s", e.Addr(), r.status, r.err, r.body)
 		}
+		w := newWait(b, time.Minute, e.Addr()+"'s mirror filled")
 		for f.index.Mirror(dials[i]) == nil || f.index.Mirror(dials[i]).Stats().Blocks < promptTokens/16 || !f.preciseFresh(dials[i]) {
-			if ctx.Err() != nil {
-				b.Fatalf("%s: mirror never filled", e.Addr())
-			}
-			time.Sleep(10 * time.Millisecond)
+			w.tick()
 		}
 	}
 	for _, d := range dials {
+		w := newWait(b, time.Minute, d+"'s gauges known")
 		for !f.registry.Ensure(d).Load().Known {
-			if ctx.Err() != nil {
-				b.Fatalf("%s: no gauges", d)
-			}
-			time.Sleep(10 * time.Millisecond)
+			w.tick()
 		}
 	}
 	req, err := admission.ParseRequest([]byte(chat{system: prefix, user: "and now the question", maxTokens: 16}.body()))

@@ -107,6 +107,8 @@ func TestPolicyBodyRead(t *testing.T) {
 			go func() {
 				for i, part := range c.parts {
 					if i > 0 {
+						// A client pausing between the pieces of its
+						// body: the pause is the input under test.
 						time.Sleep(c.gap)
 					}
 					if _, err := pw.Write([]byte(part)); err != nil {

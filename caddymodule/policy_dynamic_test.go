@@ -82,7 +82,14 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	// subscriptions and their mirrors carry over.
 	g.policy += "\t\t\ttie_tokens 4\n\t\t\tqueue_weight 600\n"
 	g.loadFresh(t)
-	time.Sleep(200 * time.Millisecond) // let a restarted subscription (a bug) show
+	// A subscription the reload restarted (a bug) would show by the time a
+	// block the holder announces after the reload is mirrored: the reload
+	// has ended the old session, and the event came through the new one.
+	direct(t, holder, chat{system: "After the reload." + words("post", 64), user: "warm"}.body())
+	eventually(t, 15*time.Second, "a block announced after the reload mirrored", func() bool {
+		r := getEngineReport(t, holder.Addr()).KV
+		return r != nil && r.Stored > blocks.Stored
+	})
 	after := getEngineReport(t, holder.Addr()).KV
 	if after == nil || after.Blocks < blocks.Blocks || after.Sessions != blocks.Sessions || after.LastResync != blocks.LastResync {
 		t.Fatalf("the reload disturbed the KV mirror: before %+v, after %+v", blocks, after)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -140,7 +141,10 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			check: func(t *testing.T, v env) {
 				v.pub.session(t, 15*time.Second)
 				waitKV(t, v, "connected", func(r *kvReport) bool { return r.Connected })
-				time.Sleep(time.Second)
+				// The silence is the input under test, so this waits for
+				// time to pass: past the handshake deadline (the dial
+				// timeout), which a connected session must have cleared.
+				time.Sleep(zmqsub.DefaultDialTimeout + time.Second)
 				r := getKV(t, v)
 				if !r.Connected || r.Sessions != 1 || r.Blocks != 0 || r.LastSeq != nil {
 					t.Errorf("silence is not a failure (vLLM is quiet when idle): %+v", *r)

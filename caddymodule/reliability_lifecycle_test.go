@@ -34,16 +34,14 @@ func relOurGoroutines() []string {
 // with their stacks when it is not within d.
 func relWaitNoOurGoroutines(t *testing.T, what string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		left := relOurGoroutines()
-		if len(left) == 0 {
+	var left []string
+	why := lazy(func() string {
+		return fmt.Sprintf("%d goroutines of this module left:\n%s", len(left), strings.Join(left, "\n\n"))
+	})
+	for w := newWait(t, d, what+": no goroutine of this module").pace(50 * time.Millisecond); ; w.tick(why) {
+		if left = relOurGoroutines(); len(left) == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d goroutines of this module left:\n%s", what, len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

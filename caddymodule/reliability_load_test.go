@@ -112,6 +112,8 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	start := time.Now()
 	reloads := 0
 	for i := 1; time.Since(start) < 10*time.Second; i++ {
+		// A reload every second is the load under test: the pause paces
+		// it, it waits for nothing.
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
 		cfg(i).load(t)
 		reloads++
