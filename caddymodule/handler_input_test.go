@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,7 +45,7 @@ func relHugeMetrics(t *testing.T) (url string, maxSent *atomic.Int64) {
 	return srv.URL + "/metrics", maxSent
 }
 
-// TestReliabilityMetricsHTMLAndHuge complements the admission tests'
+// TestReliabilityMetricsHTMLAndHuge complements TestAdmissionMetricsOutage's
 // metrics outages (500, hang, garbage): an engine whose /metrics answers an
 // HTML page (a proxy's error page), or 50 MB of well-formed comment lines,
 // fails its scrapes with a clear error — the 50 MB page is cut at the 4 MiB
@@ -198,19 +197,6 @@ func TestReliabilitySlowlorisBody(t *testing.T) {
 	}
 }
 
-// relStacksWith counts the goroutines whose stack mentions fn.
-func relStacksWith(fn string) int {
-	buf := make([]byte, 16<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			n++
-		}
-	}
-	return n
-}
-
 // TestReliabilityDeclaredBodyNotPreallocated: a request whose headers
 // declare a body of max_body bytes, and which then sends (almost) nothing,
 // costs the gateway memory for the bytes that arrived, not for the bytes
@@ -241,7 +227,7 @@ func TestReliabilityDeclaredBodyNotPreallocated(t *testing.T) {
 		}
 	}
 	eventually(t, 20*time.Second, fmt.Sprintf("%d handlers reading their body", conns), func() bool {
-		return relStacksWith("(*Admission).readBody") >= conns
+		return countGoroutines("(*Admission).readBody") >= conns
 	})
 	heap1 := heapInuse()
 	t.Logf("%d connections declaring 1 MiB each: heap in use %d → %d MiB", conns, heap0>>20, heap1>>20)

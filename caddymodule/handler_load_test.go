@@ -162,24 +162,6 @@ func relFullEngine(t *testing.T) (dial string, proxied *atomic.Int64) {
 	return strings.TrimPrefix(srv.URL, "http://"), proxied
 }
 
-// relQueueDepth is the number of requests parked in the default pool.
-func relQueueDepth(t *testing.T) int {
-	t.Helper()
-	var q struct {
-		Pools map[string]map[string]struct {
-			Depth int `json:"depth"`
-		} `json:"pools"`
-	}
-	if code := adminJSON(t, http.MethodGet, "/llm/queue", "", &q); code != http.StatusOK {
-		t.Fatalf("/llm/queue: %d", code)
-	}
-	n := 0
-	for _, b := range q.Pools["default"] {
-		n += b.Depth
-	}
-	return n
-}
-
 const relParkClientEnv = "LLMGW_REL_PARK_CLIENT"
 
 // TestReliabilityParkedClientsDisconnect: 10,000 requests park (every

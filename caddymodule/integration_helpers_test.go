@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1170,16 +1169,6 @@ func (p *tcpProxy) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
-}
-
-// sortedKeys returns m's keys in order, for stable messages.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // settledGoroutines returns the goroutine count once it has settled: the
