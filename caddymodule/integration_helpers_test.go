@@ -1030,7 +1030,7 @@ func (r *upstreamRecorder) count() int {
 	return len(r.got)
 }
 
-// counts tallies results by upstream.
+// countUpstreams tallies replies by upstream.
 func countUpstreams(rs []reply) map[string]int {
 	m := map[string]int{}
 	for _, r := range rs {
