@@ -130,10 +130,10 @@ cmd_test() {
 	[[ -z "$unformatted" ]] || die "not gofmt-formatted: $unformatted"
 	log "go vet"
 	go vet ./...
-	log "go test -race (packages one at a time: the Caddy integration tests share ports)"
+	log "go test -race (packages in parallel: each test process picks its own ports)"
 	# A failing package prints everything it wrote, mostly Caddy's JSON logs,
 	# which buries the failure; repeat the non-log lines at the end.
-	if ! go test -race -p 1 -timeout 20m -count=1 ./... 2>&1 | tee "$test_tmp/go-test.log"; then
+	if ! go test -race -timeout 20m -count=1 ./... 2>&1 | tee "$test_tmp/go-test.log"; then
 		log "FAILED; the test output without Caddy's JSON log lines:"
 		grep -v '^{"level"' "$test_tmp/go-test.log" >"$test_tmp/go-test.short" || true
 		if (($(wc -l <"$test_tmp/go-test.short") <= 400)); then

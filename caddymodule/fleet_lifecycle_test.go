@@ -48,20 +48,20 @@ func newCountingTokenizer(t *testing.T) *countingTokenizer {
 // current one's — rather than leaving them idle for the transport's 90s.
 func TestFleetLifecycleClosesTokenizeConnections(t *testing.T) {
 	relNoLLMApp(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	engine := startEngines(t, 1, vllmsim.Config{TimeScale: 100})[0]
 	tok := newCountingTokenizer(t)
-	g := relGateway{
-		engines:   []relEngine{{dial: engine.Addr(), extra: "\t\t\ttokenize " + tok.srv.URL + "/tokenize\n"}},
+	g := gateway{
+		engines:   []gatewayEngine{{dial: engine.Addr(), extra: "\t\t\ttokenize " + tok.srv.URL + "/tokenize\n"}},
 		appExtra:  "\t\ttokenize_timeout 10s\n\t\tpoll_timeout 2s\n",
 		admission: "-",
 		policy:    "\t\t\tdebug_headers\n",
 	}
-	send := func(what string) {
+	sendThree := func(what string) {
 		t.Helper()
 		before := tok.calls.Load()
 		for i := range 3 {
-			polMustSend(t, "", chatBody(false, fmt.Sprintf("%s %d", what, i)), nil)
+			mustSend(t, "", chatBody(false, fmt.Sprintf("%s %d", what, i)), nil)
 		}
 		if tok.calls.Load() == before {
 			t.Fatalf("%s: the policy did not call the tokenize endpoint", what)
@@ -72,13 +72,13 @@ func TestFleetLifecycleClosesTokenizeConnections(t *testing.T) {
 	}
 
 	g.load(t)
-	send("first config")
+	sendThree("first config")
 	// New tokenizer settings take a new tokenizer: the old one's idle
 	// connections go at once.
 	g.appExtra = "\t\ttokenize_timeout 10s\n\t\tpoll_timeout 2s\n\t\ttokenize_concurrency 8\n"
 	g.load(t)
 	eventually(t, 10*time.Second, "the replaced tokenizer's connections closed", func() bool { return tok.open.Load() == 0 })
-	send("second config")
+	sendThree("second config")
 	// No config uses the llm app: the fleet is destroyed, its tokenizer's
 	// connections with it.
 	relNoLLMApp(t)

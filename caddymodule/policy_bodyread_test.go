@@ -107,6 +107,8 @@ func TestPolicyBodyRead(t *testing.T) {
 			go func() {
 				for i, part := range c.parts {
 					if i > 0 {
+						// A client pausing between the pieces of its
+						// body: the pause is the input under test.
 						time.Sleep(c.gap)
 					}
 					if _, err := pw.Write([]byte(part)); err != nil {
@@ -247,14 +249,14 @@ func aheadGoroutines() int {
 func TestPolicyBodyReadStalledClients(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 100})
 	recs := []*bodyRecorder{newBodyRecorder(t, engines[0]), newBodyRecorder(t, engines[1])}
-	g := relGateway{
-		engines:   []relEngine{{dial: recs[0].addr()}, {dial: recs[1].addr()}},
+	g := gateway{
+		engines:   []gatewayEngine{{dial: recs[0].addr()}, {dial: recs[1].addr()}},
 		appExtra:  "\t\ttokenize_timeout 10s\n\t\tpoll_timeout 2s\n",
 		admission: "-",
 		policy:    "\t\t\tdebug_headers\n",
 	}
 	g.load(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	client.CloseIdleConnections()
 
 	body := chatBody(false, "stalled "+longText(200))
@@ -273,10 +275,10 @@ func TestPolicyBodyReadStalledClients(t *testing.T) {
 	resumer, leaver := stall("resumer"), stall("leaver")
 
 	// Other requests are not held up by the stalled ones.
-	rs := polParallel(8, 4, func(i int) polResult {
+	rs := parallel(8, 4, func(i int) reply {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return polSend(ctx, "", chatBody(false, fmt.Sprintf("meanwhile %d", i)), map[string]string{"X-Test-Id": "other"})
+		return send(ctx, "", chatBody(false, fmt.Sprintf("meanwhile %d", i)), map[string]string{"X-Test-Id": "other"})
 	})
 	for i, r := range rs {
 		if r.err != nil || r.status != http.StatusOK {

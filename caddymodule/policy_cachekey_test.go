@@ -14,12 +14,12 @@ import (
 // config (a reload) moves only the sessions that lived on it.
 func TestPolicyCacheKey(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 1000})
-	g := policyGateway{engines: engines, policy: "\t\t\tcache_key_header X-Session-ID\n\t\t\tdebug_headers\n"}
-	g.load(t)
+	g := gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tcache_key_header X-Session-ID\n\t\t\tdebug_headers\n"}
+	g.loadFresh(t)
 	const sessions, perSession = 50, 20
 	key := func(i int) string { return fmt.Sprintf("session-%03d", i%sessions) }
-	rs := polParallel(sessions*perSession, 8, func(i int) polResult {
-		return polSend(context.Background(), "", polChat("", fmt.Sprintf("turn %d of %s", i/sessions, key(i)), 1, false), map[string]string{"X-Session-ID": key(i)})
+	rs := parallel(sessions*perSession, 8, func(i int) reply {
+		return send(context.Background(), "", chat{user: fmt.Sprintf("turn %d of %s", i/sessions, key(i)), maxTokens: 1}.body(), map[string]string{"X-Session-ID": key(i)})
 	})
 	home := map[string]string{}
 	perEngine := map[string]int{}
@@ -46,12 +46,12 @@ func TestPolicyCacheKey(t *testing.T) {
 
 	// Remove engine 1 (from the llm app and from the upstreams).
 	gone := engines[1].Addr()
-	g.engines = []*vllmsim.Engine{engines[0], engines[2], engines[3]}
-	g.load(t)
+	g.engines = kvEngines(engines[0], engines[2], engines[3])
+	g.loadFresh(t)
 	moved := 0
 	for i := range sessions {
 		k := key(i)
-		r := polMustSend(t, "", polChat("", "after the reload "+k, 1, false), map[string]string{"X-Session-ID": k})
+		r := mustSend(t, "", chat{user: "after the reload " + k, maxTokens: 1}.body(), map[string]string{"X-Session-ID": k})
 		switch {
 		case r.upstream == gone:
 			t.Errorf("%s went to the removed replica", k)

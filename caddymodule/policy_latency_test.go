@@ -11,76 +11,88 @@ import (
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
-// TestPolicyGatewayLatency measures what llm_admission + lb_policy llm add
-// to a request compared with Caddy's round_robin on the same engines in the
-// same run: the two configs alternate (three rounds each) so machine noise
-// hits both alike, and a direct request to an engine is the floor. The
-// engines answer almost at once (TimeScale 10000, one output token), so the
-// differences are the gateways' own. Figures are logged, not asserted
-// (timing on a shared machine is no test); every request must succeed.
+// BenchmarkPolicyGatewayLatency is what llm_admission + lb_policy llm add
+// to a request compared with Caddy's round_robin on the same engines, with
+// a direct request to an engine as the floor. The engines answer almost at
+// once (TimeScale 10000, one output token), so the differences are the
+// gateways' own. Each sub-benchmark reports the p50 and p99 of its
+// requests; timing on a shared machine is no test, hence a benchmark. For
+// figures less exposed to machine noise, run it several times and compare
+// with benchstat:
+//
+//	go test -run '^$' -bench PolicyGatewayLatency -count 6 ./caddymodule
 //
 // Prompts share a 1,000-token system prompt: "unique" requests differ in
 // their last message (a /tokenize call each, as for new conversations),
 // "repeat" requests are identical (the tokenizer cache answers).
-func TestPolicyGatewayLatency(t *testing.T) {
-	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 10000})
-	configs := []struct {
+func BenchmarkPolicyGatewayLatency(b *testing.B) {
+	engines := startEngines(b, 4, vllmsim.Config{TimeScale: 10000})
+	prefix := "Latency probe." + words("lat", 1000)
+	for _, target := range []struct {
 		name string
-		g    policyGateway
+		g    *gateway // nil: straight to an engine
 	}{
-		{"round_robin", policyGateway{engines: engines, admission: "-", policy: "-"}},
-		{"llm", policyGateway{engines: engines}},
-	}
-	prefix := "Latency probe." + polWords("lat", 1000)
-	const perRound, rounds = 60, 3
-	type key struct{ config, kind string }
-	got := map[key][]time.Duration{}
-	seq := 0
-	measure := func(k key, url string) {
-		t.Helper()
-		for i := range perRound + 5 {
-			user := "the same question every time"
-			if k.kind == "unique" {
-				seq++
-				user = fmt.Sprintf("question number %d", seq)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			t0 := time.Now()
-			r := polSend(ctx, url, polChat(prefix, user, 1, false), nil)
-			d := time.Since(t0)
-			cancel()
-			if r.err != nil || r.status != http.StatusOK {
-				t.Fatalf("%v: %d %v %.200s", k, r.status, r.err, r.body)
-			}
-			if i >= 5 { // the first ones open connections
-				got[k] = append(got[k], d)
-			}
-		}
-	}
-	for round := range rounds {
-		for _, c := range configs {
-			c.g.load(t)
-			if c.name == "llm" {
-				polWaitKV(t, engines...)
-			}
-			for _, kind := range []string{"unique", "repeat"} {
-				measure(key{c.name, kind}, "")
-			}
-		}
+		{"direct", nil},
+		{"round_robin", &gateway{patient: true, engines: kvEngines(engines...), admission: "-", policy: "-"}},
+		{"llm", &gateway{patient: true, engines: kvEngines(engines...)}},
+	} {
 		for _, kind := range []string{"unique", "repeat"} {
-			measure(key{"direct", kind}, engines[round%len(engines)].URL()+"/v1/chat/completions")
+			b.Run(target.name+"/"+kind, func(b *testing.B) {
+				url := ""
+				switch {
+				case target.g == nil:
+					url = engines[0].URL() + "/v1/chat/completions"
+				case target.name == "llm":
+					target.g.loadFresh(b)
+					waitKV(b, engines...)
+				default:
+					target.g.loadFresh(b)
+				}
+				benchGatewayLatency(b, url, prefix, kind == "unique")
+			})
 		}
 	}
-	pct := func(ds []time.Duration, p int) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[len(s)*p/100]
+}
+
+// benchGatewayLatency sends a request per iteration to url (the gateway
+// when "") and reports the percentiles of their times. The first five,
+// which open connections, are not counted.
+func benchGatewayLatency(b *testing.B, url, prefix string, unique bool) {
+	// Unique across runs too (-count): the gateway's tokenizer cache
+	// outlives a config.
+	run, seq := time.Now().UnixNano(), 0
+	one := func() time.Duration {
+		user := "the same question every time"
+		if unique {
+			seq++
+			user = fmt.Sprintf("question number %d of run %d", seq, run)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		r := send(ctx, url, chat{system: prefix, user: user, maxTokens: 1}.body(), nil)
+		d := time.Since(t0)
+		if r.err != nil || r.status != http.StatusOK {
+			b.Fatalf("%d %v %.200s", r.status, r.err, r.body)
+		}
+		return d
 	}
-	for _, kind := range []string{"unique", "repeat"} {
-		d50, d99 := pct(got[key{"direct", kind}], 50), pct(got[key{"direct", kind}], 99)
-		r50, r99 := pct(got[key{"round_robin", kind}], 50), pct(got[key{"round_robin", kind}], 99)
-		l50, l99 := pct(got[key{"llm", kind}], 50), pct(got[key{"llm", kind}], 99)
-		t.Logf("%s prompts (%d requests each): direct p50 %v p99 %v | round_robin p50 %v p99 %v | llm p50 %v p99 %v | llm over round_robin: p50 %+v p99 %+v",
-			kind, perRound*rounds, d50, d99, r50, r99, l50, l99, l50-r50, l99-r99)
+	for range 5 {
+		one()
 	}
+	var ds []time.Duration
+	for b.Loop() {
+		ds = append(ds, one())
+	}
+	reportPercentiles(b, ds)
+}
+
+// reportPercentiles adds p50 and p99 of the per-iteration times.
+func reportPercentiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "p99-ns")
 }

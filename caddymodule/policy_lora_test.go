@@ -19,21 +19,22 @@ import (
 // engines report the hits.
 func TestPolicyLoRAPrecise(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 5, LoRAModules: []string{"sql-lora"}})
-	policyGateway{
-		engines: engines,
-		engine:  "\t\t\tmax_inflight 8\n",
-		policy:  "\t\t\tdebug_headers\n",
-	}.load(t)
-	polWaitKV(t, engines...)
+	gateway{
+		patient:     true,
+		engines:     kvEngines(engines...),
+		engineExtra: "\t\t\tmax_inflight 8\n",
+		policy:      "\t\t\tdebug_headers\n",
+	}.loadFresh(t)
+	waitKV(t, engines...)
 	loraHolder, baseHolder := engines[0], engines[1]
-	prefix := "You translate questions into SQL." + polWords("schema", 600)
+	prefix := "You translate questions into SQL." + words("schema", 600)
 	asModel := func(body, model string) string {
 		return strings.Replace(body, `"model":"sim-model"`, `"model":"`+model+`"`, 1)
 	}
-	polDirect(t, loraHolder, asModel(polChat(prefix, "warm up", 1, false), "sql-lora"))
-	polDirect(t, baseHolder, polChat(prefix, "warm up", 1, false))
-	polWaitBlocks(t, loraHolder.Addr(), 600/16)
-	polWaitBlocks(t, baseHolder.Addr(), 600/16)
+	direct(t, loraHolder, asModel(chat{system: prefix, user: "warm up", maxTokens: 1}.body(), "sql-lora"))
+	direct(t, baseHolder, chat{system: prefix, user: "warm up", maxTokens: 1}.body())
+	waitBlocks(t, loraHolder.Addr(), 600/16)
+	waitBlocks(t, baseHolder.Addr(), 600/16)
 
 	for i, c := range []struct {
 		model string
@@ -42,14 +43,14 @@ func TestPolicyLoRAPrecise(t *testing.T) {
 		{"sql-lora", loraHolder}, {"sim-model", baseHolder}, {"sql-lora", loraHolder}, {"sim-model", baseHolder},
 	} {
 		before := c.want.Stats()
-		body := asModel(polChat(prefix, "list the tables", 2, false), c.model)
-		r := polSend(context.Background(), "", body, nil)
+		body := asModel(chat{system: prefix, user: "list the tables", maxTokens: 2}.body(), c.model)
+		r := send(context.Background(), "", body, nil)
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("request %d (%s): status %d, err %v, body %.200s", i, c.model, r.status, r.err, r.body)
 		}
 		if r.upstream != c.want.Addr() || r.tier != "precise" {
 			t.Fatalf("request %d (%s) went to %s on tier %q, want %s on precise; explain %s",
-				i, c.model, r.upstream, r.tier, c.want.Addr(), polExplain(t, body))
+				i, c.model, r.upstream, r.tier, c.want.Addr(), explainJSON(t, body))
 		}
 		if got := c.want.Stats().CachedTokens - before.CachedTokens; got < 600 {
 			t.Errorf("request %d (%s): %d cached tokens at its holder, want >= 600", i, c.model, got)

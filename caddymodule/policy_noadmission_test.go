@@ -17,17 +17,18 @@ import (
 func TestPolicyWithoutAdmission(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 100})
 	bad := engines[2]
-	policyGateway{
-		engines:   engines,
-		admission: "-",
-		policy:    "\t\t\tdebug_headers\n\t\t\tbreaker_failures 2\n\t\t\tbreaker_cooldown 1m\n",
-		proxy:     "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n",
-	}.load(t)
-	polWaitKV(t, engines...)
+	gateway{
+		patient:    true,
+		engines:    kvEngines(engines...),
+		admission:  "-",
+		policy:     "\t\t\tdebug_headers\n\t\t\tbreaker_failures 2\n\t\t\tbreaker_cooldown 1m\n",
+		proxyExtra: "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n",
+	}.loadFresh(t)
+	waitKV(t, engines...)
 	holder := engines[0]
-	prefix := "No admission here." + polWords("noadm", 1500)
-	polDirect(t, holder, polChat(prefix, "warm", 1, false))
-	polWaitBlocks(t, holder.Addr(), 1500/16)
+	prefix := "No admission here." + words("noadm", 1500)
+	direct(t, holder, chat{system: prefix, user: "warm", maxTokens: 1}.body())
+	waitBlocks(t, holder.Addr(), 1500/16)
 
 	promptTokens := func(body string) int {
 		var r struct {
@@ -41,12 +42,12 @@ func TestPolicyWithoutAdmission(t *testing.T) {
 		return r.Usage.PromptTokens
 	}
 	for i := range 5 {
-		body := polChat(prefix, fmt.Sprintf("question %d", i), 2, false)
-		r := polMustSend(t, "", body, nil)
+		body := chat{system: prefix, user: fmt.Sprintf("question %d", i), maxTokens: 2}.body()
+		r := mustSend(t, "", body, nil)
 		if r.upstream != holder.Addr() || r.tier != "precise" {
 			t.Errorf("request %d: %s on %q, want %s on precise", i, r.upstream, r.tier, holder.Addr())
 		}
-		want := promptTokens(polDirect(t, holder, body).body)
+		want := promptTokens(direct(t, holder, body).body)
 		if got := promptTokens(r.body); got != want {
 			t.Errorf("request %d: the engine counted %d prompt tokens through the gateway, %d directly", i, got, want)
 		}
@@ -55,8 +56,8 @@ func TestPolicyWithoutAdmission(t *testing.T) {
 	// One engine answers 500: retries go elsewhere with the whole body.
 	bad.SetFaults(vllmsim.Faults{Error500: true})
 	for i := range 30 {
-		body := polChat("", fmt.Sprintf("cold %d %s", i, strings.Repeat("words ", i)), 2, false)
-		r := polMustSend(t, "", body, nil)
+		body := chat{user: fmt.Sprintf("cold %d %s", i, strings.Repeat("words ", i)), maxTokens: 2}.body()
+		r := mustSend(t, "", body, nil)
 		if r.upstream == bad.Addr() {
 			t.Fatalf("request %d answered by the failing engine", i)
 		}

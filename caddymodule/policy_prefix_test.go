@@ -23,21 +23,22 @@ const polPrefixWords = 2000
 // counted as overridden_by_load.
 func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 5})
-	policyGateway{
-		engines: engines,
-		engine:  "\t\t\tmax_inflight 4\n",
-		policy:  "\t\t\tdebug_headers\n",
-	}.load(t)
-	polWaitKV(t, engines...)
+	gateway{
+		patient:     true,
+		engines:     kvEngines(engines...),
+		engineExtra: "\t\t\tmax_inflight 4\n",
+		policy:      "\t\t\tdebug_headers\n",
+	}.loadFresh(t)
+	waitKV(t, engines...)
 	holder := engines[0]
-	prefix := "You are a careful assistant." + polWords("ctx", polPrefixWords)
+	prefix := "You are a careful assistant." + words("ctx", polPrefixWords)
 	// The counter is process-wide; earlier tests cause upstream errors on purpose.
 	upstreamErrors := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`)
 
 	// Warm the holder directly: the gateway learns it only from events.
-	polDirect(t, holder, polChat(prefix, "warm up", 1, false))
+	direct(t, holder, chat{system: prefix, user: "warm up", maxTokens: 1}.body())
 	minBlocks := polPrefixWords / 16
-	polWaitBlocks(t, holder.Addr(), minBlocks)
+	waitBlocks(t, holder.Addr(), minBlocks)
 	for _, e := range engines[1:] {
 		if r := getEngineReport(t, e.Addr()); r.KV == nil || r.KV.Blocks != 0 {
 			t.Fatalf("engine %s holds blocks before any request: %+v", e.Addr(), r.KV)
@@ -52,8 +53,8 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 
 	// 1. Under its limits the holder takes every request (two at a time,
 	// below max_inflight 4).
-	rs := polParallel(100, 2, func(i int) polResult {
-		return polSend(context.Background(), "", polChat(prefix, fmt.Sprintf("question %d: what is %d squared?", i, i), 4, false), nil)
+	rs := parallel(100, 2, func(i int) reply {
+		return send(context.Background(), "", chat{system: prefix, user: fmt.Sprintf("question %d: what is %d squared?", i, i), maxTokens: 4}.body(), nil)
 	})
 	for i, r := range rs {
 		if r.err != nil || r.status != http.StatusOK {
@@ -62,8 +63,8 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 		if r.upstream != holder.Addr() || r.tier != "precise" {
 			kv, _ := json.Marshal(getEngineReport(t, holder.Addr()).KV)
 			t.Fatalf("request %d went to %s on tier %q, want %s on precise (all: %v); tokenize failures %v; holder's KV %s; explain %s",
-				i, r.upstream, r.tier, holder.Addr(), polCounts(rs), metricValue(t, "llmgw_tokenize_failures_total"), kv,
-				polExplain(t, polChat(prefix, fmt.Sprintf("question %d: what is %d squared?", i, i), 4, false)))
+				i, r.upstream, r.tier, holder.Addr(), countUpstreams(rs), metricValue(t, "llmgw_tokenize_failures_total"), kv,
+				explainJSON(t, chat{system: prefix, user: fmt.Sprintf("question %d: what is %d squared?", i, i), maxTokens: 4}.body()))
 		}
 	}
 	after := holder.Stats()
@@ -91,23 +92,23 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = polSend(ctx, holder.URL()+"/v1/chat/completions", polChat(prefix, fmt.Sprintf("long story %d", i), 6000, true), nil)
+			_ = send(ctx, holder.URL()+"/v1/chat/completions", chat{system: prefix, user: fmt.Sprintf("long story %d", i), maxTokens: 6000, stream: true}.body(), nil)
 		}()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	polWaitGauges(t, holder.Addr(), "holder running 4 in the gateway's gauges", func(r engineReport) bool { return r.Running >= 4 })
+	waitGauges(t, holder.Addr(), "holder running 4 in the gateway's gauges", func(r engineReport) bool { return r.Running >= 4 })
 
 	overridden := metricValue(t, "llmgw_prefix_decisions_total", `outcome="overridden_by_load"`)
-	spill := make([]polResult, 0, 12)
+	spill := make([]reply, 0, 12)
 	for i := range 12 {
-		r := polMustSend(t, "", polChat(prefix, fmt.Sprintf("spill %d", i), 4, false), nil)
+		r := mustSend(t, "", chat{system: prefix, user: fmt.Sprintf("spill %d", i), maxTokens: 4}.body(), nil)
 		spill = append(spill, r)
 		if r.upstream == holder.Addr() {
 			t.Errorf("spill request %d went to the saturated holder", i)
 		}
 	}
 	if d := metricValue(t, "llmgw_prefix_decisions_total", `outcome="overridden_by_load"`) - overridden; d < 1 {
-		t.Errorf("overridden_by_load grew by %v during the spill, want >= 1 (picks: %v)", d, polCounts(spill))
+		t.Errorf("overridden_by_load grew by %v during the spill, want >= 1 (picks: %v)", d, countUpstreams(spill))
 	}
 	if holder.Stats().Running < 4 {
 		t.Fatalf("the direct requests ended before the spill phase did: the test proves nothing")
@@ -116,8 +117,8 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 	wg.Wait()
 
 	// 3. Load gone: requests with the prefix go to an engine holding it.
-	polWaitGauges(t, holder.Addr(), "holder idle in the gateway's gauges", func(r engineReport) bool { return r.Running == 0 })
-	r := polMustSend(t, "", polChat(prefix, "after the storm", 4, false), nil)
+	waitGauges(t, holder.Addr(), "holder idle in the gateway's gauges", func(r engineReport) bool { return r.Running == 0 })
+	r := mustSend(t, "", chat{system: prefix, user: "after the storm", maxTokens: 4}.body(), nil)
 	if r.tier != "precise" {
 		t.Errorf("after the spill: tier %q, want precise", r.tier)
 	}

@@ -20,14 +20,15 @@ import (
 func TestPolicyRetriesAndBreaker(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 200})
 	bad := engines[1]
-	dead := fmt.Sprintf("127.0.0.1:%d", polFreePort(t, "127.0.0.1"))
+	dead := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
 	ups := []string{engines[0].Addr(), bad.Addr(), engines[2].Addr(), dead}
-	policyGateway{
-		engines:   engines,
-		upstreams: ups,
-		policy:    "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
-		proxy:     "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
-	}.load(t)
+	gateway{
+		patient:    true,
+		engines:    kvEngines(engines...),
+		upstreams:  ups,
+		policy:     "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
+		proxyExtra: "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
+	}.loadFresh(t)
 	bad.SetFaults(vllmsim.Faults{Error500: true})
 
 	breaker := func(dial string) (string, float64) {
@@ -48,7 +49,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	start := time.Now()
 	n := 0
 	for ; n < 100 && !opened(); n++ {
-		r := polMustSend(t, "", polChat("", fmt.Sprintf("distinct prompt number %d, please answer", n), 2, false), nil)
+		r := mustSend(t, "", chat{user: fmt.Sprintf("distinct prompt number %d, please answer", n), maxTokens: 2}.body(), nil)
 		if r.upstream == bad.Addr() || r.upstream == dead {
 			t.Fatalf("request %d answered by bad replica %s", n, r.upstream)
 		}
@@ -78,7 +79,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	probed := false
 	for i := 0; i < 100 && !probed; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		r := polSend(ctx, "", polChat("", fmt.Sprintf("after the repair %d", i), 2, false), nil)
+		r := send(ctx, "", chat{user: fmt.Sprintf("after the repair %d", i), maxTokens: 2}.body(), nil)
 		cancel()
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("request %d after the repair: %d %v %.200s", i, r.status, r.err, r.body)

@@ -18,13 +18,13 @@ import (
 // llmgw_kv_hash_mismatches_total.
 func TestPolicyHashVerification(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 200, HashSeed: "42"})
-	g := policyGateway{engines: engines, app: "\t\thash_seed 42\n"}
-	g.load(t)
-	polWaitKV(t, engines...)
+	g := gateway{patient: true, engines: kvEngines(engines...), appExtra: "\t\thash_seed 42\n"}
+	g.loadFresh(t)
+	waitKV(t, engines...)
 	traffic := func(tag string) {
 		for i := range 20 {
 			for _, e := range engines {
-				polDirect(t, e, polChat("", fmt.Sprintf("%s %d:%s", tag, i, polWords(tag, 40)), 20, false))
+				direct(t, e, chat{user: fmt.Sprintf("%s %d:%s", tag, i, words(tag, 40)), maxTokens: 20}.body())
 			}
 		}
 	}
@@ -42,8 +42,8 @@ func TestPolicyHashVerification(t *testing.T) {
 		t.Errorf("llmgw_kv_hash_mismatches_total = %v with the right seed", v)
 	}
 
-	g.app = "\t\thash_seed 43\n"
-	g.load(t)
+	g.appExtra = "\t\thash_seed 43\n"
+	g.loadFresh(t)
 	traffic("wrong")
 	for _, e := range engines {
 		eventually(t, 10*time.Second, "hash mismatches on "+e.Addr(), func() bool {
@@ -62,8 +62,8 @@ func TestPolicyHashVerification(t *testing.T) {
 // first and fed only by the engines' events.
 func TestPolicyScaleOut(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 50})
-	policyGateway{engines: engines, policy: "\t\t\tdebug_headers\n"}.load(t)
-	polWaitKV(t, engines...)
+	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	waitKV(t, engines...)
 
 	cfg := fleet.Config{
 		PollInterval: 50 * time.Millisecond, PollTimeout: time.Second, StaleAfter: 3, IdleTTL: time.Minute,
@@ -91,9 +91,9 @@ func TestPolicyScaleOut(t *testing.T) {
 	// Each engine holds its own prefix, learned by both gateways from events.
 	prefixes := make([]string, len(engines))
 	for i, e := range engines {
-		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + polWords(fmt.Sprintf("t%d", i), 1200)
-		polDirect(t, e, polChat(prefixes[i], "warm", 1, false))
-		polWaitBlocks(t, e.Addr(), 1200/16)
+		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + words(fmt.Sprintf("t%d", i), 1200)
+		direct(t, e, chat{system: prefixes[i], user: "warm", maxTokens: 1}.body())
+		waitBlocks(t, e.Addr(), 1200/16)
 		eventually(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
 			m := second.Index().Mirror(e.Addr())
 			return m != nil && m.Stats().Blocks == getEngineReport(t, e.Addr()).KV.Blocks
@@ -102,10 +102,10 @@ func TestPolicyScaleOut(t *testing.T) {
 	s := second.PolicySettings("default")
 	for i, e := range engines {
 		for j := range 3 {
-			body := polChat(prefixes[i], fmt.Sprintf("question %d", j), 2, false)
-			r := polMustSend(t, "", body, nil)
+			body := chat{system: prefixes[i], user: fmt.Sprintf("question %d", j), maxTokens: 2}.body()
+			r := mustSend(t, "", body, nil)
 			if r.upstream != e.Addr() || r.tier != "precise" {
-				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise; explain: %s", i, r.upstream, r.tier, e.Addr(), polExplain(t, body))
+				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise; explain: %s", i, r.upstream, r.tier, e.Addr(), explainJSON(t, body))
 			}
 			req, err := admission.ParseRequest([]byte(body))
 			if err != nil {

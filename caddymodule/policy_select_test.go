@@ -234,7 +234,12 @@ func TestPolicySelectReportsOutcome(t *testing.T) {
 		repl.Set(statusPlaceholder, http.StatusInternalServerError)
 		cancel()
 		if admitted {
-			time.Sleep(50 * time.Millisecond) // a report would have run by now
+			// Ending the request (cancel) starts a report registered with
+			// context.AfterFunc before cancel returns: once no such
+			// goroutine is left, any report has run.
+			eventually(t, 5*time.Second, "the end-of-request report, if any, to have run", func() bool {
+				return countGoroutines("created by context.(*afterFuncCtx).cancel", "caddymodule.(*Policy)") == 0
+			})
 			if st := f.Breaker().State(u.Dial, time.Now()); st != routing.StateClosed {
 				t.Errorf("with llm_admission the policy reported too: breaker %s", st)
 			}

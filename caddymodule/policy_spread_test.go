@@ -15,15 +15,15 @@ import (
 // peers, or the engine admission prefers would never win a tie.
 func TestPolicyColdSpread(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 500})
-	policyGateway{engines: engines, policy: "\t\t\tdebug_headers\n"}.load(t)
-	rs := make([]polResult, 60)
+	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	rs := make([]reply, 60)
 	for i := range rs {
-		rs[i] = polSend(context.Background(), "", polChat("", fmt.Sprintf("cold prompt %d about topic %d", i, i*7), 1, false), nil)
+		rs[i] = send(context.Background(), "", chat{user: fmt.Sprintf("cold prompt %d about topic %d", i, i*7), maxTokens: 1}.body(), nil)
 		if rs[i].err != nil || rs[i].status != http.StatusOK {
 			t.Fatalf("request %d: %d %v", i, rs[i].status, rs[i].err)
 		}
 	}
-	got := polCounts(rs)
+	got := countUpstreams(rs)
 	for _, e := range engines {
 		if got[e.Addr()] < 5 {
 			t.Errorf("engine %s got %d of 60 cold requests (all: %v)", e.Addr(), got[e.Addr()], got)

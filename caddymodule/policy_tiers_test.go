@@ -16,52 +16,55 @@ import (
 // Both are counted, and no request fails because of either.
 func TestPolicyApproximateTier(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 50})
-	proxies := make([]*polTCPProxy, 3)
-	kv := map[int]string{3: fmt.Sprintf("tcp://127.0.0.1:%d", polFreePort(t, "127.0.0.1"))} // nobody there
+	proxies := make([]*tcpProxy, 3)
+	// Engines 0-2 publish their KV events through proxies the test can
+	// cut; engine 3's endpoint has nobody there.
+	listed := noKVEngines(engines...)
+	listed[3].kv = fmt.Sprintf("tcp://127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
 	for i := range proxies {
-		proxies[i] = newPolTCPProxy(t, engines[i].KVEndpoint()[len("tcp://"):])
-		kv[i] = proxies[i].endpoint()
+		proxies[i] = newTCPProxy(t, engines[i].KVEndpoint()[len("tcp://"):])
+		listed[i].kv = proxies[i].endpoint()
 	}
-	policyGateway{
-		engines: engines,
-		kv:      kv,
-		app:     "\t\ttokenize_timeout 1s\n",
-		policy:  "\t\t\tdebug_headers\n",
-	}.load(t)
-	polWaitKV(t, engines[:3]...)
+	gateway{
+		patient:  true,
+		engines:  listed,
+		appExtra: "\t\ttokenize_timeout 1s\n",
+		policy:   "\t\t\tdebug_headers\n",
+	}.loadFresh(t)
+	waitKV(t, engines[:3]...)
 	if r := getEngineReport(t, engines[3].Addr()); r.KV == nil || r.KV.Connected || !r.KV.Subscribed {
 		t.Fatalf("engine 3's dead KV endpoint: %+v", r.KV)
 	}
 	failures0 := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`)
 	// Long enough that the approximate credit (0.7 × 2,000 tokens) beats a
 	// request the holder's lagging gauges may still show waiting (512).
-	prefix := "Shared instructions." + polWords("tier", 2000)
-	send := func(user string) polResult {
+	prefix := "Shared instructions." + words("tier", 2000)
+	ask := func(user string) reply {
 		t.Helper()
-		return polMustSend(t, "", polChat(prefix, user, 2, false), nil)
+		return mustSend(t, "", chat{system: prefix, user: user, maxTokens: 2}.body(), nil)
 	}
 	approx := func() float64 {
 		return metricValue(t, "llmgw_prefix_decisions_total", `tier="approximate"`)
 	}
 
 	// Precise while engine 0's events flow.
-	polDirect(t, engines[0], polChat(prefix, "warm", 1, false))
-	polWaitBlocks(t, engines[0].Addr(), 2000/16)
-	if r := send("first"); r.upstream != engines[0].Addr() || r.tier != "precise" {
+	direct(t, engines[0], chat{system: prefix, user: "warm", maxTokens: 1}.body())
+	waitBlocks(t, engines[0].Addr(), 2000/16)
+	if r := ask("first"); r.upstream != engines[0].Addr() || r.tier != "precise" {
 		t.Fatalf("with live events: %s on %q, want %s on precise", r.upstream, r.tier, engines[0].Addr())
 	}
 
 	// 1. Cut engine 0's event stream: its blocks are forgotten, but the
 	// gateway remembers sending it the prefix.
 	proxies[0].close()
-	polWaitGauges(t, engines[0].Addr(), "engine 0's KV subscription to drop", func(r engineReport) bool {
+	waitGauges(t, engines[0].Addr(), "engine 0's KV subscription to drop", func(r engineReport) bool {
 		return r.KV != nil && !r.KV.Connected && r.KV.Blocks == 0
 	})
 	before, cached := approx(), engines[0].Stats().CachedTokens
 	for i := range 5 {
-		if r := send(fmt.Sprintf("stale %d", i)); r.upstream != engines[0].Addr() || r.tier != "approximate" {
+		if r := ask(fmt.Sprintf("stale %d", i)); r.upstream != engines[0].Addr() || r.tier != "approximate" {
 			t.Fatalf("stale events, request %d: %s on %q, want %s on approximate; explain: %s; tokenize failures %v", i, r.upstream, r.tier, engines[0].Addr(),
-				polExplain(t, polChat(prefix, fmt.Sprintf("stale %d", i), 2, false)), metricValue(t, "llmgw_tokenize_failures_total"))
+				explainJSON(t, chat{system: prefix, user: fmt.Sprintf("stale %d", i), maxTokens: 2}.body()), metricValue(t, "llmgw_tokenize_failures_total"))
 		}
 	}
 	if d := approx() - before; d < 5 {
@@ -79,7 +82,7 @@ func TestPolicyApproximateTier(t *testing.T) {
 		}
 		fails, before := metricValue(t, "llmgw_tokenize_failures_total"), approx()
 		for i := range 4 {
-			r := send(fmt.Sprintf("tokenizer down %v %d", fault, i))
+			r := ask(fmt.Sprintf("tokenizer down %v %d", fault, i))
 			if r.upstream != engines[0].Addr() || r.tier != "approximate" {
 				t.Errorf("%+v: request %d: %s on %q, want %s on approximate", fault, i, r.upstream, r.tier, engines[0].Addr())
 			}
@@ -102,9 +105,9 @@ func TestPolicyApproximateTier(t *testing.T) {
 			t.Fatalf("drain: %d", code)
 		}
 	}
-	other := "Other instructions." + polWords("dead", 300)
-	first := polMustSend(t, "", polChat(other, "one", 2, false), nil)
-	second := polMustSend(t, "", polChat(other, "two", 2, false), nil)
+	other := "Other instructions." + words("dead", 300)
+	first := mustSend(t, "", chat{system: other, user: "one", maxTokens: 2}.body(), nil)
+	second := mustSend(t, "", chat{system: other, user: "two", maxTokens: 2}.body(), nil)
 	if first.upstream != engines[3].Addr() || second.upstream != engines[3].Addr() || second.tier != "approximate" {
 		t.Errorf("engine 3 without events: %s/%q then %s/%q, want it on approximate the second time", first.upstream, first.tier, second.upstream, second.tier)
 	}

@@ -20,19 +20,19 @@ import (
 // re-scrape needed) and the counters their values.
 func TestAdmissionReloadUnderLoad(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n").load(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for range 3 {
-		if r := admWait(t, admChat(ctx, false, "before the reload", nil), 30*time.Second); r.status != http.StatusOK {
+		if r := waitReply(t, sendAsync(ctx, "", chatBody(false, "before the reload"), nil), 30*time.Second); r.status != http.StatusOK {
 			t.Fatalf("warm-up: %d %s", r.status, r.body)
 		}
 	}
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 
-	plain := []<-chan admResult{admChat(ctx, false, "parked 1", nil), admChat(ctx, false, "parked 2", map[string]string{"X-Priority": "low"})}
-	streams := []*admStream{openAdmStream(t, ctx, streamChatBody("parked stream 1", 4), nil), openAdmStream(t, ctx, streamChatBody("parked stream 2", 4), nil)}
+	plain := []<-chan reply{sendAsync(ctx, "", chatBody(false, "parked 1"), nil), sendAsync(ctx, "", chatBody(false, "parked 2"), map[string]string{"X-Priority": "low"})}
+	streams := []*sseStream{openStream(t, ctx, chat{user: "parked stream 1", maxTokens: 4, stream: true, usage: true}.body(), nil), openStream(t, ctx, chat{user: "parked stream 2", maxTokens: 4, stream: true, usage: true}.body(), nil)}
 	for _, s := range streams {
 		if l, _ := s.next(t, 10*time.Second); l != ": keep-alive" {
 			t.Fatalf("parked stream: %q", l)
@@ -45,7 +45,7 @@ func TestAdmissionReloadUnderLoad(t *testing.T) {
 		t.Fatalf("before the reload: drain rate %v, admitted %v", before.DrainRate, admitted)
 	}
 
-	newTester(t, parkConfig(e, "\t\tmax_park 40s\n\t\theartbeat 80ms\n\t\tqueue_size 100\n"))
+	parkGateway(e, "\t\tmax_park 40s\n\t\theartbeat 80ms\n\t\tqueue_size 100\n").load(t)
 	after := getEngineReport(t, e.Addr())
 	if !after.Known || after.ScrapedAt.Before(before.ScrapedAt) || after.DrainRate < before.DrainRate/2 {
 		t.Errorf("engine state after the reload: known %v, scraped %v (was %v), drain rate %v (was %v)",
@@ -57,12 +57,12 @@ func TestAdmissionReloadUnderLoad(t *testing.T) {
 	if v := metricValue(t, "llmgw_admission_admitted_total"); v != admitted {
 		t.Errorf("llmgw_admission_admitted_total %v -> %v across the reload", admitted, v)
 	}
-	plain = append(plain, admChat(ctx, false, "parked after the reload", nil))
+	plain = append(plain, sendAsync(ctx, "", chatBody(false, "parked after the reload"), nil))
 	waitQueueDepth(t, "", 5)
 
 	occ[0].release()
 	for i, ch := range plain {
-		if r := admWait(t, ch, 60*time.Second); r.status != http.StatusOK {
+		if r := waitReply(t, ch, 60*time.Second); r.status != http.StatusOK {
 			t.Errorf("parked request %d: %d %v %s", i, r.status, r.err, r.body)
 		}
 	}
@@ -85,21 +85,21 @@ func TestAdmissionReloadUnderLoad(t *testing.T) {
 // labels, once.
 func TestAdmissionMetricNames(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 200ms\n"))
+	parkGateway(e, "\t\tmax_park 200ms\n").load(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if r := admWait(t, admSend(ctx, "/v1/chat/completions", streamChatBody("metrics", 4), nil), 30*time.Second); r.status != http.StatusOK {
+	if r := waitReply(t, sendAsync(ctx, "", chat{user: "metrics", maxTokens: 4, stream: true, usage: true}.body(), nil), 30*time.Second); r.status != http.StatusOK {
 		t.Fatalf("stream: %d %s", r.status, r.body)
 	}
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
-	if r := admWait(t, admChat(ctx, false, "rejected", map[string]string{"X-Priority": "low"}), 30*time.Second); r.status != http.StatusServiceUnavailable {
+	waitBusy(t, e.Addr(), 1)
+	if r := waitReply(t, sendAsync(ctx, "", chatBody(false, "rejected"), map[string]string{"X-Priority": "low"}), 30*time.Second); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("want a max_park rejection, got %d", r.status)
 	}
-	ch := admChat(ctx, false, "parked then admitted", nil)
+	ch := sendAsync(ctx, "", chatBody(false, "parked then admitted"), nil)
 	waitQueueDepth(t, "normal", 1)
 	occ[0].release()
-	if r := admWait(t, ch, 30*time.Second); r.status != http.StatusOK {
+	if r := waitReply(t, ch, 30*time.Second); r.status != http.StatusOK {
 		t.Fatalf("parked: %d %s", r.status, r.body)
 	}
 
@@ -160,20 +160,23 @@ func labelNames(m *dto.Metric) []string {
 // wait.
 func TestAdmissionAdminShapes(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\tmax_inflight 2\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\tmax_inflight 2\n").load(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// One long request through the gateway (local in-flight), one direct
 	// occupant: the engine is at max_inflight 2 and the next request parks.
-	long := openAdmStream(t, ctx, `{"model":"sim-model","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"long"}]}`, nil)
+	long := openStream(t, ctx, `{"model":"sim-model","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"long"}]}`, nil)
 	defer long.res.Body.Close()
 	occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 2)
+	waitBusy(t, e.Addr(), 2)
 	pctx, pcancel := context.WithCancel(ctx)
 	defer pcancel()
-	parked := admChat(pctx, false, "parked", map[string]string{"X-Priority": "high"})
+	parked := sendAsync(pctx, "", chatBody(false, "parked"), map[string]string{"X-Priority": "high"})
 	waitQueueDepth(t, "high", 1)
-	time.Sleep(100 * time.Millisecond)
+	// The oldest wait is checked below to be reported in seconds.
+	eventually(t, 10*time.Second, "the parked request's wait past 100ms", func() bool {
+		return getQueue(t).Pools["default"]["high"].OldestWait >= 0.1
+	})
 
 	var engines []map[string]any
 	if code := adminJSON(t, http.MethodGet, "/llm/engines", "", &engines); code != http.StatusOK {

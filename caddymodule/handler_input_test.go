@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,7 +45,7 @@ func relHugeMetrics(t *testing.T) (url string, maxSent *atomic.Int64) {
 	return srv.URL + "/metrics", maxSent
 }
 
-// TestReliabilityMetricsHTMLAndHuge complements the admission tests'
+// TestReliabilityMetricsHTMLAndHuge complements TestAdmissionMetricsOutage's
 // metrics outages (500, hang, garbage): an engine whose /metrics answers an
 // HTML page (a proxy's error page), or 50 MB of well-formed comment lines,
 // fails its scrapes with a clear error — the 50 MB page is cut at the 4 MiB
@@ -59,7 +58,7 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			e := startEngines(t, 1, vllmsim.Config{})[0]
-			eng := relEngine{dial: e.Addr()}
+			eng := gatewayEngine{dial: e.Addr()}
 			var maxSent *atomic.Int64
 			if tc.fault == "huge" {
 				var u string
@@ -68,8 +67,8 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 			} else {
 				e.SetFaults(vllmsim.Faults{Metrics: tc.fault})
 			}
-			relGateway{engines: []relEngine{eng}, pollIntervl: "100ms", appExtra: "\t\tpoll_timeout 5s\n"}.load(t)
-			t.Cleanup(func() { relReset(t) })
+			gateway{engines: []gatewayEngine{eng}, pollIntervl: "100ms", appExtra: "\t\tpoll_timeout 5s\n"}.load(t)
+			t.Cleanup(func() { resetGateway(t) })
 			var r engineReport
 			eventually(t, 20*time.Second, "five failed scrapes", func() bool {
 				r = getEngineReport(t, e.Addr())
@@ -89,7 +88,7 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 			t.Logf("%d failed scrapes, last error %q", r.Failures, r.LastError)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if s := relDoStream(ctx, nil, "", relStreamBody("served anyway", 8), nil); !s.complete() {
+			if s := send(ctx, "", chat{user: "served anyway", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 				t.Fatalf("request with the engine's metrics broken: %+v", s)
 			}
 		})
@@ -104,11 +103,11 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 func TestReliabilityUnknownModel(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	for _, admissionCfg := range []string{"", "\t\tmodels sim-model\n"} {
-		relGateway{engines: relEngines(e), admission: admissionCfg}.load(t)
-		t.Cleanup(func() { relReset(t) })
+		gateway{engines: kvEngines(e), admission: admissionCfg}.load(t)
+		t.Cleanup(func() { resetGateway(t) })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		body := strings.Replace(relStreamBody("hello", 8), `"sim-model"`, `"no-such-model"`, 1)
-		s := relDoStream(ctx, nil, "", body, nil)
+		body := strings.Replace(chat{user: "hello", maxTokens: 8, stream: true}.body(), `"sim-model"`, `"no-such-model"`, 1)
+		s := send(ctx, "", body, nil)
 		cancel()
 		if s.status != http.StatusNotFound || !strings.Contains(s.body, "does not exist") {
 			t.Fatalf("models=%q: %d %q, want the engine's 404", admissionCfg, s.status, s.body)
@@ -124,8 +123,8 @@ func TestReliabilityUnknownModel(t *testing.T) {
 // Caddy's: its read_header timeout, 1 minute by default.)
 func TestReliabilitySlowlorisBody(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
-	relGateway{engines: relEngines(e), admission: "\t\tbody_timeout 1s\n"}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	gateway{engines: kvEngines(e), admission: "\t\tbody_timeout 1s\n"}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
 	servedBefore := e.Stats().RequestsServed
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
@@ -167,7 +166,7 @@ func TestReliabilitySlowlorisBody(t *testing.T) {
 			// Meanwhile the gateway serves another client.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if s := relDoStream(ctx, nil, "", relStreamBody("while a client trickles", 8), nil); !s.complete() {
+			if s := send(ctx, "", chat{user: "while a client trickles", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 				t.Fatalf("other client during the trickle: %+v", s)
 			}
 			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -198,19 +197,6 @@ func TestReliabilitySlowlorisBody(t *testing.T) {
 	}
 }
 
-// relStacksWith counts the goroutines whose stack mentions fn.
-func relStacksWith(fn string) int {
-	buf := make([]byte, 16<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			n++
-		}
-	}
-	return n
-}
-
 // TestReliabilityDeclaredBodyNotPreallocated: a request whose headers
 // declare a body of max_body bytes, and which then sends (almost) nothing,
 // costs the gateway memory for the bytes that arrived, not for the bytes
@@ -220,9 +206,9 @@ func relStacksWith(fn string) int {
 func TestReliabilityDeclaredBodyNotPreallocated(t *testing.T) {
 	const conns = 100
 	e := startEngines(t, 1, vllmsim.Config{})[0]
-	relGateway{engines: relEngines(e), admission: "\t\tmax_body 1MiB\n\t\tbody_timeout 30s\n"}.load(t)
-	t.Cleanup(func() { relReset(t) })
-	heap0 := relHeapInuse()
+	gateway{engines: kvEngines(e), admission: "\t\tmax_body 1MiB\n\t\tbody_timeout 30s\n"}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
+	heap0 := heapInuse()
 	var open []net.Conn
 	defer func() {
 		for _, c := range open {
@@ -241,9 +227,9 @@ func TestReliabilityDeclaredBodyNotPreallocated(t *testing.T) {
 		}
 	}
 	eventually(t, 20*time.Second, fmt.Sprintf("%d handlers reading their body", conns), func() bool {
-		return relStacksWith("(*Admission).readBody") >= conns
+		return countGoroutines("(*Admission).readBody") >= conns
 	})
-	heap1 := relHeapInuse()
+	heap1 := heapInuse()
 	t.Logf("%d connections declaring 1 MiB each: heap in use %d → %d MiB", conns, heap0>>20, heap1>>20)
 	if heap1 > heap0+32<<20 {
 		t.Fatalf("heap grew by %d MiB for %d declared bodies that never came", (heap1-heap0)>>20, conns)

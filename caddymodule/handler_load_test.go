@@ -35,10 +35,10 @@ import (
 // its keep-alive timeout (default 2m; 2s here).
 func TestReliabilityReloadUnderLoad(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 5})
-	cfg := func(i int) relGateway {
+	cfg := func(i int) gateway {
 		// Each reload changes the app, the handler and the policy.
-		return relGateway{
-			engines:    relEngines(engines...),
+		return gateway{
+			engines:    kvEngines(engines...),
 			appExtra:   fmt.Sprintf("\t\tstale_after %d\n", 3+i%2),
 			admission:  fmt.Sprintf("\t\theartbeat %ds\n", 15+i%2),
 			policy:     fmt.Sprintf("\t\t\ttie_tokens %d\n", 8+i%2),
@@ -46,7 +46,7 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 		}
 	}
 	cfg(0).load(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	eventually(t, 10*time.Second, "subscriptions connected", func() bool {
 		for _, e := range engines {
 			if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
@@ -58,12 +58,12 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range 4 {
-		if s := relDoStream(ctx, nil, "", relStreamBody(fmt.Sprintf("warm-up %d", i), 16), nil); !s.complete() {
+		if s := send(ctx, "", chat{user: fmt.Sprintf("warm-up %d", i), maxTokens: 16, stream: true}.body(), nil); !s.complete() {
 			t.Fatalf("warm-up: %+v", s)
 		}
 	}
 	client.CloseIdleConnections()
-	baseGroups, base := relGoroutineGroups(), relGoroutines()
+	baseGroups, base := goroutineGroups(), settledGoroutines()
 
 	const workers = 8
 	var (
@@ -86,11 +86,11 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 				default:
 				}
 				rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-				body := relStreamBody(fmt.Sprintf("%s worker %d request %d", shared, w, i), 40)
-				s := relDoStream(rctx, nil, "", body, nil)
+				body := chat{user: fmt.Sprintf("%s worker %d request %d", shared, w, i), maxTokens: 40, stream: true}.body()
+				s := send(rctx, "", body, nil)
 				races := 0
 				for ; s.keepAliveRace() && races < 3; races++ {
-					s = relDoStream(rctx, nil, "", body, nil)
+					s = send(rctx, "", body, nil)
 				}
 				rcancel()
 				mu.Lock()
@@ -112,6 +112,8 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	start := time.Now()
 	reloads := 0
 	for i := 1; time.Since(start) < 10*time.Second; i++ {
+		// A reload every second is the load under test: the pause paces
+		// it, it waits for nothing.
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
 		cfg(i).load(t)
 		reloads++
@@ -135,7 +137,7 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	if reloads < 8 {
 		t.Errorf("only %d reloads", reloads)
 	}
-	n := relWaitGoroutines(t, base+40, baseGroups, 30*time.Second)
+	n := waitGoroutines(t, base+40, baseGroups, 30*time.Second)
 	t.Logf("goroutines: %d before, %d after", base, n)
 }
 
@@ -160,24 +162,6 @@ func relFullEngine(t *testing.T) (dial string, proxied *atomic.Int64) {
 	return strings.TrimPrefix(srv.URL, "http://"), proxied
 }
 
-// relQueueDepth is the number of requests parked in the default pool.
-func relQueueDepth(t *testing.T) int {
-	t.Helper()
-	var q struct {
-		Pools map[string]map[string]struct {
-			Depth int `json:"depth"`
-		} `json:"pools"`
-	}
-	if code := adminJSON(t, http.MethodGet, "/llm/queue", "", &q); code != http.StatusOK {
-		t.Fatalf("/llm/queue: %d", code)
-	}
-	n := 0
-	for _, b := range q.Pools["default"] {
-		n += b.Depth
-	}
-	return n
-}
-
 const relParkClientEnv = "LLMGW_REL_PARK_CLIENT"
 
 // TestReliabilityParkedClientsDisconnect: 10,000 requests park (every
@@ -193,34 +177,27 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("LLMGW_REL_PARK_N")); err == nil && v > 0 {
 		n = v // for experiments
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < rl.Max {
-		rl.Cur = rl.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
-	}
-	if limit := int(rl.Cur) - 1000; limit < n {
-		t.Logf("RLIMIT_NOFILE is %d: parking %d requests instead of %d", rl.Cur, limit, n)
-		n = limit
-	}
+	// Each process needs a descriptor per connection, and some 1,000 more
+	// for the engines, Caddy and the test.
+	raiseFileLimit(t, uint64(n)+1000)
 	full, proxied := relFullEngine(t)
-	relGateway{
+	gateway{
 		// A scrape deadline that survives 10,000 connections on 2 cores
 		// under the race detector: stale gauges would fail open.
 		pollIntervl: "200ms",
 		appExtra:    "\t\tpoll_timeout 5s\n",
-		engines:     []relEngine{{dial: full}},
+		engines:     []gatewayEngine{{dial: full}},
 		admission:   "\t\tqueue_size 20000\n\t\tmax_park 10m\n\t\theartbeat 1m\n",
 	}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	eventually(t, 10*time.Second, "engine seen full", func() bool {
 		r := getEngineReport(t, full)
 		return r.Known && r.KVUsage >= 0.9
 	})
 	gone0 := metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`)
 	client.CloseIdleConnections()
-	baseGroups, base := relGoroutineGroups(), relGoroutines()
-	heap0 := relHeapInuse()
+	baseGroups, base := goroutineGroups(), settledGoroutines()
+	heap0 := heapInuse()
 
 	exe, err := os.Executable() // not os.Args[0]: the in-process Caddy rewrote it
 	if err != nil {
@@ -276,7 +253,7 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	waitLine("ready", 120*time.Second)
 	lastLog := time.Now()
 	eventually(t, 120*time.Second, fmt.Sprintf("%d requests parked", n), func() bool {
-		d := relQueueDepth(t)
+		d := queueDepth(t, "")
 		if p := proxied.Load(); p > 0 {
 			t.Fatalf("%d requests reached the full engine (%d parked)", p, d)
 		}
@@ -287,14 +264,14 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 		return d == n
 	})
 	parkedIn := time.Since(started)
-	peakG := relGoroutines()
-	heapPeak := relHeapInuse()
+	peakG := settledGoroutines()
+	heapPeak := heapInuse()
 
 	closedAt := time.Now()
 	if _, err := fmt.Fprintln(stdin, "close"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "queue drained", func() bool { return relQueueDepth(t) == 0 })
+	eventually(t, 60*time.Second, "queue drained", func() bool { return queueDepth(t, "") == 0 })
 	drainedIn := time.Since(closedAt)
 	waitLine("closed", 30*time.Second)
 	if p := proxied.Load(); p > 0 {
@@ -312,12 +289,37 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	if v := metricValue(t, "llmgw_admission_queue_depth"); v != 0 {
 		t.Errorf("llmgw_admission_queue_depth = %v after the drain", v)
 	}
-	after := relWaitGoroutines(t, base+50, baseGroups, 60*time.Second)
-	heap1 := relHeapInuse()
+	after := waitGoroutines(t, base+50, baseGroups, 60*time.Second)
+	heap1 := heapInuse()
 	t.Logf("%d parked in %v, drained %v after the clients left; goroutines %d → %d → %d; heap in use %d → %d → %d MiB",
 		n, parkedIn.Round(time.Millisecond), drainedIn.Round(time.Millisecond), base, peakG, after, heap0>>20, heapPeak>>20, heap1>>20)
 	if heap1 > heap0+64<<20 {
 		t.Errorf("heap in use %d MiB after the drain, %d MiB before: memory did not return", heap1>>20, heap0>>20)
+	}
+}
+
+// raiseFileLimit raises RLIMIT_NOFILE to want, past the hard limit if need
+// be (root may), and fails the test if it cannot: a test that quietly
+// parked fewer requests than it says would pass on a machine where the
+// figure it claims was never tried. The child process inherits the limit.
+func raiseFileLimit(t *testing.T, want uint64) {
+	t.Helper()
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if rl.Cur >= want {
+		// Set it all the same: Go raised the soft limit at start-up and
+		// would hand children the original one, unless the program sets
+		// the limit itself.
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+		return
+	}
+	was := rl
+	rl.Cur, rl.Max = want, max(rl.Max, want)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatalf("RLIMIT_NOFILE is %d (hard %d) and cannot be raised to the %d this test needs: %v (run as root, or raise the hard limit)",
+			was.Cur, was.Max, want, err)
 	}
 }
 

@@ -48,23 +48,31 @@ func tlsEdgeClient(t *testing.T) *http.Client {
 // keep-alive comments over HTTP/2 too, and ends with an SSE error event
 // when max_park runs out.
 func TestTLSEdgeHTTP2Streaming(t *testing.T) {
-	httpsPort := httpPort + 363
 	url := fmt.Sprintf("https://localhost:%d/v1/chat/completions", httpsPort)
 	e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond})[0]
-	relGateway{
-		engines:   relEngines(e),
+	gateway{
+		engines:   kvEngines(e),
 		global:    "\tlocal_certs\n",
 		site:      fmt.Sprintf("https://localhost:%d", httpsPort),
 		siteExtra: "\ttls internal\n",
 	}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	c := tlsEdgeClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	var s relStream
+	// stream sends a streaming request of maxTokens over TLS.
+	stream := func(content string, maxTokens int, onData func(n int)) reply {
+		t.Helper()
+		req, err := newPost(ctx, url, chat{user: content, maxTokens: maxTokens, stream: true}.body(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return do(c, req, onData)
+	}
+	var s reply
 	eventually(t, 20*time.Second, "a TLS response (certificate issued)", func() bool {
-		s = relDoStream(ctx, c, url, relStreamBody("warm up", 4), nil)
+		s = stream("warm up", 4, nil)
 		return s.err == nil
 	})
 	if !s.complete() {
@@ -73,7 +81,7 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 
 	served := e.Stats().RequestsServed
 	runningAtFirst := -1
-	s = relDoStreamFn(ctx, c, url, relStreamBody("stream over h2", 200), nil, func(n int) {
+	s = stream("stream over h2", 200, func(n int) {
 		if n == 1 {
 			runningAtFirst = e.Stats().Running
 		}
@@ -97,8 +105,8 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 
 	// A parked stream over HTTP/2: keep-alives flow, then the max_park error.
 	full, _ := relFullEngine(t)
-	relGateway{
-		engines:   []relEngine{{dial: full}},
+	gateway{
+		engines:   []gatewayEngine{{dial: full}},
 		global:    "\tlocal_certs\n",
 		site:      fmt.Sprintf("https://localhost:%d", httpsPort),
 		siteExtra: "\ttls internal\n",
@@ -108,8 +116,10 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 		r := getEngineReport(t, full)
 		return r.Known && r.KVUsage >= 0.9
 	})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(relStreamBody("parked over h2", 8)))
-	req.Header.Set("Content-Type", "application/json")
+	req, err := newPost(ctx, url, chat{user: "parked over h2", maxTokens: 8, stream: true}.body(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)

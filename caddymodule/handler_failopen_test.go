@@ -23,14 +23,13 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			e.SetFaults(vllmsim.Faults{Metrics: fault})
 			occupy(t, e, 1) // at max_inflight: would park if the gauges were known
 			// A config without the engine first, for the counters' baseline.
-			newTester(t, gatewayCaddyfile(fleetConfig{engines: startEngines(t, 1, vllmsim.Config{}), noKV: true}))
+			gateway{engines: noKVEngines(startEngines(t, 1, vllmsim.Config{})...)}.load(t)
 			staleBefore := metricValue(t, "llmgw_engine_state_stale_total")
-			newTester(t, gatewayCaddyfile(fleetConfig{
-				engines:   []*vllmsim.Engine{e},
-				noKV:      true,
+			gateway{
+				engines:   noKVEngines(e),
 				appExtra:  "\t\tstale_after 3\n",
 				admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n",
-			}))
+			}.load(t)
 			eventually(t, 10*time.Second, "engine stale", func() bool {
 				r := getEngineReport(t, e.Addr())
 				return r.Stale && !r.Known && r.Failures >= 3
@@ -53,7 +52,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			for i := range 3 {
-				res := admWait(t, admChat(ctx, false, "fail open "+strconv.Itoa(i), nil), 30*time.Second)
+				res := waitReply(t, sendAsync(ctx, "", chatBody(false, "fail open "+strconv.Itoa(i)), nil), 30*time.Second)
 				if res.status != http.StatusOK {
 					t.Fatalf("request %d with metrics %q: %d %s", i, fault, res.status, res.body)
 				}
@@ -62,14 +61,13 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 				t.Errorf("llmgw_admission_fail_open_total %v -> %v, want +3", failOpen, v)
 			}
 
-			newTester(t, gatewayCaddyfile(fleetConfig{
-				engines:   []*vllmsim.Engine{e},
-				noKV:      true,
+			gateway{
+				engines:   noKVEngines(e),
 				appExtra:  "\t\tstale_after 3\n",
 				admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n\t\tfail_closed\n",
-			}))
+			}.load(t)
 			start := time.Now()
-			res := admWait(t, admChat(ctx, false, "fail closed", nil), 30*time.Second)
+			res := waitReply(t, sendAsync(ctx, "", chatBody(false, "fail closed"), nil), 30*time.Second)
 			if res.status != http.StatusServiceUnavailable {
 				t.Fatalf("fail_closed: %d %s", res.status, res.body)
 			}
@@ -88,7 +86,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 				r := getEngineReport(t, e.Addr())
 				return r.Known && !r.Stale && !r.Degraded
 			})
-			ch := admChat(ctx, false, "after the outage", nil)
+			ch := sendAsync(ctx, "", chatBody(false, "after the outage"), nil)
 			waitQueueDepth(t, "normal", 1)
 			cancel()
 			<-ch

@@ -13,24 +13,6 @@ import (
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
-// explainReply is POST /llm/explain's answer.
-type explainReply struct {
-	Pool       string `json:"pool"`
-	Candidates []struct {
-		Dial          string  `json:"dial"`
-		Tier          string  `json:"tier"`
-		MatchedBlocks int     `json:"matched_blocks"`
-		Load          float64 `json:"load"`
-		Cost          float64 `json:"cost"`
-		Excluded      string  `json:"excluded"`
-	} `json:"candidates"`
-	Tier      string  `json:"tier"`
-	Outcome   string  `json:"outcome"`
-	Tokens    int     `json:"tokens"`
-	BlockSize int     `json:"block_size"`
-	Pick      *string `json:"pick"`
-}
-
 // TestPolicyAdminExplainEnginesDrain: /llm/explain reports every
 // candidate's matched blocks, tier, load and cost and the pick, without
 // proxying; /llm/engines reports each engine's KV subscription and mirror;
@@ -38,13 +20,13 @@ type explainReply struct {
 // and undrain restores it.
 func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 20})
-	policyGateway{engines: engines, app: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.load(t)
-	polWaitKV(t, engines...)
+	gateway{patient: true, engines: kvEngines(engines...), appExtra: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	waitKV(t, engines...)
 	holder := engines[0]
-	prefix := "Explain me." + polWords("exp", 1500)
-	polDirect(t, holder, polChat(prefix, "warm", 1, false))
+	prefix := "Explain me." + words("exp", 1500)
+	direct(t, holder, chat{system: prefix, user: "warm", maxTokens: 1}.body())
 	minBlocks := 1500 / 16
-	polWaitBlocks(t, holder.Addr(), minBlocks)
+	waitBlocks(t, holder.Addr(), minBlocks)
 
 	// Explain: no request reaches an engine.
 	served := make([]uint64, len(engines))
@@ -52,7 +34,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 		served[i] = e.Stats().RequestsServed
 	}
 	var ex explainReply
-	if code := adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "what would you do?", 4, false), &ex); code != http.StatusOK {
+	if code := adminJSON(t, http.MethodPost, "/llm/explain", chat{system: prefix, user: "what would you do?", maxTokens: 4}.body(), &ex); code != http.StatusOK {
 		t.Fatalf("/llm/explain: %d", code)
 	}
 	if ex.Pick == nil || *ex.Pick != holder.Addr() || ex.Tier != "precise" || ex.Outcome != "hit" || len(ex.Candidates) != 3 || ex.Tokens < 1500 || ex.BlockSize != 16 {
@@ -95,8 +77,10 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	// Drain the holder while it streams a long answer.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	long := make(chan polResult, 1)
-	go func() { long <- polSend(ctx, "", polChat(prefix, "a long answer please", 3000, true), nil) }()
+	long := make(chan reply, 1)
+	go func() {
+		long <- send(ctx, "", chat{system: prefix, user: "a long answer please", maxTokens: 3000, stream: true}.body(), nil)
+	}()
 	eventually(t, 15*time.Second, "the long request to reach the holder", func() bool {
 		st := holder.Stats()
 		return st.Running+st.Waiting > 0
@@ -112,7 +96,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 		t.Fatal("the long request ended before the drain: the test proves nothing")
 	}
 	ex = explainReply{}
-	adminJSON(t, http.MethodPost, "/llm/explain", polChat(prefix, "and while drained?", 4, false), &ex)
+	adminJSON(t, http.MethodPost, "/llm/explain", chat{system: prefix, user: "and while drained?", maxTokens: 4}.body(), &ex)
 	if ex.Pick == nil || *ex.Pick == holder.Addr() {
 		t.Errorf("explain picks the drained engine: %+v", ex)
 	}
@@ -122,11 +106,11 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 		}
 	}
 	for i := range 15 {
-		var res polResult
+		var res reply
 		if i%3 == 0 {
-			res = polMustSend(t, "", polChat(prefix, fmt.Sprintf("while drained %d", i), 2, false), nil)
+			res = mustSend(t, "", chat{system: prefix, user: fmt.Sprintf("while drained %d", i), maxTokens: 2}.body(), nil)
 		} else {
-			res = polMustSend(t, "", polChat("", fmt.Sprintf("cold while drained %d", i), 2, false), nil)
+			res = mustSend(t, "", chat{user: fmt.Sprintf("cold while drained %d", i), maxTokens: 2}.body(), nil)
 		}
 		if res.upstream == holder.Addr() {
 			t.Fatalf("request %d went to the drained engine", i)
@@ -146,7 +130,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	}
 	got := 0
 	for i := range 30 {
-		if polMustSend(t, "", polChat("", fmt.Sprintf("cold after the drain %d", i), 2, false), nil).upstream == holder.Addr() {
+		if mustSend(t, "", chat{user: fmt.Sprintf("cold after the drain %d", i), maxTokens: 2}.body(), nil).upstream == holder.Addr() {
 			got++
 		}
 	}

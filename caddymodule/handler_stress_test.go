@@ -53,6 +53,8 @@ func TestAdmissionAccountingStress(t *testing.T) {
 			}
 		}
 		served.Add(1)
+		// The request holds its slot for up to 3ms, as an upstream's work
+		// would: the sleep is the load under test, not a wait.
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 		w.WriteHeader(http.StatusOK)
 		_, err := w.Write(benchChatResponse)

@@ -31,7 +31,7 @@ func relKeyFor(t *testing.T, dials []string, target string) string {
 
 // relErrorBody checks an OpenAI-style JSON error body and returns its
 // message.
-func relErrorBody(t *testing.T, s relStream) string {
+func relErrorBody(t *testing.T, s reply) string {
 	t.Helper()
 	if ct := s.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Errorf("status %d: Content-Type %q, want application/json; body %q", s.status, ct, s.body)
@@ -79,12 +79,12 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 			engines := startEngines(t, 2, vllmsim.Config{TimeScale: 1, DecodeStepTime: 5 * time.Millisecond})
 			victim, bystander := engines[0], engines[1]
 			dials := []string{victim.Addr(), bystander.Addr()}
-			relGateway{
-				engines:    relEngines(engines...),
+			gateway{
+				engines:    kvEngines(engines...),
 				policy:     "\t\t\tcache_key_header X-Session\n\t\t\tdebug_headers\n",
 				proxyExtra: "\t\tlb_retries 2\n",
 			}.load(t)
-			t.Cleanup(func() { relReset(t) })
+			t.Cleanup(func() { resetGateway(t) })
 			victimKey, bystanderKey := relKeyFor(t, dials, victim.Addr()), relKeyFor(t, dials, bystander.Addr())
 			if tc.kill == nil {
 				victim.SetFaults(vllmsim.Faults{DropStreamAfter: 3})
@@ -93,14 +93,18 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var wg sync.WaitGroup
-			var by relStream
+			var by reply
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				by = relDoStream(ctx, nil, "", relStreamBody("bystander", 400), map[string]string{"X-Session": bystanderKey})
+				by = send(ctx, "", chat{user: "bystander", maxTokens: 400, stream: true}.body(), map[string]string{"X-Session": bystanderKey})
 			}()
 			var killErr error
-			vs := relDoStreamFn(ctx, nil, "", relStreamBody("victim", 400), map[string]string{"X-Session": victimKey}, func(n int) {
+			req, err := newPost(ctx, "", chat{user: "victim", maxTokens: 400, stream: true}.body(), map[string]string{"X-Session": victimKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs := do(nil, req, func(n int) {
 				if n == 3 && tc.kill != nil {
 					killErr = tc.kill(victim)
 				}
@@ -131,7 +135,7 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 			// The gateway keeps serving, the dead engine's sessions included.
 			victim.SetFaults(vllmsim.Faults{})
 			for i := range 3 {
-				s := relDoStream(ctx, nil, "", relStreamBody(fmt.Sprintf("after %d", i), 8), map[string]string{"X-Session": victimKey})
+				s := send(ctx, "", chat{user: fmt.Sprintf("after %d", i), maxTokens: 8, stream: true}.body(), map[string]string{"X-Session": victimKey})
 				if !s.complete() {
 					t.Fatalf("request %d after the fault: %+v", i, s)
 				}
@@ -157,12 +161,15 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 // and the proxy still cannot dial). Nothing hangs; the gateway serves again
 // once an engine is back.
 func TestReliabilityAllEnginesDown(t *testing.T) {
-	engines := startEngines(t, 2, vllmsim.Config{})
-	relGateway{engines: relEngines(engines...), appExtra: "\t\tstale_after 2\n"}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	// Engine 0 comes back on its address at the end: a port from below the
+	// ephemeral range stays free meanwhile (see freePort).
+	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
+	engines := append(startEngines(t, 1, vllmsim.Config{Addr: addr}), startEngines(t, 1, vllmsim.Config{})...)
+	gateway{engines: kvEngines(engines...), appExtra: "\t\tstale_after 2\n"}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if s := relDoStream(ctx, nil, "", relStreamBody("before", 8), nil); !s.complete() {
+	if s := send(ctx, "", chat{user: "before", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 		t.Fatalf("before: %+v", s)
 	}
 	for _, e := range engines {
@@ -174,7 +181,7 @@ func TestReliabilityAllEnginesDown(t *testing.T) {
 		t.Helper()
 		for _, stream := range []bool{true, false} {
 			rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
-			s := relDoStream(rctx, nil, "", chatBody(stream, "anyone there?"), nil)
+			s := send(rctx, "", chatBody(stream, "anyone there?"), nil)
 			rcancel()
 			if s.err != nil || s.readErr != nil {
 				t.Fatalf("%s stream=%v: the request did not end cleanly: %+v", phase, stream, s)
@@ -203,12 +210,20 @@ func TestReliabilityAllEnginesDown(t *testing.T) {
 	check("stale gauges")
 
 	// One engine back on the same address: served again.
-	back, err := vllmsim.Start(ctx, vllmsim.Config{Addr: engines[0].Addr(), TimeScale: 50})
-	if err != nil {
-		t.Skipf("cannot restart an engine on %s: %v", engines[0].Addr(), err)
+	// Should the port be taken all the same (another process probing it
+	// for a port of its own holds it for an instant), try again for a
+	// while; a port that stays taken fails the test, as a check skipped
+	// would go unnoticed.
+	var back *vllmsim.Engine
+	for w := newWait(t, 10*time.Second, "the engine back on "+addr); ; {
+		var err error
+		if back, err = vllmsim.Start(ctx, vllmsim.Config{Addr: addr, TimeScale: 50}); err == nil {
+			break
+		}
+		w.tick(err)
 	}
 	defer back.Close()
 	eventually(t, 20*time.Second, "served again", func() bool {
-		return relDoStream(ctx, nil, "", relStreamBody("back", 8), nil).complete()
+		return send(ctx, "", chat{user: "back", maxTokens: 8, stream: true}.body(), nil).complete()
 	})
 }

@@ -2,11 +2,10 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
 // TestAdmissionFinishedFreesSlotBeforeNextPoll: with a long poll_interval
@@ -23,12 +22,11 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 		bound = 2500 * time.Millisecond
 	)
 	e := slowEngine(t)
-	newTester(t, gatewayCaddyfile(fleetConfig{
-		engines:   []*vllmsim.Engine{e},
-		noKV:      true,
+	gateway{
+		engines:   noKVEngines(e),
 		appExtra:  "\t\tpoll_interval 5s\n",
 		admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n",
-	}))
+	}.load(t)
 	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 	occ, endOccupant := openOccupant(t)
@@ -39,7 +37,7 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	parked := admChat(ctx, false, "parked behind the occupant", nil)
+	parked := sendAsync(ctx, "", chatBody(false, "parked behind the occupant"), nil)
 	waitQueueDepth(t, "normal", 1)
 
 	scrapedAt, endedAt := endAfterScrape(t, e.Addr(), poll, func() {
@@ -49,19 +47,13 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 		endOccupant()
 	})
 
-	var admittedAt time.Time
-	deadline := endedAt.Add(2 * poll) // past the next poll, to tell which came first
-	for time.Now().Before(deadline) {
-		if queueDepth(t, "normal") == 0 {
-			admittedAt = time.Now()
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
+	// Up to past the next poll, to tell which came first.
+	w := newWait(t, time.Until(endedAt.Add(2*poll)), "the parked request admitted after the occupant ended").pace(2 * time.Millisecond)
+	for queueDepth(t, "normal") != 0 {
+		w.tick(lazy(func() string { return fmt.Sprintf("engine %+v", getEngineReport(t, e.Addr())) }))
 	}
+	admittedAt := time.Now()
 	r := getEngineReport(t, e.Addr())
-	if admittedAt.IsZero() {
-		t.Fatalf("parked request not admitted within %v of the occupant ending; engine %+v", 2*poll, r)
-	}
 	took := admittedAt.Sub(endedAt)
 	t.Logf("occupant ended -> parked request admitted: %v (poll_interval %v, next poll due in %v at the end)",
 		took, poll, scrapedAt.Add(poll).Sub(endedAt).Round(time.Millisecond))
@@ -72,7 +64,7 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 	if took > bound {
 		t.Errorf("parked request admitted %v after the occupant ended; want within %v", took, bound)
 	}
-	if res := admWait(t, parked, 30*time.Second); res.err != nil || res.status != http.StatusOK {
+	if res := waitReply(t, parked, 30*time.Second); res.err != nil || res.status != http.StatusOK {
 		t.Fatalf("parked request: %d %v %s", res.status, res.err, res.body)
 	}
 }
@@ -85,13 +77,12 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 func TestPolicyFinishedNotSaturatedBeforeNextPoll(t *testing.T) {
 	const poll = 5 * time.Second
 	e := slowEngine(t)
-	newTester(t, gatewayCaddyfile(fleetConfig{
-		engines:     []*vllmsim.Engine{e},
-		noKV:        true,
+	gateway{
+		engines:     noKVEngines(e),
 		appExtra:    "\t\tpoll_interval 5s\n",
 		engineExtra: "\t\t\tmax_inflight 1\n",
 		admission:   "-",
-	}))
+	}.load(t)
 	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 	occ, endOccupant := openOccupant(t)
@@ -149,10 +140,10 @@ func endAfterScrape(t *testing.T, dial string, poll time.Duration, end func()) (
 // openOccupant opens a long streaming request through the gateway; end
 // makes its client leave. The stream is drained when the test ends, so its
 // reader does not outlive the test.
-func openOccupant(t *testing.T) (occ *admStream, end context.CancelFunc) {
+func openOccupant(t *testing.T) (occ *sseStream, end context.CancelFunc) {
 	t.Helper()
 	ctx, end := context.WithCancel(context.Background())
-	occ = openAdmStream(t, ctx, streamChatBody("occupant", 20000), nil)
+	occ = openStream(t, ctx, chat{user: "occupant", maxTokens: 20000, stream: true, usage: true}.body(), nil)
 	t.Cleanup(func() {
 		end()
 		for range occ.lines {

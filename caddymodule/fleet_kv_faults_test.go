@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -22,8 +23,8 @@ import (
 func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{})
 	a, b := engines[0], engines[1]
-	relGateway{engines: relEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
 	eventually(t, 10*time.Second, "subscriptions connected", func() bool {
 		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
 		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
@@ -36,12 +37,12 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	routedTo := func(text string) (upstream, tier string) {
 		t.Helper()
 		before := getEngineReport(t, a.Addr()).KV.Stored
-		warm(t, a, text)
+		direct(t, a, chatBody(false, text))
 		eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 			r := getEngineReport(t, a.Addr())
 			return r.KV.Stored > before && r.KV.Blocks > 0
 		})
-		s := relDoStream(ctx, nil, "", chatBody(true, text), nil)
+		s := send(ctx, "", chatBody(true, text), nil)
 		if !s.complete() {
 			t.Fatalf("request: %+v", s)
 		}
@@ -62,7 +63,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 		return r != nil && r.Connected && r.Sessions > before.Sessions && r.Blocks == 0
 	})
 	// The dropped blocks are not claimed: the old prompt matches nothing.
-	if c := relExplain(t, chatBody(false, first), a.Addr()); c.MatchedBlocks != 0 {
+	if c := explainFor(t, chatBody(false, first), a.Addr()); c.MatchedBlocks != 0 {
 		t.Fatalf("after the restart the mirror still claims %d blocks of the old prompt: %+v", c.MatchedBlocks, c)
 	}
 
@@ -140,7 +141,10 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			check: func(t *testing.T, v env) {
 				v.pub.session(t, 15*time.Second)
 				waitKV(t, v, "connected", func(r *kvReport) bool { return r.Connected })
-				time.Sleep(time.Second)
+				// The silence is the input under test, so this waits for
+				// time to pass: past the handshake deadline (the dial
+				// timeout), which a connected session must have cleared.
+				time.Sleep(zmqsub.DefaultDialTimeout + time.Second)
 				r := getKV(t, v)
 				if !r.Connected || r.Sessions != 1 || r.Blocks != 0 || r.LastSeq != nil {
 					t.Errorf("silence is not a failure (vLLM is quiet when idle): %+v", *r)
@@ -190,7 +194,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "garbage_payload", greet: true, // valid frames, undecodable batch
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 0, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
@@ -203,7 +207,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				if r.Blocks != 0 {
 					t.Fatalf("after an undecodable batch the mirror claims %d blocks", r.Blocks)
 				}
-				if m := relExplain(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
+				if m := explainFor(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
 					t.Fatalf("explain still matches %d blocks", m.MatchedBlocks)
 				}
 				sendBatch(t, c, 2, small, 5000) // the stream goes on
@@ -214,11 +218,11 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "sequence_backwards", greet: true, // a restarted engine numbers from 0
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 10, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
-				m := relExplain(t, chatBody(false, content), v.e.Addr())
+				m := explainFor(t, chatBody(false, content), v.e.Addr())
 				if m.Tier != routing.Precise.String() || m.MatchedBlocks != n {
 					t.Fatalf("explain before: %+v, want precise with %d blocks", m, n)
 				}
@@ -229,7 +233,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				if r.Blocks != 1 {
 					t.Fatalf("after seq 10 → 3 the mirror holds %d blocks, want only the new one", r.Blocks)
 				}
-				if m := relExplain(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
+				if m := explainFor(t, chatBody(false, content), v.e.Addr()); m.MatchedBlocks != 0 {
 					t.Fatalf("explain after: still matches %d blocks", m.MatchedBlocks)
 				}
 			},
@@ -238,7 +242,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "sequence_gap", greet: true, // no replay endpoint: a hole resets
 			check: func(t *testing.T, v env) {
 				c := v.pub.session(t, 15*time.Second)
-				tokens := relTokenize(t, v.e, content)
+				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 3, tokens, 1000)
 				n := len(tokens) / 16
 				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
@@ -255,26 +259,34 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startEngines(t, 1, vllmsim.Config{})[0]
 			pub := newRelFakePub(t, tc.greet, tc.after)
-			relGateway{
-				engines: []relEngine{{dial: e.Addr(), kv: pub.endpoint()}},
+			gateway{
+				engines: []gatewayEngine{{dial: e.Addr(), kv: pub.endpoint()}},
 				policy:  "\t\t\tdebug_headers\n",
 			}.load(t)
-			t.Cleanup(func() { relReset(t) })
+			t.Cleanup(func() { resetGateway(t) })
 			v := env{e: e, pub: pub}
 			tc.check(t, v)
 
 			// The gateway serves the engine throughout.
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			// Counted at the engine: a request that parked (when a scrape
+			// caught the previous one waiting in the engine's queue) has
+			// its headers out before it reaches an upstream, so it carries
+			// no X-Llm-Upstream.
+			served := e.Stats().RequestsServed
 			for i := range 3 {
-				s := relDoStream(ctx, nil, "", chatBody(true, content), nil)
-				if !s.complete() || s.header.Get("X-Llm-Upstream") != e.Addr() {
+				s := send(ctx, "", chatBody(true, content), nil)
+				if !s.complete() {
 					t.Fatalf("request %d during the fault: %+v", i, s)
 				}
 				if i == 0 {
 					t.Logf("served on tier %s", s.header.Get("X-Llm-Tier"))
 				}
 			}
+			eventually(t, 5*time.Second, "the engine to count the 3 requests served", func() bool {
+				return e.Stats().RequestsServed >= served+3
+			})
 			if res, err := client.Get("http://" + adminAddr + "/llm/engines"); err != nil || res.StatusCode != http.StatusOK {
 				t.Fatalf("admin API after the fault: %v", err)
 			} else {

@@ -53,17 +53,12 @@ func benchFleet(tb testing.TB, page *benchGaugePage) (*fleet.Fleet, string) {
 		Engines:      []*fleet.EngineConfig{{Dial: dial}},
 	}, zap.NewNop())
 	f.Start(gen)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for w := newWait(tb, 10*time.Second, "engine gauges known").pace(5 * time.Millisecond); ; w.tick() {
 		if e, ok := f.Registry().Get(dial); ok && e.Load().Known {
 			// As lb_policy llm in the same route would have taught it.
 			f.LearnPool(gen, "default", []string{dial})
 			return f, dial
 		}
-		if time.Now().After(deadline) {
-			tb.Fatal("engine gauges never known")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -198,8 +193,9 @@ func BenchmarkParkedMemory(b *testing.B) {
 					_ = h.ServeHTTP(&benchDiscardWriter{h: http.Header{}}, benchRequest(rctx, body), benchNext)
 				}()
 			}
+			w := newWait(b, 30*time.Second, fmt.Sprintf("%d parked", n)).pace(time.Millisecond)
 			for f.Gates()["default"] == nil || f.Gates()["default"].Stats().Depth[admission.Normal] < n {
-				time.Sleep(time.Millisecond)
+				w.tick()
 			}
 			reportMem(b, n, heap0, stack0)
 			cancel()

@@ -14,29 +14,21 @@ import (
 // llm_admission and lb_policy llm, the admin routes, and the metrics.
 func TestGatewaySmoke(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{})
-	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines, policy: "\t\t\tdebug_headers\n"}))
+	gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := post(ctx, chatBody(false, "hello there, how are you"), nil)
-	if err != nil {
-		t.Fatal(err)
+	r := send(ctx, "", chatBody(false, "hello there, how are you"), nil)
+	if r.err != nil || r.status != http.StatusOK || !strings.Contains(r.body, `"choices"`) {
+		t.Fatalf("non-streaming: %d %v %s", r.status, r.err, r.body)
 	}
-	body := readAll(t, res)
-	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"choices"`) {
-		t.Fatalf("non-streaming: %d %s", res.StatusCode, body)
-	}
-	if res.Header.Get("X-LLM-Upstream") == "" || res.Header.Get("X-LLM-Tier") == "" {
-		t.Errorf("debug headers missing: %v", res.Header)
+	if r.upstream == "" || r.tier == "" {
+		t.Errorf("debug headers missing: %v", r.header)
 	}
 
-	res, err = post(ctx, chatBody(true, "hello there, how are you"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body = readAll(t, res)
-	if res.StatusCode != http.StatusOK || !strings.Contains(body, "data: ") || !strings.Contains(body, "data: [DONE]") {
-		t.Fatalf("streaming: %d %s", res.StatusCode, body)
+	r = send(ctx, "", chatBody(true, "hello there, how are you"), nil)
+	if r.err != nil || r.status != http.StatusOK || !strings.Contains(r.body, "data: ") || !r.done {
+		t.Fatalf("streaming: %d %v %s", r.status, r.err, r.body)
 	}
 
 	var engs []engineReport

@@ -13,12 +13,12 @@ import (
 // parkInOrder parks requests one after the other (each waits until the
 // previous one is in its band, so arrival order is certain) and returns
 // their result channels.
-func parkInOrder(t *testing.T, ctx context.Context, reqs []bandReq) []<-chan admResult {
+func parkInOrder(t *testing.T, ctx context.Context, reqs []bandReq) []<-chan reply {
 	t.Helper()
-	chans := make([]<-chan admResult, len(reqs))
+	chans := make([]<-chan reply, len(reqs))
 	for i, r := range reqs {
 		before := queueDepth(t, r.band)
-		chans[i] = admChat(ctx, false, "band "+r.name, r.header)
+		chans[i] = sendAsync(ctx, "", chatBody(false, "band "+r.name), r.header)
 		waitQueueDepth(t, r.band, before+1)
 	}
 	return chans
@@ -33,7 +33,7 @@ type bandReq struct {
 // completionOrder waits for every request and returns their names in the
 // order their responses ended. With max_inflight 1 the engine serves one at
 // a time, so this is the admission order.
-func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan admResult) []string {
+func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan reply) []string {
 	t.Helper()
 	type done struct {
 		name string
@@ -41,7 +41,7 @@ func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan admResult) []s
 	}
 	var ds []done
 	for i, ch := range chans {
-		r := admWait(t, ch, 60*time.Second)
+		r := waitReply(t, ch, 60*time.Second)
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("%s: %d %v %s", reqs[i].name, r.status, r.err, r.body)
 		}
@@ -60,9 +60,9 @@ func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan admResult) []s
 // and FIFO holds inside a band — whatever the arrival order.
 func TestAdmissionBandOrder(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 60s\n\t\taging 60s\n"))
+	parkGateway(e, "\t\tmax_park 60s\n\t\taging 60s\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 
 	reqs := []bandReq{
 		{"low", "low", map[string]string{"X-Priority": "low"}},
@@ -91,15 +91,17 @@ func TestAdmissionBandOrder(t *testing.T) {
 // progresses under sustained high load.
 func TestAdmissionAging(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 60s\n\t\taging 200ms\n"))
+	parkGateway(e, "\t\tmax_park 60s\n\t\taging 200ms\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	reqs := []bandReq{{"low", "low", map[string]string{"X-Priority": "low"}}}
 	chans := parkInOrder(t, ctx, reqs)
-	time.Sleep(400 * time.Millisecond) // the low request ages
+	eventually(t, 10*time.Second, "the low request parked longer than aging", func() bool {
+		return getQueue(t).Pools["default"]["low"].OldestWait > 0.2
+	})
 	more := []bandReq{
 		{"high", "high", map[string]string{"X-Priority": "high"}},
 		{"normal", "normal", nil},
@@ -128,8 +130,8 @@ func TestAdmissionBandHeaders(t *testing.T) {
 		if forward {
 			adm = "\t\tforward_band_headers\n"
 		}
-		newTester(t, admCaddyfile([]string{rec.addr()}, "", adm, ""))
-		r := admWait(t, admChat(ctx, false, "band headers", hdr), 30*time.Second)
+		gateway{engines: dialEngines(rec.addr()), admission: adm}.load(t)
+		r := waitReply(t, sendAsync(ctx, "", chatBody(false, "band headers"), hdr), 30*time.Second)
 		if r.status != http.StatusOK {
 			t.Fatalf("forward %v: %d %s", forward, r.status, r.body)
 		}
@@ -145,13 +147,9 @@ func TestAdmissionBandHeaders(t *testing.T) {
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	newTester(t, admCaddyfile([]string{rec.addr()}, "", "", ""))
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body := readAll(t, res); res.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/models: %d %s", res.StatusCode, body)
+	gateway{engines: dialEngines(rec.addr())}.load(t)
+	if r := do(nil, req, nil); r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("GET /v1/models: %d %v %s", r.status, r.err, r.body)
 	}
 	got := rec.last(t)
 	if got.path != "/v1/models" || got.header.Get("X-Priority") != "high" || got.header.Get("X-Warmup") != "true" {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,32 +13,28 @@ import (
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
-// parkConfig is the gateway in front of one slow engine with an admission
+// parkGateway is the gateway in front of one slow engine with an admission
 // limit of one request (the engine itself could run 16).
-func parkConfig(e *vllmsim.Engine, admissionExtra string) string {
-	return gatewayCaddyfile(fleetConfig{
-		engines:   []*vllmsim.Engine{e},
-		noKV:      true,
-		admission: "\t\tmax_inflight 1\n" + admissionExtra,
-	})
+func parkGateway(e *vllmsim.Engine, admissionExtra string) gateway {
+	return gateway{engines: noKVEngines(e), admission: "\t\tmax_inflight 1\n" + admissionExtra}
 }
 
 // TestAdmissionParkAdmitLatency: with the engine at its limit (filled by a
 // direct caller), a gateway request parks; once the engine frees its slot
 // the request is admitted as soon as a poll shows it (poll_interval 50ms),
-// woken by the poll admResult rather than a sleep loop. The latency from the
+// woken by the poll reply rather than a sleep loop. The latency from the
 // engine having room to the parked request arriving at the engine is
 // logged; the bound asserted is generous because the machine is loaded.
 func TestAdmissionParkAdmitLatency(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n"))
+	parkGateway(e, "\t\tmax_park 30s\n").load(t)
 
 	var lat []time.Duration
 	for i := range 5 {
 		occ := occupy(t, e, 1)
-		admWaitBusy(t, e.Addr(), 1)
+		waitBusy(t, e.Addr(), 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		ch := admSend(ctx, "/v1/chat/completions", chatBody(false, "parked request "+strconv.Itoa(i)), nil)
+		ch := sendAsync(ctx, "", chatBody(false, "parked request "+strconv.Itoa(i)), nil)
 		waitQueueDepth(t, "normal", 1)
 		if st := e.Stats(); st.Running+st.Waiting != 1 {
 			t.Fatalf("parked request reached the engine: %+v", st)
@@ -45,8 +42,11 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 
 		occ[0].release()
 		var freeAt time.Time
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		why := lazy(func() string {
+			return fmt.Sprintf("free seen: %v; queue %+v; engine %+v", !freeAt.IsZero(), getQueue(t), getEngineReport(t, e.Addr()))
+		})
+		w := newWait(t, 10*time.Second, fmt.Sprintf("round %d: the parked request at the engine", i)).pace(500 * time.Microsecond)
+		for len(lat) == i {
 			st := e.Stats()
 			busy := st.Running + st.Waiting
 			if freeAt.IsZero() && busy == 0 {
@@ -56,15 +56,9 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 				lat = append(lat, time.Since(freeAt))
 				break
 			}
-			time.Sleep(500 * time.Microsecond)
+			w.tick(why)
 		}
-		if len(lat) != i+1 {
-			var q queueReport
-			adminJSON(t, http.MethodGet, "/llm/queue", "", &q)
-			t.Fatalf("round %d: parked request never reached the engine (free seen: %v); queue %+v; engine %+v",
-				i, !freeAt.IsZero(), q, getEngineReport(t, e.Addr()))
-		}
-		r := admWait(t, ch, 30*time.Second)
+		r := waitReply(t, ch, 30*time.Second)
 		cancel()
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("round %d: parked request: %d %v %s", i, r.status, r.err, r.body)
@@ -82,15 +76,15 @@ func TestAdmissionParkAdmitLatency(t *testing.T) {
 // streaming request, whose 200 is already out, gets an in-band error event.
 func TestAdmissionMaxPark(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 300ms\n\t\theartbeat 100ms\n"))
+	parkGateway(e, "\t\tmax_park 300ms\n\t\theartbeat 100ms\n").load(t)
 	occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 	before := metricValue(t, "llmgw_admission_rejected_total", `reason="max_park"`)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	r := admWait(t, admChat(ctx, false, "too late", nil), 30*time.Second)
+	r := waitReply(t, sendAsync(ctx, "", chatBody(false, "too late"), nil), 30*time.Second)
 	took := time.Since(start)
 	if r.err != nil || r.status != http.StatusServiceUnavailable {
 		t.Fatalf("want 503, got %d %v %s", r.status, r.err, r.body)
@@ -106,7 +100,7 @@ func TestAdmissionMaxPark(t *testing.T) {
 		t.Errorf("error body %s", r.body)
 	}
 
-	s := openAdmStream(t, ctx, streamChatBody("too late, streaming", 4), nil)
+	s := openStream(t, ctx, chat{user: "too late, streaming", maxTokens: 4, stream: true, usage: true}.body(), nil)
 	if s.res.StatusCode != http.StatusOK || !strings.HasPrefix(s.res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("parked stream: %d %s", s.res.StatusCode, s.res.Header.Get("Content-Type"))
 	}
@@ -128,17 +122,17 @@ func TestAdmissionMaxPark(t *testing.T) {
 // and Retry-After; another band still parks.
 func TestAdmissionQueueFull(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\tqueue_size 1\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\tqueue_size 1\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 	before := metricValue(t, "llmgw_admission_rejected_total", `reason="queue_full"`)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	first := admChat(ctx, false, "first", nil)
+	first := sendAsync(ctx, "", chatBody(false, "first"), nil)
 	waitQueueDepth(t, "normal", 1)
 	start := time.Now()
-	r := admWait(t, admChat(ctx, false, "second", nil), 30*time.Second)
+	r := waitReply(t, sendAsync(ctx, "", chatBody(false, "second"), nil), 30*time.Second)
 	if r.err != nil || r.status != http.StatusServiceUnavailable {
 		t.Fatalf("want 503, got %d %v %s", r.status, r.err, r.body)
 	}
@@ -151,14 +145,14 @@ func TestAdmissionQueueFull(t *testing.T) {
 	if msg, _, _ := openAIError(t, r.body); !strings.Contains(msg, "queue") {
 		t.Errorf("message %q", msg)
 	}
-	high := admChat(ctx, false, "high", map[string]string{"X-Priority": "high"})
+	high := sendAsync(ctx, "", chatBody(false, "high"), map[string]string{"X-Priority": "high"})
 	waitQueueDepth(t, "high", 1)
 	if v := metricValue(t, "llmgw_admission_rejected_total", `reason="queue_full"`); v != before+1 {
 		t.Errorf("rejected{queue_full} = %v, want %v", v, before+1)
 	}
 	occ[0].release()
-	for _, ch := range []<-chan admResult{high, first} {
-		if r := admWait(t, ch, 30*time.Second); r.status != http.StatusOK {
+	for _, ch := range []<-chan reply{high, first} {
+		if r := waitReply(t, ch, 30*time.Second); r.status != http.StatusOK {
 			t.Errorf("parked request: %d %v %s", r.status, r.err, r.body)
 		}
 	}
@@ -169,15 +163,15 @@ func TestAdmissionQueueFull(t *testing.T) {
 // fall back to 0 without any capacity becoming free.
 func TestAdmissionClientGone(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 60s\n\t\theartbeat 100ms\n"))
+	parkGateway(e, "\t\tmax_park 60s\n\t\theartbeat 100ms\n").load(t)
 	occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 	before := metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	plain := admChat(ctx, false, "leaving", nil)
-	lowCh := admChat(ctx, false, "leaving low", map[string]string{"X-Priority": "low"})
-	s := openAdmStream(t, ctx, streamChatBody("leaving stream", 4), nil)
+	plain := sendAsync(ctx, "", chatBody(false, "leaving"), nil)
+	lowCh := sendAsync(ctx, "", chatBody(false, "leaving low"), map[string]string{"X-Priority": "low"})
+	s := openStream(t, ctx, chat{user: "leaving stream", maxTokens: 4, stream: true, usage: true}.body(), nil)
 	waitQueueDepth(t, "", 3)
 	if v := metricValue(t, "llmgw_admission_queue_depth"); v != 3 {
 		t.Errorf("llmgw_admission_queue_depth = %v with 3 parked", v)
@@ -205,23 +199,23 @@ func TestAdmissionClientGone(t *testing.T) {
 // the departed engines instead of parking).
 func TestAdmissionPoolAfterReload(t *testing.T) {
 	old := slowEngine(t)
-	newTester(t, parkConfig(old, "\t\tmax_park 30s\n"))
+	parkGateway(old, "\t\tmax_park 30s\n").load(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if r := admWait(t, admChat(ctx, false, "teach the pool", nil), 30*time.Second); r.status != http.StatusOK {
+	if r := waitReply(t, sendAsync(ctx, "", chatBody(false, "teach the pool"), nil), 30*time.Second); r.status != http.StatusOK {
 		t.Fatalf("warm-up: %d %s", r.status, r.body)
 	}
 	_ = old.Close()
 
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n"))
+	parkGateway(e, "\t\tmax_park 30s\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 	failOpen := metricValue(t, "llmgw_admission_fail_open_total")
-	ch := admChat(ctx, false, "after reload", nil)
+	ch := sendAsync(ctx, "", chatBody(false, "after reload"), nil)
 	waitQueueDepth(t, "normal", 1)
 	occ[0].release()
-	if r := admWait(t, ch, 30*time.Second); r.status != http.StatusOK {
+	if r := waitReply(t, ch, 30*time.Second); r.status != http.StatusOK {
 		t.Fatalf("parked request: %d %s", r.status, r.body)
 	}
 	if v := metricValue(t, "llmgw_admission_fail_open_total"); v != failOpen {
@@ -236,12 +230,12 @@ func TestAdmissionPoolAfterReload(t *testing.T) {
 func TestAdmissionReservationFollowsProxy(t *testing.T) {
 	a, b := slowEngine(t), slowEngine(t)
 	// `first` always proxies to a; admission, seeing a busier, reserves on b.
-	newTester(t, admCaddyfile([]string{a.Addr(), b.Addr()}, "", "\t\tmax_inflight 3\n", "lb_policy first"))
+	gateway{engines: dialEngines(a.Addr(), b.Addr()), admission: "\t\tmax_inflight 3\n", policy: "lb_policy first"}.load(t)
 	occupy(t, a, 1)
-	admWaitBusy(t, a.Addr(), 1)
+	waitBusy(t, a.Addr(), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := openAdmStream(t, ctx, `{"model":"sim-model","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"follow me"}]}`, nil)
+	s := openStream(t, ctx, `{"model":"sim-model","stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"follow me"}]}`, nil)
 	defer s.res.Body.Close()
 	if l, _ := s.next(t, 10*time.Second); !strings.HasPrefix(l, "data: ") {
 		t.Fatalf("stream: %q", l)

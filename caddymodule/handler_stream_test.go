@@ -17,13 +17,13 @@ import (
 // never reach the wire a second time.
 func TestAdmissionParkedStream(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := openAdmStream(t, ctx, streamChatBody("parked stream", 6), nil)
+	s := openStream(t, ctx, chat{user: "parked stream", maxTokens: 6, stream: true, usage: true}.body(), nil)
 	if s.res.StatusCode != http.StatusOK || !strings.HasPrefix(s.res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("parked stream: %d %q", s.res.StatusCode, s.res.Header.Get("Content-Type"))
 	}
@@ -78,13 +78,13 @@ func TestAdmissionParkedStream(t *testing.T) {
 // upstream's JSON or HTML spliced into the stream.
 func TestAdmissionParkedStreamUpstreamError(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n").load(t)
 	occ := occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := openAdmStream(t, ctx, streamChatBody("parked, then the engine fails", 6), nil)
+	s := openStream(t, ctx, chat{user: "parked, then the engine fails", maxTokens: 6, stream: true, usage: true}.body(), nil)
 	if l, _ := s.next(t, 10*time.Second); l != ": keep-alive" {
 		t.Fatalf("first line %q", l)
 	}
@@ -127,7 +127,7 @@ func TestAdmissionParkedStreamUpstreamError(t *testing.T) {
 // and llmgw_tokens_total{kind}, by exactly the usage the engine reported.
 func TestAdmissionStreamingMetrics(t *testing.T) {
 	engines := startEngines(t, 1, vllmsim.Config{})
-	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines, noKV: true}))
+	gateway{engines: noKVEngines(engines...)}.load(t)
 	ttft0 := metricValue(t, "llmgw_ttft_seconds_count")
 	itl0 := metricValue(t, "llmgw_itl_seconds_count")
 	comp0 := metricValue(t, "llmgw_tokens_total", `kind="completion"`)
@@ -138,7 +138,7 @@ func TestAdmissionStreamingMetrics(t *testing.T) {
 	var comp, prompt float64
 	const n, maxTokens = 3, 5
 	for i := range n {
-		r := admWait(t, admSend(ctx, "/v1/chat/completions", streamChatBody("observe me "+strings.Repeat("x", i), maxTokens), nil), 30*time.Second)
+		r := waitReply(t, sendAsync(ctx, "", chat{user: "observe me " + strings.Repeat("x", i), maxTokens: maxTokens, stream: true, usage: true}.body(), nil), 30*time.Second)
 		if r.status != http.StatusOK {
 			t.Fatalf("stream: %d %s", r.status, r.body)
 		}

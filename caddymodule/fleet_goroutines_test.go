@@ -34,16 +34,14 @@ func relOurGoroutines() []string {
 // with their stacks when it is not within d.
 func relWaitNoOurGoroutines(t *testing.T, what string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		left := relOurGoroutines()
-		if len(left) == 0 {
+	var left []string
+	why := lazy(func() string {
+		return fmt.Sprintf("%d goroutines of this module left:\n%s", len(left), strings.Join(left, "\n\n"))
+	})
+	for w := newWait(t, d, what+": no goroutine of this module").pace(50 * time.Millisecond); ; w.tick(why) {
+		if left = relOurGoroutines(); len(left) == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d goroutines of this module left:\n%s", what, len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -51,8 +49,7 @@ func relWaitNoOurGoroutines(t *testing.T, what string, d time.Duration) {
 // fleet's last reference goes, and it is destroyed.
 func relNoLLMApp(t *testing.T) {
 	t.Helper()
-	newTester(t, fmt.Sprintf("{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n}\n\nhttp://%s {\n\trespond \"no llm\"\n}\n",
-		adminAddr, httpPort, httpPort+363, gatewayAddr))
+	gateway{noApp: true, respond: "no llm"}.load(t)
 }
 
 // TestReliabilityLifecycleGoroutines: config generations come and go
@@ -62,10 +59,10 @@ func relNoLLMApp(t *testing.T) {
 // fleet is destroyed and no goroutine of this module or of zmq4 is left.
 func TestReliabilityLifecycleGoroutines(t *testing.T) {
 	relNoLLMApp(t)
-	t.Cleanup(func() { relReset(t) })
+	t.Cleanup(func() { resetGateway(t) })
 	relWaitNoOurGoroutines(t, "before the cycles", 20*time.Second)
 	client.CloseIdleConnections()
-	baseGroups, base := relGoroutineGroups(), relGoroutines()
+	baseGroups, base := goroutineGroups(), settledGoroutines()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -78,7 +75,7 @@ func TestReliabilityLifecycleGoroutines(t *testing.T) {
 			}
 			engines[i] = e
 		}
-		g := relGateway{engines: relEngines(engines...), policy: "\t\t\tdebug_headers\n"}
+		g := gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}
 		g.load(t)
 		eventually(t, 10*time.Second, "subscriptions connected", func() bool {
 			for _, e := range engines {
@@ -89,7 +86,7 @@ func TestReliabilityLifecycleGoroutines(t *testing.T) {
 			return true
 		})
 		for i := range 3 {
-			if s := relDoStream(ctx, nil, "", relStreamBody(fmt.Sprintf("cycle %d request %d %s", cycle, i, longText(40)), 8), nil); !s.complete() {
+			if s := send(ctx, "", chat{user: fmt.Sprintf("cycle %d request %d %s", cycle, i, longText(40)), maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 				t.Fatalf("cycle %d: %+v", cycle, s)
 			}
 		}
@@ -112,6 +109,6 @@ func TestReliabilityLifecycleGoroutines(t *testing.T) {
 		}
 		relWaitNoOurGoroutines(t, fmt.Sprintf("cycle %d, the llm app gone", cycle), 20*time.Second)
 	}
-	n := relWaitGoroutines(t, base+10, baseGroups, 30*time.Second)
+	n := waitGoroutines(t, base+10, baseGroups, 30*time.Second)
 	t.Logf("goroutines: %d at the baseline, %d after 4 cycles", base, n)
 }

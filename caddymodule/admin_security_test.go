@@ -27,8 +27,8 @@ import (
 // matters for the mutating drain route.
 func TestSecurityAdminAPIOnlyOnAdminListener(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
-	relGateway{engines: relEngines(e)}.load(t)
-	t.Cleanup(func() { relReset(t) })
+	gateway{engines: kvEngines(e)}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
 
 	// Control: the admin listener serves the routes.
 	var engines []engineReport
@@ -48,18 +48,16 @@ func TestSecurityAdminAPIOnlyOnAdminListener(t *testing.T) {
 	} {
 		req, _ := http.NewRequest(tc.method, public+tc.path, strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		r := do(nil, req, nil)
+		if r.err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, r.err)
 		}
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		res.Body.Close()
 		for _, marker := range []string{`"gauges_known"`, `"pools"`, `"candidates"`, `"drained"`, "llmgw_", `"apps"`} {
-			if strings.Contains(string(body), marker) {
-				t.Errorf("%s %s on the public listener answered like the admin API (%d, contains %s)", tc.method, tc.path, res.StatusCode, marker)
+			if strings.Contains(r.body, marker) {
+				t.Errorf("%s %s on the public listener answered like the admin API (%d, contains %s)", tc.method, tc.path, r.status, marker)
 			}
 		}
-		t.Logf("public %s %s -> %d (the site's own handling)", tc.method, tc.path, res.StatusCode)
+		t.Logf("public %s %s -> %d (the site's own handling)", tc.method, tc.path, r.status)
 	}
 	if r := getEngineReport(t, e.Addr()); r.Drained {
 		t.Fatal("a drain sent to the public listener drained the engine")
@@ -78,13 +76,8 @@ func TestSecurityAdminAPIOnlyOnAdminListener(t *testing.T) {
 		if tc.origin != "" {
 			req.Header.Set("Origin", tc.origin)
 		}
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusForbidden {
-			t.Errorf("%s: drain answered %d, want 403", tc.name, res.StatusCode)
+		if r := do(nil, req, nil); r.err != nil || r.status != http.StatusForbidden {
+			t.Errorf("%s: drain answered %d (%v), want 403", tc.name, r.status, r.err)
 		}
 	}
 	if r := getEngineReport(t, e.Addr()); r.Drained {
@@ -140,21 +133,21 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	dir := t.TempDir()
 	logFile, accessFile := filepath.Join(dir, "caddy.log"), filepath.Join(dir, "access.log")
-	t.Cleanup(func() { relReset(t) }) // before the log files' directory is removed
-	run := time.Now().UnixNano()      // fresh prompts: the tokenize cache outlives a test
+	t.Cleanup(func() { resetGateway(t) }) // before the log files' directory is removed
+	run := time.Now().UnixNano()          // fresh prompts: the tokenize cache outlives a test
 
 	// The fleet may have been created under a config that logs elsewhere
 	// (here: stderr); it must log where the running config says.
-	relGateway{engines: relEngines(e)}.load(t)
+	gateway{engines: kvEngines(e)}.load(t)
 
 	for _, phase := range []struct {
 		name string
 		fail bool
 	}{{"engines answer", false}, {"engines fail", true}} {
 		rec := newRelHeaderRecorder(t, e, phase.fail)
-		relGateway{
+		gateway{
 			global: "\tlog {\n\t\toutput file " + logFile + "\n\t\tlevel DEBUG\n\t}\n",
-			engines: []relEngine{{dial: e.Addr(), extra: "\t\t\tmetrics " + rec.srv.URL + "/metrics\n" +
+			engines: []gatewayEngine{{dial: e.Addr(), extra: "\t\t\tmetrics " + rec.srv.URL + "/metrics\n" +
 				"\t\t\ttokenize " + rec.srv.URL + "/tokenize\n\t\t\tapi_key {env.LLMGW_TEST_VLLM_KEY}\n"}},
 			siteExtra: "\tlog {\n\t\toutput file " + accessFile + "\n\t}\n",
 			policy:    "\t\t\tdebug_headers\n",
@@ -162,7 +155,7 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		for i := range 3 {
-			s := relDoStream(ctx, nil, "", chatBody(true, fmt.Sprintf("%s %d: tell me a secret %s", phase.name, run, longText(20+i))), map[string]string{"Authorization": "Bearer " + clientKey})
+			s := send(ctx, "", chatBody(true, fmt.Sprintf("%s %d: tell me a secret %s", phase.name, run, longText(20+i))), map[string]string{"Authorization": "Bearer " + clientKey})
 			if !s.complete() {
 				t.Fatalf("%s: request %d: %+v", phase.name, i, s)
 			}
@@ -248,9 +241,9 @@ func TestSecurityKVEndpointsOnlyConfigured(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	relGateway{engines: []relEngine{{dial: e.Addr()}}}.load(t)
-	t.Cleanup(func() { relReset(t) })
-	if s := relDoStream(ctx, nil, "", relStreamBody("no events configured", 8), nil); !s.complete() {
+	gateway{engines: []gatewayEngine{{dial: e.Addr()}}}.load(t)
+	t.Cleanup(func() { resetGateway(t) })
+	if s := send(ctx, "", chat{user: "no events configured", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 		t.Fatalf("request: %+v", s)
 	}
 	if r := getEngineReport(t, e.Addr()); r.Dial == "" || r.KV != nil {
@@ -261,14 +254,14 @@ func TestSecurityKVEndpointsOnlyConfigured(t *testing.T) {
 	}
 
 	for _, configured := range []bool{true, false} {
-		g := relGateway{appExtra: "\t\tkv_events_port " + port + "\n", upstreams: []string{e.Addr()}}
+		g := gateway{appExtra: "\t\tkv_events_port " + port + "\n", upstreams: []string{e.Addr()}}
 		if configured {
-			g.engines = []relEngine{{dial: e.Addr()}}
+			g.engines = []gatewayEngine{{dial: e.Addr()}}
 		} else {
-			relReset(t) // forget it: the engine is discovered from reverse_proxy
+			resetGateway(t) // forget it: the engine is discovered from reverse_proxy
 		}
 		g.load(t)
-		if s := relDoStream(ctx, nil, "", relStreamBody("derived endpoint", 8), nil); !s.complete() {
+		if s := send(ctx, "", chat{user: "derived endpoint", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 			t.Fatalf("request: %+v", s)
 		}
 		var r engineReport

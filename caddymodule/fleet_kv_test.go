@@ -2,36 +2,11 @@ package caddymodule
 
 import (
 	"context"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
-
-// warm sends one request straight to an engine so that it caches (and
-// announces) the prompt's blocks.
-func warm(t *testing.T, e *vllmsim.Engine, content string) {
-	t.Helper()
-	res, err := client.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(false, content)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body := readAll(t, res); res.StatusCode != http.StatusOK {
-		t.Fatalf("warming %s: %d %s", e.Addr(), res.StatusCode, body)
-	}
-}
-
-func longText(words int) string {
-	var b strings.Builder
-	for i := range words {
-		b.WriteString("token")
-		b.WriteByte(byte('a' + i%26))
-		b.WriteByte(' ')
-	}
-	return b.String()
-}
 
 // TestKVSubscriptionLifecycle: the llm app subscribes to every engine's KV
 // events, mirrors them (/llm/engines and llmgw_kv_* metrics), survives a
@@ -41,13 +16,13 @@ func longText(words int) string {
 func TestKVSubscriptionLifecycle(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{})
 	a, b := engines[0], engines[1]
-	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines}))
+	gateway{engines: kvEngines(engines...)}.load(t)
 
 	eventually(t, 10*time.Second, "both subscriptions connected", func() bool {
 		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
 		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
 	})
-	warm(t, a, longText(200))
+	direct(t, a, chatBody(false, longText(200)))
 	eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 		r := getEngineReport(t, a.Addr())
 		return r.KV.Blocks > 0 && r.KV.LastSeq != nil
@@ -66,7 +41,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 
 	// A reload with a changed, unrelated setting keeps the subscription
 	// and the mirror.
-	newTester(t, gatewayCaddyfile(fleetConfig{engines: engines, appExtra: "\t\tstale_after 4\n"}))
+	gateway{engines: kvEngines(engines...), appExtra: "\t\tstale_after 4\n"}.load(t)
 	after := getEngineReport(t, a.Addr())
 	if after.KV == nil || after.KV.Sessions != sessions || after.KV.Blocks != ra.KV.Blocks {
 		t.Fatalf("reload disturbed the subscription: before sessions=%d blocks=%d, after %+v", sessions, ra.KV.Blocks, after.KV)
@@ -81,7 +56,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 		r := getEngineReport(t, a.Addr())
 		return r.KV != nil && r.KV.Connected && r.KV.Blocks == 0 && r.KV.Sessions > sessions
 	})
-	warm(t, a, longText(100))
+	direct(t, a, chatBody(false, longText(100)))
 	eventually(t, 10*time.Second, "blocks mirrored again after restart", func() bool {
 		return getEngineReport(t, a.Addr()).KV.Blocks > 0
 	})
@@ -89,7 +64,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 	// Removing engine b from the config stops its subscription once it is
 	// idle (a removed engine that the new config still routes to, or that
 	// has requests in flight, lives on as a discovered engine until then).
-	newTester(t, gatewayCaddyfile(fleetConfig{engines: []*vllmsim.Engine{a}, appExtra: "\t\tidle_ttl 500ms\n"}))
+	gateway{engines: kvEngines(a), appExtra: "\t\tidle_ttl 500ms\n"}.load(t)
 	eventually(t, 10*time.Second, "engine b's subscription stopped", func() bool {
 		r := getEngineReport(t, b.Addr())
 		return r.KV == nil

@@ -186,13 +186,6 @@ func (p *relFakePub) session(t *testing.T, d time.Duration) net.Conn {
 	}
 }
 
-// acceptedConns is how many TCP connections the fake accepted.
-func (p *relFakePub) acceptedConns() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
-
 func (p *relFakePub) close() {
 	close(p.closed)
 	p.ln.Close()

@@ -12,16 +12,17 @@ import (
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
-// gatewayDo sends one request to the gateway; body is sent chunked (no
+// gatewayRequest is a request to the gateway; its body is sent chunked (no
 // Content-Length) when chunked is set.
-func gatewayDo(ctx context.Context, method, path, contentType string, body []byte, chunked bool, header map[string]string) (*http.Response, error) {
+func gatewayRequest(t *testing.T, ctx context.Context, method, path, contentType string, body []byte, chunked bool, header map[string]string) *http.Request {
+	t.Helper()
 	var rd io.Reader = bytes.NewReader(body)
 	if chunked {
 		rd = io.MultiReader(rd) // unknown length: Transfer-Encoding: chunked
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+gatewayAddr+path, rd)
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -29,7 +30,7 @@ func gatewayDo(ctx context.Context, method, path, contentType string, body []byt
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	return client.Do(req)
+	return req
 }
 
 // TestAdmissionHostileBodies: bad bodies never reach the engine and never
@@ -39,7 +40,7 @@ func gatewayDo(ctx context.Context, method, path, contentType string, body []byt
 func TestAdmissionHostileBodies(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	rec := newUpstreamRecorder(t, e)
-	newTester(t, admCaddyfile([]string{rec.addr()}, "", "\t\tmax_body 1MiB\n", ""))
+	gateway{engines: dialEngines(rec.addr()), admission: "\t\tmax_body 1MiB\n"}.load(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -71,13 +72,13 @@ func TestAdmissionHostileBodies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := rec.count()
-			res, err := gatewayDo(ctx, http.MethodPost, "/v1/chat/completions", "application/json", tc.body, tc.chunked, tc.header)
-			if err != nil {
-				t.Fatalf("request failed (gateway crashed or reset?): %v", err)
+			r := do(nil, gatewayRequest(t, ctx, http.MethodPost, "/v1/chat/completions", "application/json", tc.body, tc.chunked, tc.header), nil)
+			if r.err != nil {
+				t.Fatalf("request failed (gateway crashed or reset?): %v", r.err)
 			}
-			body := readAll(t, res)
-			if res.StatusCode != tc.status {
-				t.Fatalf("status %d, want %d: %.300s", res.StatusCode, tc.status, body)
+			body := r.body
+			if r.status != tc.status {
+				t.Fatalf("status %d, want %d: %.300s", r.status, tc.status, body)
 			}
 			if rec.count() != before {
 				t.Errorf("a rejected body reached the upstream")
@@ -85,7 +86,7 @@ func TestAdmissionHostileBodies(t *testing.T) {
 			if tc.status == 431 {
 				return // refused by net/http before any handler runs
 			}
-			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
 			}
 			_, typ, code := openAIError(t, body)
@@ -98,12 +99,9 @@ func TestAdmissionHostileBodies(t *testing.T) {
 		})
 	}
 
-	res, err := gatewayDo(ctx, http.MethodPost, "/v1/chat/completions", "application/json", []byte(chatBody(false, "still alive")), true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body := readAll(t, res); res.StatusCode != http.StatusOK {
-		t.Fatalf("normal chunked request after the hostile ones: %d %s", res.StatusCode, body)
+	r := do(nil, gatewayRequest(t, ctx, http.MethodPost, "/v1/chat/completions", "application/json", []byte(chatBody(false, "still alive")), true, nil), nil)
+	if r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("normal chunked request after the hostile ones: %d %v %s", r.status, r.err, r.body)
 	}
 	if got := rec.last(t); string(got.body) != chatBody(false, "still alive") {
 		t.Errorf("upstream got body %q", got.body)
@@ -116,9 +114,9 @@ func TestAdmissionHostileBodies(t *testing.T) {
 func TestAdmissionPassThrough(t *testing.T) {
 	e := slowEngine(t)
 	rec := newUpstreamRecorder(t, e)
-	newTester(t, admCaddyfile([]string{rec.addr()}, "", "\t\tmax_inflight 1\n\t\tmax_park 30s\n\t\tmax_body 1KiB\n", ""))
+	gateway{engines: dialEngines(rec.addr()), admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n\t\tmax_body 1KiB\n"}.load(t)
 	occupy(t, e, 1)
-	admWaitBusy(t, rec.addr(), 1)
+	waitBusy(t, rec.addr(), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -132,11 +130,9 @@ func TestAdmissionPassThrough(t *testing.T) {
 		{"GET models", http.MethodGet, "/v1/models", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := gatewayDo(ctx, tc.method, tc.path, tc.contentType, []byte(tc.body), false, map[string]string{"X-Priority": "low"})
-			if err != nil {
-				t.Fatal(err)
+			if r := do(nil, gatewayRequest(t, ctx, tc.method, tc.path, tc.contentType, []byte(tc.body), false, map[string]string{"X-Priority": "low"}), nil); r.err != nil {
+				t.Fatal(r.err)
 			}
-			readAll(t, res)
 			got := rec.last(t)
 			if got.method != tc.method || got.path != tc.path || string(got.body) != tc.body || got.header.Get("X-Priority") != "low" {
 				t.Errorf("upstream saw %s %s %q X-Priority=%q", got.method, got.path, got.body, got.header.Get("X-Priority"))
@@ -152,14 +148,14 @@ func TestAdmissionPassThrough(t *testing.T) {
 // are gated; others pass straight through even when the engines are full.
 func TestAdmissionModels(t *testing.T) {
 	e := slowEngine(t)
-	newTester(t, parkConfig(e, "\t\tmax_park 30s\n\t\tmodels gated-model other-gated\n"))
+	parkGateway(e, "\t\tmax_park 30s\n\t\tmodels gated-model other-gated\n").load(t)
 	occupy(t, e, 1)
-	admWaitBusy(t, e.Addr(), 1)
+	waitBusy(t, e.Addr(), 1)
 	parked := metricValue(t, "llmgw_admission_parked_total")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	r := admWait(t, admChat(ctx, false, "ungated model", nil), 30*time.Second)
+	r := waitReply(t, sendAsync(ctx, "", chatBody(false, "ungated model"), nil), 30*time.Second)
 	if r.status != http.StatusOK {
 		t.Fatalf("ungated model: %d %s", r.status, r.body)
 	}
@@ -168,7 +164,7 @@ func TestAdmissionModels(t *testing.T) {
 	}
 
 	gctx, gcancel := context.WithCancel(ctx)
-	ch := admSend(gctx, "/v1/chat/completions", `{"model":"gated-model","messages":[{"role":"user","content":"x"}]}`, nil)
+	ch := sendAsync(gctx, "", `{"model":"gated-model","messages":[{"role":"user","content":"x"}]}`, nil)
 	waitQueueDepth(t, "normal", 1)
 	gcancel()
 	<-ch

@@ -16,20 +16,26 @@ import (
 // dispatched since the last scrape count against the limit) and without it
 // (`local_accounting off`: the gauges alone). One engine, max_inflight 4,
 // poll_interval 500ms, 40 concurrent requests; the peak running+waiting the
-// engine itself reports is the figure. Both are logged; the test asserts
-// only that local accounting does not overshoot more than its absence.
+// engine itself reports is the figure. Both are logged (the README quotes
+// them: go test -run '^TestAdmissionSoftCapOvershoot$' -v ./caddymodule).
+//
+// The bounds asserted are generous, the figures being counts that timing
+// moves: with local accounting the engine holds at most one request over
+// the limit (it holds none over it by design: a slot is freed only when
+// the gateway sees its request end, after the engine did), and without it
+// the burst overshoots to at least twice the limit (it admits all 40 on an
+// idle machine: the first scrape after the burst is up to 500ms away).
 func TestAdmissionSoftCapOvershoot(t *testing.T) {
 	const limit, burst = 4, 40
 	peak := map[string]int{}
 	for _, mode := range []string{"on", "off"} {
 		t.Run("local_accounting_"+mode, func(t *testing.T) {
 			e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond, MaxNumSeqs: 64})[0]
-			newTester(t, gatewayCaddyfile(fleetConfig{
-				engines:   []*vllmsim.Engine{e},
-				noKV:      true,
+			gateway{
+				engines:   noKVEngines(e),
 				appExtra:  "\t\tpoll_interval 500ms\n",
 				admission: fmt.Sprintf("\t\tmax_inflight %d\n\t\tmax_park 60s\n\t\tqueue_size 100\n\t\tlocal_accounting %s\n", limit, mode),
-			}))
+			}.load(t)
 			eventually(t, 10*time.Second, "engine known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 			var max atomic.Int64
@@ -51,13 +57,12 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
-			chans := make([]<-chan admResult, burst)
+			chans := make([]<-chan reply, burst)
 			for i := range chans {
-				chans[i] = admSend(ctx, "/v1/chat/completions",
-					fmt.Sprintf(`{"model":"sim-model","max_tokens":20,"messages":[{"role":"user","content":"burst %d"}]}`, i), nil)
+				chans[i] = sendAsync(ctx, "", fmt.Sprintf(`{"model":"sim-model","max_tokens":20,"messages":[{"role":"user","content":"burst %d"}]}`, i), nil)
 			}
 			for i, ch := range chans {
-				if r := admWait(t, ch, 120*time.Second); r.status != http.StatusOK {
+				if r := waitReply(t, ch, 120*time.Second); r.status != http.StatusOK {
 					t.Errorf("request %d: %d %v %s", i, r.status, r.err, r.body)
 				}
 			}
@@ -71,7 +76,10 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 		return
 	}
 	t.Logf("overshoot over max_inflight %d: with local accounting %+d, without %+d", limit, peak["on"]-limit, peak["off"]-limit)
-	if peak["on"] > peak["off"] {
-		t.Errorf("local accounting overshoots more (%d) than the gauges alone (%d)", peak["on"], peak["off"])
+	if peak["on"] > limit+1 {
+		t.Errorf("with local accounting the engine ran %d requests at once, want at most %d (max_inflight %d)", peak["on"], limit+1, limit)
+	}
+	if peak["off"] < 2*limit {
+		t.Errorf("without local accounting the engine ran at most %d requests at once, want a burst of %d to reach %d: did the setting take effect?", peak["off"], burst, 2*limit)
 	}
 }
