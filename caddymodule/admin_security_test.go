@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -31,7 +32,7 @@ func TestSecurityAdminAPIOnlyOnAdminListener(t *testing.T) {
 	t.Cleanup(func() { resetGateway(t) })
 
 	// Control: the admin listener serves the routes.
-	var engines []engineReport
+	var engines []fleet.EngineReport
 	if code := adminJSON(t, http.MethodGet, "/llm/engines", "", &engines); code != http.StatusOK || len(engines) != 1 {
 		t.Fatalf("admin /llm/engines: %d, %d engines", code, len(engines))
 	}
@@ -264,7 +265,7 @@ func TestSecurityKVEndpointsOnlyConfigured(t *testing.T) {
 		if s := send(ctx, "", chat{user: "derived endpoint", maxTokens: 8, stream: true}.body(), nil); !s.complete() {
 			t.Fatalf("request: %+v", s)
 		}
-		var r engineReport
+		var r fleet.EngineReport
 		eventually(t, 10*time.Second, "derived subscription connected", func() bool {
 			r = getEngineReport(t, e.Addr())
 			return r.KV != nil && r.KV.Connected

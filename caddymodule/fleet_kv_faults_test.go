@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 	"github.com/llmgw/caddy-llmgw/routing"
@@ -91,7 +92,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 		pub *relFakePub
 	}
 	content := longText(120)
-	getKV := func(t *testing.T, v env) *kvReport {
+	getKV := func(t *testing.T, v env) *fleet.KVReport {
 		t.Helper()
 		r := getEngineReport(t, v.e.Addr()).KV
 		if r == nil {
@@ -107,9 +108,9 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitKV := func(t *testing.T, v env, what string, cond func(r *kvReport) bool) *kvReport {
+	waitKV := func(t *testing.T, v env, what string, cond func(r *fleet.KVReport) bool) *fleet.KVReport {
 		t.Helper()
-		var last *kvReport
+		var last *fleet.KVReport
 		eventually(t, 15*time.Second, what, func() bool {
 			last = getKV(t, v)
 			return cond(last)
@@ -130,7 +131,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 		{
 			name: "silent_tcp", // accepts, never greets: the probe times out
 			check: func(t *testing.T, v env) {
-				r := waitKV(t, v, "two failed probes", func(r *kvReport) bool { return r.DialErrors >= 2 })
+				r := waitKV(t, v, "two failed probes", func(r *fleet.KVReport) bool { return r.DialErrors >= 2 })
 				if r.Connected || r.Sessions != 0 || r.Blocks != 0 || !strings.Contains(r.LastError, "probe") {
 					t.Errorf("silent peer: %+v", *r)
 				}
@@ -140,7 +141,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			name: "silent_zmtp", greet: true, // handshakes, then says nothing
 			check: func(t *testing.T, v env) {
 				v.pub.session(t, 15*time.Second)
-				waitKV(t, v, "connected", func(r *kvReport) bool { return r.Connected })
+				waitKV(t, v, "connected", func(r *fleet.KVReport) bool { return r.Connected })
 				// The silence is the input under test, so this waits for
 				// time to pass: past the handshake deadline (the dial
 				// timeout), which a connected session must have cleared.
@@ -161,7 +162,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				_, _ = c.Write(b)
 			},
 			check: func(t *testing.T, v env) {
-				r := waitKV(t, v, "three sessions (re-dialled after garbage)", func(r *kvReport) bool { return r.Sessions >= 3 })
+				r := waitKV(t, v, "three sessions (re-dialled after garbage)", func(r *fleet.KVReport) bool { return r.Sessions >= 3 })
 				if r.Blocks != 0 || r.LastError == "" {
 					t.Errorf("garbage: %+v", *r)
 				}
@@ -176,7 +177,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 			check: func(t *testing.T, v env) {
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
-				r := waitKV(t, v, "three sessions refused", func(r *kvReport) bool {
+				r := waitKV(t, v, "three sessions refused", func(r *fleet.KVReport) bool {
 					return r.Sessions >= 3 && !r.Connected
 				})
 				var after runtime.MemStats
@@ -197,11 +198,11 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 0, tokens, 1000)
 				n := len(tokens) / 16
-				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
+				waitKV(t, v, "blocks mirrored", func(r *fleet.KVReport) bool { return r.Blocks == n })
 				if _, err := c.Write(relZMessage("", 1, []byte("\xc1 this is not msgpack"))); err != nil {
 					t.Fatal(err)
 				}
-				r := waitKV(t, v, "decode error resets the mirror", func(r *kvReport) bool {
+				r := waitKV(t, v, "decode error resets the mirror", func(r *fleet.KVReport) bool {
 					return r.DecodeErrors >= 1 && r.Resyncs["decode"] >= 1
 				})
 				if r.Blocks != 0 {
@@ -211,7 +212,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 					t.Fatalf("explain still matches %d blocks", m.MatchedBlocks)
 				}
 				sendBatch(t, c, 2, small, 5000) // the stream goes on
-				waitKV(t, v, "next batch applied", func(r *kvReport) bool { return r.Blocks == 1 })
+				waitKV(t, v, "next batch applied", func(r *fleet.KVReport) bool { return r.Blocks == 1 })
 			},
 		},
 		{
@@ -221,13 +222,13 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 10, tokens, 1000)
 				n := len(tokens) / 16
-				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
+				waitKV(t, v, "blocks mirrored", func(r *fleet.KVReport) bool { return r.Blocks == n })
 				m := explainFor(t, chatBody(false, content), v.e.Addr())
 				if m.Tier != routing.Precise.String() || m.MatchedBlocks != n {
 					t.Fatalf("explain before: %+v, want precise with %d blocks", m, n)
 				}
 				sendBatch(t, c, 3, small, 5000)
-				r := waitKV(t, v, "restart reset", func(r *kvReport) bool {
+				r := waitKV(t, v, "restart reset", func(r *fleet.KVReport) bool {
 					return r.Resyncs["restart"] >= 1 && r.LastSeq != nil && *r.LastSeq == 3
 				})
 				if r.Blocks != 1 {
@@ -245,9 +246,9 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 				tokens := engineTokens(t, v.e, content)
 				sendBatch(t, c, 3, tokens, 1000)
 				n := len(tokens) / 16
-				waitKV(t, v, "blocks mirrored", func(r *kvReport) bool { return r.Blocks == n })
+				waitKV(t, v, "blocks mirrored", func(r *fleet.KVReport) bool { return r.Blocks == n })
 				sendBatch(t, c, 10, small, 5000)
-				r := waitKV(t, v, "gap reset", func(r *kvReport) bool {
+				r := waitKV(t, v, "gap reset", func(r *fleet.KVReport) bool {
 					return r.Resyncs["gap"] >= 1 && r.LastSeq != nil && *r.LastSeq == 10
 				})
 				if r.Blocks != 1 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -31,7 +32,7 @@ func TestGatewaySmoke(t *testing.T) {
 		t.Fatalf("streaming: %d %v %s", r.status, r.err, r.body)
 	}
 
-	var engs []engineReport
+	var engs []fleet.EngineReport
 	// Engines of earlier tests may linger (demoted to dynamic while
 	// recently used): count this test's own.
 	code := adminJSON(t, http.MethodGet, "/llm/engines", "", &engs)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
 // TestAdmissionFinishedFreesSlotBeforeNextPoll: with a long poll_interval
@@ -120,7 +122,7 @@ func endAfterScrape(t *testing.T, dial string, poll time.Duration, end func()) (
 	t.Helper()
 	for range 3 {
 		prev := getEngineReport(t, dial).ScrapedAt
-		var r engineReport
+		var r fleet.EngineReport
 		eventually(t, 2*poll, "a fresh scrape", func() bool {
 			r = getEngineReport(t, dial)
 			return r.ScrapedAt.After(prev)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -67,9 +68,9 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 			} else {
 				e.SetFaults(vllmsim.Faults{Metrics: tc.fault})
 			}
-			gateway{engines: []gatewayEngine{eng}, pollIntervl: "100ms", appExtra: "\t\tpoll_timeout 5s\n"}.load(t)
+			gateway{engines: []gatewayEngine{eng}, pollInterval: "100ms", appExtra: "\t\tpoll_timeout 5s\n"}.load(t)
 			t.Cleanup(func() { resetGateway(t) })
-			var r engineReport
+			var r fleet.EngineReport
 			eventually(t, 20*time.Second, "five failed scrapes", func() bool {
 				r = getEngineReport(t, e.Addr())
 				return r.Failures >= 5

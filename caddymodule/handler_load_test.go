@@ -184,10 +184,10 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	gateway{
 		// A scrape deadline that survives 10,000 connections on 2 cores
 		// under the race detector: stale gauges would fail open.
-		pollIntervl: "200ms",
-		appExtra:    "\t\tpoll_timeout 5s\n",
-		engines:     []gatewayEngine{{dial: full}},
-		admission:   "\t\tqueue_size 20000\n\t\tmax_park 10m\n\t\theartbeat 1m\n",
+		pollInterval: "200ms",
+		appExtra:     "\t\tpoll_timeout 5s\n",
+		engines:      []gatewayEngine{{dial: full}},
+		admission:    "\t\tqueue_size 20000\n\t\tmax_park 10m\n\t\theartbeat 1m\n",
 	}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
 	eventually(t, 10*time.Second, "engine seen full", func() bool {

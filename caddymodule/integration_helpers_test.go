@@ -25,6 +25,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -153,21 +154,21 @@ func slowEngine(t testing.TB) *vllmsim.Engine {
 // the llm app and its engines, and one site with llm_admission in front of
 // reverse_proxy with lb_policy llm. Every field is optional.
 type gateway struct {
-	engines     []gatewayEngine // the llm app's engines
-	engineExtra string          // lines inside every engine { }
-	upstreams   []string        // reverse_proxy's upstreams; default the engines' dials
-	dynamic     string          // a `dynamic ...` block instead of the upstream list
-	global      string          // more global option lines
-	pollIntervl string          // poll_interval, default 50ms (reliability_soak_test.go spells it so)
-	appExtra    string          // lines inside llm { }
-	patient     bool            // tokenize_timeout 10s and poll_timeout 2s unless appExtra sets them
-	noApp       bool            // no llm app at all (with respond)
-	site        string          // the site address; default http://<gatewayAddr>
-	siteExtra   string          // lines inside the site block, before the handlers
-	respond     string          // when set, the site only responds this: no llm_admission, no proxy
-	admission   string          // lines inside llm_admission { }; "-" omits the handler
-	policy      string          // lines inside lb_policy llm { }; "-" round_robin; or a whole "lb_policy ..." line
-	proxyExtra  string          // lines inside reverse_proxy { }
+	engines      []gatewayEngine // the llm app's engines
+	engineExtra  string          // lines inside every engine { }
+	upstreams    []string        // reverse_proxy's upstreams; default the engines' dials
+	dynamic      string          // a `dynamic ...` block instead of the upstream list
+	global       string          // more global option lines
+	pollInterval string          // poll_interval, default 50ms
+	appExtra     string          // lines inside llm { }
+	patient      bool            // tokenize_timeout 10s and poll_timeout 2s unless appExtra sets them
+	noApp        bool            // no llm app at all (with respond)
+	site         string          // the site address; default http://<gatewayAddr>
+	siteExtra    string          // lines inside the site block, before the handlers
+	respond      string          // when set, the site only responds this: no llm_admission, no proxy
+	admission    string          // lines inside llm_admission { }; "-" omits the handler
+	policy       string          // lines inside lb_policy llm { }; "-" round_robin; or a whole "lb_policy ..." line
+	proxyExtra   string          // lines inside reverse_proxy { }
 }
 
 // gatewayEngine is one engine of the llm app.
@@ -230,7 +231,7 @@ func (g gateway) caddyfile() string {
 
 // writeApp writes the llm app's global block.
 func (g gateway) writeApp(b *strings.Builder) {
-	poll, app := g.pollIntervl, g.appExtra
+	poll, app := g.pollInterval, g.appExtra
 	if poll == "" {
 		poll = "50ms"
 	}
@@ -339,23 +340,13 @@ func resetGateway(t testing.TB) {
 		t.Errorf("reset load: %d %s", res.StatusCode, body)
 		return
 	}
-	var all []engineReport
+	var all []fleet.EngineReport
 	forgotten := func() bool {
 		return adminJSON(t, http.MethodGet, "/llm/engines", "", &all) == http.StatusOK && len(all) == 0
 	}
 	for w := newWait(t, 20*time.Second, "the fleet to forget its engines"); !forgotten(); w.tick(len(all), " engines still known") {
 	}
 }
-
-// reliability_soak_test.go, kept apart from this set by its owner for now,
-// spells these in the reliability tests' former names.
-type (
-	relGateway = gateway
-	relEngine  = gatewayEngine
-)
-
-func relEngines(es ...*vllmsim.Engine) []gatewayEngine { return kvEngines(es...) }
-func relReset(t testing.TB)                            { resetGateway(t) }
 
 // client is a plain HTTP client for the gateway, without caddytest's
 // 5-second default.
@@ -794,16 +785,16 @@ func metricValue(t testing.TB, name string, labels ...string) float64 {
 }
 
 // getEngineReport fetches one engine's report from /llm/engines.
-func getEngineReport(t testing.TB, dial string) engineReport {
+func getEngineReport(t testing.TB, dial string) fleet.EngineReport {
 	t.Helper()
-	var all []engineReport
+	var all []fleet.EngineReport
 	adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
 	for _, r := range all {
 		if r.Dial == dial {
 			return r
 		}
 	}
-	return engineReport{}
+	return fleet.EngineReport{}
 }
 
 // queueReport is GET /llm/queue.
@@ -924,9 +915,9 @@ func waitKV(t testing.TB, engines ...*vllmsim.Engine) {
 }
 
 // waitBlocks waits until /llm/engines shows at least n blocks held by dial.
-func waitBlocks(t testing.TB, dial string, n int) engineReport {
+func waitBlocks(t testing.TB, dial string, n int) fleet.EngineReport {
 	t.Helper()
-	var r engineReport
+	var r fleet.EngineReport
 	eventually(t, 15*time.Second, fmt.Sprintf("%d KV blocks on %s", n, dial), func() bool {
 		r = getEngineReport(t, dial)
 		return r.KV != nil && r.KV.Blocks >= n
@@ -935,7 +926,7 @@ func waitBlocks(t testing.TB, dial string, n int) engineReport {
 }
 
 // waitGauges waits until the gateway's view of dial satisfies cond.
-func waitGauges(t testing.TB, dial, what string, cond func(engineReport) bool) {
+func waitGauges(t testing.TB, dial, what string, cond func(fleet.EngineReport) bool) {
 	t.Helper()
 	eventually(t, 15*time.Second, what, func() bool { return cond(getEngineReport(t, dial)) })
 }

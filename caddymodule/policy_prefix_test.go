@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -96,7 +97,7 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 		}()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	waitGauges(t, holder.Addr(), "holder running 4 in the gateway's gauges", func(r engineReport) bool { return r.Running >= 4 })
+	waitGauges(t, holder.Addr(), "holder running 4 in the gateway's gauges", func(r fleet.EngineReport) bool { return r.Running >= 4 })
 
 	overridden := metricValue(t, "llmgw_prefix_decisions_total", `outcome="overridden_by_load"`)
 	spill := make([]reply, 0, 12)
@@ -117,7 +118,7 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 	wg.Wait()
 
 	// 3. Load gone: requests with the prefix go to an engine holding it.
-	waitGauges(t, holder.Addr(), "holder idle in the gateway's gauges", func(r engineReport) bool { return r.Running == 0 })
+	waitGauges(t, holder.Addr(), "holder idle in the gateway's gauges", func(r fleet.EngineReport) bool { return r.Running == 0 })
 	r := mustSend(t, "", chat{system: prefix, user: "after the storm", maxTokens: 4}.body(), nil)
 	if r.tier != "precise" {
 		t.Errorf("after the spill: tier %q, want precise", r.tier)

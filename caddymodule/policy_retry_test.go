@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -36,7 +37,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	}
 	failed0 := metricValue(t, "llmgw_responses_total", `outcome="upstream_error"`)
 	opened := func() bool {
-		var all []engineReport
+		var all []fleet.EngineReport
 		adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
 		n := 0
 		for _, r := range all {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -57,7 +58,7 @@ func TestPolicyApproximateTier(t *testing.T) {
 	// 1. Cut engine 0's event stream: its blocks are forgotten, but the
 	// gateway remembers sending it the prefix.
 	proxies[0].close()
-	waitGauges(t, engines[0].Addr(), "engine 0's KV subscription to drop", func(r engineReport) bool {
+	waitGauges(t, engines[0].Addr(), "engine 0's KV subscription to drop", func(r fleet.EngineReport) bool {
 		return r.KV != nil && !r.KV.Connected && r.KV.Blocks == 0
 	})
 	before, cached := approx(), engines[0].Stats().CachedTokens

@@ -370,14 +370,14 @@ func TestReliabilitySoak(t *testing.T) {
 
 // config is the gateway's Caddyfile after the given number of reloads;
 // each reload changes stale_after, so that it is a real config change.
-func (s *soak) config(reload int) relGateway {
+func (s *soak) config(reload int) gateway {
 	c := s.setup
-	g := relGateway{
-		engines:     relEngines(s.engines...),
-		pollIntervl: c.PollInterval.String(),
-		appExtra:    fmt.Sprintf("\t\tstale_after %d\n", 3+reload%2),
-		admission:   fmt.Sprintf("\t\tmax_park %s\n\t\tqueue_size %d\n\t\theartbeat %s\n", c.MaxPark, c.QueueSize, c.Heartbeat),
-		proxyExtra:  fmt.Sprintf("\t\tlb_retries %d\n", c.LBRetries),
+	g := gateway{
+		engines:      kvEngines(s.engines...),
+		pollInterval: c.PollInterval.String(),
+		appExtra:     fmt.Sprintf("\t\tstale_after %d\n", 3+reload%2),
+		admission:    fmt.Sprintf("\t\tmax_park %s\n\t\tqueue_size %d\n\t\theartbeat %s\n", c.MaxPark, c.QueueSize, c.Heartbeat),
+		proxyExtra:   fmt.Sprintf("\t\tlb_retries %d\n", c.LBRetries),
 	}
 	for i := range g.engines {
 		g.engines[i].extra = fmt.Sprintf("\t\t\tmax_inflight %d\n", c.MaxInflight)
@@ -416,7 +416,7 @@ func (s *soak) startGateway() {
 		startSoakGateway(t, s.bin, s.config(0).caddyfile())
 	} else {
 		s.load(0)
-		t.Cleanup(func() { relReset(t) })
+		t.Cleanup(func() { resetGateway(t) })
 	}
 	eventually(t, 20*time.Second, "subscriptions connected", func() bool {
 		for _, e := range s.engines {
