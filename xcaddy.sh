@@ -18,7 +18,9 @@ XCADDY_VERSION=v0.4.5
 CACHE="$ROOT/.cache"
 BIN="$ROOT/bin"
 
-log() { printf '==> %s\n' "$*" >&2; }
+# log prints a step with the seconds since the script started, so CI's
+# output shows where the time goes.
+log() { printf '==> [%4ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 command -v go >/dev/null || die "Go is required (https://go.dev/dl), 1.26 or newer"
@@ -103,22 +105,57 @@ ensure_test_deps() {
 	fi
 }
 
-# fuzz_one fuzzes one target for $FUZZTIME. Go 1.26's fuzzing coordinator
-# can fail a target with a bare "context deadline exceeded" as -fuzztime
-# expires while a worker is mid-input (golang/go#75804, fixed in Go 1.27):
-# no input failed then, and none was written. Such a run returns 1 so the
-# caller runs it once more; a second one, or any real failure, dies.
+# fuzz_one fuzzes one target for $FUZZTIME with one worker, writing to
+# the lane's log $3. Go 1.26's fuzzing coordinator can fail a target with
+# a bare "context deadline exceeded" as -fuzztime expires while a worker
+# is mid-input (golang/go#75804, fixed in Go 1.27): no input failed then,
+# and none was written. Such a run returns 1 so the caller runs it once
+# more; a second one, or any real failure, dies.
 fuzz_one() {
-	local out="$test_tmp/fuzz.log"
-	if go test -run '^$' -fuzz "^${2}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 2 "$1" 2>&1 | tee "$out"; then
+	local out="$3.run"
+	if go test -run '^$' -fuzz "^${2}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 1 "$1" >"$out" 2>&1; then
+		cat "$out" >>"$3"
 		return 0
 	fi
-	if [[ -z "${3:-}" ]] && grep -q 'context deadline exceeded' "$out" &&
+	cat "$out" >>"$3"
+	if [[ -z "${4:-}" ]] && grep -q 'context deadline exceeded' "$out" &&
 		! grep -qE 'Failing input written|panic:|^\s+\S+_test\.go:[0-9]+:' "$out"; then
 		log "  $2: the fuzzing coordinator's deadline race (golang/go#75804), no failing input: once more"
 		return 1
 	fi
-	die "fuzzing $1 $2 failed"
+	die "fuzzing $1 $2 failed (its output is in the lane log below)"
+}
+
+# fuzz_targets lists "package target" for every fuzz target, each line
+# prefixed with its lane (0 or 1): whole packages go to the lane with fewer
+# targets so far, so the two lanes take about as long and a package's
+# fuzzing build is made by one lane only.
+fuzz_targets() {
+	grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+		for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
+			echo "./$(dirname "${f#./}") $t"
+		done
+	done | sort -u | awk '
+		{ pkg[NR] = $1; tgt[NR] = $2; n[$1]++ }
+		END {
+			# Biggest packages first, each to the lighter lane.
+			for (p in n) order[++k] = p
+			for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++)
+				if (n[order[j]] > n[order[i]] || (n[order[j]] == n[order[i]] && order[j] < order[i])) { t = order[i]; order[i] = order[j]; order[j] = t }
+			for (i = 1; i <= k; i++) { l = (load[0] <= load[1]) ? 0 : 1; lane[order[i]] = l; load[l] += n[order[i]] }
+			for (r = 1; r <= NR; r++) print lane[pkg[r]], pkg[r], tgt[r]
+		}'
+}
+
+# fuzz_lane fuzzes the targets of one lane, one after another.
+fuzz_lane() {
+	local lane=$1 log_file="$test_tmp/fuzz-lane-$1.log" l pkg target
+	: >"$log_file"
+	while read -r l pkg target; do
+		[[ $l == "$lane" ]] || continue
+		log "  lane $lane: $pkg $target"
+		fuzz_one "$pkg" "$target" "$log_file" || fuzz_one "$pkg" "$target" "$log_file" retry
+	done <"$test_tmp/fuzz-targets"
 }
 
 cmd_test() {
@@ -149,16 +186,24 @@ cmd_test() {
 		fi
 		die "go test failed"
 	fi
-	log "fuzzing each target for ${FUZZTIME:=15s}"
-	local pkg target
-	while read -r pkg target; do
-		log "  $pkg $target"
-		fuzz_one "$pkg" "$target" || fuzz_one "$pkg" "$target" retry
-	done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
-		for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
-			echo "./$(dirname "${f#./}") $t"
-		done
-	done | sort -u)
+	# Two lanes side by side, one fuzzing worker each: the same CPU as one
+	# lane of two workers, in half the wall time (fuzzing is bounded by
+	# -fuzztime, not by work).
+	log "fuzzing each target for ${FUZZTIME:=15s}, in two lanes"
+	fuzz_targets >"$test_tmp/fuzz-targets"
+	local pids=() lane failed=0
+	for lane in 0 1; do
+		fuzz_lane "$lane" &
+		pids+=($!)
+	done
+	for lane in 0 1; do
+		wait "${pids[$lane]}" || failed=1
+	done
+	for lane in 0 1; do
+		log "fuzz lane $lane:"
+		cat "$test_tmp/fuzz-lane-$lane.log" >&2
+	done
+	((failed == 0)) || die "fuzzing failed"
 	log "all tests passed"
 }
 
