@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"slices"
@@ -30,29 +31,39 @@ type bandReq struct {
 	header map[string]string
 }
 
-// completionOrder waits for every request and returns their names in the
-// order their responses ended. With max_inflight 1 the engine serves one at
-// a time, so this is the admission order.
-func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan reply) []string {
+// admissionOrder waits for every request and returns their names in the
+// order they reached the engine, as recorded in front of it: the order the
+// gate admitted them. (Their completion order, as clients see it, says the
+// same only while every client goroutine runs on time; on a loaded machine
+// a reply read late could swap two.)
+func admissionOrder(t *testing.T, rec *upstreamRecorder, reqs []bandReq, chans []<-chan reply) []string {
 	t.Helper()
-	type done struct {
-		name string
-		at   time.Time
-	}
-	var ds []done
 	for i, ch := range chans {
 		r := waitReply(t, ch, 60*time.Second)
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("%s: %d %v %s", reqs[i].name, r.status, r.err, r.body)
 		}
-		ds = append(ds, done{reqs[i].name, r.at})
 	}
-	slices.SortFunc(ds, func(a, b done) int { return a.at.Compare(b.at) })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
 	var out []string
-	for _, d := range ds {
-		out = append(out, d.name)
+	for _, got := range rec.got {
+		for _, r := range reqs {
+			if bytes.Contains(got.body, []byte(`"band `+r.name+`"`)) {
+				out = append(out, r.name)
+			}
+		}
 	}
 	return out
+}
+
+// bandGateway is parkGateway (max_inflight 1) with a recorder between the
+// gateway and the engine, to tell the admission order.
+func bandGateway(t *testing.T, e *vllmsim.Engine, admissionExtra string) *upstreamRecorder {
+	t.Helper()
+	rec := newUpstreamRecorder(t, e)
+	gateway{engines: []gatewayEngine{{dial: rec.addr()}}, admission: "\t\tmax_inflight 1\n" + admissionExtra}.load(t)
+	return rec
 }
 
 // TestAdmissionBandOrder: under contention, parked requests are admitted
@@ -60,9 +71,9 @@ func completionOrder(t *testing.T, reqs []bandReq, chans []<-chan reply) []strin
 // and FIFO holds inside a band — whatever the arrival order.
 func TestAdmissionBandOrder(t *testing.T) {
 	e := slowEngine(t)
-	parkGateway(e, "\t\tmax_park 60s\n\t\taging 60s\n").load(t)
+	rec := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 60s\n")
 	occ := occupy(t, e, 1)
-	waitBusy(t, e.Addr(), 1)
+	waitBusy(t, rec.addr(), 1)
 
 	reqs := []bandReq{
 		{"low", "low", map[string]string{"X-Priority": "low"}},
@@ -79,7 +90,7 @@ func TestAdmissionBandOrder(t *testing.T) {
 		t.Fatalf("band depths high/normal/low = %v", d)
 	}
 	occ[0].release()
-	got := completionOrder(t, reqs, chans)
+	got := admissionOrder(t, rec, reqs, chans)
 	want := []string{"high", "high-numeric", "normal", "normal-unknown-priority", "low", "warmup"}
 	if !slices.Equal(got, want) {
 		t.Errorf("admission order %v, want %v", got, want)
@@ -91,9 +102,9 @@ func TestAdmissionBandOrder(t *testing.T) {
 // progresses under sustained high load.
 func TestAdmissionAging(t *testing.T) {
 	e := slowEngine(t)
-	parkGateway(e, "\t\tmax_park 60s\n\t\taging 200ms\n").load(t)
+	rec := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 200ms\n")
 	occ := occupy(t, e, 1)
-	waitBusy(t, e.Addr(), 1)
+	waitBusy(t, rec.addr(), 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -109,7 +120,7 @@ func TestAdmissionAging(t *testing.T) {
 	chans = append(chans, parkInOrder(t, ctx, more)...)
 	reqs = append(reqs, more...)
 	occ[0].release()
-	got := completionOrder(t, reqs, chans)
+	got := admissionOrder(t, rec, reqs, chans)
 	if want := []string{"low", "high", "normal"}; !slices.Equal(got, want) {
 		t.Errorf("admission order %v, want %v (aged low first)", got, want)
 	}
