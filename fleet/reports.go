@@ -120,6 +120,10 @@ func (f *Fleet) kvReport(dial string) *KVReport {
 	}
 	if m := f.index.Mirror(dial); m != nil {
 		ms := m.Stats()
+		// Live as routing sees it: the mirror follows the engine from the
+		// Feed's Connected on, a moment after the subscriber's session
+		// began.
+		r.Connected = ms.Connected
 		if ms.HasSeq {
 			seq := ms.LastSeq
 			r.LastSeq = &seq
