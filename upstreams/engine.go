@@ -134,7 +134,7 @@ type Load struct {
 
 // Load returns a snapshot of the engine's gauges and accounting.
 func (e *Engine) Load() Load {
-	now := time.Now()
+	now := e.reg.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l := Load{
@@ -279,7 +279,7 @@ func (e *Engine) unstamp(epoch uint64) {
 // release undoes acquire; completed also feeds the drain rate. sent says
 // the request was handed to this engine, so that a scrape may count it.
 func (e *Engine) release(epoch uint64, completed, sent bool) {
-	now := time.Now()
+	now := e.reg.now()
 	e.mu.Lock()
 	e.inflight--
 	if completed && sent && epoch < e.dropBelow {
