@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -51,6 +52,7 @@ type Placement struct {
 	dials    []string
 	cands    []routing.Candidate // prefix figures by dial, loads of Place
 	at       map[string]int      // index in dials
+	holders  []string            // dials holding at least half of Holder's prefix
 	req      routing.Request
 	cost     routing.Config
 	decision Decision
@@ -83,7 +85,22 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 			p.Holder, p.Cached, p.Tier = c.Dial, n, c.Tier
 		}
 	}
+	for i, c := range cands {
+		// A group's prefix may live on several engines; each of them is
+		// worth waiting for about as much.
+		if n := p.cachedAt(i); n > 0 && 2*n >= p.Cached {
+			p.holders = append(p.holders, c.Dial)
+		}
+	}
 	return p
+}
+
+// cachedOn is cachedAt by dial; 0 for a dial Place did not see.
+func (p *Placement) cachedOn(dial string) int {
+	if i, ok := p.at[dial]; ok {
+		return p.cachedAt(i)
+	}
+	return 0
 }
 
 // cachedAt is the prompt tokens candidate i holds, credited by its tier as
@@ -120,22 +137,23 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 }
 
 // ReservePlaced is TryReserve for a placed request (p nil: TryReserve).
-// The rule, in order:
+// An engine may take the request when it has room as TryReserve counts
+// it, or — when it holds the request's prefix (at least half of the
+// longest match) — when the request's expected wait there is shorter than
+// the prefill it saves: the requests queued beyond the engine's capacity,
+// plus one, over the engine's drain rate, against the prefix's tokens over
+// the prefill rate, counted for every sequence a cold prefill would stall
+// (the batch of the roomiest other engine, plus one; the holder's own
+// when the fleet is full). Such a request is reserved over the holder's
+// capacity and queues in the engine (ReasonHitWait): the bound follows
+// the engine's own figures — the slower it drains, the fewer wait; the
+// longer the prefix and the fuller the alternative, the more.
 //
-//  1. Its prefix holder has room (as TryReserve counts it): reserve there.
-//  2. The holder is full but the request's expected wait there — the
-//     requests queued beyond its capacity, plus one, over its drain rate —
-//     is shorter than the prefill a cold engine would spend on the
-//     holder's cached tokens, counted for every sequence that prefill
-//     stalls (the cold engine's batch, plus one): reserve on the holder
-//     over its capacity; the engine queues the request (ReasonHitWait).
-//     The bound thus follows the engine's own figures: the slower it
-//     drains, the fewer wait; the larger the prefix and the fuller the
-//     alternative, the more.
-//  3. With PassPreferred, nothing else: the request keeps its place.
-//  4. Any engine with room, chosen by routing.Pick among them (prefix and
-//     load), as the policy would: ReasonCold.
-//  5. As TryReserve: fail open on unknown engines unless fail-closed.
+// Among the engines that may take it, routing.Pick chooses on the prompt's
+// prefix and the loads of now, as the policy would, and the reservation
+// is made there. With PassPreferred only the prefix's holders are asked.
+// When no known engine may take it, it fails open on unknown engines
+// unless fail-closed, as TryReserve does.
 func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
 	if p == nil {
 		if pass == admission.PassPreferred {
@@ -144,34 +162,32 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 		return f.TryReserve(dials, lim)
 	}
 	p.Engine, p.Reason, p.Wait, p.WaitBound = "", "", 0, 0
-	he, hl, held := f.holderLoad(p, dials)
-	if held && engineFree(hl, lim) > 0 {
-		return p.reserve(he, ReasonHit, p.holderDecision()), false, true
-	}
+	var loads []dialLoad
 	if pass == admission.PassPreferred {
-		if held && p.worthWaiting(hl, lim, batch(hl)) {
-			return p.reserve(he, ReasonHitWait, p.holderDecision()), false, true
+		loads = f.loads(p.holdersAmong(dials))
+	} else {
+		loads = f.loads(dials)
+	}
+	if !p.weigh(loads, lim) {
+		if pass == admission.PassPreferred {
+			return nil, false, false
 		}
-		return nil, false, false
+		res, failOpen, ok := f.TryReserve(dials, lim)
+		if ok && failOpen {
+			p.Reason = ReasonFailOpen
+		}
+		return res, failOpen, ok
 	}
-	loads := f.loads(dials)
-	alt := roomiest(loads, lim, p.Holder)
-	b := batch(hl)
-	if alt >= 0 {
-		b = batch(loads[alt].l)
+	i, d := p.pick(f, loads)
+	c := p.cachedOn(loads[i].e.Dial())
+	reason := ReasonCold
+	switch {
+	case c > 0 && loads[i].free > 0:
+		reason = ReasonHit
+	case c > 0:
+		reason = ReasonHitWait
 	}
-	if held && p.worthWaiting(hl, lim, b) {
-		return p.reserve(he, ReasonHitWait, p.holderDecision()), false, true
-	}
-	if alt >= 0 {
-		i, d := p.pickCold(f, loads, lim, alt)
-		return p.reserve(loads[i].e, ReasonCold, d), false, true
-	}
-	res, failOpen, ok := f.TryReserve(dials, lim)
-	if ok && failOpen {
-		p.Reason = ReasonFailOpen
-	}
-	return res, failOpen, ok
+	return p.reserve(loads[i].e, reason, d), false, true
 }
 
 // reserve reserves on e and records the outcome.
@@ -180,56 +196,73 @@ func (p *Placement) reserve(e *upstreams.Engine, reason string, d Decision) *ups
 	return e.Reserve()
 }
 
-// holderDecision is the decision of a request sent to its holder.
-func (p *Placement) holderDecision() Decision {
-	d := p.decision
-	d.Tier, d.Outcome, d.Share = p.Tier, routing.Hit, 0
-	if i, ok := p.at[p.Holder]; ok && p.req.TotalBlocks > 0 {
-		d.Share = float64(min(p.cands[i].MatchedBlocks, p.req.TotalBlocks)) / float64(p.req.TotalBlocks)
-	}
-	return d
-}
-
-// holderLoad is the holder's engine and load when it is a candidate that
-// may take the request: among dials, not drained, with known gauges.
-func (f *Fleet) holderLoad(p *Placement, dials []string) (*upstreams.Engine, upstreams.Load, bool) {
-	if p.Holder == "" || f.IsDrained(p.Holder) {
-		return nil, upstreams.Load{}, false
-	}
-	found := false
-	for _, d := range dials {
-		if d == p.Holder {
-			found = true
-			break
+// holdersAmong is the prefix's holders that are among dials.
+func (p *Placement) holdersAmong(dials []string) []string {
+	var out []string
+	for _, h := range p.holders {
+		if slices.Contains(dials, h) {
+			out = append(out, h)
 		}
 	}
-	if !found {
-		return nil, upstreams.Load{}, false
-	}
-	e := f.registry.Ensure(p.Holder)
-	l := e.Load()
-	return e, l, l.Known
+	return out
 }
 
-// worthWaiting applies rule 2 of ReservePlaced to the full holder's load
-// l, b being the batch a cold prefill would stall, and records the wait
-// and its bound.
-func (p *Placement) worthWaiting(l upstreams.Load, lim Limits, b int) bool {
+// weigh marks which engines of loads may take the request (see
+// ReservePlaced) and reports whether any may.
+func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
+	alt := -1 // the roomiest engine that is no holder: the cold alternative
+	for i := range loads {
+		l := &loads[i]
+		if !l.l.Known {
+			continue
+		}
+		l.free = engineFree(l.l, lim)
+		l.cached = p.cachedOn(l.e.Dial())
+		if l.free > 0 && 2*l.cached < p.Cached && (alt < 0 || l.free > loads[alt].free) {
+			alt = i
+		}
+	}
+	any := false
+	for i := range loads {
+		l := &loads[i]
+		switch {
+		case !l.l.Known:
+		case l.free > 0:
+			l.ok = true
+		case l.cached > 0 && 2*l.cached >= p.Cached:
+			b := batch(l.l)
+			if alt >= 0 {
+				b = batch(loads[alt].l)
+			}
+			var wait, bound time.Duration
+			l.ok, wait, bound = worthWaiting(l.l, lim, l.cached, b)
+			if l.e.Dial() == p.Holder {
+				p.Wait, p.WaitBound = wait, bound
+			}
+		}
+		any = any || l.ok
+	}
+	return any
+}
+
+// worthWaiting weighs a wait at a full holder (load l, cached tokens of
+// the prompt) against a cold prefill stalling a batch of b: ok when the
+// expected wait is below the bound.
+func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, bound time.Duration) {
 	rate := lim.PrefillRate
 	if rate == 0 {
 		rate = DefaultPrefillRate
 	}
-	if rate < 0 || l.KVUsage >= lim.KV || p.Cached <= 0 {
-		return false
+	if rate < 0 || l.KVUsage >= lim.KV || cached <= 0 {
+		return false, 0, 0
 	}
-	bound := float64(b+1) * float64(p.Cached) / rate
-	p.WaitBound = time.Duration(bound * float64(time.Second))
+	bs := float64(b+1) * float64(cached) / rate
+	bound = time.Duration(bs * float64(time.Second))
 	if !(l.DrainRate > 0) {
-		return false // no completion seen yet: the wait is unknown
+		return false, 0, bound // no completion seen yet: the wait is unknown
 	}
-	wait := float64(queuedBeyond(l, lim)+1) / l.DrainRate
-	p.Wait = time.Duration(wait * float64(time.Second))
-	return wait < bound
+	ws := float64(queuedBeyond(l, lim)+1) / l.DrainRate
+	return ws < bs, time.Duration(ws * float64(time.Second)), bound
 }
 
 // queuedBeyond is how many requests an engine with no room holds beyond
@@ -259,12 +292,14 @@ func batch(l upstreams.Load) int {
 
 // dialLoad is one candidate engine's load as one try sees it.
 type dialLoad struct {
-	e    *upstreams.Engine
-	l    upstreams.Load
-	free int // engineFree; 0 for unknown or drained engines
+	e      *upstreams.Engine
+	l      upstreams.Load
+	free   int  // engineFree (known engines)
+	cached int  // prompt tokens it holds
+	ok     bool // it may take the request
 }
 
-// loads snapshots the candidates' loads.
+// loads snapshots the loads of dials that are not drained.
 func (f *Fleet) loads(dials []string) []dialLoad {
 	out := make([]dialLoad, 0, len(dials))
 	for _, d := range dials {
@@ -277,44 +312,36 @@ func (f *Fleet) loads(dials []string) []dialLoad {
 	return out
 }
 
-// roomiest returns the index of the known engine other than skip with the
-// most room, -1 when none has any; it fills each entry's free.
-func roomiest(loads []dialLoad, lim Limits, skip string) int {
-	best, bestFree := -1, 0
-	for i := range loads {
-		if !loads[i].l.Known {
-			continue
-		}
-		loads[i].free = engineFree(loads[i].l, lim)
-		if loads[i].e.Dial() != skip && loads[i].free > bestFree {
-			best, bestFree = i, loads[i].free
-		}
-	}
-	return best
-}
-
-// pickCold chooses among the engines with room as the policy would,
-// routing.Pick on the placement's prefix figures and the loads of now;
-// alt (the roomiest) when Pick has no answer.
-func (p *Placement) pickCold(f *Fleet, loads []dialLoad, lim Limits, alt int) (int, Decision) {
+// pick chooses among the engines that may take the request as the policy
+// would: routing.Pick on the placement's prefix figures and the loads of
+// now, those that may not take it left out; the first that may when Pick
+// has no answer.
+func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
 	cands := make([]routing.Candidate, len(loads))
+	first := -1
 	for i := range loads {
 		c := f.candidate(Query{}, loads[i].l, loads[i].e.Dial())
 		if j, ok := p.at[c.Dial]; ok {
 			c.Tier, c.MatchedBlocks = p.cands[j].Tier, p.cands[j].MatchedBlocks
 		}
-		if loads[i].free <= 0 {
+		switch {
+		case !loads[i].ok:
 			c.Unavailable = "full"
+		case first < 0:
+			first = i
 		}
+		// Admission decided who has room; a holder taking a request over
+		// its capacity is no "saturated" candidate here.
+		c.MaxInflight = 0
 		cands[i] = c
 	}
 	d := p.decision
 	d.Decision = routing.Pick(p.req, cands, p.cost, false)
 	if d.Index < 0 {
-		d.Index, d.Tier, d.Outcome = alt, routing.LoadOnly, routing.Miss
+		d.Index, d.Tier, d.Outcome, d.Share = first, routing.LoadOnly, routing.Miss, 0
 	}
-	if p.Holder != "" && cands[d.Index].Dial != p.Holder {
-		// Pick saw the full holder as unavailable; it was passed over.
+	if loads[d.Index].cached < p.Cached && d.Outcome != routing.OverriddenByLoad {
+		// Pick did not see the full holder it was passed over for.
 		d.Outcome = routing.OverriddenByLoad
 	}
 	return d.Index, d
