@@ -19,6 +19,9 @@ type Settings struct {
 	Cost      routing.Config
 	BlockSize int  // tokens per KV block for engines that have not reported theirs
 	Tokenize  bool // call /tokenize for prompts that are not token ids
+	// CacheKeyHeader is the policy's cache_key_header: requests carrying
+	// it are pinned by the policy, so admission does not place them.
+	CacheKeyHeader string
 }
 
 // DefaultSettings are a pool's settings before its policy registered any.
