@@ -132,3 +132,123 @@ func TestPlacedHolderFirst(t *testing.T) {
 	}
 	res.Done()
 }
+
+// starvationRun is the starvation test's model: two engines of two slots,
+// each request running svc; both engines busy when one cold request (no
+// holder) parks, then a backlog of hot requests for the two holders, and
+// more arrive at exactly the fleet's capacity, so every freed slot has a
+// hot waiter whose holder it is. It returns how long the cold request waited,
+// or -1 when it was still parked at the end.
+func starvationRun(t *testing.T, aging time.Duration) time.Duration {
+	const svc, step, end = time.Second, 10 * time.Millisecond, 20 * time.Second
+	a, b := deadDials[0], deadDials[1]
+	f, clk := clockedFleet(t, &EngineConfig{Dial: a, MaxInflight: 2}, &EngineConfig{Dial: b, MaxInflight: 2})
+	dials, lim := deadDials[:2], Limits{KV: 0.9}
+	g := admission.NewGateClock(admission.Config{Aging: aging}, clk.Now)
+	hot := map[string]string{a: strings.Repeat("group a ", 40), b: strings.Repeat("group b ", 40)}
+	for d, text := range hot {
+		f.Routed(chatRequest(t, nil, text), Decision{}, d)
+	}
+	type running struct {
+		res *upstreams.Reservation
+		end time.Time
+	}
+	var run []running
+	var admitted []*upstreams.Reservation
+	enter := func(text string) *admission.Waiter {
+		p := placedOn(t, f, dials, text)
+		w, err := g.EnterPlaced(admission.Normal, func(pass admission.Pass) bool {
+			res, _, ok := f.ReservePlaced(p, dials, lim, pass)
+			if ok {
+				admitted = append(admitted, res)
+			}
+			return ok
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	dispatch := func() {
+		for _, res := range admitted {
+			run = append(run, running{f.Dispatch(res, res.Engine().Dial()), clk.Now().Add(svc)})
+		}
+		admitted = admitted[:0]
+	}
+	for _, d := range dials {
+		scrape(f, d, upstreams.Gauges{})
+	}
+	for i := range 4 { // both engines busy, finishing over the first service time
+		enter("warm-up " + strings.Repeat("x", i))
+		dispatch()
+		run[i].end = clk.Now().Add(svc * time.Duration(i+1) / 4)
+	}
+	cold := enter("a cold prompt nobody holds")
+	if isReady(cold) {
+		t.Fatal("the cold request was admitted with both engines busy")
+	}
+	for i := range 4 { // a backlog of hot waiters behind it, two per holder
+		enter(hot[dials[i%2]] + " an early question " + strings.Repeat("e", i))
+	}
+	start := clk.Now()
+	for i := 0; clk.Now().Sub(start) < end; i++ {
+		clk.Advance(step)
+		keep := run[:0]
+		for _, r := range run {
+			if clk.Now().Before(r.end) {
+				keep = append(keep, r)
+			} else {
+				r.res.Done()
+			}
+		}
+		run = keep
+		if i%25 == 0 { // hot arrivals at capacity: 4 per second
+			enter(hot[dials[(i/25)%2]] + " a question " + strings.Repeat("q", i%7))
+			for _, d := range dials {
+				scrape(f, d, upstreams.Gauges{Running: float64(countOn(run, d, func(r running) string { return r.res.Engine().Dial() }))})
+			}
+		}
+		g.Kick()
+		dispatch()
+		if isReady(cold) {
+			return cold.Waited()
+		}
+	}
+	return -1
+}
+
+func countOn[T any](xs []T, dial string, of func(T) string) int {
+	n := 0
+	for _, x := range xs {
+		if of(x) == dial {
+			n++
+		}
+	}
+	return n
+}
+
+func isReady(w *admission.Waiter) bool {
+	select {
+	case <-w.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestColdRequestNotStarved is issue 12's starvation test: hot requests
+// take every slot that frees on their holder ahead of an older cold
+// request; once the cold one has aged it takes the next free slot, so it
+// is admitted within aging plus one service time. Without aging it waits
+// for as long as the hot stream lasts: the bound is aging's doing.
+func TestColdRequestNotStarved(t *testing.T) {
+	const aging, svc = 2 * time.Second, time.Second
+	w := starvationRun(t, aging)
+	t.Logf("cold request admitted after %v with aging %v", w, aging)
+	if w < 0 || w > aging+svc {
+		t.Fatalf("cold request admitted after %v (-1: never), want within aging + one service time (%v)", w, aging+svc)
+	}
+	if w := starvationRun(t, -1); w >= 0 {
+		t.Fatalf("without aging the cold request was admitted after %v: the test does not starve it", w)
+	}
+}
