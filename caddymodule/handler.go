@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -66,6 +67,12 @@ type Admission struct {
 	// engine, for engines without their own max_inflight in the llm app.
 	// Default: 0, which treats an engine reporting waiting requests as full.
 	MaxInflight int `json:"max_inflight,omitempty"`
+
+	// The engines' prefill speed in prompt tokens per second, against which
+	// a wait at a request's prefix holder is weighed (see the README's
+	// cache-aware admission). Negative: never queue at a full holder.
+	// Default: 10000.
+	PrefillRate float64 `json:"prefill_rate,omitempty"`
 
 	// Longest a request stays parked before 503. Default: 120s.
 	MaxPark caddy.Duration `json:"max_park,omitempty"`
@@ -196,6 +203,8 @@ func (h *Admission) Validate() error {
 		return fmt.Errorf("max_park, heartbeat and body_timeout must be positive")
 	case h.QueueSize < 0:
 		return fmt.Errorf("queue_size must not be negative")
+	case math.IsNaN(h.PrefillRate) || math.IsInf(h.PrefillRate, 0):
+		return fmt.Errorf("prefill_rate must be a finite number, got %v", h.PrefillRate)
 	}
 	return nil
 }
@@ -522,7 +531,8 @@ func (h *Admission) dials() []string {
 }
 
 func (h *Admission) limits() fleet.Limits {
-	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting}
+	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting,
+		PrefillRate: h.PrefillRate}
 }
 
 // parkOutcome is how parking ended.
