@@ -141,7 +141,8 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 // it, or — when it holds the request's prefix (at least half of the
 // longest match) — when the request's expected wait there is shorter than
 // the prefill it saves: the requests queued beyond the engine's capacity,
-// plus one, over the engine's drain rate, against the prefix's tokens over
+// plus one, over the engine's drain rate (at least the time since its last
+// completion), against the prefix's tokens over
 // the prefill rate, counted for every sequence a cold prefill would stall
 // (the batch of the roomiest other engine, plus one; the holder's own
 // when the fleet is full). Such a request is reserved over the holder's
@@ -247,7 +248,8 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 
 // worthWaiting weighs a wait at a full holder (load l, cached tokens of
 // the prompt) against a cold prefill stalling a batch of b: ok when the
-// expected wait is below the bound.
+// expected wait — the queue ahead over the drain rate, and at least the
+// time since the holder's last completion — is below the bound.
 func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, bound time.Duration) {
 	rate := lim.PrefillRate
 	if rate == 0 {
@@ -262,6 +264,10 @@ func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, b
 		return false, 0, bound // no completion seen yet: the wait is unknown
 	}
 	ws := float64(queuedBeyond(l, lim)+1) / l.DrainRate
+	// A holder that has completed nothing for longer than that (its
+	// running requests are long, or not ours) is no faster than its
+	// silence: the rate is an average that decays only over ~10 s.
+	ws = max(ws, l.SinceDone.Seconds())
 	return ws < bs, time.Duration(ws * float64(time.Second)), bound
 }
 

@@ -123,6 +123,10 @@ type Load struct {
 	// through this gateway ([Reservation.Done]). Other clients' traffic is
 	// not included.
 	DrainRate float64
+	// SinceDone is how long ago the last of those completions was (0 when
+	// none was seen): an engine silent for long drains slower than its
+	// DrainRate, which decays only over tens of seconds, says.
+	SinceDone time.Duration
 	// Failures counts consecutive failed polls; LastError is the latest poll
 	// error ("" after a success).
 	Failures  int
@@ -158,6 +162,9 @@ func (e *Engine) Load() Load {
 	}
 	if !e.scrapedAt.IsZero() {
 		l.Age = now.Sub(e.scrapedAt)
+	}
+	if !e.drainAt.IsZero() {
+		l.SinceDone = now.Sub(e.drainAt)
 	}
 	return l
 }

@@ -21,7 +21,7 @@ import (
 type Registry struct {
 	opts             atomic.Pointer[Options] // resolved (defaults filled)
 	worker           func(context.Context, *Engine)
-	manual           bool         // Options.ManualScrape
+	manual           bool // Options.ManualScrape
 	now              func() time.Time
 	ownClient        *http.Client // the default client, closed by Close; nil if the caller supplied one
 	staleTransitions atomic.Uint64
