@@ -276,6 +276,9 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		defer a.res.Done()
 	}
 	admittedTotal.WithLabelValues(band.String()).Inc()
+	if a.place != nil && a.place.Reason != "" {
+		placedTotal.WithLabelValues(a.place.Reason).Inc()
+	}
 	if a.failOpen {
 		failOpenTotal.Inc()
 	}
