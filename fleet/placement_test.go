@@ -252,3 +252,27 @@ func TestColdRequestNotStarved(t *testing.T) {
 		t.Fatalf("without aging the cold request was admitted after %v: the test does not starve it", w)
 	}
 }
+
+// TestExplainShowsWaitBound: /llm/explain's admission part names the
+// holder and, for a full holder, the expected wait and its bound.
+func TestExplainShowsWaitBound(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	s := DefaultSettings()
+	s.Tokenize = false
+	f.SetPolicy(upstreams.DefaultPool, s)
+	f.LearnPool(f.running, upstreams.DefaultPool, deadDials[:2])
+	drain(f, hot, 50)
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	scrape(f, cold, upstreams.Gauges{})
+	text := strings.Repeat("the shared system prompt ", 480)
+	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
+	ex, err := f.Explain(context.Background(), chatRequest(t, nil, text+" a question"), upstreams.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ex.Admission
+	if a == nil || a.Holder != hot || !a.HolderFull || !a.WouldWait || a.ExpectedWait <= 0 || a.WaitBound <= a.ExpectedWait {
+		t.Fatalf("explain's admission part %+v, want the full holder %s with a wait below its bound", a, hot)
+	}
+}
