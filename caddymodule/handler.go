@@ -446,13 +446,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		return ok
 	}
 	gate := h.fleet.Gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
-	var waiter *admission.Waiter
-	var err error
-	if a.place != nil {
-		waiter, err = gate.EnterPlaced(band, try)
-	} else {
-		waiter, err = gate.Enter(band, func() bool { return try(admission.PassAny) })
-	}
+	waiter, err := enterGate(gate, band, a.place != nil, try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
 		h.reject(w, gate, band, 0, "queue_full")
@@ -488,6 +482,15 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	h.reject(w, gate, band, waiter.Position(), "max_park")
 	return a, true
+}
+
+// enterGate asks the gate for admission; a placed request may go ahead of
+// its band when its prefix holder has room (admission.Gate.EnterPlaced).
+func enterGate(gate *admission.Gate, band admission.Band, placed bool, try admission.PlacedFunc) (*admission.Waiter, error) {
+	if placed {
+		return gate.EnterPlaced(band, try)
+	}
+	return gate.Enter(band, func() bool { return try(admission.PassAny) })
 }
 
 // band picks the priority band from the request headers, and strips them

@@ -133,83 +133,113 @@ func TestPlacedHolderFirst(t *testing.T) {
 	res.Done()
 }
 
-// starvationRun is the starvation test's model: two engines of two slots,
-// each request running svc; both engines busy when one cold request (no
-// holder) parks, then a backlog of hot requests for the two holders, and
-// more arrive at exactly the fleet's capacity, so every freed slot has a
-// hot waiter whose holder it is. It returns how long the cold request waited,
-// or -1 when it was still parked at the end.
-func starvationRun(t *testing.T, aging time.Duration) time.Duration {
-	const svc, step, end = time.Second, 10 * time.Millisecond, 20 * time.Second
+// starvation is the starvation test's model: two engines of two slots,
+// each request running svc, admission through a real gate on the test
+// clock.
+type starvation struct {
+	t        *testing.T
+	f        *Fleet
+	clk      *testClock
+	g        *admission.Gate
+	dials    []string
+	hot      map[string]string // dial -> the prefix it holds
+	run      []starvationReq
+	admitted []*upstreams.Reservation
+}
+
+type starvationReq struct {
+	res *upstreams.Reservation
+	end time.Time
+}
+
+const starvationSvc = time.Second
+
+func newStarvation(t *testing.T, aging time.Duration) *starvation {
 	a, b := deadDials[0], deadDials[1]
 	f, clk := clockedFleet(t, &EngineConfig{Dial: a, MaxInflight: 2}, &EngineConfig{Dial: b, MaxInflight: 2})
-	dials, lim := deadDials[:2], Limits{KV: 0.9}
-	g := admission.NewGateClock(admission.Config{Aging: aging}, clk.Now)
-	hot := map[string]string{a: strings.Repeat("group a ", 40), b: strings.Repeat("group b ", 40)}
-	for d, text := range hot {
+	m := &starvation{t: t, f: f, clk: clk, g: admission.NewGateClock(admission.Config{Aging: aging}, clk.Now),
+		dials: deadDials[:2], hot: map[string]string{a: strings.Repeat("group a ", 40), b: strings.Repeat("group b ", 40)}}
+	for d, text := range m.hot {
 		f.Routed(chatRequest(t, nil, text), Decision{}, d)
 	}
-	type running struct {
-		res *upstreams.Reservation
-		end time.Time
-	}
-	var run []running
-	var admitted []*upstreams.Reservation
-	enter := func(text string) *admission.Waiter {
-		p := placedOn(t, f, dials, text)
-		w, err := g.EnterPlaced(admission.Normal, func(pass admission.Pass) bool {
-			res, _, ok := f.ReservePlaced(p, dials, lim, pass)
-			if ok {
-				admitted = append(admitted, res)
-			}
-			return ok
-		})
-		if err != nil {
-			t.Fatal(err)
+	m.scrape()
+	return m
+}
+
+// enter places a request and passes it through the gate, as the handler does.
+func (m *starvation) enter(text string) *admission.Waiter {
+	p := placedOn(m.t, m.f, m.dials, text)
+	w, err := m.g.EnterPlaced(admission.Normal, func(pass admission.Pass) bool {
+		res, _, ok := m.f.ReservePlaced(p, m.dials, Limits{KV: 0.9}, pass)
+		if ok {
+			m.admitted = append(m.admitted, res)
 		}
-		return w
+		return ok
+	})
+	if err != nil {
+		m.t.Fatal(err)
 	}
-	dispatch := func() {
-		for _, res := range admitted {
-			run = append(run, running{f.Dispatch(res, res.Engine().Dial()), clk.Now().Add(svc)})
+	return w
+}
+
+// dispatch starts what the gate admitted, as the policy and the engine do.
+func (m *starvation) dispatch() {
+	for _, res := range m.admitted {
+		m.run = append(m.run, starvationReq{m.f.Dispatch(res, res.Engine().Dial()), m.clk.Now().Add(starvationSvc)})
+	}
+	m.admitted = m.admitted[:0]
+}
+
+// finish ends the requests whose time is up.
+func (m *starvation) finish() {
+	keep := m.run[:0]
+	for _, r := range m.run {
+		if m.clk.Now().Before(r.end) {
+			keep = append(keep, r)
+		} else {
+			r.res.Done()
 		}
-		admitted = admitted[:0]
 	}
-	for _, d := range dials {
-		scrape(f, d, upstreams.Gauges{})
+	m.run = keep
+}
+
+func (m *starvation) scrape() {
+	for _, d := range m.dials {
+		n := countOn(m.run, d, func(r starvationReq) string { return r.res.Engine().Dial() })
+		scrape(m.f, d, upstreams.Gauges{Running: float64(n)})
 	}
+}
+
+// starvationRun: both engines busy when one cold request (no holder)
+// parks, then a backlog of hot requests for the two holders, and more
+// arrive at exactly the fleet's capacity, so every freed slot has a hot
+// waiter whose holder it is. It returns how long the cold request waited,
+// or -1 when it was still parked after 20 s.
+func starvationRun(t *testing.T, aging time.Duration) time.Duration {
+	const step, end = 10 * time.Millisecond, 20 * time.Second
+	m := newStarvation(t, aging)
 	for i := range 4 { // both engines busy, finishing over the first service time
-		enter("warm-up " + strings.Repeat("x", i))
-		dispatch()
-		run[i].end = clk.Now().Add(svc * time.Duration(i+1) / 4)
+		m.enter("warm-up " + strings.Repeat("x", i))
+		m.dispatch()
+		m.run[i].end = m.clk.Now().Add(starvationSvc * time.Duration(i+1) / 4)
 	}
-	cold := enter("a cold prompt nobody holds")
+	cold := m.enter("a cold prompt nobody holds")
 	if isReady(cold) {
 		t.Fatal("the cold request was admitted with both engines busy")
 	}
 	for i := range 4 { // a backlog of hot waiters behind it, two per holder
-		enter(hot[dials[i%2]] + " an early question " + strings.Repeat("e", i))
+		m.enter(m.hot[m.dials[i%2]] + " an early question " + strings.Repeat("e", i))
 	}
-	start := clk.Now()
-	for i := 0; clk.Now().Sub(start) < end; i++ {
-		clk.Advance(step)
-		keep := run[:0]
-		for _, r := range run {
-			if clk.Now().Before(r.end) {
-				keep = append(keep, r)
-			} else {
-				r.res.Done()
-			}
-		}
-		run = keep
+	start := m.clk.Now()
+	for i := 0; m.clk.Now().Sub(start) < end; i++ {
+		m.clk.Advance(step)
+		m.finish()
 		if i%25 == 0 { // hot arrivals at capacity: 4 per second
-			enter(hot[dials[(i/25)%2]] + " a question " + strings.Repeat("q", i%7))
-			for _, d := range dials {
-				scrape(f, d, upstreams.Gauges{Running: float64(countOn(run, d, func(r running) string { return r.res.Engine().Dial() }))})
-			}
+			m.enter(m.hot[m.dials[(i/25)%2]] + " a question " + strings.Repeat("q", i%7))
+			m.scrape()
 		}
-		g.Kick()
-		dispatch()
+		m.g.Kick()
+		m.dispatch()
 		if isReady(cold) {
 			return cold.Waited()
 		}
