@@ -336,7 +336,6 @@ func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*revers
 		if pd, ok := place.Decision(q.Dials); ok && q.Dials[pd.Index] == q.Own {
 			return cands[pd.Index], pd
 		}
-		q.Tokens = place.Tokens // tokenized once, at admission
 	}
 	d = p.fleet.Route(r.Context(), q)
 	observeTokenize(d.Tokenize)

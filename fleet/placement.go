@@ -27,16 +27,15 @@ const (
 
 // Placement is where admission means a request to go, computed once when
 // the request arrives: the engine holding the longest prefix of its prompt
-// (by the KV index, else the approximate tree) and what every candidate
-// holds. Each try ([Fleet.ReservePlaced]) weighs it against the loads of
+// (by the KV index, else the approximate tree) and what the candidates
+// holding any of it hold. It keeps no prompt or token ids: a parked
+// request costs its body and a few words per holder. Each try ([Fleet.ReservePlaced]) weighs it against the loads of
 // that moment. The try runs under the admission gate's lock and writes the
 // outcome fields; read them once the request is admitted.
 type Placement struct {
-	Holder string       // "" when no candidate holds a block of the prompt
-	Cached int          // prompt tokens cached at Holder, credited by tier
-	Tier   routing.Tier // Holder's tier; LoadOnly without a holder
-	// Tokens are the prompt's ids when known (the policy routes on them).
-	Tokens   []uint64
+	Holder   string       // "" when no candidate holds a block of the prompt
+	Cached   int          // prompt tokens cached at Holder, credited by tier
+	Tier     routing.Tier // Holder's tier; LoadOnly without a holder
 	Tokenize TokenizeResult
 
 	// Outcome of the last try. Engine is where the reservation counts
@@ -49,10 +48,8 @@ type Placement struct {
 	Reason          string
 	Wait, WaitBound time.Duration
 
-	dials    []string
-	cands    []routing.Candidate // prefix figures by dial, loads of Place
-	at       map[string]int      // index in dials
-	holders  []string            // dials holding at least half of Holder's prefix
+	match    map[string]match // the candidates holding blocks of the prompt
+	holders  []string         // dials holding at least half of Holder's prefix
 	req      routing.Request
 	cost     routing.Config
 	decision Decision
@@ -76,43 +73,49 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	}
 	d, rr, cands := f.prefixes(q, v, tokens)
 	d.Tokenize = tr
-	p := &Placement{Tier: routing.LoadOnly, Tokens: tokens, Tokenize: tr, dials: q.Dials, cands: cands,
-		at: make(map[string]int, len(q.Dials)), req: rr, cost: q.Settings.Cost, decision: d}
+	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
 	p.cost.SetDefaults()
-	for i, c := range cands {
-		p.at[c.Dial] = i
-		if n := p.cachedAt(i); n > p.Cached {
-			p.Holder, p.Cached, p.Tier = c.Dial, n, c.Tier
+	for _, c := range cands {
+		if c.MatchedBlocks <= 0 {
+			continue
+		}
+		m := match{tier: c.Tier, blocks: c.MatchedBlocks}
+		m.cached = p.credit(m)
+		p.match[c.Dial] = m
+		if m.cached > p.Cached {
+			p.Holder, p.Cached, p.Tier = c.Dial, m.cached, c.Tier
 		}
 	}
-	for i, c := range cands {
+	for _, c := range cands {
 		// A group's prefix may live on several engines; each of them is
 		// worth waiting for about as much.
-		if n := p.cachedAt(i); n > 0 && 2*n >= p.Cached {
+		if n := p.cachedOn(c.Dial); n > 0 && 2*n >= p.Cached {
 			p.holders = append(p.holders, c.Dial)
 		}
 	}
 	return p
 }
 
-// cachedOn is cachedAt by dial; 0 for a dial Place did not see.
-func (p *Placement) cachedOn(dial string) int {
-	if i, ok := p.at[dial]; ok {
-		return p.cachedAt(i)
-	}
-	return 0
+// match is what one candidate holds of the prompt.
+type match struct {
+	tier   routing.Tier
+	blocks int
+	cached int // tokens, credited by tier
 }
 
-// cachedAt is the prompt tokens candidate i holds, credited by its tier as
+// cachedOn is the prompt tokens dial holds, credited by tier; 0 for a dial
+// that holds none (or that Place did not see).
+func (p *Placement) cachedOn(dial string) int { return p.match[dial].cached }
+
+// credit is the prompt tokens m counts for, credited by its tier as
 // routing.Pick credits them.
-func (p *Placement) cachedAt(i int) int {
-	c := &p.cands[i]
-	blocks := min(c.MatchedBlocks, p.req.TotalBlocks)
+func (p *Placement) credit(m match) int {
+	blocks := min(m.blocks, p.req.TotalBlocks)
 	if blocks <= 0 {
 		return 0
 	}
 	trust := 1.0
-	if c.Tier == routing.Approximate {
+	if m.tier == routing.Approximate {
 		trust = p.cost.ApproximateWeight
 	}
 	return int(float64(blocks*p.req.BlockSize) * trust)
@@ -327,8 +330,8 @@ func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
 	first := -1
 	for i := range loads {
 		c := f.candidate(Query{}, loads[i].l, loads[i].e.Dial())
-		if j, ok := p.at[c.Dial]; ok {
-			c.Tier, c.MatchedBlocks = p.cands[j].Tier, p.cands[j].MatchedBlocks
+		if m, ok := p.match[c.Dial]; ok {
+			c.Tier, c.MatchedBlocks = m.tier, m.blocks
 		}
 		switch {
 		case !loads[i].ok:
