@@ -63,6 +63,26 @@ func (c Config) normalized() Config {
 // to the request whose Waiter is admitted.
 type TryFunc func() bool
 
+// Pass says what a PlacedFunc may reserve.
+type Pass uint8
+
+const (
+	// PassAny: any engine with room, the request's preferred one first.
+	PassAny Pass = iota
+	// PassPreferred: only the engine the request prefers (its prefix
+	// holder); false when that one cannot take it now. The gate asks this
+	// of waiters it would let overtake the head of their band.
+	PassPreferred
+)
+
+// PlacedFunc is a TryFunc for a request that prefers an engine: the gate
+// says which pass it runs. The same rules as for TryFunc apply.
+type PlacedFunc func(Pass) bool
+
+// scanLimit bounds the waiters one Kick asks for their preferred engine,
+// so a Kick costs O(scanLimit) tries however many are parked.
+const scanLimit = 128
+
 // Gate parks requests that find no capacity and admits them in priority
 // order when Kick is called.
 //
@@ -70,8 +90,15 @@ type TryFunc func() bool
 // FIFO inside a band. A waiter parked for Config.Aging or longer is served
 // as High (in arrival order among High waiters), so Low makes progress under
 // sustained High load. Admission is head-of-line: Kick stops at the first
-// waiter whose TryFunc fails, so a later waiter never overtakes an earlier
-// one of equal or higher effective priority.
+// waiter whose try fails with PassAny, so a later waiter never takes
+// capacity ahead of an earlier one of equal or higher effective priority,
+// with one exception: before trying the head of a band, Kick asks the
+// band's first scanLimit placed waiters (EnterPlaced) whether their
+// preferred engine can take them (PassPreferred), and admits those that
+// it can — a request whose prefix is cached on the engine that just freed
+// goes ahead of one that would prefill cold there. Aged waiters are never
+// overtaken: the scan stops at the first, and a band's scan runs only
+// while no waiter of a higher effective band is parked.
 //
 // The gate starts no goroutines and never sleeps: a parked request waits on
 // its Waiter's Ready channel, which Kick closes. All methods are safe for
@@ -92,14 +119,19 @@ type Gate struct {
 	// wakeup is lost.
 	waiting atomic.Int64
 
-	admitted, parked, rejected, abandoned, aged [NumBands]uint64
-	rateCount                                   float64 // decayed admission count
-	rateAt                                      int64   // when rateCount was last decayed
+	admitted, parked, rejected, abandoned, aged, preferred [NumBands]uint64
+	rateCount                                              float64 // decayed admission count
+	rateAt                                                 int64   // when rateCount was last decayed
 }
 
 // NewGate returns a gate with the given configuration.
-func NewGate(cfg Config) *Gate {
-	g := &Gate{cfg: cfg.normalized(), now: time.Now, closed: make(chan struct{})}
+func NewGate(cfg Config) *Gate { return NewGateClock(cfg, time.Now) }
+
+// NewGateClock returns a gate that reads the time from now: waits, aging
+// and the drain rate in the caller's time (a simulation's clock). now must
+// be monotonic.
+func NewGateClock(cfg Config, now func() time.Time) *Gate {
+	g := &Gate{cfg: cfg.normalized(), now: now, closed: make(chan struct{})}
 	close(g.closed)
 	g.epoch = g.now()
 	return g
@@ -152,33 +184,41 @@ func (g *Gate) agedCutoff(now int64) int64 {
 //
 // An invalid band or a nil try is a programming error and yields an error.
 func (g *Gate) Enter(band Band, try TryFunc) (*Waiter, error) {
-	if !band.valid() {
-		return nil, fmt.Errorf("admission: enter: invalid band %d", int(band))
-	}
 	if try == nil {
 		return nil, errors.New("admission: enter: nil TryFunc")
+	}
+	// A plain request prefers no engine: it never passes PassPreferred.
+	return g.enter(band, func(p Pass) bool { return p == PassAny && try() }, false)
+}
+
+// EnterPlaced is Enter for a request that prefers an engine. Besides
+// Enter's rule, it is admitted at once when waiters of its own effective
+// band (none aged) are parked but its preferred engine can take it, and a
+// Kick may admit it ahead of its turn for the same reason (see Gate).
+func (g *Gate) EnterPlaced(band Band, try PlacedFunc) (*Waiter, error) {
+	if try == nil {
+		return nil, errors.New("admission: enter: nil PlacedFunc")
+	}
+	return g.enter(band, try, true)
+}
+
+func (g *Gate) enter(band Band, try PlacedFunc, placed bool) (*Waiter, error) {
+	if !band.valid() {
+		return nil, fmt.Errorf("admission: enter: invalid band %d", int(band))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.nowNanos()
-	if g.aheadOfNewcomer(band, now) == 0 {
-		g.waiting.Add(1)
-		ok := false
-		func() {
-			// Undo the tentative count even if try panics, so a buggy
-			// TryFunc cannot leave Kick's fast path disabled.
-			defer func() {
-				if !ok {
-					g.waiting.Add(-1)
-				}
-			}()
-			ok = try()
-		}()
-		if ok {
-			g.waiting.Add(-1)
-			g.countAdmission(band, now, false)
-			return &Waiter{g: g, ready: g.closed, band: band, state: stateAdmitted, t: now, done: now}, nil
+	pass, attempt := PassAny, g.aheadOfNewcomer(band, now) == 0
+	if !attempt && placed && g.mayOvertake(band, now) {
+		pass, attempt = PassPreferred, true
+	}
+	if attempt && g.tryNewcomer(try, pass) {
+		g.countAdmission(band, now, false)
+		if pass == PassPreferred {
+			g.preferred[band]++
 		}
+		return &Waiter{g: g, ready: g.closed, band: band, state: stateAdmitted, t: now, done: now}, nil
 	}
 	q := &g.q[band]
 	if q.live >= g.cfg.QueueSize {
@@ -186,16 +226,41 @@ func (g *Gate) Enter(band Band, try TryFunc) (*Waiter, error) {
 		return nil, ErrQueueFull
 	}
 	g.seq++
-	w := &Waiter{g: g, ready: make(chan struct{}), try: try, band: band, state: stateParked, t: now, seq: g.seq}
+	w := &Waiter{g: g, ready: make(chan struct{}), try: try, placed: placed, band: band, state: stateParked, t: now, seq: g.seq}
 	q.push(w)
 	g.waiting.Add(1)
 	g.parked[band]++
 	return w, nil
 }
 
+// tryNewcomer runs a newcomer's try, counted in waiting meanwhile.
+func (g *Gate) tryNewcomer(try PlacedFunc, pass Pass) (ok bool) {
+	g.waiting.Add(1)
+	// Undo the tentative count even if try panics, so a buggy try cannot
+	// leave Kick's fast path disabled.
+	defer g.waiting.Add(-1)
+	return try(pass)
+}
+
+// mayOvertake reports whether a placed newcomer in band may ask for its
+// preferred engine although waiters are parked: only those of its own
+// effective band are, and none of them is aged.
+func (g *Gate) mayOvertake(band Band, now int64) bool {
+	cutoff := g.agedCutoff(now)
+	agedNormal, agedLow := g.q[Normal].countArrivedBy(cutoff), g.q[Low].countArrivedBy(cutoff)
+	switch band {
+	case High:
+		return agedNormal+agedLow == 0
+	case Normal:
+		return g.q[High].live+agedNormal+agedLow == 0
+	}
+	return g.q[High].live+g.q[Normal].live+agedLow == 0
+}
+
 // Kick tells the gate that capacity may have become available (a gauge poll,
 // a completed request). It admits parked waiters in order while their
-// TryFunc succeeds and stops at the first failure. It returns at once when
+// try succeeds and stops at the first failure, after letting placed waiters
+// whose preferred engine has room go first (see Gate). It returns at once when
 // nothing is parked and never blocks on waiters; admitted waiters are woken
 // by closing their Ready channel.
 func (g *Gate) Kick() { g.kick() }
@@ -213,21 +278,82 @@ func (g *Gate) kick() int {
 func (g *Gate) kickLocked(now int64) int {
 	cutoff := g.agedCutoff(now)
 	n := 0
+	var scanned [NumBands]bool
 	for {
 		w, aged := g.next(cutoff)
-		// A panicking TryFunc leaves w parked; the deferred Unlock of the
-		// caller (Kick or Leave) releases the lock as the panic unwinds.
-		if w == nil || !w.try() {
+		if w == nil {
 			return n
 		}
-		g.q[w.band].remove(w.idx)
-		g.waiting.Add(-1)
-		w.state = stateAdmitted
-		w.done = now
-		w.try = nil // drop the caller's closure early
-		close(w.ready)
-		g.countAdmission(w.band, now, aged)
+		if !aged && !scanned[w.band] {
+			// Once per band and Kick: what the head does not take is still
+			// free for a later waiter's preferred engine only while the
+			// head has not taken it with PassAny.
+			scanned[w.band] = true
+			n += g.preferredPass(w.band, cutoff, now)
+			continue // the head may have been admitted
+		}
+		// A panicking try leaves w parked; the deferred Unlock of the
+		// caller (Kick or Leave) releases the lock as the panic unwinds.
+		if !w.try(PassAny) {
+			return n
+		}
+		g.admitLocked(w, now, aged, false)
 		n++
+	}
+}
+
+// preferredPass asks the first scanLimit placed waiters of band, in order
+// and up to the first aged waiter, whether their preferred engine can take
+// them, and admits those it can. The head of the band is not aged (the
+// caller checks), so in Normal and Low none is; in High the scan stops
+// where the aged waiters of the lower bands join.
+func (g *Gate) preferredPass(band Band, cutoff, now int64) int {
+	stop := uint64(math.MaxUint64)
+	if band == High {
+		for b := Normal; b < NumBands; b++ {
+			if w := g.q[b].first(); w != nil && w.t <= cutoff {
+				stop = min(stop, w.seq)
+			}
+		}
+	}
+	// Collected first: admitting removes slots, which may compact the queue.
+	var buf [scanLimit]*Waiter
+	cands := buf[:0]
+	q := &g.q[band]
+	for i, seen := q.head, 0; i < len(q.slots) && seen < scanLimit; i++ {
+		w := q.slots[i].w
+		if w == nil {
+			continue
+		}
+		if w.seq >= stop {
+			break
+		}
+		seen++
+		if w.placed {
+			cands = append(cands, w)
+		}
+	}
+	n := 0
+	for _, w := range cands {
+		if w.try(PassPreferred) {
+			g.admitLocked(w, now, false, true)
+			n++
+		}
+	}
+	return n
+}
+
+// admitLocked takes a parked waiter out of its queue and wakes it.
+func (g *Gate) admitLocked(w *Waiter, now int64, aged, preferred bool) {
+	g.q[w.band].remove(w.idx)
+	g.waiting.Add(-1)
+	w.state = stateAdmitted
+	w.done = now
+	w.try = nil // drop the caller's closure early
+	close(w.ready)
+	g.countAdmission(w.band, now, aged)
+	if preferred {
+		g.preferred[w.band]++
 	}
 }
 
@@ -356,6 +482,7 @@ type Stats struct {
 	Rejected   [NumBands]uint64        // refused with ErrQueueFull
 	Abandoned  [NumBands]uint64        // left while parked (client gone, timed out)
 	Aged       [NumBands]uint64        // admitted through aging, ahead of their own band
+	Preferred  [NumBands]uint64        // admitted ahead of their turn: their preferred engine had room
 	DrainRate  float64                 // see Gate.DrainRate
 }
 
@@ -370,6 +497,7 @@ func (g *Gate) Stats() Stats {
 		Rejected:  g.rejected,
 		Abandoned: g.abandoned,
 		Aged:      g.aged,
+		Preferred: g.preferred,
 		DrainRate: g.drainRate(now),
 	}
 	for b := range NumBands {
@@ -394,7 +522,8 @@ const (
 type Waiter struct {
 	g       *Gate
 	ready   chan struct{}
-	try     TryFunc
+	try     PlacedFunc
+	placed  bool   // entered with EnterPlaced: asked for PassPreferred
 	t       int64  // arrival, ns since the gate's epoch
 	done    int64  // admission or departure time
 	seq     uint64 // arrival order

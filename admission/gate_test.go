@@ -32,10 +32,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func newTestGate(cfg Config) (*Gate, *fakeClock) {
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	g := NewGate(cfg)
-	g.now = clk.Now
-	g.epoch = clk.Now()
-	return g, clk
+	return NewGateClock(cfg, clk.Now), clk
 }
 
 // capacity is a counting semaphore standing in for engine slots.

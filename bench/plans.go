@@ -107,9 +107,10 @@ func fleetParams(quick bool) FleetParams {
 		KVLimit:         0.9,
 		MaxPark:         60,
 		QueueSize:       1024,
-		// At 1× the no-hit capacity round_robin is saturated; at 1.4× so is
-		// everything without cache hits, and max_inflight decides whether
-		// lb_policy llm keeps its affinity.
+		// At 1× the no-hit capacity round_robin is saturated; at 1.4× and
+		// 1.5× so is everything without cache hits, and only admission that
+		// keeps requests with their prefix holders serves the load (issue
+		// 12); the -queue2x variant is the old workaround.
 		Variants: []FleetVariant{
 			{Name: "llm", Policy: "llm", Load: 1},
 			{Name: "least_conn", Policy: "least_conn", Load: 1},
@@ -117,11 +118,36 @@ func fleetParams(quick bool) FleetParams {
 			{Name: "least_conn-queue2x", Policy: "least_conn", Load: 1, InflightX: 2},
 			{Name: "llm@1.4", Policy: "llm", Load: 1.4},
 			{Name: "llm-queue2x@1.4", Policy: "llm", Load: 1.4, InflightX: 2},
+			{Name: "least_conn@1.4", Policy: "least_conn", Load: 1.4},
+			{Name: "round_robin@1.4", Policy: "round_robin", Load: 1.4},
+			{Name: "llm@1.5", Policy: "llm", Load: 1.5},
+			{Name: "least_conn@1.5", Policy: "least_conn", Load: 1.5},
+			{Name: "round_robin@1.5", Policy: "round_robin", Load: 1.5},
 		},
 		Seed: 11,
 	}
 	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
 		p.Requests = v
+	}
+	// Development aids: BENCH_FLEET_SIZES and BENCH_FLEET_VARIANTS narrow
+	// a run (comma-separated sizes, variant names).
+	if v := os.Getenv("BENCH_FLEET_SIZES"); v != "" {
+		var sizes []int
+		for _, f := range strings.Split(v, ",") {
+			if n, err := strconv.Atoi(f); err == nil && n > 0 {
+				sizes = append(sizes, n)
+			}
+		}
+		p.Sizes = sizes
+	}
+	if v := os.Getenv("BENCH_FLEET_VARIANTS"); v != "" {
+		var keep []FleetVariant
+		for _, fv := range p.Variants {
+			if strings.Contains(","+v+",", ","+fv.Name+",") {
+				keep = append(keep, fv)
+			}
+		}
+		p.Variants = keep
 	}
 	if quick {
 		p.Sizes = []int{8, 64}

@@ -96,6 +96,8 @@ func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
 		OldestWait float64 `json:"oldest_wait_seconds"`
 		Admitted   uint64  `json:"admitted"`
 		Parked     uint64  `json:"parked"`
+		Aged       uint64  `json:"aged"`      // admitted through aging
+		Preferred  uint64  `json:"preferred"` // admitted ahead of their turn: their prefix holder had room
 	}
 	out := map[string]map[string]bandReport{}
 	for name, g := range f.Gates() {
@@ -107,6 +109,8 @@ func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
 				OldestWait: st.OldestWait[b].Seconds(),
 				Admitted:   st.Admitted[b],
 				Parked:     st.Parked[b],
+				Aged:       st.Aged[b],
+				Preferred:  st.Preferred[b],
 			}
 		}
 		out[name] = bands

@@ -196,6 +196,8 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseFloat(d, &h.KVLimit)
 		case "max_inflight":
 			err = parseInt(d, &h.MaxInflight)
+		case "prefill_rate":
+			err = parseFloat(d, &h.PrefillRate)
 		case "max_park":
 			err = parseDuration(d, &h.MaxPark)
 		case "queue_size":

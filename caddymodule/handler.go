@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -31,6 +32,7 @@ const (
 	varRequest     = "llm.request"     // *admission.Request
 	varReservation = "llm.reservation" // *upstreams.Reservation
 	varPool        = "llm.pool"        // string
+	varPlacement   = "llm.placement"   // *fleet.Placement: where admission counted the request
 )
 
 // Admission is the `llm_admission` HTTP handler: engine-wide admission
@@ -65,6 +67,12 @@ type Admission struct {
 	// engine, for engines without their own max_inflight in the llm app.
 	// Default: 0, which treats an engine reporting waiting requests as full.
 	MaxInflight int `json:"max_inflight,omitempty"`
+
+	// The engines' prefill speed in prompt tokens per second, against which
+	// a wait at a request's prefix holder is weighed (see the README's
+	// cache-aware admission). Negative: never queue at a full holder.
+	// Default: 10000.
+	PrefillRate float64 `json:"prefill_rate,omitempty"`
 
 	// Longest a request stays parked before 503. Default: 120s.
 	MaxPark caddy.Duration `json:"max_park,omitempty"`
@@ -195,6 +203,8 @@ func (h *Admission) Validate() error {
 		return fmt.Errorf("max_park, heartbeat and body_timeout must be positive")
 	case h.QueueSize < 0:
 		return fmt.Errorf("queue_size must not be negative")
+	case math.IsNaN(h.PrefillRate) || math.IsInf(h.PrefillRate, 0):
+		return fmt.Errorf("prefill_rate must be a finite number, got %v", h.PrefillRate)
 	}
 	return nil
 }
@@ -249,12 +259,15 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	caddyhttp.SetVar(r.Context(), "llm.band", band.String())
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
-	a, done := h.admit(w, r, band, req.Stream)
+	a, done := h.admit(w, r, band, req)
 	if done {
 		return nil
 	}
 	if a.res != nil {
 		caddyhttp.SetVar(r.Context(), varReservation, a.res)
+		if a.place != nil {
+			caddyhttp.SetVar(r.Context(), varPlacement, a.place)
+		}
 		res := a.res
 		fb.onSend = func() { h.fleet.Follow(res, servedBy(r)) }
 		fb.onSent = res.Sent
@@ -263,6 +276,9 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		defer a.res.Done()
 	}
 	admittedTotal.WithLabelValues(band.String()).Inc()
+	if a.place != nil && a.place.Reason != "" {
+		placedTotal.WithLabelValues(a.place.Reason).Inc()
+	}
 	if a.failOpen {
 		failOpenTotal.Inc()
 	}
@@ -400,6 +416,7 @@ func errStatus(err error) int {
 // admitted is how a request got through the gate.
 type admitted struct {
 	res      *upstreams.Reservation // nil when the pool had no engine to count on
+	place    *fleet.Placement       // nil when not placed (no llm policy, a cache key)
 	failOpen bool                   // admitted on unknown or stale engine state
 	sseSent  bool                   // parked as a stream: the SSE 200 is out
 	waited   time.Duration
@@ -408,7 +425,7 @@ type admitted struct {
 // admit passes the request through the pool's gate, parking it while no
 // engine has room. done reports that the request was answered (refused) or
 // its client left, and must not be proxied.
-func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, stream bool) (a admitted, done bool) {
+func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, req *admission.Request) (a admitted, done bool) {
 	dials := h.dials()
 	lim := h.limits()
 	if lim.FailClosed && !h.fleet.AnyKnown(dials) {
@@ -417,18 +434,19 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		h.reject(w, nil, band, 1, "state_unknown")
 		return a, true
 	}
+	a.place = h.place(r, req, dials)
 	// try runs under the gate's lock, at Enter or from a Kick (a poll
 	// result or a completion); what it writes is read here after Ready is
 	// closed or Leave returned, both ordered after it.
-	try := func() bool {
-		rr, fo, ok := h.fleet.TryReserve(h.dials(), lim)
+	try := func(pass admission.Pass) bool {
+		rr, fo, ok := h.fleet.ReservePlaced(a.place, h.dials(), lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
 		return ok
 	}
 	gate := h.fleet.Gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
-	waiter, err := gate.Enter(band, try)
+	waiter, err := enterGate(gate, band, a.place != nil, try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
 		h.reject(w, gate, band, 0, "queue_full")
@@ -444,7 +462,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	default:
 	}
 	parkedTotal.WithLabelValues(band.String()).Inc()
-	out, sseSent := h.park(w, r, waiter, stream)
+	out, sseSent := h.park(w, r, waiter, req.Stream)
 	a.sseSent, a.waited = sseSent, waiter.Waited()
 	switch out {
 	case parkAdmitted:
@@ -466,6 +484,15 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	return a, true
 }
 
+// enterGate asks the gate for admission; a placed request may go ahead of
+// its band when its prefix holder has room (admission.Gate.EnterPlaced).
+func enterGate(gate *admission.Gate, band admission.Band, placed bool, try admission.PlacedFunc) (*admission.Waiter, error) {
+	if placed {
+		return gate.EnterPlaced(band, try)
+	}
+	return gate.Enter(band, func() bool { return try(admission.PassAny) })
+}
+
 // band picks the priority band from the request headers, and strips them
 // unless they are to be forwarded.
 func (h *Admission) band(r *http.Request) admission.Band {
@@ -485,6 +512,23 @@ func (h *Admission) band(r *http.Request) admission.Band {
 	return b
 }
 
+// place computes where the request should go when the pool is routed by
+// lb_policy llm, which then sends it where admission counted it: nil for
+// other policies (they route on their own, and a request queued at its
+// prefix holder would land elsewhere) and for requests the policy pins by
+// their cache key.
+func (h *Admission) place(r *http.Request, req *admission.Request, dials []string) *fleet.Placement {
+	s, ok := h.fleet.PolicyOf(h.Pool)
+	if !ok || (s.CacheKeyHeader != "" && r.Header.Get(s.CacheKeyHeader) != "") {
+		return nil
+	}
+	pl := h.fleet.Place(r.Context(), fleet.Query{Request: req, Dials: dials, Settings: s})
+	if pl != nil {
+		observeTokenize(pl.Tokenize) // the policy does not tokenize again
+	}
+	return pl
+}
+
 func (h *Admission) dials() []string {
 	if len(h.Engines) > 0 {
 		return h.Engines
@@ -493,7 +537,8 @@ func (h *Admission) dials() []string {
 }
 
 func (h *Admission) limits() fleet.Limits {
-	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting}
+	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting,
+		PrefillRate: h.PrefillRate}
 }
 
 // parkOutcome is how parking ended.

@@ -148,6 +148,12 @@ func relFullEngine(t *testing.T) (dial string, proxied *atomic.Int64) {
 	t.Helper()
 	proxied = new(atomic.Int64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			// Admission tokenizes to place requests (cache-aware
+			// admission): no request reaches the scheduler that way.
+			http.Error(w, "no tokenizer", http.StatusNotFound)
+			return
+		}
 		if r.URL.Path != "/metrics" {
 			proxied.Add(1)
 			http.Error(w, "not expected", http.StatusTeapot)

@@ -31,6 +31,10 @@ var (
 		Name: "llmgw_admission_rejected_total",
 		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown).",
 	}, []string{"band", "reason"})
+	placedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_admission_placed_total",
+		Help: "Requests admitted with a placement (pools routed by lb_policy llm), by reason: cache_hit (the prefix holder had room), cache_hit_wait (queued at the full holder), cold (another engine), fail_open.",
+	}, []string{"reason"})
 	failOpenTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "llmgw_admission_fail_open_total",
 		Help: "Requests admitted because the engines' state was unknown or stale.",
@@ -79,7 +83,7 @@ var (
 
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		admittedTotal, parkedTotal, rejectedTotal, failOpenTotal,
+		admittedTotal, parkedTotal, rejectedTotal, placedTotal, failOpenTotal,
 		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
 		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures,
 	}

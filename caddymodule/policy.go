@@ -161,7 +161,7 @@ func (p *Policy) Validate() error {
 }
 
 func (p *Policy) settings() fleet.Settings {
-	return fleet.Settings{Cost: p.Config, BlockSize: p.BlockSize, Tokenize: !p.DisableTokenize}
+	return fleet.Settings{Cost: p.Config, BlockSize: p.BlockSize, Tokenize: !p.DisableTokenize, CacheKeyHeader: p.CacheKeyHeader}
 }
 
 // varSelect holds the policy's *selectState of a request.
@@ -199,7 +199,8 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	st := p.attempt(r, repl, res == nil)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
-	chosen, d := p.choose(r, req, cands, res)
+	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
+	chosen, d := p.choose(r, req, cands, res, place)
 	if chosen == nil {
 		// No request to route on, or every candidate excluded (saturated,
 		// KV full): least_conn among what is left rather than nil while
@@ -313,7 +314,10 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 
 // choose asks the fleet where the request goes among cands; nil when it
 // has no answer (no candidate, no request, or every candidate excluded).
-func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation) (*reverseproxy.Upstream, fleet.Decision) {
+// A request llm_admission placed goes to the engine its reservation counts
+// on, the decision admission made, while that engine is a candidate (not
+// failed by this request, drained or behind an open breaker since).
+func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, fleet.Decision) {
 	d := fleet.Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	if len(cands) == 0 {
 		return nil, d
@@ -327,6 +331,11 @@ func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*revers
 	}
 	if q.CacheKey == "" && req == nil {
 		return nil, d
+	}
+	if place != nil && q.CacheKey == "" {
+		if pd, ok := place.Decision(q.Dials); ok && q.Dials[pd.Index] == q.Own {
+			return cands[pd.Index], pd
+		}
 	}
 	d = p.fleet.Route(r.Context(), q)
 	observeTokenize(d.Tokenize)

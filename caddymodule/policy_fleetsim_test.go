@@ -16,13 +16,14 @@ import (
 // TestPolicyMatchesFleetSim pins the fleet simulation to the gateway: for
 // every llm decision of a short simulated run under overload, Select —
 // given the same fleet, the prompt as token ids, and the request's
-// admission reservation — picks the engine the simulation picked, on the
-// same tier. Where Route had no pick, both fall back to least_conn, whose
+// admission reservation and placement — picks the engine the simulation
+// picked, on the same tier: for a placed request the engine admission
+// counted it on. Where Route had no pick, both fall back to least_conn, whose
 // counters are Caddy's (Select's) or modelled (the simulation's): then the
 // tier must be load_only on both sides.
 func TestPolicyMatchesFleetSim(t *testing.T) {
 	var p *Policy
-	checked, fallbacks := 0, 0
+	checked, fallbacks, placed := 0, 0, 0
 	params := fleetsim.Params{
 		Engines: 8, KVBlocks: 384,
 		Model:  fleetsim.Model{MaxNumSeqs: 16, BlockSize: 16, PrefillTokensPerSec: 10000, DecodeStepSeconds: 0.02, MaxBatchedTokens: 8192},
@@ -45,6 +46,10 @@ func TestPolicyMatchesFleetSim(t *testing.T) {
 			defer cancel()
 			caddyhttp.SetVar(r.Context(), varRequest, req)
 			caddyhttp.SetVar(r.Context(), varReservation, d.Reservation)
+			if d.Placement != nil {
+				caddyhttp.SetVar(r.Context(), varPlacement, d.Placement)
+				placed++
+			}
 			u := p.Select(testPool(d.Query.Dials...), r, nil)
 			tier, _ := caddyhttp.GetVar(r.Context(), "llm.tier").(string)
 			checked++
@@ -72,6 +77,9 @@ func TestPolicyMatchesFleetSim(t *testing.T) {
 	if res.Refusals == 0 || res.CachedTokens == 0 {
 		t.Fatalf("the run is not the overloaded, cache-hitting one meant (refusals %d, cached tokens %d)", res.Refusals, res.CachedTokens)
 	}
-	t.Logf("%d decisions agree (%d least_conn fallbacks); %d refusals; hit rate %.2f",
-		checked, fallbacks, res.Refusals, float64(res.CachedTokens)/float64(res.PromptTokens))
+	if placed == 0 {
+		t.Fatal("no request was placed by admission")
+	}
+	t.Logf("%d decisions agree (%d placed, %d least_conn fallbacks); %d refusals; hit rate %.2f",
+		checked, placed, fallbacks, res.Refusals, float64(res.CachedTokens)/float64(res.PromptTokens))
 }

@@ -21,7 +21,11 @@ const polPrefixWords = 2000
 // different suffixes all go to it on the precise tier and hit its prefix
 // cache; while it is saturated (its running requests, filled by direct
 // callers, reach max_inflight) they spill to the others and the spill is
-// counted as overridden_by_load.
+// counted as overridden_by_load. Admission's queueing at a full holder is
+// off (prefill_rate -1): the engine behind max_inflight 4 has room in
+// truth, serves every queued request at once and so keeps its drain rate
+// high, and the requests would rightly wait there; that rule has its own
+// tests (fleet's TestPrefixHitWait).
 func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 5})
 	gateway{
@@ -29,6 +33,7 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 		engines:     kvEngines(engines...),
 		engineExtra: "\t\t\tmax_inflight 4\n",
 		policy:      "\t\t\tdebug_headers\n",
+		admission:   "\t\tprefill_rate -1\n",
 	}.loadFresh(t)
 	waitKV(t, engines...)
 	holder := engines[0]

@@ -13,6 +13,11 @@ type Limits struct {
 	// count (disable_local_accounting), neither the requests sent since the
 	// last scrape nor those that finished since.
 	IgnoreDispatched bool
+	// PrefillRate is the engines' prefill speed in prompt tokens per
+	// second, for weighing a wait at a request's prefix holder against the
+	// prefill it saves (see ReservePlaced). 0 means DefaultPrefillRate; a
+	// negative value never lets a request wait at a full holder.
+	PrefillRate float64
 }
 
 // TryReserve admits a request when an engine of the pool has room, reserving

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -26,6 +27,7 @@ type Fleet struct {
 	tokOpts   upstreams.TokenizerOptions // guarded by mu
 	breaker   *routing.Breaker           // guarded by mu; replaced when its config changes
 
+	now      func() time.Time // Options.Now
 	kick     chan struct{}
 	stop     context.CancelFunc
 	stopped  chan struct{}
@@ -57,6 +59,9 @@ type Options struct {
 	ManualScrape bool
 	// IndexConfig bounds the prefix index. Default: kvindex's defaults.
 	Index kvindex.IndexConfig
+	// Now is the clock of the admission gates and of the engines' drain
+	// rates (the fleet simulation's own); default time.Now.
+	Now func() time.Time
 }
 
 // New returns a fleet that logs to logger until a generation starts. No
@@ -72,13 +77,17 @@ func New(logger *zap.Logger, o Options) *Fleet {
 		pools:   make(map[string][]string),
 		subs:    make(map[string]*subscription),
 		drained: make(map[string]bool),
+		now:     o.Now,
+	}
+	if f.now == nil {
+		f.now = time.Now
 	}
 	f.logBase.Store(logger)
 	// The fleet outlives configs; its logs go where the running
 	// generation says, not to the first config's outputs.
 	f.logger = zap.New(&liveCore{base: &f.logBase}).Named(logger.Name())
 	ro := f.registryOptions(nil)
-	ro.ManualScrape = o.ManualScrape
+	ro.ManualScrape, ro.Now = o.ManualScrape, f.now
 	f.registry = upstreams.NewRegistry(ro)
 	f.tokenizer.Store(upstreams.NewTokenizer(upstreams.TokenizerOptions{}))
 	return f
@@ -141,7 +150,7 @@ func (f *Fleet) Gate(pool string, cfg admission.Config) *admission.Gate {
 	f.mu.Lock()
 	g, ok := f.gates[pool]
 	if !ok {
-		g = admission.NewGate(cfg)
+		g = admission.NewGateClock(cfg, f.now)
 		f.gates[pool] = g
 	}
 	f.mu.Unlock()

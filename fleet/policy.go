@@ -17,6 +17,15 @@ func (f *Fleet) SetPolicy(pool string, s Settings) {
 	f.policies[pool] = s
 }
 
+// PolicyOf is the settings of the pool's llm policy, ok false when no llm
+// policy registered any for it.
+func (f *Fleet) PolicyOf(pool string) (Settings, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.policies[pool]
+	return s, ok
+}
+
 // PolicySettings are the settings of the pool's policy, or the defaults.
 func (f *Fleet) PolicySettings(pool string) Settings {
 	f.mu.Lock()

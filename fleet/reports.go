@@ -210,6 +210,9 @@ type Explanation struct {
 	TookMs        float64          `json:"took_ms"`
 	TokenizeError string           `json:"tokenize_error,omitempty"`
 	Pick          *string          `json:"pick"`
+	// Admission is how cache-aware admission weighs the request now;
+	// nil when the pool is not routed by lb_policy llm.
+	Admission *PlacementReport `json:"admission,omitempty"`
 	// Tokenize is how the prompt's tokens were had, for metrics.
 	Tokenize TokenizeResult `json:"-"`
 }
@@ -234,5 +237,41 @@ func (f *Fleet) Explain(ctx context.Context, req *admission.Request, pool string
 	if d.Index >= 0 {
 		out.Pick = &dials[d.Index]
 	}
+	if s, ok := f.PolicyOf(pool); ok {
+		out.Admission = f.explainPlacement(ctx, req, dials, s)
+	}
 	return out, nil
+}
+
+// PlacementReport is a request's placement as POST /llm/explain shows it:
+// the prefix holder admission found, and for a full holder the expected
+// wait there against the most it may be (see ReservePlaced), with the
+// default limits (kv_limit 0.9, prefill_rate 10000).
+type PlacementReport struct {
+	Holder       string       `json:"holder,omitempty"`
+	CachedTokens int          `json:"cached_tokens"`
+	Tier         routing.Tier `json:"tier"`
+	HolderFull   bool         `json:"holder_full"`
+	ExpectedWait float64      `json:"expected_wait_seconds"`
+	WaitBound    float64      `json:"wait_bound_seconds"`
+	WouldWait    bool         `json:"would_wait"`
+}
+
+// explainPlacement places req and weighs it without reserving anything.
+func (f *Fleet) explainPlacement(ctx context.Context, req *admission.Request, dials []string, s Settings) *PlacementReport {
+	p := f.Place(ctx, Query{Request: req, Dials: dials, Settings: s})
+	if p == nil {
+		return nil
+	}
+	loads := f.loads(dials)
+	p.weigh(loads, Limits{KV: 0.9})
+	out := &PlacementReport{Holder: p.Holder, CachedTokens: p.Cached, Tier: p.Tier,
+		ExpectedWait: p.Wait.Seconds(), WaitBound: p.WaitBound.Seconds()}
+	for _, l := range loads {
+		if l.e.Dial() == p.Holder {
+			out.HolderFull = l.l.Known && l.free <= 0
+			out.WouldWait = out.HolderFull && l.ok
+		}
+	}
+	return out
 }

@@ -19,6 +19,9 @@ type Settings struct {
 	Cost      routing.Config
 	BlockSize int  // tokens per KV block for engines that have not reported theirs
 	Tokenize  bool // call /tokenize for prompts that are not token ids
+	// CacheKeyHeader is the policy's cache_key_header: requests carrying
+	// it are pinned by the policy, so admission does not place them.
+	CacheKeyHeader string
 }
 
 // DefaultSettings are a pool's settings before its policy registered any.
@@ -150,6 +153,14 @@ type matches struct {
 // decide is the decision proper, given the prompt's token ids (nil when
 // they are unknown: the approximate tier only).
 func (f *Fleet) decide(q Query, v view, tokens []uint64) Decision {
+	d, rr, cands := f.prefixes(q, v, tokens)
+	d.Decision = routing.Pick(rr, cands, q.Settings.Cost, q.Explain)
+	return d
+}
+
+// prefixes is what a decision weighs: for each candidate its load and the
+// blocks of the prompt it holds, and the prompt as routing.Pick sees it.
+func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Request, []routing.Candidate) {
 	req := q.Request
 	lora := f.loraOf(req)
 	key, nsLen := approxKey(req, lora)
@@ -188,13 +199,13 @@ func (f *Fleet) decide(q Query, v view, tokens []uint64) Decision {
 		}
 		cands[i] = c
 	}
-	d.Decision = routing.Pick(routing.Request{
+	rr := routing.Request{
 		PromptTokens: promptTokens,
 		BlockSize:    v.blockSize,
 		TotalBlocks:  total,
 		Key:          spreadKey(tokens, v.blockSize, key),
-	}, cands, q.Settings.Cost, q.Explain)
-	return d
+	}
+	return d, rr, cands
 }
 
 // candidate is one engine's load as routing.Pick weighs it.

@@ -159,6 +159,10 @@ type Options struct {
 	// keeps its own clock and whose engines have no /metrics to fetch.
 	// Only the value given to [NewRegistry] is used.
 	ManualScrape bool
+	// Now is the clock of the engines' drain rates and scrape times, so a
+	// simulation on its own clock sees rates in its time; default
+	// time.Now. Only the value given to [NewRegistry] is used.
+	Now func() time.Time
 }
 
 // Option defaults.

@@ -123,6 +123,10 @@ type Load struct {
 	// through this gateway ([Reservation.Done]). Other clients' traffic is
 	// not included.
 	DrainRate float64
+	// SinceDone is how long ago the last of those completions was (0 when
+	// none was seen): an engine silent for long drains slower than its
+	// DrainRate, which decays only over tens of seconds, says.
+	SinceDone time.Duration
 	// Failures counts consecutive failed polls; LastError is the latest poll
 	// error ("" after a success).
 	Failures  int
@@ -134,7 +138,7 @@ type Load struct {
 
 // Load returns a snapshot of the engine's gauges and accounting.
 func (e *Engine) Load() Load {
-	now := time.Now()
+	now := e.reg.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l := Load{
@@ -158,6 +162,9 @@ func (e *Engine) Load() Load {
 	}
 	if !e.scrapedAt.IsZero() {
 		l.Age = now.Sub(e.scrapedAt)
+	}
+	if !e.drainAt.IsZero() {
+		l.SinceDone = now.Sub(e.drainAt)
 	}
 	return l
 }
@@ -279,7 +286,7 @@ func (e *Engine) unstamp(epoch uint64) {
 // release undoes acquire; completed also feeds the drain rate. sent says
 // the request was handed to this engine, so that a scrape may count it.
 func (e *Engine) release(epoch uint64, completed, sent bool) {
-	now := time.Now()
+	now := e.reg.now()
 	e.mu.Lock()
 	e.inflight--
 	if completed && sent && epoch < e.dropBelow {

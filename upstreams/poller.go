@@ -160,7 +160,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 	if err == nil {
 		e.g = g
 		e.scraped = true
-		e.scrapedAt = time.Now()
+		e.scrapedAt = e.reg.now()
 		wasStale, wasDegraded := e.stale, e.degraded
 		e.failures, e.stale, e.degraded, e.lastErr = 0, false, false, ""
 		if startEpoch > e.dropBelow {

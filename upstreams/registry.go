@@ -21,7 +21,8 @@ import (
 type Registry struct {
 	opts             atomic.Pointer[Options] // resolved (defaults filled)
 	worker           func(context.Context, *Engine)
-	manual           bool         // Options.ManualScrape
+	manual           bool // Options.ManualScrape
+	now              func() time.Time
 	ownClient        *http.Client // the default client, closed by Close; nil if the caller supplied one
 	staleTransitions atomic.Uint64
 
@@ -41,7 +42,10 @@ type Registry struct {
 // NewRegistry returns an empty registry. No goroutines run until the first
 // [Registry.Apply].
 func NewRegistry(opts Options) *Registry {
-	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker, manual: opts.ManualScrape, gcWake: make(chan struct{}, 1)}
+	r := &Registry{engines: make(map[string]*Engine), worker: opts.Worker, manual: opts.ManualScrape, now: opts.Now, gcWake: make(chan struct{}, 1)}
+	if r.now == nil {
+		r.now = time.Now
+	}
 	r.setOptions(opts)
 	return r
 }

@@ -16,6 +16,7 @@ package fleetsim
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -79,8 +80,11 @@ type Decided struct {
 	Query       fleet.Query // Query.Tokens holds the prompt
 	Reservation *upstreams.Reservation
 	Decision    fleet.Decision
-	// Chosen is the engine the request goes to: Decision's pick, or
-	// least_conn's when Route had none.
+	// Placement is admission's placement of the request (nil for none);
+	// when it reserved on a known engine, the request goes there.
+	Placement *fleet.Placement
+	// Chosen is the engine the request goes to: the placement's engine,
+	// else Decision's pick, or least_conn's when Route had none.
 	Chosen string
 }
 
@@ -116,6 +120,7 @@ const (
 	evArrival = iota
 	evStepEnd
 	evScrape
+	evMaxPark
 )
 
 type simEvent struct {
@@ -123,6 +128,7 @@ type simEvent struct {
 	seq  uint64 // FIFO among equal times
 	kind int
 	eng  int
+	w    *admission.Waiter // evMaxPark: the parked request's place at the gate
 }
 
 // eventQueue is the simulation's clock: a min-heap of events by time.
@@ -165,7 +171,9 @@ type fleetSim struct {
 	settings fleet.Settings
 	limits   fleet.Limits
 	enc      *batchEncoder
-	parked   []*desReq
+	gate     *admission.Gate
+	ready    []*desReq // admitted by the gate, to dispatch in order
+	epoch    time.Time // the fleet's clock reads epoch + now
 	rr       int
 	res      Result
 }
@@ -198,11 +206,19 @@ type desReq struct {
 	admitT    float64
 	eng       *desEngine
 	res       *upstreams.Reservation // the gateway's accounting of it
+	place     *fleet.Placement       // admission's placement (llm only)
+	placeNs   float64                // host time of Place
+	waiter    *admission.Waiter
 }
 
 func (s *fleetSim) push(t float64, kind, eng int) {
 	s.qseq++
 	heap.Push(&s.q, simEvent{t: t, seq: s.qseq, kind: kind, eng: eng})
+}
+
+// clock is the simulated time as the fleet and the gate read it.
+func (s *fleetSim) clock() time.Time {
+	return s.epoch.Add(time.Duration(s.now * float64(time.Second)))
 }
 
 // Run simulates one run to its end: every request completed or refused.
@@ -247,6 +263,10 @@ func Run(ctx context.Context, p Params) (Result, error) {
 			if s.res.Completed+s.res.Rejected < p.Requests {
 				s.push(s.now+p.PollInterval, evScrape, -1)
 			}
+		case evMaxPark:
+			if !ev.w.Leave() {
+				s.res.Rejected++ // max_park: 503
+			}
 		}
 	}
 	s.res.SimSeconds = s.now
@@ -261,7 +281,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 // fleet whose config lists every engine with its max_inflight, scraped by
 // the simulation's clock instead of pollers.
 func newSim(p Params) (*fleetSim, error) {
-	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines)))}
+	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines))), epoch: time.Unix(1_000_000, 0)}
 	s.res.Outcomes = map[string]int{}
 	// System prompts: random token ids, so groups share nothing.
 	grng := rand.New(rand.NewPCG(p.Seed, 0x67726f7570))
@@ -273,8 +293,12 @@ func newSim(p Params) (*fleetSim, error) {
 		s.groups = append(s.groups, desGroup{tokens: toks, hashes: chainHashes(nil, 0, toks, s.bs)})
 	}
 	runtime.GC()
-	s.f = fleet.New(zap.NewNop(), fleet.Options{ManualScrape: true,
+	s.f = fleet.New(zap.NewNop(), fleet.Options{ManualScrape: true, Now: s.clock,
 		Index: kvindex.IndexConfig{MaxEngines: max(p.Engines, 64), MaxBlocksPerEngine: 4 * p.KVBlocks}})
+	// llm_admission's gate with its default aging, on the simulation's
+	// clock. Not the fleet's own (Fleet.Gate): its kicker goroutine would
+	// run the gate's tries beside the simulation's loop.
+	s.gate = admission.NewGateClock(admission.Config{QueueSize: p.QueueSize}, s.clock)
 	cfg := fleet.Config{PollInterval: time.Hour, IdleTTL: time.Hour}
 	for i := range p.Engines {
 		e := newDESEngine(i, p.KVBlocks)
@@ -312,7 +336,7 @@ func (s *fleetSim) measureIndex() {
 		s.res.IndexBlocks += st.Blocks
 		s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
 	}
-	s.engines, s.groups, s.q, s.parked = nil, nil, nil, nil
+	s.engines, s.groups, s.q, s.ready = nil, nil, nil, nil
 	runtime.GC()
 	var m1, m2 runtime.MemStats
 	runtime.ReadMemStats(&m1)
@@ -323,61 +347,99 @@ func (s *fleetSim) measureIndex() {
 	s.res.IndexBytes = int64(m1.HeapAlloc) - int64(m2.HeapAlloc)
 }
 
-// arrive creates the next request and sends it, or parks it while no
-// engine has room (the llm_admission gate).
+// arrive creates the next request and passes it through llm_admission's
+// gate: sent at once when admitted, else parked until a Kick admits it or
+// MaxPark passes; refused when the queue is full.
 func (s *fleetSim) arrive() error {
 	s.arrived++
 	p := s.p
 	r := &desReq{id: s.nextID, group: s.rng.IntN(len(s.groups)), qseed: s.rng.Uint64(), arrival: s.now,
 		maxTokens: p.OutputTokens, promptLen: p.SystemTokens + p.QuestionTokens}
 	s.nextID++
-	if len(s.parked) == 0 {
-		if res := s.admit(); res != nil {
-			return s.dispatch(r, res)
-		}
+	s.materialize(r)
+	var err error
+	if p.Policy == PolicyLLM {
+		// The handler places requests for a pool routed by lb_policy llm.
+		t0 := time.Now()
+		r.place = s.f.Place(context.Background(), s.query(r))
+		r.placeNs = float64(time.Since(t0).Nanoseconds())
+		r.waiter, err = s.gate.EnterPlaced(admission.Normal, s.tryPlaced(r))
+	} else {
+		r.waiter, err = s.gate.Enter(admission.Normal, func() bool { return s.tryPlain(r) })
 	}
-	if len(s.parked) >= p.QueueSize {
+	switch {
+	case errors.Is(err, admission.ErrQueueFull):
 		s.res.Rejected++
 		return nil
+	case err != nil:
+		return fmt.Errorf("fleetsim: admission: %w", err)
 	}
-	s.parked = append(s.parked, r)
-	return nil
+	select {
+	case <-r.waiter.Ready():
+	default:
+		s.qseq++
+		heap.Push(&s.q, simEvent{t: s.now + p.MaxPark, seq: s.qseq, kind: evMaxPark, w: r.waiter})
+	}
+	return s.dispatchReady()
 }
 
-// admit is llm_admission's decision: a reservation on the engine with the
-// most room, or nil (counted as a refusal) when none has any.
-func (s *fleetSim) admit() *upstreams.Reservation {
-	if res, _, ok := s.f.TryReserve(s.dials, s.limits); ok {
-		return res // never nil: the pool is not empty
+// query is the routing question of a request.
+func (s *fleetSim) query(r *desReq) fleet.Query {
+	return fleet.Query{Request: &admission.Request{Model: "sim-model"}, Dials: s.dials, Settings: s.settings,
+		Tokens: r.tokens[:r.promptLen]}
+}
+
+// tryPlaced is the handler's try for a placed request: ReservePlaced.
+func (s *fleetSim) tryPlaced(r *desReq) admission.PlacedFunc {
+	return func(pass admission.Pass) bool {
+		res, _, ok := s.f.ReservePlaced(r.place, s.dials, s.limits, pass)
+		s.tried(r, res, ok, pass == admission.PassAny)
+		return ok
 	}
-	// The gate refused: count the sequence slots actually free then.
+}
+
+// tryPlain is the handler's try without a placement: TryReserve.
+func (s *fleetSim) tryPlain(r *desReq) bool {
+	res, _, ok := s.f.TryReserve(s.dials, s.limits)
+	s.tried(r, res, ok, true)
+	return ok
+}
+
+// tried records a try's outcome: the admitted request queues for
+// dispatch; a refusal counts with the sequence slots actually free then
+// (the gauges the gate reads are up to a poll interval old).
+func (s *fleetSim) tried(r *desReq, res *upstreams.Reservation, ok, counted bool) {
+	if ok {
+		r.res = res // never nil: the pool is not empty
+		s.ready = append(s.ready, r)
+		return
+	}
+	if !counted {
+		return
+	}
 	for _, e := range s.engines {
 		s.res.RefusedIdle += max(0, s.p.Model.MaxNumSeqs-len(e.running)-len(e.waiting))
 	}
 	s.res.Refusals++
-	return nil
 }
 
-// unpark admits parked requests, first come first served, while an engine
-// has room; those parked longer than MaxPark are refused.
-func (s *fleetSim) unpark() error {
-	for len(s.parked) > 0 {
-		r := s.parked[0]
-		if s.now-r.arrival > s.p.MaxPark {
-			s.parked = s.parked[1:]
-			s.res.Rejected++
-			continue
-		}
-		res := s.admit()
-		if res == nil {
-			return nil
-		}
-		s.parked = s.parked[1:]
-		if err := s.dispatch(r, res); err != nil {
+// dispatchReady sends the requests the gate admitted, in admission order.
+func (s *fleetSim) dispatchReady() error {
+	for len(s.ready) > 0 {
+		r := s.ready[0]
+		s.ready = s.ready[1:]
+		if err := s.dispatch(r, r.res); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// unpark is the fleet's kicker: capacity may have freed (a scrape, a
+// completion), so the gate admits what it can.
+func (s *fleetSim) unpark() error {
+	s.gate.Kick()
+	return s.dispatchReady()
 }
 
 // materialize builds the request's prompt tokens and block hashes.
@@ -396,7 +458,6 @@ func (s *fleetSim) materialize(r *desReq) {
 // dispatch routes an admitted request with the policy under test and
 // hands it to the engine; the fleet moves its reservation there.
 func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
-	s.materialize(r)
 	var idx int
 	switch s.p.Policy {
 	case PolicyRoundRobin:
@@ -421,20 +482,21 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 	return nil
 }
 
-// route is lb_policy llm: the fleet's Route on the prompt's tokens (the
-// admission reservation left out of its engine's load), least_conn when
-// every candidate is excluded, and Routed to record the pick.
+// route is lb_policy llm: the engine admission placed the request on,
+// else the fleet's Route on the prompt's tokens (the admission reservation
+// left out of its engine's load), least_conn when every candidate is
+// excluded, and Routed to record the pick.
 func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
-	q := fleet.Query{
-		Request:  &admission.Request{Model: "sim-model"},
-		Dials:    s.dials,
-		Settings: s.settings,
-		Own:      res.Engine().Dial(),
-		Tokens:   r.tokens[:r.promptLen],
+	q := s.query(r)
+	q.Own = res.Engine().Dial()
+	d, placed := r.place.Decision(s.dials)
+	ns := r.placeNs
+	if !placed {
+		t0 := time.Now()
+		d = s.f.Route(context.Background(), q)
+		ns += float64(time.Since(t0).Nanoseconds())
 	}
-	t0 := time.Now()
-	d := s.f.Route(context.Background(), q)
-	s.res.DecisionNs = append(s.res.DecisionNs, float64(time.Since(t0).Nanoseconds()))
+	s.res.DecisionNs = append(s.res.DecisionNs, ns)
 	idx, tier := d.Index, d.Tier
 	if idx < 0 {
 		idx, tier = s.leastConn(), routing.LoadOnly
@@ -442,7 +504,8 @@ func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
 	s.res.Outcomes[tier.String()+"/"+d.Outcome.String()]++
 	s.f.Routed(q.Request, d, s.dials[idx])
 	if s.p.Decided != nil {
-		if err := s.p.Decided(Decided{Fleet: s.f, Query: q, Reservation: res, Decision: d, Chosen: s.dials[idx]}); err != nil {
+		err := s.p.Decided(Decided{Fleet: s.f, Query: q, Reservation: res, Decision: d, Placement: r.place, Chosen: s.dials[idx]})
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -497,7 +560,7 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.res.Park = append(s.res.Park, r.dispatchT-r.arrival)
 	s.res.Queue = append(s.res.Queue, r.admitT-r.dispatchT)
 	s.res.E2E = append(s.res.E2E, s.now-r.arrival)
-	r.tokens, r.hashes, r.blocks, r.res = nil, nil, nil, nil
+	r.tokens, r.hashes, r.blocks, r.res, r.place, r.waiter = nil, nil, nil, nil, nil, nil // the gate's event keeps the waiter
 }
 
 // publish encodes the step's events as a vLLM batch and feeds it to the

@@ -1,0 +1,357 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// DefaultPrefillRate is the prefill speed, in prompt tokens per second,
+// that admission assumes when it weighs a wait at a prefix holder against
+// the prefill the wait saves (Limits.PrefillRate). Engines do not report
+// theirs; 10,000 tokens/s is vLLM on one GPU for a 7–8B model, the order of
+// magnitude that matters here.
+const DefaultPrefillRate = 10000
+
+// Reasons a placed request was admitted where it was.
+const (
+	ReasonHit      = "cache_hit"      // its prefix holder had a free slot
+	ReasonHitWait  = "cache_hit_wait" // queued at its full holder: the wait costs less than the prefill it saves
+	ReasonCold     = "cold"           // another engine: no holder, or waiting there would cost more
+	ReasonFailOpen = "fail_open"      // engine state unknown: admitted on a guess
+)
+
+// Placement is where admission means a request to go, computed once when
+// the request arrives: the engine holding the longest prefix of its prompt
+// (by the KV index, else the approximate tree) and what the candidates
+// holding any of it hold. It keeps no prompt or token ids: a parked
+// request costs its body and a few words per holder. Each try ([Fleet.ReservePlaced]) weighs it against the loads of
+// that moment. The try runs under the admission gate's lock and writes the
+// outcome fields; read them once the request is admitted.
+type Placement struct {
+	Holder   string       // "" when no candidate holds a block of the prompt
+	Cached   int          // prompt tokens cached at Holder, credited by tier
+	Tier     routing.Tier // Holder's tier; LoadOnly without a holder
+	Tokenize TokenizeResult
+
+	// Outcome of the last try. Engine is where the reservation counts
+	// ("" when none, or admitted fail-open on a guess); Reason why (one
+	// of the Reason constants). Wait is the expected wait at the full
+	// holder when it was weighed and WaitBound the most it may be: the
+	// prefill a cold engine would spend, in time of the sequences it
+	// stalls.
+	Engine          string
+	Reason          string
+	Wait, WaitBound time.Duration
+
+	match    map[string]match // the candidates holding blocks of the prompt
+	holders  []string         // dials holding at least half of Holder's prefix
+	req      routing.Request
+	cost     routing.Config
+	decision Decision
+}
+
+// Place computes a request's placement among dials (see Placement). It
+// tokenizes as Route does (the same cache). It returns nil for a query
+// with no request or with a cache key (the policy pins those itself).
+func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
+	if q.Request == nil || q.CacheKey != "" {
+		return nil
+	}
+	v := f.view(q.Dials, q.Settings)
+	tokens := q.Tokens
+	if tokens == nil {
+		tokens = promptIDs(q.Request)
+	}
+	var tr TokenizeResult
+	if tokens == nil && q.Settings.Tokenize {
+		tokens, tr = f.tokenize(ctx, q.Request, v)
+	}
+	d, rr, cands := f.prefixes(q, v, tokens)
+	d.Tokenize = tr
+	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
+	p.cost.SetDefaults()
+	for _, c := range cands {
+		if c.MatchedBlocks <= 0 {
+			continue
+		}
+		m := match{tier: c.Tier, blocks: c.MatchedBlocks}
+		m.cached = p.credit(m)
+		p.match[c.Dial] = m
+		if m.cached > p.Cached {
+			p.Holder, p.Cached, p.Tier = c.Dial, m.cached, c.Tier
+		}
+	}
+	for _, c := range cands {
+		// A group's prefix may live on several engines; each of them is
+		// worth waiting for about as much.
+		if n := p.cachedOn(c.Dial); n > 0 && 2*n >= p.Cached {
+			p.holders = append(p.holders, c.Dial)
+		}
+	}
+	return p
+}
+
+// match is what one candidate holds of the prompt.
+type match struct {
+	tier   routing.Tier
+	blocks int
+	cached int // tokens, credited by tier
+}
+
+// cachedOn is the prompt tokens dial holds, credited by tier; 0 for a dial
+// that holds none (or that Place did not see).
+func (p *Placement) cachedOn(dial string) int { return p.match[dial].cached }
+
+// credit is the prompt tokens m counts for, credited by its tier as
+// routing.Pick credits them.
+func (p *Placement) credit(m match) int {
+	blocks := min(m.blocks, p.req.TotalBlocks)
+	if blocks <= 0 {
+		return 0
+	}
+	trust := 1.0
+	if m.tier == routing.Approximate {
+		trust = p.cost.ApproximateWeight
+	}
+	return int(float64(blocks*p.req.BlockSize) * trust)
+}
+
+// Decision is the routing decision admission made for the request, for
+// the policy to follow: Index is Engine's place in dials, ok false when
+// the request was not placed on a known engine or Engine is not among
+// dials (it failed, or was drained, since).
+func (p *Placement) Decision(dials []string) (Decision, bool) {
+	if p == nil || p.Engine == "" {
+		return Decision{}, false
+	}
+	for i, d := range dials {
+		if d == p.Engine {
+			out := p.decision
+			out.Index = i
+			return out, true
+		}
+	}
+	return Decision{}, false
+}
+
+// ReservePlaced is TryReserve for a placed request (p nil: TryReserve).
+// An engine may take the request when it has room as TryReserve counts
+// it, or — when it holds the request's prefix (at least half of the
+// longest match) — when the request's expected wait there is shorter than
+// the prefill it saves: the requests queued beyond the engine's capacity,
+// plus one, over the engine's drain rate (at least the time since its last
+// completion), against the prefix's tokens over
+// the prefill rate, counted for every sequence a cold prefill would stall
+// (the batch of the roomiest other engine, plus one; the holder's own
+// when the fleet is full). Such a request is reserved over the holder's
+// capacity and queues in the engine (ReasonHitWait): the bound follows
+// the engine's own figures — the slower it drains, the fewer wait; the
+// longer the prefix and the fuller the alternative, the more.
+//
+// Among the engines that may take it, routing.Pick chooses on the prompt's
+// prefix and the loads of now, as the policy would, and the reservation
+// is made there. With PassPreferred only the prefix's holders are asked.
+// When no known engine may take it, it fails open on unknown engines
+// unless fail-closed, as TryReserve does.
+func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+	if p == nil {
+		if pass == admission.PassPreferred {
+			return nil, false, false
+		}
+		return f.TryReserve(dials, lim)
+	}
+	p.Engine, p.Reason, p.Wait, p.WaitBound = "", "", 0, 0
+	var loads []dialLoad
+	if pass == admission.PassPreferred {
+		loads = f.loads(p.holdersAmong(dials))
+	} else {
+		loads = f.loads(dials)
+	}
+	if !p.weigh(loads, lim) {
+		if pass == admission.PassPreferred {
+			return nil, false, false
+		}
+		res, failOpen, ok := f.TryReserve(dials, lim)
+		if ok && failOpen {
+			p.Reason = ReasonFailOpen
+		}
+		return res, failOpen, ok
+	}
+	i, d := p.pick(f, loads)
+	c := p.cachedOn(loads[i].e.Dial())
+	reason := ReasonCold
+	switch {
+	case c > 0 && loads[i].free > 0:
+		reason = ReasonHit
+	case c > 0:
+		reason = ReasonHitWait
+	}
+	return p.reserve(loads[i].e, reason, d), false, true
+}
+
+// reserve reserves on e and records the outcome.
+func (p *Placement) reserve(e *upstreams.Engine, reason string, d Decision) *upstreams.Reservation {
+	p.Engine, p.Reason, p.decision = e.Dial(), reason, d
+	return e.Reserve()
+}
+
+// holdersAmong is the prefix's holders that are among dials.
+func (p *Placement) holdersAmong(dials []string) []string {
+	var out []string
+	for _, h := range p.holders {
+		if slices.Contains(dials, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// weigh marks which engines of loads may take the request (see
+// ReservePlaced) and reports whether any may.
+func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
+	alt := -1 // the roomiest engine that is no holder: the cold alternative
+	for i := range loads {
+		l := &loads[i]
+		if !l.l.Known {
+			continue
+		}
+		l.free = engineFree(l.l, lim)
+		l.cached = p.cachedOn(l.e.Dial())
+		if l.free > 0 && 2*l.cached < p.Cached && (alt < 0 || l.free > loads[alt].free) {
+			alt = i
+		}
+	}
+	any := false
+	for i := range loads {
+		l := &loads[i]
+		switch {
+		case !l.l.Known:
+		case l.free > 0:
+			l.ok = true
+		case l.cached > 0 && 2*l.cached >= p.Cached:
+			b := batch(l.l)
+			if alt >= 0 {
+				b = batch(loads[alt].l)
+			}
+			var wait, bound time.Duration
+			l.ok, wait, bound = worthWaiting(l.l, lim, l.cached, b)
+			if l.e.Dial() == p.Holder {
+				p.Wait, p.WaitBound = wait, bound
+			}
+		}
+		any = any || l.ok
+	}
+	return any
+}
+
+// worthWaiting weighs a wait at a full holder (load l, cached tokens of
+// the prompt) against a cold prefill stalling a batch of b: ok when the
+// expected wait — the queue ahead over the drain rate, and at least the
+// time since the holder's last completion — is below the bound.
+func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, bound time.Duration) {
+	rate := lim.PrefillRate
+	if rate == 0 {
+		rate = DefaultPrefillRate
+	}
+	if rate < 0 || l.KVUsage >= lim.KV || cached <= 0 {
+		return false, 0, 0
+	}
+	bs := float64(b+1) * float64(cached) / rate
+	bound = time.Duration(bs * float64(time.Second))
+	if !(l.DrainRate > 0) {
+		return false, 0, bound // no completion seen yet: the wait is unknown
+	}
+	ws := float64(queuedBeyond(l, lim)+1) / l.DrainRate
+	// A holder that has completed nothing for longer than that (its
+	// running requests are long, or not ours) is no faster than its
+	// silence: the rate is an average that decays only over ~10 s.
+	ws = max(ws, l.SinceDone.Seconds())
+	return ws < bs, time.Duration(ws * float64(time.Second)), bound
+}
+
+// queuedBeyond is how many requests an engine with no room holds beyond
+// its capacity as engineFree counts it: they wait in its queue.
+func queuedBeyond(l upstreams.Load, lim Limits) int {
+	if free := engineFree(l, lim); free < 0 {
+		return -free
+	}
+	if l.MaxInflight == 0 && lim.MaxInflight == 0 {
+		// No limit: full while anything waits, and everything waiting
+		// (and dispatched since the scrape) is queued.
+		_, waiting := l.Estimated()
+		if !lim.IgnoreDispatched {
+			waiting += float64(l.Dispatched)
+		}
+		return int(waiting)
+	}
+	return 0
+}
+
+// batch is the sequences an engine is running or about to: a prefill
+// there stalls each of them.
+func batch(l upstreams.Load) int {
+	running, _ := l.Estimated()
+	return int(running) + int(l.Dispatched)
+}
+
+// dialLoad is one candidate engine's load as one try sees it.
+type dialLoad struct {
+	e      *upstreams.Engine
+	l      upstreams.Load
+	free   int  // engineFree (known engines)
+	cached int  // prompt tokens it holds
+	ok     bool // it may take the request
+}
+
+// loads snapshots the loads of dials that are not drained.
+func (f *Fleet) loads(dials []string) []dialLoad {
+	out := make([]dialLoad, 0, len(dials))
+	for _, d := range dials {
+		if f.IsDrained(d) {
+			continue
+		}
+		e := f.registry.Ensure(d)
+		out = append(out, dialLoad{e: e, l: e.Load()})
+	}
+	return out
+}
+
+// pick chooses among the engines that may take the request as the policy
+// would: routing.Pick on the placement's prefix figures and the loads of
+// now, those that may not take it left out; the first that may when Pick
+// has no answer.
+func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
+	cands := make([]routing.Candidate, len(loads))
+	first := -1
+	for i := range loads {
+		c := f.candidate(Query{}, loads[i].l, loads[i].e.Dial())
+		if m, ok := p.match[c.Dial]; ok {
+			c.Tier, c.MatchedBlocks = m.tier, m.blocks
+		}
+		switch {
+		case !loads[i].ok:
+			c.Unavailable = "full"
+		case first < 0:
+			first = i
+		}
+		// Admission decided who has room; a holder taking a request over
+		// its capacity is no "saturated" candidate here.
+		c.MaxInflight = 0
+		cands[i] = c
+	}
+	d := p.decision
+	d.Decision = routing.Pick(p.req, cands, p.cost, false)
+	if d.Index < 0 {
+		d.Index, d.Tier, d.Outcome, d.Share = first, routing.LoadOnly, routing.Miss, 0
+	}
+	if loads[d.Index].cached < p.Cached && d.Outcome != routing.OverriddenByLoad {
+		// Pick did not see the full holder it was passed over for.
+		d.Outcome = routing.OverriddenByLoad
+	}
+	return d.Index, d
+}

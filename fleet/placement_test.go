@@ -1,0 +1,308 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// testClock is a manually advanced clock for drain rates and gates.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// clockedFleet is manualFleet on a test clock.
+func clockedFleet(t *testing.T, engines ...*EngineConfig) (*Fleet, *testClock) {
+	t.Helper()
+	clk := &testClock{t: time.Unix(1_000_000, 0)}
+	f := New(zap.NewNop(), Options{ManualScrape: true, Now: clk.Now})
+	t.Cleanup(f.Close)
+	f.Start(f.NewGeneration(testConfig(engines...), zap.NewNop()))
+	return f, clk
+}
+
+// drain records n completions on dial now: its drain rate becomes
+// n / 10 s (the estimator's time constant) on a clock that stands still.
+func drain(f *Fleet, dial string, n int) {
+	e := f.Registry().Ensure(dial)
+	for range n {
+		e.Reserve().Done()
+	}
+}
+
+// placedOn places a request for text among dials, routing nothing: the
+// approximate tree holds the prompt's prefix where the test said.
+func placedOn(t *testing.T, f *Fleet, dials []string, text string) *Placement {
+	t.Helper()
+	s := DefaultSettings()
+	s.Tokenize = false
+	p := f.Place(context.Background(), Query{Request: chatRequest(t, nil, text), Dials: dials, Settings: s})
+	if p == nil {
+		t.Fatal("no placement")
+	}
+	return p
+}
+
+// TestPrefixHitWait is issue 12's prefix-hit-wait test: the prefix holder
+// is full and frees a slot in 200 ms (drain rate 5/s), another engine is
+// free. A request whose cached prefix would cost a cold engine more than
+// 200 ms of prefill waits at the holder; one whose prefix is cheap to
+// prefill takes the free engine.
+func TestPrefixHitWait(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	lim := Limits{KV: 0.9}
+	drain(f, hot, 50)
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	scrape(f, cold, upstreams.Gauges{Running: 0})
+	for _, tc := range []struct {
+		name   string
+		prefix string
+		want   string
+		reason string
+	}{
+		// ~3,000 tokens, 0.7 credited (approximate tier): ~0.2 s × 1 saved > 0.2 s.
+		{"long prefix waits", strings.Repeat("the shared system prompt ", 480), hot, ReasonHitWait},
+		// ~100 tokens: ~7 ms of prefill saved < 0.2 s of wait.
+		{"short prefix goes cold", strings.Repeat("short ", 70), cold, ReasonCold},
+	} {
+		f.Routed(chatRequest(t, nil, tc.prefix), Decision{}, hot)
+		p := placedOn(t, f, dials, tc.prefix+" and a question of its own")
+		if p.Holder != hot {
+			t.Fatalf("%s: holder %q, want %s", tc.name, p.Holder, hot)
+		}
+		res, failOpen, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+		if !ok || failOpen || res.Engine().Dial() != tc.want || p.Reason != tc.reason {
+			t.Fatalf("%s: ok=%v failOpen=%v engine %v reason %q (wait %v, bound %v), want %s/%s",
+				tc.name, ok, failOpen, res.Engine().Dial(), p.Reason, p.Wait, p.WaitBound, tc.want, tc.reason)
+		}
+		// The first case's reservation ended: one completion more.
+		if p.Wait < 190*time.Millisecond || p.Wait > 200*time.Millisecond {
+			t.Errorf("%s: expected wait %v, want 200ms", tc.name, p.Wait)
+		}
+		if d, ok := p.Decision(dials); !ok || dials[d.Index] != tc.want {
+			t.Errorf("%s: the policy is told %v (ok %v), want %s", tc.name, d.Index, ok, tc.want)
+		}
+		res.Done() // no Sent: the hot engine's load is as before
+	}
+}
+
+// TestPlacedHolderFirst: a holder with room takes its request even when
+// another engine has more room; with PassPreferred a full holder not
+// worth waiting for means no reservation at all, however free the rest.
+func TestPlacedHolderFirst(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	lim := Limits{KV: 0.9}
+	scrape(f, hot, upstreams.Gauges{Running: 3})
+	scrape(f, cold, upstreams.Gauges{Running: 0})
+	text := strings.Repeat("the shared system prompt ", 100)
+	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
+	p := placedOn(t, f, dials, text+" question")
+	res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred)
+	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
+		t.Fatalf("holder with room: ok=%v reason %q", ok, p.Reason)
+	}
+	// The holder is now full (3 running + 1 dispatched) and has no drain
+	// rate: no wait is worth it.
+	if res2, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred); ok {
+		t.Fatalf("PassPreferred reserved on %s with the holder full", res2.Engine().Dial())
+	}
+	res.Done()
+}
+
+// starvation is the starvation test's model: two engines of two slots,
+// each request running svc, admission through a real gate on the test
+// clock.
+type starvation struct {
+	t        *testing.T
+	f        *Fleet
+	clk      *testClock
+	g        *admission.Gate
+	dials    []string
+	hot      map[string]string // dial -> the prefix it holds
+	run      []starvationReq
+	admitted []*upstreams.Reservation
+}
+
+type starvationReq struct {
+	res *upstreams.Reservation
+	end time.Time
+}
+
+const starvationSvc = time.Second
+
+func newStarvation(t *testing.T, aging time.Duration) *starvation {
+	a, b := deadDials[0], deadDials[1]
+	f, clk := clockedFleet(t, &EngineConfig{Dial: a, MaxInflight: 2}, &EngineConfig{Dial: b, MaxInflight: 2})
+	m := &starvation{t: t, f: f, clk: clk, g: admission.NewGateClock(admission.Config{Aging: aging}, clk.Now),
+		dials: deadDials[:2], hot: map[string]string{a: strings.Repeat("group a ", 40), b: strings.Repeat("group b ", 40)}}
+	for d, text := range m.hot {
+		f.Routed(chatRequest(t, nil, text), Decision{}, d)
+	}
+	m.scrape()
+	return m
+}
+
+// enter places a request and passes it through the gate, as the handler does.
+func (m *starvation) enter(text string) *admission.Waiter {
+	p := placedOn(m.t, m.f, m.dials, text)
+	w, err := m.g.EnterPlaced(admission.Normal, func(pass admission.Pass) bool {
+		res, _, ok := m.f.ReservePlaced(p, m.dials, Limits{KV: 0.9}, pass)
+		if ok {
+			m.admitted = append(m.admitted, res)
+		}
+		return ok
+	})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return w
+}
+
+// dispatch starts what the gate admitted, as the policy and the engine do.
+func (m *starvation) dispatch() {
+	for _, res := range m.admitted {
+		m.run = append(m.run, starvationReq{m.f.Dispatch(res, res.Engine().Dial()), m.clk.Now().Add(starvationSvc)})
+	}
+	m.admitted = m.admitted[:0]
+}
+
+// finish ends the requests whose time is up.
+func (m *starvation) finish() {
+	keep := m.run[:0]
+	for _, r := range m.run {
+		if m.clk.Now().Before(r.end) {
+			keep = append(keep, r)
+		} else {
+			r.res.Done()
+		}
+	}
+	m.run = keep
+}
+
+func (m *starvation) scrape() {
+	for _, d := range m.dials {
+		n := countOn(m.run, d, func(r starvationReq) string { return r.res.Engine().Dial() })
+		scrape(m.f, d, upstreams.Gauges{Running: float64(n)})
+	}
+}
+
+// starvationRun: both engines busy when one cold request (no holder)
+// parks, then a backlog of hot requests for the two holders, and more
+// arrive at exactly the fleet's capacity, so every freed slot has a hot
+// waiter whose holder it is. It returns how long the cold request waited,
+// or -1 when it was still parked after 20 s.
+func starvationRun(t *testing.T, aging time.Duration) time.Duration {
+	const step, end = 10 * time.Millisecond, 20 * time.Second
+	m := newStarvation(t, aging)
+	for i := range 4 { // both engines busy, finishing over the first service time
+		m.enter("warm-up " + strings.Repeat("x", i))
+		m.dispatch()
+		m.run[i].end = m.clk.Now().Add(starvationSvc * time.Duration(i+1) / 4)
+	}
+	cold := m.enter("a cold prompt nobody holds")
+	if isReady(cold) {
+		t.Fatal("the cold request was admitted with both engines busy")
+	}
+	for i := range 4 { // a backlog of hot waiters behind it, two per holder
+		m.enter(m.hot[m.dials[i%2]] + " an early question " + strings.Repeat("e", i))
+	}
+	start := m.clk.Now()
+	for i := 0; m.clk.Now().Sub(start) < end; i++ {
+		m.clk.Advance(step)
+		m.finish()
+		if i%25 == 0 { // hot arrivals at capacity: 4 per second
+			m.enter(m.hot[m.dials[(i/25)%2]] + " a question " + strings.Repeat("q", i%7))
+			m.scrape()
+		}
+		m.g.Kick()
+		m.dispatch()
+		if isReady(cold) {
+			return cold.Waited()
+		}
+	}
+	return -1
+}
+
+func countOn[T any](xs []T, dial string, of func(T) string) int {
+	n := 0
+	for _, x := range xs {
+		if of(x) == dial {
+			n++
+		}
+	}
+	return n
+}
+
+func isReady(w *admission.Waiter) bool {
+	select {
+	case <-w.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestColdRequestNotStarved is issue 12's starvation test: hot requests
+// take every slot that frees on their holder ahead of an older cold
+// request; once the cold one has aged it takes the next free slot, so it
+// is admitted within aging plus one service time. Without aging it waits
+// for as long as the hot stream lasts: the bound is aging's doing.
+func TestColdRequestNotStarved(t *testing.T) {
+	const aging, svc = 2 * time.Second, time.Second
+	w := starvationRun(t, aging)
+	t.Logf("cold request admitted after %v with aging %v", w, aging)
+	if w < 0 || w > aging+svc {
+		t.Fatalf("cold request admitted after %v (-1: never), want within aging + one service time (%v)", w, aging+svc)
+	}
+	if w := starvationRun(t, -1); w >= 0 {
+		t.Fatalf("without aging the cold request was admitted after %v: the test does not starve it", w)
+	}
+}
+
+// TestExplainShowsWaitBound: /llm/explain's admission part names the
+// holder and, for a full holder, the expected wait and its bound.
+func TestExplainShowsWaitBound(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	s := DefaultSettings()
+	s.Tokenize = false
+	f.SetPolicy(upstreams.DefaultPool, s)
+	f.LearnPool(f.running, upstreams.DefaultPool, deadDials[:2])
+	drain(f, hot, 50)
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	scrape(f, cold, upstreams.Gauges{})
+	text := strings.Repeat("the shared system prompt ", 480)
+	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
+	ex, err := f.Explain(context.Background(), chatRequest(t, nil, text+" a question"), upstreams.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ex.Admission
+	if a == nil || a.Holder != hot || !a.HolderFull || !a.WouldWait || a.ExpectedWait <= 0 || a.WaitBound <= a.ExpectedWait {
+		t.Fatalf("explain's admission part %+v, want the full holder %s with a wait below its bound", a, hot)
+	}
+}
