@@ -91,31 +91,7 @@ func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	type bandReport struct {
-		Depth      int     `json:"depth"`
-		OldestWait float64 `json:"oldest_wait_seconds"`
-		Admitted   uint64  `json:"admitted"`
-		Parked     uint64  `json:"parked"`
-		Aged       uint64  `json:"aged"`      // admitted through aging
-		Preferred  uint64  `json:"preferred"` // admitted ahead of their turn: their prefix holder had room
-	}
-	out := map[string]map[string]bandReport{}
-	for name, g := range f.Gates() {
-		st := g.Stats()
-		bands := map[string]bandReport{}
-		for b := 0; b < admission.NumBands; b++ {
-			bands[admission.Band(b).String()] = bandReport{
-				Depth:      st.Depth[b],
-				OldestWait: st.OldestWait[b].Seconds(),
-				Admitted:   st.Admitted[b],
-				Parked:     st.Parked[b],
-				Aged:       st.Aged[b],
-				Preferred:  st.Preferred[b],
-			}
-		}
-		out[name] = bands
-	}
-	return writeJSON(w, map[string]any{"pools": out})
+	return writeJSON(w, map[string]any{"pools": f.QueueReports()})
 }
 
 // explain routes a request body as the policy would and reports every

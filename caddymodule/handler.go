@@ -606,16 +606,7 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 // drain rate and the request's queue position (a newcomer's place in band
 // when position is 0). gate may be nil.
 func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) {
-	rate := h.fleet.DrainRate(h.dials())
-	if gate != nil {
-		if position <= 0 {
-			position = gate.Ahead(band) + 1
-		}
-		if rate <= 0 {
-			rate = gate.DrainRate()
-		}
-	}
-	ra := admission.RetryAfter(position, rate, time.Second, time.Duration(h.MaxPark))
+	ra := h.fleet.RetryAfter(h.dials(), gate, band, position, time.Duration(h.MaxPark))
 	w.Header().Set("Retry-After", strconv.Itoa(int((ra+time.Second-1)/time.Second)))
 	msg := "all engines are at capacity"
 	switch reason {

@@ -1,6 +1,9 @@
 package fleet
 
 import (
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -113,6 +116,23 @@ func (f *Fleet) DrainRate(dials []string) float64 {
 		}
 	}
 	return sum
+}
+
+// RetryAfter is when a refused request should come back: its queue
+// position (a newcomer's place in band when position is 0; gate may be
+// nil) over the pool's observed drain rate, else the gate's admission
+// rate, between a second and maxPark.
+func (f *Fleet) RetryAfter(dials []string, gate *admission.Gate, band admission.Band, position int, maxPark time.Duration) time.Duration {
+	rate := f.DrainRate(dials)
+	if gate != nil {
+		if position <= 0 {
+			position = gate.Ahead(band) + 1
+		}
+		if rate <= 0 {
+			rate = gate.DrainRate()
+		}
+	}
+	return admission.RetryAfter(position, rate, time.Second, maxPark)
 }
 
 // Dispatch counts a request routed to dial there and marks it handed to

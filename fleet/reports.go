@@ -140,6 +140,37 @@ func (f *Fleet) kvReport(dial string) *KVReport {
 	return r
 }
 
+// BandReport is one band of a pool's admission queue in GET /llm/queue.
+type BandReport struct {
+	Depth      int     `json:"depth"`
+	OldestWait float64 `json:"oldest_wait_seconds"`
+	Admitted   uint64  `json:"admitted"`
+	Parked     uint64  `json:"parked"`
+	Aged       uint64  `json:"aged"`      // admitted through aging
+	Preferred  uint64  `json:"preferred"` // admitted ahead of their turn: their prefix holder had room
+}
+
+// QueueReports describes every pool's admission queue, by band name.
+func (f *Fleet) QueueReports() map[string]map[string]BandReport {
+	out := map[string]map[string]BandReport{}
+	for name, g := range f.Gates() {
+		st := g.Stats()
+		bands := map[string]BandReport{}
+		for b := range admission.NumBands {
+			bands[admission.Band(b).String()] = BandReport{
+				Depth:      st.Depth[b],
+				OldestWait: st.OldestWait[b].Seconds(),
+				Admitted:   st.Admitted[b],
+				Parked:     st.Parked[b],
+				Aged:       st.Aged[b],
+				Preferred:  st.Preferred[b],
+			}
+		}
+		out[name] = bands
+	}
+	return out
+}
+
 // QueueDepth is the number of requests parked in every pool's gate, by
 // band.
 func (f *Fleet) QueueDepth() [admission.NumBands]int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/routing"
@@ -70,5 +71,28 @@ func TestReports(t *testing.T) {
 	defer res.Done()
 	if d := f.QueueDepth(); d != [admission.NumBands]int{} {
 		t.Fatalf("queue depth %v with no gate", d)
+	}
+}
+
+// TestQueueReportsAndRetryAfter: the queue report counts a parked request
+// in its pool and band, and Retry-After falls back to max_park while
+// nothing drains.
+func TestQueueReportsAndRetryAfter(t *testing.T) {
+	f := manualFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 1})
+	g := f.Gate("p", admission.Config{})
+	w, err := g.Enter(admission.Low, func() bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	q := f.QueueReports()
+	if got := q["p"]["low"]; got.Depth != 1 || got.Parked != 1 || q["p"]["high"].Depth != 0 {
+		t.Fatalf("queue report %+v", q)
+	}
+	if ra := f.RetryAfter(deadDials[:1], g, admission.Low, 0, 30*time.Second); ra != 30*time.Second {
+		t.Fatalf("Retry-After %v with nothing draining, want max_park 30s", ra)
+	}
+	if ra := f.RetryAfter(deadDials[:1], nil, admission.Low, 3, 0); ra != time.Second {
+		t.Fatalf("Retry-After %v with no bound and no rate, want the 1s floor", ra)
 	}
 }
