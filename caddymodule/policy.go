@@ -334,6 +334,7 @@ func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*revers
 	}
 	if place != nil && q.CacheKey == "" {
 		if pd, ok := place.Decision(q.Dials); ok && q.Dials[pd.Index] == q.Own {
+			prefixShare.Observe(pd.Share) // as for a request the policy routes itself
 			return cands[pd.Index], pd
 		}
 	}
