@@ -30,15 +30,7 @@ func qualityWorkloads(quick bool) []QualityPlan {
 		{Workload: WorkloadSpec{Name: "random", Kind: "random", Groups: 320, PerGroup: 1, QuestionTokens: 1024, OutputTokens: 256,
 			Reference: "no sharing (control)", Seed: 5}, Rates: []float64{1.0}},
 	}
-	if only := os.Getenv("BENCH_WORKLOADS"); only != "" { // development aid
-		var keep []QualityPlan
-		for _, p := range plans {
-			if strings.Contains(","+only+",", ","+p.Workload.Name+",") {
-				keep = append(keep, p)
-			}
-		}
-		plans = keep
-	}
+	plans = keepNamed(plans, "BENCH_WORKLOADS", func(p QualityPlan) string { return p.Workload.Name }) // development aid
 	if r := os.Getenv("BENCH_RATES"); r != "" {
 		var rates []float64
 		for _, f := range strings.Split(r, ",") {
@@ -78,15 +70,7 @@ func qualityParams(quick bool) QualityParams {
 	if v, err := strconv.ParseFloat(os.Getenv("BENCH_TIMESCALE"), 64); err == nil && v > 0 {
 		p.TimeScale = v
 	}
-	if pols := os.Getenv("BENCH_POLICIES"); pols != "" {
-		var keep []PolicySpec
-		for _, pol := range p.Policies {
-			if strings.Contains(","+pols+",", ","+pol.Name+",") {
-				keep = append(keep, pol)
-			}
-		}
-		p.Policies = keep
-	}
+	p.Policies = keepNamed(p.Policies, "BENCH_POLICIES", func(s PolicySpec) string { return s.Name })
 	if quick {
 		p.Engines = 4
 		p.TimeScale = 4
@@ -140,15 +124,7 @@ func fleetParams(quick bool) FleetParams {
 		}
 		p.Sizes = sizes
 	}
-	if v := os.Getenv("BENCH_FLEET_VARIANTS"); v != "" {
-		var keep []FleetVariant
-		for _, fv := range p.Variants {
-			if strings.Contains(","+v+",", ","+fv.Name+",") {
-				keep = append(keep, fv)
-			}
-		}
-		p.Variants = keep
-	}
+	p.Variants = keepNamed(p.Variants, "BENCH_FLEET_VARIANTS", func(v FleetVariant) string { return v.Name })
 	if quick {
 		p.Sizes = []int{8, 64}
 		p.Requests = 5000
@@ -200,4 +176,21 @@ func soakParams(quick bool) (SoakParams, error) {
 		p.Duration = d
 	}
 	return p, nil
+}
+
+// keepNamed keeps the items whose name is in the comma-separated list in
+// the environment variable env, or all of them when it is unset: the
+// development aids that narrow a run.
+func keepNamed[T any](items []T, env string, name func(T) string) []T {
+	list := os.Getenv(env)
+	if list == "" {
+		return items
+	}
+	var keep []T
+	for _, it := range items {
+		if strings.Contains(","+list+",", ","+name(it)+",") {
+			keep = append(keep, it)
+		}
+	}
+	return keep
 }
