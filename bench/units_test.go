@@ -532,3 +532,16 @@ func TestReportStatesPlan(t *testing.T) {
 		t.Logf("report:\n%s", md)
 	}
 }
+
+func TestKeepNamed(t *testing.T) {
+	vs := []FleetVariant{{Name: "llm"}, {Name: "llm@1.4"}, {Name: "round_robin"}}
+	name := func(v FleetVariant) string { return v.Name }
+	if got := keepNamed(vs, "BENCH_TEST_KEEP", name); len(got) != 3 {
+		t.Fatalf("unset: kept %v, want all", got)
+	}
+	t.Setenv("BENCH_TEST_KEEP", "llm,round_robin")
+	got := keepNamed(vs, "BENCH_TEST_KEEP", name)
+	if len(got) != 2 || got[0].Name != "llm" || got[1].Name != "round_robin" {
+		t.Fatalf("kept %v, want llm and round_robin (whole names only)", got)
+	}
+}
