@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -209,41 +208,9 @@ func (h *Admission) Validate() error {
 	return nil
 }
 
-// isInference reports whether the request is an OpenAI-style inference call
-// that carries a JSON body worth reading.
-func isInference(r *http.Request) bool {
-	if r.Method != http.MethodPost {
-		return false
-	}
-	p := r.URL.Path
-	if !strings.HasSuffix(p, "/chat/completions") && !strings.HasSuffix(p, "/completions") {
-		return false
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, ok := mediaType(ct)
-		if !ok || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return false
-		}
-	}
-	return true
-}
-
-// mediaType is mime.ParseMediaType's media type, lower-cased, without its
-// allocations for the common exact forms.
-func mediaType(ct string) (string, bool) {
-	switch ct {
-	case "application/json", "text/event-stream":
-		return ct, true
-	case "application/json; charset=utf-8", "text/event-stream; charset=utf-8":
-		return ct[:strings.IndexByte(ct, ';')], true
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	return mt, err == nil
-}
-
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if !isInference(r) {
+	if !admission.IsInference(r) {
 		return next.ServeHTTP(w, r)
 	}
 	req, fb, err := h.prepare(w, r)

@@ -68,7 +68,7 @@ func (o *observingWriter) WriteHeader(code int) {
 	if o.onResponse != nil {
 		o.onResponse()
 	}
-	if mt, _ := mediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
+	if mt, _ := admission.MediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
 		o.obs = admission.NewStreamObserver(admission.StreamConfig{
 			Start: o.start,
