@@ -431,6 +431,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	parkedTotal.WithLabelValues(band.String()).Inc()
 	out, sseSent := h.park(w, r, waiter, req.Stream)
 	a.sseSent, a.waited = sseSent, waiter.Waited()
+	parkSeconds.WithLabelValues(band.String()).Observe(a.waited.Seconds())
 	switch out {
 	case parkAdmitted:
 		return a, false

@@ -112,6 +112,7 @@ func TestAdmissionMetricNames(t *testing.T) {
 	for name, labels := range map[string][]string{
 		"llmgw_admission_admitted_total":  {"band"},
 		"llmgw_admission_parked_total":    {"band"},
+		"llmgw_admission_park_seconds":    {"band"},
 		"llmgw_admission_rejected_total":  {"band", "reason"},
 		"llmgw_admission_queue_depth":     {"band"},
 		"llmgw_admission_fail_open_total": nil,

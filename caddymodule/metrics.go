@@ -27,6 +27,11 @@ var (
 		Name: "llmgw_admission_parked_total",
 		Help: "Requests that had to park before admission, by band.",
 	}, []string{"band"})
+	parkSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgw_admission_park_seconds",
+		Help:    "Time parked requests waited in the admission queue, however parking ended, by band.",
+		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"band"})
 	rejectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_rejected_total",
 		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown).",
@@ -83,7 +88,7 @@ var (
 
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		admittedTotal, parkedTotal, rejectedTotal, placedTotal, failOpenTotal,
+		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
 		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
 		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures,
 	}
