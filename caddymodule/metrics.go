@@ -38,7 +38,7 @@ var (
 	}, []string{"band", "reason"})
 	placedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_placed_total",
-		Help: "Requests admitted with a placement (pools routed by lb_policy llm), by reason: cache_hit (the prefix holder had room), cache_hit_wait (queued at the full holder), cold (another engine), fail_open.",
+		Help: "Requests admitted with a placement (pools routed by lb_policy llm), by reason: cache_hit (the prefix holder had room), cache_hit_wait (queued at the full holder), moved (a holder exists but another engine was cheaper: affinity broken), cold (no engine holds the prefix), fail_open.",
 	}, []string{"reason"})
 	failOpenTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "llmgw_admission_fail_open_total",

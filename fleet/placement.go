@@ -21,7 +21,8 @@ const DefaultPrefillRate = 10000
 const (
 	ReasonHit      = "cache_hit"      // its prefix holder had a free slot
 	ReasonHitWait  = "cache_hit_wait" // queued at its full holder: the wait costs less than the prefill it saves
-	ReasonCold     = "cold"           // another engine: no holder, or waiting there would cost more
+	ReasonCold     = "cold"           // no engine holds any of the prompt: no affinity to keep
+	ReasonMoved    = "moved"          // a holder exists but waiting there would cost more: affinity broken
 	ReasonFailOpen = "fail_open"      // engine state unknown: admitted on a guess
 )
 
@@ -190,6 +191,8 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 		reason = ReasonHit
 	case c > 0:
 		reason = ReasonHitWait
+	case p.Holder != "":
+		reason = ReasonMoved
 	}
 	return p.reserve(loads[i].e, reason, d), false, true
 }

@@ -85,7 +85,7 @@ func TestPrefixHitWait(t *testing.T) {
 		// ~3,000 tokens, 0.7 credited (approximate tier): ~0.2 s × 1 saved > 0.2 s.
 		{"long prefix waits", strings.Repeat("the shared system prompt ", 480), hot, ReasonHitWait},
 		// ~100 tokens: ~7 ms of prefill saved < 0.2 s of wait.
-		{"short prefix goes cold", strings.Repeat("short ", 70), cold, ReasonCold},
+		{"short prefix goes cold", strings.Repeat("short ", 70), cold, ReasonMoved},
 	} {
 		f.Routed(chatRequest(t, nil, tc.prefix), Decision{}, hot)
 		p := placedOn(t, f, dials, tc.prefix+" and a question of its own")
@@ -305,4 +305,23 @@ func TestExplainShowsWaitBound(t *testing.T) {
 	if a == nil || a.Holder != hot || !a.HolderFull || !a.WouldWait || a.ExpectedWait <= 0 || a.WaitBound <= a.ExpectedWait {
 		t.Fatalf("explain's admission part %+v, want the full holder %s with a wait below its bound", a, hot)
 	}
+}
+
+// TestPlacedColdWithoutHolder: a prompt no engine holds has no affinity to
+// keep: its admission is "cold", not "moved" (which counts affinity
+// broken).
+func TestPlacedColdWithoutHolder(t *testing.T) {
+	f, _ := clockedFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 4}, &EngineConfig{Dial: deadDials[1], MaxInflight: 4})
+	dials := deadDials[:2]
+	scrape(f, deadDials[0], upstreams.Gauges{Running: 1})
+	scrape(f, deadDials[1], upstreams.Gauges{Running: 2})
+	p := placedOn(t, f, dials, strings.Repeat("a prompt nobody has seen ", 100))
+	if p.Holder != "" {
+		t.Fatalf("holder %q for a prompt no engine holds", p.Holder)
+	}
+	res, _, ok := f.ReservePlaced(p, dials, Limits{KV: 0.9}, admission.PassAny)
+	if !ok || p.Reason != ReasonCold {
+		t.Fatalf("ok=%v reason %q, want %q", ok, p.Reason, ReasonCold)
+	}
+	res.Done()
 }
