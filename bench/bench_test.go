@@ -48,14 +48,21 @@ func TestQuickSmoke(t *testing.T) {
 	if len(l.quality.Runs) != 2 {
 		t.Fatalf("quality runs = %d, want 2", len(l.quality.Runs))
 	}
+	// Caddy's CPU is read in clock ticks (10 ms): one tiny run may take
+	// less than a tick, so the section as a whole must show some.
+	var caddyCPU float64
 	for _, r := range l.quality.Runs {
 		s := r.Summary
 		if s.OK == 0 || s.Prompt == 0 || s.Output == 0 || s.TTFT.N == 0 || s.TTFT.P50 <= 0 || s.ITL.N == 0 {
 			t.Errorf("quality %s: no numbers: %+v", r.Policy, s)
 		}
-		if r.CaddyCPU <= 0 {
-			t.Errorf("quality %s: Caddy CPU not measured", r.Policy)
+		if r.CaddyCPU < 0 {
+			t.Errorf("quality %s: negative Caddy CPU %v", r.Policy, r.CaddyCPU)
 		}
+		caddyCPU += r.CaddyCPU
+	}
+	if caddyCPU <= 0 {
+		t.Errorf("Caddy CPU not measured in any quality run")
 	}
 	// The llm policy decided every request (its decision counters come
 	// from the Caddy process's metrics).
