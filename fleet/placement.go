@@ -64,14 +64,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		return nil
 	}
 	v := f.view(q.Dials, q.Settings)
-	tokens := q.Tokens
-	if tokens == nil {
-		tokens = promptIDs(q.Request)
-	}
-	var tr TokenizeResult
-	if tokens == nil && q.Settings.Tokenize {
-		tokens, tr = f.tokenize(ctx, q.Request, v)
-	}
+	tokens, tr := f.promptTokens(ctx, q, v)
 	d, rr, cands := f.prefixes(q, v, tokens)
 	d.Tokenize = tr
 	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
@@ -90,7 +83,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	for _, c := range cands {
 		// A group's prefix may live on several engines; each of them is
 		// worth waiting for about as much.
-		if n := p.cachedOn(c.Dial); n > 0 && 2*n >= p.Cached {
+		if p.holds(p.cachedOn(c.Dial)) {
 			p.holders = append(p.holders, c.Dial)
 		}
 	}
@@ -203,6 +196,10 @@ func (p *Placement) reserve(e *upstreams.Engine, reason string, d Decision) *ups
 	return e.Reserve()
 }
 
+// holds reports whether an engine caching this many of the prompt's
+// tokens is one of its holders: at least half of the longest match.
+func (p *Placement) holds(cached int) bool { return cached > 0 && 2*cached >= p.Cached }
+
 // holdersAmong is the prefix's holders that are among dials.
 func (p *Placement) holdersAmong(dials []string) []string {
 	var out []string
@@ -225,7 +222,7 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		}
 		l.free = engineFree(l.l, lim)
 		l.cached = p.cachedOn(l.e.Dial())
-		if l.free > 0 && 2*l.cached < p.Cached && (alt < 0 || l.free > loads[alt].free) {
+		if l.free > 0 && !p.holds(l.cached) && (alt < 0 || l.free > loads[alt].free) {
 			alt = i
 		}
 	}
@@ -236,7 +233,7 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case !l.l.Known:
 		case l.free > 0:
 			l.ok = true
-		case l.cached > 0 && 2*l.cached >= p.Cached:
+		case p.holds(l.cached):
 			b := batch(l.l)
 			if alt >= 0 {
 				b = batch(loads[alt].l)

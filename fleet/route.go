@@ -87,14 +87,7 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	}
 	v := f.view(q.Dials, q.Settings)
-	tokens := q.Tokens
-	if tokens == nil {
-		tokens = promptIDs(q.Request)
-	}
-	var tr TokenizeResult
-	if tokens == nil && q.Settings.Tokenize {
-		tokens, tr = f.tokenize(ctx, q.Request, v)
-	}
+	tokens, tr := f.promptTokens(ctx, q, v)
 	d := f.decide(q, v, tokens)
 	d.Tokenize = tr
 	return d
@@ -236,6 +229,22 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 		}
 	}
 	return c
+}
+
+// promptTokens are the prompt's token ids: the query's own, else a prompt
+// given as ids, else (when the pool tokenizes) /tokenize's; nil when none
+// could be had.
+func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) ([]uint64, TokenizeResult) {
+	if q.Tokens != nil {
+		return q.Tokens, TokenizeResult{}
+	}
+	if ids := promptIDs(q.Request); ids != nil {
+		return ids, TokenizeResult{}
+	}
+	if !q.Settings.Tokenize {
+		return nil, TokenizeResult{}
+	}
+	return f.tokenize(ctx, q.Request, v)
 }
 
 // tokenize asks the least busy known engine to tokenize the prompt exactly
