@@ -28,13 +28,10 @@ func (f *Fleet) PolicyOf(pool string) (Settings, bool) {
 
 // PolicySettings are the settings of the pool's policy, or the defaults.
 func (f *Fleet) PolicySettings(pool string) Settings {
-	f.mu.Lock()
-	s, ok := f.policies[pool]
-	f.mu.Unlock()
-	if !ok {
-		s = DefaultSettings()
+	if s, ok := f.PolicyOf(pool); ok {
+		return s
 	}
-	return s
+	return DefaultSettings()
 }
 
 // SetBreaker configures the circuit breaker; a changed config starts a new
