@@ -198,6 +198,8 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseInt(d, &h.MaxInflight)
 		case "prefill_rate":
 			err = parseFloat(d, &h.PrefillRate)
+		case "long_prefill":
+			err = parseInt(d, &h.LongPrefill)
 		case "max_park":
 			err = parseDuration(d, &h.MaxPark)
 		case "queue_size":

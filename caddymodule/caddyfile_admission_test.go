@@ -42,3 +42,32 @@ func TestAdmissionCaddyfileLocalAccounting(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionCaddyfilePrefill: prefill_rate and long_prefill reach the
+// handler's JSON; a value that is not a number is an error.
+func TestAdmissionCaddyfilePrefill(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{in: "llm_admission {\n}", want: `{}`},
+		{in: "llm_admission {\n prefill_rate 2500\n long_prefill 8192\n}", want: `{"prefill_rate":2500,"long_prefill":8192}`},
+		{in: "llm_admission {\n long_prefill -1\n}", want: `{"long_prefill":-1}`},
+		{in: "llm_admission {\n long_prefill 16k\n}", wantErr: true},
+		{in: "llm_admission {\n long_prefill\n}", wantErr: true},
+	} {
+		var h Admission
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%q: err = %v, want error %v", tc.in, err, tc.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if raw, _ := json.Marshal(&h); string(raw) != tc.want {
+			t.Errorf("%q: JSON %s, want %s", tc.in, raw, tc.want)
+		}
+	}
+}

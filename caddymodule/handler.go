@@ -73,6 +73,11 @@ type Admission struct {
 	// Default: 10000.
 	PrefillRate float64 `json:"prefill_rate,omitempty"`
 
+	// Uncached prompt tokens above which a request occupies its engine for
+	// its prefill (uncached tokens ÷ prefill_rate): the engine takes no
+	// other request meanwhile. Negative: off. Default: 16384.
+	LongPrefill int `json:"long_prefill,omitempty"`
+
 	// Longest a request stays parked before 503. Default: 120s.
 	MaxPark caddy.Duration `json:"max_park,omitempty"`
 
@@ -506,7 +511,7 @@ func (h *Admission) dials() []string {
 
 func (h *Admission) limits() fleet.Limits {
 	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting,
-		PrefillRate: h.PrefillRate}
+		PrefillRate: h.PrefillRate, LongPrefill: h.LongPrefill}
 }
 
 // parkOutcome is how parking ended.

@@ -21,6 +21,11 @@ type Limits struct {
 	// prefill it saves (see ReservePlaced). 0 means DefaultPrefillRate; a
 	// negative value never lets a request wait at a full holder.
 	PrefillRate float64
+	// LongPrefill is the uncached prompt length, in tokens, above which a
+	// request occupies its engine for its whole prefill (see
+	// ReservePlaced). 0 means DefaultLongPrefill; a negative value
+	// disables the rule.
+	LongPrefill int
 }
 
 // TryReserve admits a request when an engine of the pool has room, reserving
@@ -66,7 +71,19 @@ func (f *Fleet) TryReserve(dials []string, lim Limits) (res *upstreams.Reservati
 // finishes have let in since); dispatched requests then have nothing to
 // count against, so configure max_inflight (vLLM's --max-num-seqs) for a
 // cap tighter than the poll interval.
+//
+// An engine prefilling a long prompt this gateway sent it (Load.Occupied,
+// local accounting too) has no room until that prefill is expected to end.
 func engineFree(l upstreams.Load, lim Limits) int {
+	free := requestsFree(l, lim)
+	if l.Occupied > 0 && !lim.IgnoreDispatched && free > 0 {
+		return 0
+	}
+	return free
+}
+
+// requestsFree is engineFree by the request counts alone.
+func requestsFree(l upstreams.Load, lim Limits) int {
 	if l.KVUsage >= lim.KV {
 		return 0
 	}

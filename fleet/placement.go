@@ -17,6 +17,12 @@ import (
 // magnitude that matters here.
 const DefaultPrefillRate = 10000
 
+// DefaultLongPrefill is the uncached prompt length, in tokens, above which
+// a placed request occupies its engine for its prefill (Limits.LongPrefill):
+// 16k tokens take 1.6 s at the default prefill rate, long enough that a
+// request sent behind them is visibly delayed.
+const DefaultLongPrefill = 16384
+
 // Reasons a placed request was admitted where it was.
 const (
 	ReasonHit      = "cache_hit"      // its prefix holder had a free slot
@@ -48,6 +54,9 @@ type Placement struct {
 	Engine          string
 	Reason          string
 	Wait, WaitBound time.Duration
+	// Occupies is how long the request holds Engine as a long prefill
+	// (its uncached tokens over the prefill rate; 0 when it is not long).
+	Occupies time.Duration
 
 	match    map[string]match // the candidates holding blocks of the prompt
 	holders  []string         // dials holding at least half of Holder's prefix
@@ -152,6 +161,11 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 // is made there. With PassPreferred only the prefix's holders are asked.
 // When no known engine may take it, it fails open on unknown engines
 // unless fail-closed, as TryReserve does.
+//
+// A request whose uncached prompt at the chosen engine is longer than
+// Limits.LongPrefill occupies that engine for its expected prefill (see
+// longPrefill): until then the engine has no room for anyone else, and a
+// holder's wait counts at least that long.
 func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
 	if p == nil {
 		if pass == admission.PassPreferred {
@@ -159,7 +173,7 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 		}
 		return f.TryReserve(dials, lim)
 	}
-	p.Engine, p.Reason, p.Wait, p.WaitBound = "", "", 0, 0
+	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Occupies = "", "", 0, 0, 0
 	var loads []dialLoad
 	if pass == admission.PassPreferred {
 		loads = f.loads(p.holdersAmong(dials))
@@ -187,7 +201,39 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 	case p.Holder != "":
 		reason = ReasonMoved
 	}
-	return p.reserve(loads[i].e, reason, d), false, true
+	res := p.reserve(loads[i].e, reason, d)
+	if p.Occupies = p.longPrefill(loads[i], lim); p.Occupies > 0 {
+		res.Occupy(p.Occupies)
+	}
+	return res, false, true
+}
+
+// longPrefill is how long the request occupies engine l when its uncached
+// prompt there is longer than the long-prefill threshold: those tokens
+// over the prefill rate. vLLM prefills a running request's chunks before
+// it schedules any newly waiting one, so a request sent to an engine
+// during a long prefill waits for all of it; held as full meanwhile, the
+// engine gets no such request, and a long prompt costs the fleet one
+// engine's prefill time instead of every request that lands behind it.
+func (p *Placement) longPrefill(l dialLoad, lim Limits) time.Duration {
+	threshold := lim.LongPrefill
+	if threshold == 0 {
+		threshold = DefaultLongPrefill
+	}
+	uncached := p.req.PromptTokens - l.cached
+	if threshold < 0 || uncached <= threshold {
+		return 0
+	}
+	return time.Duration(float64(uncached) / prefillRate(l.l, lim) * float64(time.Second))
+}
+
+// prefillRate is the prefill speed assumed for engine l, in uncached
+// prompt tokens per second: the configured rate, else the default.
+func prefillRate(l upstreams.Load, lim Limits) float64 {
+	if lim.PrefillRate > 0 {
+		return lim.PrefillRate
+	}
+	return DefaultPrefillRate
 }
 
 // reserve reserves on e and records the outcome.
@@ -254,14 +300,10 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 // expected wait — the queue ahead over the drain rate, and at least the
 // time since the holder's last completion — is below the bound.
 func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, bound time.Duration) {
-	rate := lim.PrefillRate
-	if rate == 0 {
-		rate = DefaultPrefillRate
-	}
-	if rate < 0 || l.KVUsage >= lim.KV || cached <= 0 {
+	if lim.PrefillRate < 0 || l.KVUsage >= lim.KV || cached <= 0 {
 		return false, 0, 0
 	}
-	bs := float64(b+1) * float64(cached) / rate
+	bs := float64(b+1) * float64(cached) / prefillRate(l, lim)
 	bound = time.Duration(bs * float64(time.Second))
 	if !(l.DrainRate > 0) {
 		return false, 0, bound // no completion seen yet: the wait is unknown
@@ -271,6 +313,8 @@ func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, b
 	// running requests are long, or not ours) is no faster than its
 	// silence: the rate is an average that decays only over ~10 s.
 	ws = max(ws, l.SinceDone.Seconds())
+	// Nor can it serve the hit before a long prefill it is running ends.
+	ws = max(ws, l.Occupied.Seconds())
 	return ws < bs, time.Duration(ws * float64(time.Second)), bound
 }
 

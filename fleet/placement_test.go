@@ -284,7 +284,8 @@ func TestColdRequestNotStarved(t *testing.T) {
 }
 
 // TestExplainShowsWaitBound: /llm/explain's admission part names the
-// holder and, for a full holder, the expected wait and its bound.
+// holder and, for a full holder, the expected wait and its bound; and how
+// long a long prompt would occupy its engine.
 func TestExplainShowsWaitBound(t *testing.T) {
 	hot, cold := deadDials[0], deadDials[1]
 	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
@@ -305,6 +306,17 @@ func TestExplainShowsWaitBound(t *testing.T) {
 	if a == nil || a.Holder != hot || !a.HolderFull || !a.WouldWait || a.ExpectedWait <= 0 || a.WaitBound <= a.ExpectedWait {
 		t.Fatalf("explain's admission part %+v, want the full holder %s with a wait below its bound", a, hot)
 	}
+	if a.LongPrefill != 0 {
+		t.Fatalf("a ~3,000-token prompt shows a long prefill of %v s", a.LongPrefill)
+	}
+	// ~20,000 tokens, ~17,000 of them not at the holder: 1.7 s at 10,000/s.
+	ex, err = f.Explain(context.Background(), chatRequest(t, nil, text+strings.Repeat(" a long question", 4300)), upstreams.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a = ex.Admission; a == nil || a.LongPrefill < 1.5 || a.LongPrefill > 2 {
+		t.Fatalf("explain's admission part %+v, want a long prefill of ~1.7 s", a)
+	}
 }
 
 // TestPlacedColdWithoutHolder: a prompt no engine holds has no affinity to
@@ -324,4 +336,60 @@ func TestPlacedColdWithoutHolder(t *testing.T) {
 		t.Fatalf("ok=%v reason %q, want %q", ok, p.Reason, ReasonCold)
 	}
 	res.Done()
+}
+
+// TestLongPrefillOccupiesEngine: a request whose uncached prompt is over
+// the long-prefill threshold holds its engine as full for its prefill
+// (uncached tokens over the prefill rate): a short request whose prefix
+// lives there goes elsewhere meanwhile and back once the prefill is over;
+// the hold ends with the request, and a negative threshold turns it off.
+func TestLongPrefillOccupiesEngine(t *testing.T) {
+	a, b := deadDials[0], deadDials[1]
+	f, clk := clockedFleet(t, &EngineConfig{Dial: a, MaxInflight: 4}, &EngineConfig{Dial: b, MaxInflight: 4})
+	dials := deadDials[:2]
+	scrape(f, a, upstreams.Gauges{})
+	scrape(f, b, upstreams.Gauges{})
+	hot := strings.Repeat("a hot system prompt ", 20) // ~100 tokens, held by a
+	f.Routed(chatRequest(t, nil, hot), Decision{}, a)
+	long := strings.Repeat("a long document ", 1000) // ~4,000 uncached tokens
+	lim := Limits{KV: 0.9, LongPrefill: 2000, PrefillRate: 1000}
+
+	tryHot := func(step, want, reason string) {
+		t.Helper()
+		p := placedOn(t, f, dials, hot+" and a question")
+		res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+		if !ok || res.Engine().Dial() != want || p.Reason != reason || p.Occupies != 0 {
+			t.Fatalf("%s: ok=%v engine %v reason %q occupies %v, want %s/%s", step, ok, res.Engine().Dial(), p.Reason, p.Occupies, want, reason)
+		}
+		res.Done()
+	}
+	tryHot("before", a, ReasonHit)
+
+	p := placedOn(t, f, []string{a}, long)
+	res, _, ok := f.ReservePlaced(p, []string{a}, lim, admission.PassAny)
+	if !ok || res.Engine().Dial() != a {
+		t.Fatalf("long prompt: ok=%v engine %v", ok, res.Engine().Dial())
+	}
+	// The prompt is the whole request body in bytes over 4: ~4,000 tokens.
+	if p.Occupies < 3*time.Second || p.Occupies > 5*time.Second {
+		t.Fatalf("long prompt occupies %v, want ~4s (4,000 tokens at 1,000/s)", p.Occupies)
+	}
+	if got := f.Registry().Ensure(a).Load().Occupied; got != p.Occupies {
+		t.Fatalf("engine occupied %v, want %v", got, p.Occupies)
+	}
+	tryHot("during the long prefill", b, ReasonMoved)
+	clk.Advance(p.Occupies)
+	tryHot("after the long prefill", a, ReasonHit)
+
+	res.Occupy(time.Minute) // as if still prefilling
+	res.Done()
+	tryHot("after the long request ended", a, ReasonHit)
+
+	lim.LongPrefill = -1
+	p = placedOn(t, f, []string{a}, long)
+	res, _, _ = f.ReservePlaced(p, []string{a}, lim, admission.PassAny)
+	defer res.Done()
+	if p.Occupies != 0 || f.Registry().Ensure(a).Load().Occupied != 0 {
+		t.Fatalf("long_prefill -1: occupies %v", p.Occupies)
+	}
 }

@@ -286,6 +286,10 @@ type PlacementReport struct {
 	ExpectedWait float64      `json:"expected_wait_seconds"`
 	WaitBound    float64      `json:"wait_bound_seconds"`
 	WouldWait    bool         `json:"would_wait"`
+	// LongPrefill is how long the request would occupy its engine as a
+	// long prefill at the holder (any engine without one); 0 when its
+	// uncached prompt is under the long_prefill threshold.
+	LongPrefill float64 `json:"long_prefill_seconds"`
 }
 
 // explainPlacement places req and weighs it without reserving anything.
@@ -295,14 +299,18 @@ func (f *Fleet) explainPlacement(ctx context.Context, req *admission.Request, di
 		return nil
 	}
 	loads := f.loads(dials)
-	p.weigh(loads, Limits{KV: 0.9})
+	lim := Limits{KV: 0.9}
+	p.weigh(loads, lim)
 	out := &PlacementReport{Holder: p.Holder, CachedTokens: p.Cached, Tier: p.Tier,
 		ExpectedWait: p.Wait.Seconds(), WaitBound: p.WaitBound.Seconds()}
+	at := dialLoad{cached: p.Cached}
 	for _, l := range loads {
 		if l.e.Dial() == p.Holder {
 			out.HolderFull = l.l.Known && l.free <= 0
 			out.WouldWait = out.HolderFull && l.ok
+			at.l = l.l
 		}
 	}
+	out.LongPrefill = p.longPrefill(at, lim).Seconds()
 	return out
 }

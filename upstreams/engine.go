@@ -49,6 +49,9 @@ type Engine struct {
 	finished  int64
 	drainRate float64
 	drainAt   time.Time
+	// occupied holds, per reservation of a long prompt, when its prefill
+	// is expected to end (see [Reservation.Occupy]); nil when none.
+	occupied map[*Reservation]time.Time
 
 	// run is the poller/worker handle; guarded by reg.mu.
 	run *runHandle
@@ -116,6 +119,10 @@ type Load struct {
 	// and Waiting still show them. [Load.Estimated] applies it; a newer
 	// successful scrape resets it.
 	Finished int64
+	// Occupied is how much longer the engine is expected to be busy
+	// prefilling a long prompt this gateway sent it ([Reservation.Occupy]):
+	// the longest such prefill still running, 0 when none.
+	Occupied time.Duration
 	// MaxInflight is the configured limit (0 = none).
 	MaxInflight int
 	// DrainRate is the observed completion rate in requests/s: an
@@ -166,6 +173,7 @@ func (e *Engine) Load() Load {
 	if !e.drainAt.IsZero() {
 		l.SinceDone = now.Sub(e.drainAt)
 	}
+	l.Occupied = e.occupiedLocked(now)
 	return l
 }
 
@@ -331,6 +339,9 @@ func (r *Reservation) Move(to *Engine) {
 	from, epoch := r.e, r.epoch
 	to.touch()
 	r.e, r.epoch, r.sent = to, to.acquire(), false
+	if until, ok := from.unoccupy(r); ok {
+		to.occupy(r, until)
+	}
 	from.release(epoch, false, false)
 }
 
@@ -386,5 +397,6 @@ func (r *Reservation) Done() {
 		return
 	}
 	r.done = true
+	r.e.unoccupy(r)
 	r.e.release(r.epoch, true, r.sent)
 }

@@ -59,7 +59,12 @@ type Params struct {
 	SystemTokens, QuestionTokens, OutputTokens int
 	Requests                                   int
 	Rate                                       float64 // arrivals per simulated second (Poisson)
-	Policy                                     string
+	// LongEvery > 0 makes every LongEvery-th request a long prompt of
+	// LongTokens (its group's system prompt, then tokens of its own), to
+	// see what long prefills do to everyone else; their TTFTs go to
+	// Result.LongTTFT instead of TTFT.
+	LongEvery, LongTokens int
+	Policy                string
 	// MaxInflight is every engine's max_inflight in the llm app: the
 	// admission limit and the policy's saturation rule.
 	MaxInflight  int
@@ -67,6 +72,7 @@ type Params struct {
 	PollInterval float64 // seconds between scrapes
 	MaxPark      float64 // seconds a request may park
 	QueueSize    int     // parked requests at most
+	LongPrefill  int     // llm_admission's long_prefill (0: its default; negative: off)
 	Seed         uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
@@ -102,6 +108,7 @@ type Result struct {
 	// Per completed request: time to first token, end to end, parked in
 	// admission, and queued in the engine before its last admission.
 	TTFT, E2E, Park, Queue []float64
+	LongTTFT               []float64 // of the long prompts (Params.LongEvery)
 	SimSeconds             float64
 	Preemptions            int
 	// The gateway (llm): host nanoseconds per Route, host time decoding
@@ -192,6 +199,7 @@ type desReq struct {
 	hashes    []uint64 // engine hashes of the full blocks of tokens known so far
 	promptLen int
 	maxTokens int
+	long      bool // a long prompt (Params.LongEvery)
 	gen       int
 	target    int // tokens to prefill at this admission
 	computed  int // tokens whose KV is computed
@@ -310,7 +318,7 @@ func newSim(p Params) (*fleetSim, error) {
 	}
 	s.f.Start(s.f.NewGeneration(cfg, zap.NewNop()))
 	s.settings = fleet.DefaultSettings()
-	s.limits = fleet.Limits{KV: p.KVLimit}
+	s.limits = fleet.Limits{KV: p.KVLimit, LongPrefill: p.LongPrefill}
 	if p.Policy == PolicyLLM {
 		s.enc = newBatchEncoder()
 		for _, e := range s.engines {
@@ -356,6 +364,9 @@ func (s *fleetSim) arrive() error {
 	r := &desReq{id: s.nextID, group: s.rng.IntN(len(s.groups)), qseed: s.rng.Uint64(), arrival: s.now,
 		maxTokens: p.OutputTokens, promptLen: p.SystemTokens + p.QuestionTokens}
 	s.nextID++
+	if p.LongEvery > 0 && s.arrived%p.LongEvery == 0 {
+		r.long, r.promptLen = true, max(p.LongTokens, r.promptLen)
+	}
 	s.materialize(r)
 	var err error
 	if p.Policy == PolicyLLM {
@@ -556,7 +567,11 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.res.PromptTokens += int64(r.promptLen)
 	s.res.CachedTokens += int64(r.cachedTok)
 	s.res.OutputTokens += int64(r.gen)
-	s.res.TTFT = append(s.res.TTFT, r.first-r.arrival)
+	if r.long {
+		s.res.LongTTFT = append(s.res.LongTTFT, r.first-r.arrival)
+	} else {
+		s.res.TTFT = append(s.res.TTFT, r.first-r.arrival)
+	}
 	s.res.Park = append(s.res.Park, r.dispatchT-r.arrival)
 	s.res.Queue = append(s.res.Queue, r.admitT-r.dispatchT)
 	s.res.E2E = append(s.res.E2E, s.now-r.arrival)

@@ -55,3 +55,49 @@ func TestRunRejectsBadParams(t *testing.T) {
 		t.Fatal("max_inflight 0 accepted")
 	}
 }
+
+// TestLongPromptDelaysOnlyItsShare is issue 12's long-prefill test: 4
+// engines serve a stream of short shared-prefix requests, and one request
+// in 150 is a 65,536-token prompt (6.6 s of prefill). With the default
+// long_prefill rule, the engine prefilling it takes nothing else
+// meanwhile, so no short request's TTFT exceeds the worst without long
+// prompts by more than the long prefill's share of the fleet (its
+// duration ÷ engines); with the rule off, short requests land behind the
+// prefill and wait all of it.
+func TestLongPromptDelaysOnlyItsShare(t *testing.T) {
+	const engines, longTokens = 4, 65536
+	params := func(rate float64, every, longPrefill int) Params {
+		return Params{
+			Engines: engines, KVBlocks: 8192,
+			Model:  Model{MaxNumSeqs: 8, BlockSize: 16, PrefillTokensPerSec: 10000, DecodeStepSeconds: 0.02, MaxBatchedTokens: 8192},
+			Groups: 16, SystemTokens: 1024, QuestionTokens: 128, OutputTokens: 64,
+			Requests: 3000, Rate: rate, Policy: PolicyLLM, MaxInflight: 8,
+			KVLimit: 0.9, PollInterval: 0.25, MaxPark: 60, QueueSize: 1024, Seed: 5,
+			LongEvery: every, LongTokens: longTokens, LongPrefill: longPrefill,
+		}
+	}
+	worst := func(p Params) (short float64, long int) {
+		r, err := Run(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Completed != p.Requests {
+			t.Fatalf("%+v: %d of %d completed", p, r.Completed, p.Requests)
+		}
+		return slices.Max(r.TTFT), len(r.LongTTFT)
+	}
+	share := float64(longTokens) / 10000 / engines
+	for _, rate := range []float64{12, 16} { // 50% and 67% of the short requests' capacity
+		base, _ := worst(params(rate, 0, 0))
+		on, longs := worst(params(rate, 150, 0))
+		off, _ := worst(params(rate, 150, -1))
+		t.Logf("%v req/s, %d long prompts: worst short TTFT %.2f s without them, %.2f s with (share %.2f s), %.2f s with long_prefill off",
+			rate, longs, base, on, share, off)
+		if longs == 0 || on > base+share {
+			t.Errorf("%v req/s: worst short TTFT %.2f s with long prompts, over %.2f s + their share %.2f s", rate, on, base, share)
+		}
+		if off <= base+share {
+			t.Errorf("%v req/s: with long_prefill off the worst short TTFT is %.2f s: the scenario does not show the rule", rate, off)
+		}
+	}
+}
