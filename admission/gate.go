@@ -218,7 +218,7 @@ func (g *Gate) enter(band Band, try PlacedFunc, placed bool) (*Waiter, error) {
 		if pass == PassPreferred {
 			g.preferred[band]++
 		}
-		return &Waiter{g: g, ready: g.closed, band: band, state: stateAdmitted, t: now, done: now}, nil
+		return &Waiter{g: g, ready: g.closed, band: band, state: stateAdmitted, t: now, done: now, order: OrderImmediate}, nil
 	}
 	q := &g.q[band]
 	if q.live >= g.cfg.QueueSize {
@@ -349,6 +349,13 @@ func (g *Gate) admitLocked(w *Waiter, now int64, aged, preferred bool) {
 	g.waiting.Add(-1)
 	w.state = stateAdmitted
 	w.done = now
+	w.order = OrderFIFO
+	switch {
+	case aged:
+		w.order = OrderAged
+	case preferred:
+		w.order = OrderPreferred
+	}
 	w.try = nil // drop the caller's closure early
 	close(w.ready)
 	g.countAdmission(w.band, now, aged)
@@ -531,6 +538,36 @@ type Waiter struct {
 	leftPos int    // position when it left
 	band    Band
 	state   waiterState // guarded by g.mu
+	order   Order       // how it was admitted; guarded by g.mu
+}
+
+// Order is how a request was admitted, for metrics: at once, or after
+// parking in its band's order (FIFO), ahead of it because its preferred
+// engine could take it (Preferred), or through aging (Aged).
+type Order uint8
+
+// Orders of admission.
+const (
+	OrderNone      Order = iota // not admitted (yet)
+	OrderImmediate              // admitted on arrival, never parked
+	OrderFIFO                   // parked, admitted in its band's turn
+	OrderPreferred              // parked, overtook its band: its preferred engine had room
+	OrderAged                   // parked longer than Aging, served ahead of its band
+)
+
+// String is the order's metric label.
+func (o Order) String() string {
+	switch o {
+	case OrderImmediate:
+		return "immediate"
+	case OrderFIFO:
+		return "fifo"
+	case OrderPreferred:
+		return "preferred"
+	case OrderAged:
+		return "aged"
+	}
+	return "none"
 }
 
 // Ready returns a channel that is closed when the request is admitted. It
@@ -603,6 +640,15 @@ func (w *Waiter) Position() int {
 		return w.leftPos
 	}
 	return g.position(w, g.nowNanos())
+}
+
+// Order returns how the request was admitted (OrderNone while parked or
+// after it left).
+func (w *Waiter) Order() Order {
+	g := w.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return w.order
 }
 
 // Band returns the band the request entered.

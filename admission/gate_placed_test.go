@@ -66,6 +66,13 @@ func TestKickPrefersHolder(t *testing.T) {
 	if n := g.kick(); n != 1 || !isReady(head) || isReady(plain) {
 		t.Fatalf("second kick admitted %d; head %v plain %v, want the head", n, isReady(head), isReady(plain))
 	}
+	if hit.Order() != OrderPreferred || head.Order() != OrderFIFO || plain.Order() != OrderNone {
+		t.Fatalf("orders: hit %v, head %v, parked %v; want preferred, fifo, none", hit.Order(), head.Order(), plain.Order())
+	}
+	e.free["cold"] = 1
+	if w := mustEnter(t, g, High, func() bool { return e.take("cold") }); w.Order() != OrderImmediate || w.Order().String() != "immediate" {
+		t.Fatalf("a newcomer admitted at once: order %v", w.Order())
+	}
 }
 
 // TestAgedWaiterIsNeverOvertaken: once the head has aged it takes the next
@@ -82,6 +89,9 @@ func TestAgedWaiterIsNeverOvertaken(t *testing.T) {
 	}
 	if e.took[0] != "hot" {
 		t.Fatalf("aged head took %v", e.took)
+	}
+	if head.Order() != OrderAged || head.Order().String() != "aged" {
+		t.Fatalf("aged head's order %v", head.Order())
 	}
 }
 

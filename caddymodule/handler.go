@@ -247,7 +247,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		// included; the release wakes parked requests.
 		defer a.res.Done()
 	}
-	admittedTotal.WithLabelValues(band.String()).Inc()
+	admittedTotal.WithLabelValues(band.String(), a.order.String()).Inc()
 	if a.place != nil && a.place.Reason != "" {
 		placedTotal.WithLabelValues(a.place.Reason).Inc()
 	}
@@ -392,6 +392,7 @@ type admitted struct {
 	failOpen bool                   // admitted on unknown or stale engine state
 	sseSent  bool                   // parked as a stream: the SSE 200 is out
 	waited   time.Duration
+	order    admission.Order // how the gate admitted it
 }
 
 // admit passes the request through the pool's gate, parking it while no
@@ -430,6 +431,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	select {
 	case <-waiter.Ready():
+		a.order = waiter.Order()
 		return a, false
 	default:
 	}
@@ -439,6 +441,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	parkSeconds.WithLabelValues(band.String()).Observe(a.waited.Seconds())
 	switch out {
 	case parkAdmitted:
+		a.order = waiter.Order()
 		return a, false
 	case parkClientGone:
 		rejectedTotal.WithLabelValues(band.String(), "client_gone").Inc()

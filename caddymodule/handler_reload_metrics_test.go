@@ -110,7 +110,7 @@ func TestAdmissionMetricNames(t *testing.T) {
 	}
 	endpoint := []string{"pool", "replica"}
 	for name, labels := range map[string][]string{
-		"llmgw_admission_admitted_total":  {"band"},
+		"llmgw_admission_admitted_total":  {"band", "order"},
 		"llmgw_admission_parked_total":    {"band"},
 		"llmgw_admission_park_seconds":    {"band"},
 		"llmgw_admission_rejected_total":  {"band", "reason"},

@@ -21,8 +21,8 @@ import (
 var (
 	admittedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_admitted_total",
-		Help: "Requests admitted by llm_admission, by band.",
-	}, []string{"band"})
+		Help: "Requests admitted by llm_admission, by band and order: immediate (on arrival), fifo (after parking, in its band's turn), preferred (after parking, ahead of its turn: its prefix holder had room), aged (parked longer than aging, served first).",
+	}, []string{"band", "order"})
 	parkedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_parked_total",
 		Help: "Requests that had to park before admission, by band.",
