@@ -52,6 +52,8 @@ type Engine struct {
 	// occupied holds, per reservation of a long prompt, when its prefill
 	// is expected to end (see [Reservation.Occupy]); nil when none.
 	occupied map[*Reservation]time.Time
+	// prefill derives PrefillRate from the scraped counters.
+	prefill prefillEstimator
 
 	// run is the poller/worker handle; guarded by reg.mu.
 	run *runHandle
@@ -134,6 +136,15 @@ type Load struct {
 	// none was seen): an engine silent for long drains slower than its
 	// DrainRate, which decays only over tens of seconds, says.
 	SinceDone time.Duration
+	// PrefillRate is the engine's effective prefill speed in uncached
+	// prompt tokens per second of prefill (batching contention included),
+	// derived from the deltas of vllm:prompt_tokens_total,
+	// vllm:prefix_cache_hits_total and vllm:request_prefill_time_seconds
+	// between successful scrapes and smoothed over ~10 s of prefill time.
+	// It keeps its last value while no new prefill is seen (also when the
+	// engine goes stale); 0 = unknown (the engine exposes no such counters,
+	// or has not prefilled since it was first scraped).
+	PrefillRate float64
 	// Failures counts consecutive failed polls; LastError is the latest poll
 	// error ("" after a success).
 	Failures  int
@@ -163,6 +174,7 @@ func (e *Engine) Load() Load {
 		Finished:     e.finished,
 		MaxInflight:  e.cfg.MaxInflight,
 		DrainRate:    e.decayedDrain(now),
+		PrefillRate:  e.prefill.rate(),
 		Failures:     e.failures,
 		LastError:    e.lastErr,
 		Degraded:     e.degraded,

@@ -19,9 +19,21 @@ const (
 	metricKVUsage     = "vllm:kv_cache_usage_perc"
 	metricKVUsageOld  = "vllm:gpu_cache_usage_perc" // deprecated 0.9.2, removed by vLLM #29330
 	metricCacheConfig = "vllm:cache_config_info"
+
+	// The prefill-rate counters (optional: see prefillCounters).
+	metricPromptTokens  = "vllm:prompt_tokens_total"
+	metricPrefixHits    = "vllm:prefix_cache_hits_total"
+	metricPrefixHitsOld = "vllm:gpu_prefix_cache_hits_total" // removed by vLLM #29330
+	metricPrefillTime   = "vllm:request_prefill_time_seconds"
 )
 
-var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, metricCacheConfig}
+// wantedFamilies are the names filterExposition keeps, as they appear on
+// HELP, TYPE and sample lines. Of the prefill-time histogram only _sum and
+// _count are kept (its HELP and TYPE lines carry the base name): its
+// buckets are most of its lines and we need none of them.
+var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, metricCacheConfig,
+	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
+	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count"}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
 var errMissingSeries = errors.New("missing series")
@@ -34,6 +46,14 @@ type gauges struct {
 	BlockSize        int     // from cache_config_info (0 = unknown)
 	NumGPUBlocks     int     // summed over distinct engine labels (0 = unknown)
 	Ranks            int     // distinct engine label values seen in the KV gauge
+
+	// Cumulative counters the prefill rate is derived from, summed over all
+	// series; meaningful only when HasPrefill (all three were on the page
+	// with usable values).
+	PromptTokens   float64 // vllm:prompt_tokens_total (cached tokens included)
+	CachedTokens   float64 // vllm:prefix_cache_hits_total
+	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
+	HasPrefill     bool
 }
 
 // filterExposition copies into dst only the sample, HELP and TYPE lines of the
@@ -147,7 +167,63 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 	if len(missing) > 0 {
 		return g, fmt.Errorf("%w: %v", errMissingSeries, missing)
 	}
+	prefillCounters(fams, &g)
 	return g, nil
+}
+
+// prefillCounters reads the cumulative counters the prefill rate is derived
+// from. They are optional: an engine without them (older vLLM, another
+// server) or with an unusable value (NaN, ±Inf, negative, wrong type) has no
+// rate, not a failed scrape, so nothing here is an error. All three must be
+// usable: a rate from a partial set (say, without the cache hits) would be
+// wrong rather than unknown.
+func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
+	prompt, ok := optionalSum(fams[metricPromptTokens])
+	if !ok {
+		return
+	}
+	hitsFam := fams[metricPrefixHits]
+	if len(hitsFam.GetMetric()) == 0 {
+		hitsFam = fams[metricPrefixHitsOld]
+	}
+	hits, ok := optionalSum(hitsFam)
+	if !ok {
+		return
+	}
+	secs, ok := prefillSeconds(fams)
+	if !ok {
+		return
+	}
+	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs, true
+}
+
+// optionalSum sums a family that may be absent or invalid; ok is false then.
+func optionalSum(fam *dto.MetricFamily) (float64, bool) {
+	sum, ok, err := sumFamily(fam)
+	return sum, ok && err == nil && !math.IsInf(sum, 0)
+}
+
+// prefillSeconds sums the prefill-time histogram's _sum over its series.
+// Without a TYPE line the _sum samples parse as an untyped family of their
+// own, which is read instead.
+func prefillSeconds(fams map[string]*dto.MetricFamily) (float64, bool) {
+	fam := fams[metricPrefillTime]
+	if fam.GetType() != dto.MetricType_HISTOGRAM || len(fam.GetMetric()) == 0 {
+		return optionalSum(fams[metricPrefillTime+"_sum"])
+	}
+	var sum float64
+	for _, m := range fam.GetMetric() {
+		h := m.GetHistogram()
+		if h == nil || h.SampleSum == nil {
+			return 0, false // a series without _sum: any total would be partial
+		}
+		v := h.GetSampleSum()
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, false
+		}
+		sum += v
+	}
+	return sum, !math.IsInf(sum, 0)
 }
 
 // sampleValue reads a gauge, untyped or counter sample and rejects

@@ -32,7 +32,8 @@ func TestParseGauges(t *testing.T) {
 			name: "realistic vLLM page, two DP ranks, block-weighted KV mean",
 			page: dp2,
 			want: gauges{Running: 37 + 41, Waiting: 3, KVUsageMax: 0.8125, BlockSize: 16, NumGPUBlocks: 27317 + 27301, Ranks: 2,
-				KVUsage: (0.8125*27317 + 0.40625*27301) / (27317 + 27301)},
+				KVUsage:      (0.8125*27317 + 0.40625*27301) / (27317 + 27301),
+				PromptTokens: 5.1023e7 + 5.0887e7, CachedTokens: 3.1022e7 + 2.9871e7, PrefillSeconds: 2 * 5040.125, HasPrefill: true},
 		},
 		{
 			name: "pre-DP vLLM: no engine label, legacy gpu_cache_usage_perc, no cache_config_info",
@@ -120,6 +121,62 @@ func TestParseGauges(t *testing.T) {
 	}
 }
 
+// prefillPage is a minimal valid page (the required gauges) followed by
+// extra lines.
+func prefillPage(extra string) string {
+	return "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.5\n" + extra
+}
+
+// TestParsePrefillCounters: the prefill-rate counters are optional; a page
+// without them, or with unusable values, still parses, only without them.
+func TestParsePrefillCounters(t *testing.T) {
+	const (
+		prompt = "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{engine=\"0\"} 1000\nvllm:prompt_tokens_total{engine=\"1\"} 500\n"
+		hits   = "# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{engine=\"0\"} 300\nvllm:prefix_cache_hits_total{engine=\"1\"} 100\n"
+		hist   = "# HELP vllm:request_prefill_time_seconds h\n# TYPE vllm:request_prefill_time_seconds histogram\n" +
+			"vllm:request_prefill_time_seconds_bucket{engine=\"0\",le=\"0.3\"} 1\nvllm:request_prefill_time_seconds_bucket{engine=\"0\",le=\"+Inf\"} 4\n" +
+			"vllm:request_prefill_time_seconds_count{engine=\"0\"} 4\nvllm:request_prefill_time_seconds_sum{engine=\"0\"} 0.75\n" +
+			"vllm:request_prefill_time_seconds_count{engine=\"1\"} 2\nvllm:request_prefill_time_seconds_sum{engine=\"1\"} 0.25\n"
+	)
+	full := gauges{PromptTokens: 1500, CachedTokens: 400, PrefillSeconds: 1, HasPrefill: true}
+	tests := []struct {
+		name string
+		page string
+		want gauges // prefill fields only
+	}{
+		{"all three, summed over ranks", prompt + hits + hist, full},
+		{"families absent (older vLLM, other engines)", "", gauges{}},
+		{"no cache hits: no rate rather than a wrong one", prompt + hist, gauges{}},
+		{"no prefill histogram", prompt + hits, gauges{}},
+		{"histogram without _sum", prompt + hits + "# TYPE vllm:request_prefill_time_seconds histogram\nvllm:request_prefill_time_seconds_count 3\n", gauges{}},
+		{"legacy gpu_prefix_cache_hits_total", prompt + hist + "vllm:gpu_prefix_cache_hits_total 400\n", full},
+		{"untyped _sum (no TYPE lines)", prompt + hits + "vllm:request_prefill_time_seconds_sum{engine=\"0\"} 1\n", full},
+		{"NaN prompt tokens", "vllm:prompt_tokens_total NaN\n" + hits + hist, gauges{}},
+		{"negative hits", prompt + "vllm:prefix_cache_hits_total -1\n" + hist, gauges{}},
+		{"+Inf prefill sum", prompt + hits + "# TYPE vllm:request_prefill_time_seconds histogram\nvllm:request_prefill_time_seconds_sum +Inf\nvllm:request_prefill_time_seconds_count 1\n", gauges{}},
+		{"sum overflowing to +Inf", "vllm:prompt_tokens_total{engine=\"0\"} 1e308\nvllm:prompt_tokens_total{engine=\"1\"} 1e308\n" + hits + hist, gauges{}},
+		{"prompt tokens typed as a histogram", "# TYPE vllm:prompt_tokens_total histogram\nvllm:prompt_tokens_total_sum 1\n" + hits + hist, gauges{}},
+		{"bucket lines are not kept", prompt + hits + "vllm:request_prefill_time_seconds_bucket{le=\"+Inf\"} 1\n", gauges{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var scratch []byte
+			got, err := parseGauges([]byte(prefillPage(tc.page)), &scratch)
+			if err != nil {
+				t.Fatalf("err = %v; the prefill counters must never fail a scrape", err)
+			}
+			if got.Running != 1 || got.KVUsage != 0.5 {
+				t.Fatalf("required gauges lost: %+v", got)
+			}
+			if got.PromptTokens != tc.want.PromptTokens || got.CachedTokens != tc.want.CachedTokens ||
+				got.PrefillSeconds != tc.want.PrefillSeconds || got.HasPrefill != tc.want.HasPrefill {
+				t.Fatalf("got prompt=%v cached=%v secs=%v has=%v, want %+v",
+					got.PromptTokens, got.CachedTokens, got.PrefillSeconds, got.HasPrefill, tc.want)
+			}
+		})
+	}
+}
+
 func TestFilterExpositionKeepsOnlyWantedFamilies(t *testing.T) {
 	page := readFixture(t, "vllm_metrics_dp2.txt")
 	out := string(filterExposition(nil, page))
@@ -130,8 +187,13 @@ func TestFilterExpositionKeepsOnlyWantedFamilies(t *testing.T) {
 				ok = true
 			}
 		}
-		if !ok {
+		if !ok || strings.Contains(line, "_bucket") {
 			t.Errorf("unexpected line kept: %q", line)
+		}
+	}
+	for _, want := range []string{metricPromptTokens + "{", metricPrefixHits + "{", metricPrefillTime + "_sum{", metricPrefillTime + "_count{", "# TYPE " + metricPrefillTime + " histogram"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("filtered page lacks %q", want)
 		}
 	}
 	if len(out) == 0 || len(out) > len(page)/10 {
@@ -149,6 +211,9 @@ func FuzzParseGauges(f *testing.F) {
 	f.Add([]byte("<html></html>"))
 	f.Add([]byte("# TYPE vllm:num_requests_running histogram\nvllm:num_requests_running_bucket{le=\"1\"} 1\n"))
 	f.Add([]byte("vllm:cache_config_info{num_gpu_blocks=\"2147483647\",engine=\"0\"} 1\nvllm:cache_config_info{num_gpu_blocks=\"2147483647\",engine=\"1\"} 1\n"))
+	f.Add([]byte(prefillPage("vllm:prompt_tokens_total 100\nvllm:prefix_cache_hits_total 20\n" +
+		"# TYPE vllm:request_prefill_time_seconds histogram\nvllm:request_prefill_time_seconds_sum{engine=\"0\"} 0.5\nvllm:request_prefill_time_seconds_count{engine=\"0\"} 2\n")))
+	f.Add([]byte(prefillPage("vllm:prompt_tokens_total 1e308\nvllm:prompt_tokens_total{engine=\"1\"} 1e308\nvllm:prefix_cache_hits_total NaN\nvllm:request_prefill_time_seconds_sum -1\n")))
 	f.Fuzz(func(t *testing.T, page []byte) {
 		var scratch []byte
 		g, err := parseGauges(page, &scratch)
@@ -165,6 +230,21 @@ func FuzzParseGauges(f *testing.F) {
 		}
 		if g.BlockSize < 0 || g.NumGPUBlocks < 0 || g.Ranks < 1 {
 			t.Fatalf("bad geometry in %+v", g)
+		}
+		for _, v := range []float64{g.PromptTokens, g.CachedTokens, g.PrefillSeconds} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (!g.HasPrefill && v != 0) {
+				t.Fatalf("bad prefill counters in %+v", g)
+			}
+		}
+		// The estimator must take whatever parses without panicking or
+		// deriving a non-finite or negative rate.
+		var p prefillEstimator
+		p.observe(prefillSample{})
+		if g.HasPrefill {
+			p.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+		}
+		if r := p.rate(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+			t.Fatalf("rate %v from %+v", r, g)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -132,6 +133,13 @@ type Gauges struct {
 	KVUsage          float64 // 0..1
 	BlockSize        int     // 0 = unknown
 	NumGPUBlocks     int     // 0 = unknown
+	// PromptTokens, CachedTokens and PrefillSeconds are the engine's
+	// cumulative vllm:prompt_tokens_total, vllm:prefix_cache_hits_total and
+	// vllm:request_prefill_time_seconds_sum (summed over its series), from
+	// whose deltas between scrapes [Load.PrefillRate] is derived. Leave them
+	// 0 when unknown: counters that do not move yield no rate. A NaN,
+	// infinite or negative value makes the scrape count as without them.
+	PromptTokens, CachedTokens, PrefillSeconds float64
 }
 
 // StartScrape begins a scrape made by the caller instead of a poller: the
@@ -144,10 +152,15 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 	e.mu.Unlock()
 	return func(g Gauges) {
 		e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
-			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1}, nil, e.reg.options())
+			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1,
+			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
+			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds)}, nil, e.reg.options())
 		e.reg.notify(e.dial)
 	}
 }
+
+// usableCounter: a cumulative counter value the prefill rate can use.
+func usableCounter(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // NaN fails v >= 0
 
 // record applies a scrape result: gauges, failure counting, staleness and
 // the self-check.
@@ -159,6 +172,9 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 	e.checked = true
 	if err == nil {
 		e.g = g
+		if g.HasPrefill {
+			e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+		}
 		e.scraped = true
 		e.scrapedAt = e.reg.now()
 		wasStale, wasDegraded := e.stale, e.degraded

@@ -211,6 +211,13 @@ func (r *Registry) Apply(cfgs []EngineConfig, opts Options) {
 	for _, rs := range restarts {
 		rs.h.stop()
 		rs.e.mu.Lock()
+		if rs.e.cfg.MetricsURL != rs.cfg.MetricsURL {
+			// Another metrics source may be another engine: neither its
+			// counters nor its speed continue this one's. Other changes
+			// (header, pool, attrs) keep measuring the same counters, and
+			// an engine restart shows as counters going down.
+			rs.e.prefill = prefillEstimator{}
+		}
 		rs.e.cfg = rs.cfg
 		rs.e.checked = false // re-run the self-check against the new config
 		rs.e.mu.Unlock()

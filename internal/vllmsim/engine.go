@@ -158,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		conns:  make(map[net.Conn]struct{}),
+		ctr:    newCounters(),
 	}
 	e.loraIDs = loraIDs(cfg.LoRAModules)
 	e.hashers.New = func() any {
@@ -394,7 +395,7 @@ func (e *Engine) Restart() error {
 	clear(e.events)
 	e.events = e.events[:0]
 	e.pool.reset()
-	e.ctr = counters{}
+	e.ctr = newCounters()
 	old := e.pub
 	e.pub = nil
 	e.mu.Unlock()

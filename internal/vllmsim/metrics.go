@@ -67,16 +67,19 @@ func (e *Engine) metricsText() []byte {
 	metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(c.genTokens))
 	metric("vllm:request_success_total", "counter", "Count of successfully processed requests.", float64(c.requestsServed))
 
-	const ttft = "vllm:time_to_first_token_seconds"
-	b.WriteString("# HELP " + ttft + " Histogram of time to first token in seconds.\n# TYPE " + ttft + " histogram\n")
-	var cum uint64
-	for i, le := range ttftBuckets {
-		cum += c.ttft.counts[i]
-		b.WriteString(ttft + "_bucket{" + labels + `,le="` + pyFloat(le) + `"} ` + pyFloat(float64(cum)) + "\n")
+	hist := func(name, help string, h *histogram) {
+		b.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n")
+		var cum uint64
+		for i, le := range h.bounds {
+			cum += h.counts[i]
+			b.WriteString(name + "_bucket{" + labels + `,le="` + pyFloat(le) + `"} ` + pyFloat(float64(cum)) + "\n")
+		}
+		b.WriteString(name + "_bucket{" + labels + `,le="+Inf"} ` + pyFloat(float64(h.count)) + "\n")
+		b.WriteString(name + "_count{" + labels + "} " + pyFloat(float64(h.count)) + "\n")
+		b.WriteString(name + "_sum{" + labels + "} " + pyFloat(h.sum) + "\n")
 	}
-	b.WriteString(ttft + "_bucket{" + labels + `,le="+Inf"} ` + pyFloat(float64(c.ttft.count)) + "\n")
-	b.WriteString(ttft + "_count{" + labels + "} " + pyFloat(float64(c.ttft.count)) + "\n")
-	b.WriteString(ttft + "_sum{" + labels + "} " + pyFloat(c.ttft.sum) + "\n")
+	hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &c.ttft)
+	hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", &c.prefillTime)
 
 	if len(e.cfg.LoRAModules) > 0 {
 		// vLLM exports this only with LoRA enabled, without model_name and

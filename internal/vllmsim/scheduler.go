@@ -24,6 +24,8 @@ type simRequest struct {
 	extraRest []any            // extra keys of every later block ([lora]), nil if none
 	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
 	arrival   float64          // simulated clock at submission, seconds
+	scheduled float64          // simulated clock when first scheduled (valid once admitted)
+	prefill   float64          // simulated seconds from first scheduling to first token (once out > 0)
 
 	// Scheduler state (Engine.mu).
 	blocks      []int32
@@ -69,26 +71,51 @@ type counters struct {
 	batches        uint64
 	events         uint64
 	ttft           histogram
+	prefillTime    histogram // request_prefill_time_seconds, observed when a request finishes
 }
 
 // ttftBuckets are vLLM's time_to_first_token_seconds buckets.
 var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 
+// requestTimeBuckets are vLLM's buckets of the per-request phase histograms
+// (request_latency_buckets in vllm/v1/metrics/loggers.py), here
+// request_prefill_time_seconds.
+var requestTimeBuckets = [...]float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+
+// maxBuckets bounds every histogram's finite buckets. The counts are an
+// array, not a slice, so that copying the counters under Engine.mu (as
+// metricsText does) copies them too.
+const maxBuckets = 24
+
+// histogram is a Prometheus histogram over the finite upper bounds in
+// bounds (+Inf is implied by count).
 type histogram struct {
-	counts [len(ttftBuckets)]uint64 // non-cumulative
+	bounds []float64          // shared, read-only
+	counts [maxBuckets]uint64 // non-cumulative, per bound
 	count  uint64
 	sum    float64
 }
 
+// Compile-time checks that every bucket list fits maxBuckets.
+var (
+	_ [maxBuckets - len(ttftBuckets)]struct{}
+	_ [maxBuckets - len(requestTimeBuckets)]struct{}
+)
+
 func (h *histogram) observe(v float64) {
 	h.count++
 	h.sum += v
-	for i, b := range ttftBuckets {
+	for i, b := range h.bounds {
 		if v <= b {
 			h.counts[i]++
 			return
 		}
 	}
+}
+
+// newCounters returns zeroed counters with their histograms' buckets.
+func newCounters() counters {
+	return counters{ttft: histogram{bounds: ttftBuckets[:]}, prefillTime: histogram{bounds: requestTimeBuckets[:]}}
 }
 
 // simNowLocked is the simulated clock: it advances by each step's simulated
@@ -246,6 +273,7 @@ func (e *Engine) scheduleLocked() (time.Duration, bool) {
 		r.numStored = len(hits)
 		if !r.admitted {
 			r.admitted = true
+			r.scheduled = e.simClock // the step being planned starts now
 			e.ctr.queries += uint64(r.promptLen)
 			e.ctr.hits += uint64(r.numComputed)
 			r.mu.Lock()
@@ -357,8 +385,11 @@ func (e *Engine) completeLocked() {
 		r.out++
 		if k == 0 {
 			r.firstTok = now
+			// vLLM counts a request's prompt tokens in the step that
+			// produces its first token, cached ones included.
 			e.ctr.promptTokens += uint64(r.promptLen)
 			e.ctr.ttft.observe(e.simClock - r.arrival)
+			r.prefill = e.simClock - r.scheduled
 		}
 		e.ctr.genTokens++
 		done := r.out >= r.maxTokens
@@ -383,6 +414,11 @@ func (e *Engine) completeLocked() {
 func (e *Engine) finishLocked(r *simRequest, reason string, err error) {
 	r.finished = true
 	r.mu.Lock()
+	if r.out > 0 {
+		// vLLM observes the prefill phase when the request finishes, for
+		// requests that got as far as a first token.
+		e.ctr.prefillTime.observe(r.prefill)
+	}
 	r.done = true
 	r.finish = reason
 	r.err = err

@@ -1,0 +1,135 @@
+package upstreams
+
+import (
+	"math"
+	"testing"
+)
+
+func TestPrefillEstimator(t *testing.T) {
+	// s builds a sample from uncached tokens and prefill seconds (cached
+	// tokens are added to prompt so that the difference is what counts).
+	s := func(prompt, cached, secs float64) prefillSample {
+		return prefillSample{prompt: prompt, cached: cached, secs: secs}
+	}
+	tests := []struct {
+		name    string
+		samples []prefillSample
+		want    float64
+		tol     float64 // relative; 0 = 1e-9 (the rate goes through log and exp)
+	}{
+		{name: "no samples", want: 0},
+		{name: "one sample is only a baseline", samples: []prefillSample{s(1000, 0, 1)}, want: 0},
+		{name: "first window sets the rate directly", samples: []prefillSample{s(1000, 200, 1), s(9000, 1200, 2)}, want: 7000},
+		{
+			name:    "cached tokens do not count",
+			samples: []prefillSample{s(0, 0, 0), s(10000, 9000, 0.5)},
+			want:    2000,
+		},
+		{
+			name:    "no new prefill keeps the rate",
+			samples: []prefillSample{s(0, 0, 0), s(5000, 0, 1), s(5000, 0, 1), s(5000, 0, 1)},
+			want:    5000,
+		},
+		{
+			name: "tokens before their prefill time: the window stays open until both moved",
+			// prompt tokens counted at the first token, prefill time
+			// observed at finish: the pair arrives in two scrapes.
+			samples: []prefillSample{s(0, 0, 0), s(4000, 0, 0), s(4000, 0, 2)},
+			want:    2000,
+		},
+		{
+			name:    "hits ahead of prompt tokens (uncached went down) keep the window open",
+			samples: []prefillSample{s(1000, 0, 0), s(1000, 500, 0.1), s(3000, 500, 0.5)},
+			want:    1500 / 0.5,
+		},
+		{
+			name:    "counter reset: new baseline, no sample, rate kept",
+			samples: []prefillSample{s(0, 0, 0), s(6000, 0, 1), s(100, 0, 0.01), s(100, 0, 0.01)},
+			want:    6000,
+		},
+		{
+			name:    "prefill seconds reset alone is a reset too",
+			samples: []prefillSample{s(0, 0, 0), s(6000, 0, 1), s(12000, 0, 0.5), s(18000, 0, 1.5)},
+			want:    6000,
+		},
+		{
+			name: "a short outlier window barely moves the rate",
+			// 1 s of prefill at 10000 tok/s, then 0.01 s claiming 1000x
+			// (many prompts' tokens, few of their prefill times).
+			samples: []prefillSample{s(0, 0, 0), s(1e4, 0, 1), s(1e4+1e5, 0, 1.01)},
+			want:    10000, tol: 0.01,
+		},
+		{
+			name: "a long window at a new speed takes over",
+			// 100 s at 10000, then 50 s (5 tau) at 5000.
+			samples: []prefillSample{s(0, 0, 0), s(1e6, 0, 100), s(1.25e6, 0, 150)},
+			want:    5000, tol: 0.05,
+		},
+		{
+			name: "one tau at the new speed moves it most of the way",
+			// 10 s at 10000, then 10 s at 5000: weight 1 − e^-1 on the
+			// new window's log rate.
+			samples: []prefillSample{s(0, 0, 0), s(1e5, 0, 10), s(1.5e5, 0, 20)},
+			want:    1e4 * math.Pow(0.5, 1-math.Exp(-1)),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var p prefillEstimator
+			for _, smp := range tc.samples {
+				p.observe(smp)
+			}
+			got := p.rate()
+			tol := tc.tol
+			if tol == 0 {
+				tol = 1e-9
+			}
+			if math.Abs(got-tc.want) > tol*tc.want || (tc.want == 0) != (got == 0) {
+				t.Fatalf("rate = %v, want %v (±%v)", got, tc.want, tc.tol)
+			}
+		})
+	}
+}
+
+// TestPrefillRateThroughStartScrape: Load.PrefillRate follows the counters
+// recorded by StartScrape, ignores garbage, survives a counter reset, and
+// scrapes without the counters leave it alone.
+func TestPrefillRateThroughStartScrape(t *testing.T) {
+	r := NewRegistry(Options{ManualScrape: true})
+	defer r.Close()
+	e := r.Ensure("127.0.0.1:1")
+	scrape := func(prompt, cached, secs float64) float64 {
+		t.Helper()
+		e.StartScrape()(Gauges{Running: 1, KVUsage: 0.1, PromptTokens: prompt, CachedTokens: cached, PrefillSeconds: secs})
+		l := e.Load()
+		if !l.Known {
+			t.Fatalf("scrape not recorded: %+v", l)
+		}
+		return l.PrefillRate
+	}
+	steps := []struct {
+		prompt, cached, secs float64
+		want                 float64
+	}{
+		{0, 0, 0, 0},                     // callers that do not report counters: no rate
+		{0, 0, 0, 0},                     // still none
+		{12000, 2000, 2, 5000},           // first window: 10000 uncached in 2 s
+		{12000, 2000, 2, 5000},           // idle: kept
+		{math.NaN(), 2000, 3, 5000},      // garbage: as if absent
+		{12000, -1, 3, 5000},             // garbage
+		{12000, 2000, math.Inf(1), 5000}, // garbage
+		{10, 0, 0.1, 5000},               // engine restarted: new baseline
+		{10, 0, 0.1, 5000},               // nothing new
+	}
+	for i, st := range steps {
+		if got := scrape(st.prompt, st.cached, st.secs); math.Abs(got-st.want) > 1e-9*st.want || (got == 0) != (st.want == 0) {
+			t.Fatalf("step %d (%v): PrefillRate = %v, want %v", i, st, got, st.want)
+		}
+	}
+	// After the restart the next window is measured from the new baseline:
+	// 0.01 s at 2000 times the speed moves the rate only a little.
+	got := scrape(10+100000, 0, 0.11)
+	if !(got > 5000 && got < 5000*1.02) {
+		t.Fatalf("after the restart's first window: PrefillRate = %v, want a little above 5000", got)
+	}
+}
