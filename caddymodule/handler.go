@@ -67,10 +67,12 @@ type Admission struct {
 	// Default: 0, which treats an engine reporting waiting requests as full.
 	MaxInflight int `json:"max_inflight,omitempty"`
 
-	// The engines' prefill speed in prompt tokens per second, against which
-	// a wait at a request's prefix holder is weighed (see the README's
+	// The engines' prefill speed in uncached prompt tokens per second,
+	// against which a wait at a request's prefix holder is weighed and a
+	// long prompt's hold on its engine is timed (see the README's
 	// cache-aware admission). Negative: never queue at a full holder.
-	// Default: 10000.
+	// Default: 0, each engine's own rate derived from its vLLM counters
+	// (10000 until one is known).
 	PrefillRate float64 `json:"prefill_rate,omitempty"`
 
 	// Uncached prompt tokens above which a request occupies its engine for

@@ -18,8 +18,10 @@ type Limits struct {
 	IgnoreDispatched bool
 	// PrefillRate is the engines' prefill speed in prompt tokens per
 	// second, for weighing a wait at a request's prefix holder against the
-	// prefill it saves (see ReservePlaced). 0 means DefaultPrefillRate; a
-	// negative value never lets a request wait at a full holder.
+	// prefill it saves and for how long a long prompt occupies its engine
+	// (see ReservePlaced). 0 means each engine's own rate, derived from its
+	// counters, else DefaultPrefillRate; a negative value never lets a
+	// request wait at a full holder.
 	PrefillRate float64
 	// LongPrefill is the uncached prompt length, in tokens, above which a
 	// request occupies its engine for its whole prefill (see

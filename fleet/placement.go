@@ -11,10 +11,11 @@ import (
 )
 
 // DefaultPrefillRate is the prefill speed, in prompt tokens per second,
-// that admission assumes when it weighs a wait at a prefix holder against
-// the prefill the wait saves (Limits.PrefillRate). Engines do not report
-// theirs; 10,000 tokens/s is vLLM on one GPU for a 7–8B model, the order of
-// magnitude that matters here.
+// that admission assumes for an engine whose rate is neither configured
+// (Limits.PrefillRate) nor yet derived from its counters
+// (upstreams.Load.PrefillRate: before its first prefill completes, or a
+// vLLM without the prefill-time histogram): 10,000 tokens/s is vLLM on one
+// GPU for a 7–8B model, the order of magnitude that matters here.
 const DefaultPrefillRate = 10000
 
 // DefaultLongPrefill is the uncached prompt length, in tokens, above which
@@ -228,10 +229,14 @@ func (p *Placement) longPrefill(l dialLoad, lim Limits) time.Duration {
 }
 
 // prefillRate is the prefill speed assumed for engine l, in uncached
-// prompt tokens per second: the configured rate, else the default.
+// prompt tokens per second: the configured rate, else the one derived from
+// the engine's own counters (Load.PrefillRate), else the default.
 func prefillRate(l upstreams.Load, lim Limits) float64 {
-	if lim.PrefillRate > 0 {
+	switch {
+	case lim.PrefillRate > 0:
 		return lim.PrefillRate
+	case l.PrefillRate > 0:
+		return l.PrefillRate
 	}
 	return DefaultPrefillRate
 }

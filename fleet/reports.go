@@ -277,7 +277,7 @@ func (f *Fleet) Explain(ctx context.Context, req *admission.Request, pool string
 // PlacementReport is a request's placement as POST /llm/explain shows it:
 // the prefix holder admission found, and for a full holder the expected
 // wait there against the most it may be (see ReservePlaced), with the
-// default limits (kv_limit 0.9, prefill_rate 10000).
+// default limits (kv_limit 0.9, each engine's own prefill rate, long_prefill 16384).
 type PlacementReport struct {
 	Holder       string       `json:"holder,omitempty"`
 	CachedTokens int          `json:"cached_tokens"`

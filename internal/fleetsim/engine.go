@@ -22,6 +22,10 @@ type desEngine struct {
 	events           []desEvent // this step's KV events
 	seq              uint64
 	preemptions      int
+	// vLLM's counters behind the gateway's prefill rate: prompt tokens
+	// and their prefix-cache hits at each first token, and the seconds
+	// from scheduling to it.
+	promptTokens, cachedTokens, prefillSeconds float64
 }
 
 type desBlock struct {

@@ -553,6 +553,7 @@ func (s *fleetSim) scrape() error {
 			KVUsage:      float64(e.used) / float64(e.capacity),
 			BlockSize:    s.bs,
 			NumGPUBlocks: e.capacity,
+			PromptTokens: e.promptTokens, CachedTokens: e.cachedTokens, PrefillSeconds: e.prefillSeconds,
 		})
 	}
 	return s.unpark()
@@ -728,6 +729,9 @@ func (s *fleetSim) stepEnd(e *desEngine) error {
 		r.gen++
 		if r.gen == 1 {
 			r.first = s.now
+			e.promptTokens += float64(r.promptLen)
+			e.cachedTokens += float64(r.cachedTok)
+			e.prefillSeconds += s.now - r.admitT
 		}
 		r.tokens = append(r.tokens, outputTok(r.id, r.gen))
 		if r.gen >= r.maxTokens {
