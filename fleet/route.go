@@ -247,12 +247,13 @@ func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) ([]uint64, To
 	return f.tokenize(ctx, q.Request, v)
 }
 
-// tokenize asks the least busy known engine to tokenize the prompt exactly
-// as it will render it.
+// tokenize asks the least busy healthy engine to tokenize the prompt
+// exactly as it will render it.
 func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
 	pick := -1
 	for i, l := range v.loads {
-		if pick < 0 || (l.Known && !v.loads[pick].Known) || (l.Known == v.loads[pick].Known && l.Inflight < v.loads[pick].Inflight) {
+		if pick < 0 || tokenizeRank(l) > tokenizeRank(v.loads[pick]) ||
+			(tokenizeRank(l) == tokenizeRank(v.loads[pick]) && l.Inflight < v.loads[pick].Inflight) {
 			pick = i
 		}
 	}
@@ -295,6 +296,21 @@ func (f *Fleet) loraOf(req *admission.Request) string {
 		return req.Model
 	}
 	return ""
+}
+
+// tokenizeRank orders engines for a /tokenize call: one whose last poll
+// succeeded first, then one whose gauges are known although its last polls
+// failed (a departed engine lingers so until stale, or until idle_ttl
+// forgets it — right after a reload admission may still see it), unknown
+// ones last.
+func tokenizeRank(l upstreams.Load) int {
+	switch {
+	case l.Known && l.Failures == 0:
+		return 2
+	case l.Known:
+		return 1
+	}
+	return 0
 }
 
 // approxKey is what the approximate tier keys req on: the start of the raw

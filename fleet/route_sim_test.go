@@ -219,3 +219,39 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "p99-ns")
 }
+
+// TestTokenizeAvoidsFailingEngine: an engine that has gone away keeps its
+// last gauges until it turns stale, and right after a reload admission may
+// still list it; the prompt is tokenized on an engine whose last poll
+// succeeded, so routing stays precise (regression: the first engine of
+// the list was asked, failed, and the request fell to the approximate tier).
+func TestTokenizeAvoidsFailingEngine(t *testing.T) {
+	engines := startSimEngines(t, 2, 64)
+	cfg := testConfig()
+	cfg.PollInterval, cfg.StaleAfter, cfg.TokenizeTimeout = 20*time.Millisecond, 1000, 10*time.Second
+	dials := []string{engines[0].Addr(), engines[1].Addr()}
+	for _, e := range engines {
+		cfg.Engines = append(cfg.Engines, &EngineConfig{Dial: e.Addr()})
+	}
+	f := New(zap.NewNop(), Options{})
+	t.Cleanup(f.Close)
+	f.Start(f.NewGeneration(cfg, zap.NewNop()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waitFor(t, ctx, "both engines gauged", func() bool {
+		return f.registry.Ensure(dials[0]).Load().Known && f.registry.Ensure(dials[1]).Load().Known
+	})
+	_ = engines[0].Close()
+	waitFor(t, ctx, "the closed engine's poll failing", func() bool {
+		l := f.registry.Ensure(dials[0]).Load()
+		return l.Known && l.Failures > 0
+	})
+	req, err := admission.ParseRequest([]byte(simChat(simWords("tok", 64), "a question")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, tr := f.tokenize(ctx, req, f.view(dials, f.PolicySettings("default")))
+	if tr.Err != nil || len(tokens) < 64 {
+		t.Fatalf("tokenize: %d tokens, %v (asked the engine that is gone?)", len(tokens), tr.Err)
+	}
+}
