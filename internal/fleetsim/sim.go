@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -64,7 +65,13 @@ type Params struct {
 	// see what long prefills do to everyone else; their TTFTs go to
 	// Result.LongTTFT instead of TTFT.
 	LongEvery, LongTokens int
-	Policy                string
+	// BurstSize > 1 makes arrivals bursts: BurstSize requests of one group
+	// spread evenly over BurstWindow seconds, bursts arriving as a Poisson
+	// process at Rate ÷ BurstSize, each burst the next group in turn (so
+	// with as many groups as bursts, every burst brings a new prefix).
+	BurstSize   int
+	BurstWindow float64
+	Policy      string
 	// MaxInflight is every engine's max_inflight in the llm app: the
 	// admission limit and the policy's saturation rule.
 	MaxInflight  int
@@ -109,8 +116,13 @@ type Result struct {
 	// admission, and queued in the engine before its last admission.
 	TTFT, E2E, Park, Queue []float64
 	LongTTFT               []float64 // of the long prompts (Params.LongEvery)
-	SimSeconds             float64
-	Preemptions            int
+	// BurstEngines is, per burst, how many engines its requests went to;
+	// BurstPromptTokens and BurstCachedTokens sum the prompts and cache
+	// hits of every burst's requests after its first.
+	BurstEngines                         []int
+	BurstPromptTokens, BurstCachedTokens int64
+	SimSeconds                           float64
+	Preemptions                          int
 	// The gateway (llm): host nanoseconds per Route, host time decoding
 	// events and updating mirrors, and what the index holds.
 	DecisionNs     []float64
@@ -124,7 +136,8 @@ type Result struct {
 
 // Event kinds of the discrete-event loop.
 const (
-	evArrival = iota
+	evArrival     = iota
+	evBurstMember // one request of a burst: eng is the burst's index, pos its place
 	evStepEnd
 	evScrape
 	evMaxPark
@@ -135,6 +148,7 @@ type simEvent struct {
 	seq  uint64 // FIFO among equal times
 	kind int
 	eng  int
+	pos  int               // evBurstMember: the request's place in its burst
 	w    *admission.Waiter // evMaxPark: the parked request's place at the gate
 }
 
@@ -183,6 +197,9 @@ type fleetSim struct {
 	epoch    time.Time // the fleet's clock reads epoch + now
 	rr       int
 	res      Result
+	// Bursts: requests scheduled so far, and each burst's engines.
+	scheduled int
+	burstSeen [][]int
 }
 
 // desGroup is a prefix group: its system prompt's tokens and block hashes.
@@ -200,6 +217,8 @@ type desReq struct {
 	promptLen int
 	maxTokens int
 	long      bool // a long prompt (Params.LongEvery)
+	burst     int  // its burst's index (-1: none)
+	pos       int  // its place in the burst
 	gen       int
 	target    int // tokens to prefill at this admission
 	computed  int // tokens whose KV is computed
@@ -252,29 +271,8 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		}
 		ev := heap.Pop(&s.q).(simEvent)
 		s.now = ev.t
-		switch ev.kind {
-		case evArrival:
-			if err := s.arrive(); err != nil {
-				return s.res, err
-			}
-			if s.arrived < p.Requests {
-				s.push(s.now+s.rng.ExpFloat64()/p.Rate, evArrival, -1)
-			}
-		case evStepEnd:
-			if err := s.stepEnd(s.engines[ev.eng]); err != nil {
-				return s.res, err
-			}
-		case evScrape:
-			if err := s.scrape(); err != nil {
-				return s.res, err
-			}
-			if s.res.Completed+s.res.Rejected < p.Requests {
-				s.push(s.now+p.PollInterval, evScrape, -1)
-			}
-		case evMaxPark:
-			if !ev.w.Leave() {
-				s.res.Rejected++ // max_park: 503
-			}
+		if err := s.handle(ev); err != nil {
+			return s.res, err
 		}
 	}
 	s.res.SimSeconds = s.now
@@ -283,6 +281,61 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	}
 	s.measureIndex()
 	return s.res, nil
+}
+
+// handle applies one event of the loop.
+func (s *fleetSim) handle(ev simEvent) error {
+	p := s.p
+	switch ev.kind {
+	case evArrival:
+		if p.BurstSize > 1 {
+			s.burst()
+			return nil
+		}
+		if err := s.arrive(-1, 0); err != nil {
+			return err
+		}
+		if s.arrived < p.Requests {
+			s.push(s.now+s.rng.ExpFloat64()/p.Rate, evArrival, -1)
+		}
+	case evBurstMember:
+		return s.arrive(ev.eng, ev.pos)
+	case evStepEnd:
+		return s.stepEnd(s.engines[ev.eng])
+	case evScrape:
+		if err := s.scrape(); err != nil {
+			return err
+		}
+		if s.res.Completed+s.res.Rejected < p.Requests {
+			s.push(s.now+p.PollInterval, evScrape, -1)
+		}
+	case evMaxPark:
+		if !ev.w.Leave() {
+			s.res.Rejected++ // max_park: 503
+		}
+	}
+	return nil
+}
+
+// burst starts the next burst: BurstSize requests of the next group, at
+// random moments within BurstWindow (the last burst may be smaller), and
+// schedules the burst after it.
+func (s *fleetSim) burst() {
+	p := s.p
+	n := min(p.BurstSize, p.Requests-s.scheduled)
+	b := len(s.res.BurstEngines)
+	s.res.BurstEngines = append(s.res.BurstEngines, 0)
+	s.burstSeen = append(s.burstSeen, nil)
+	for i := range n {
+		// Spread evenly over the window, in order.
+		t := s.now + p.BurstWindow*float64(i)/float64(max(n-1, 1))
+		s.qseq++
+		heap.Push(&s.q, simEvent{t: t, seq: s.qseq, kind: evBurstMember, eng: b, pos: i})
+	}
+	s.scheduled += n
+	if s.scheduled < p.Requests {
+		s.push(s.now+s.rng.ExpFloat64()*float64(p.BurstSize)/p.Rate, evArrival, -1)
+	}
 }
 
 // newSim builds the engines, the groups' system prompts and the gateway: a
@@ -358,11 +411,19 @@ func (s *fleetSim) measureIndex() {
 // arrive creates the next request and passes it through llm_admission's
 // gate: sent at once when admitted, else parked until a Kick admits it or
 // MaxPark passes; refused when the queue is full.
-func (s *fleetSim) arrive() error {
+//
+// burst < 0 picks the request's group at random; otherwise it is request
+// pos of that burst, whose group is the burst's index modulo the groups.
+func (s *fleetSim) arrive(burst, pos int) error {
 	s.arrived++
 	p := s.p
-	r := &desReq{id: s.nextID, group: s.rng.IntN(len(s.groups)), qseed: s.rng.Uint64(), arrival: s.now,
+	r := &desReq{id: s.nextID, burst: burst, pos: pos, qseed: s.rng.Uint64(), arrival: s.now,
 		maxTokens: p.OutputTokens, promptLen: p.SystemTokens + p.QuestionTokens}
+	if burst < 0 {
+		r.group = s.rng.IntN(len(s.groups))
+	} else {
+		r.group = burst % len(s.groups)
+	}
 	s.nextID++
 	if p.LongEvery > 0 && s.arrived%p.LongEvery == 0 {
 		r.long, r.promptLen = true, max(p.LongTokens, r.promptLen)
@@ -483,6 +544,10 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 		}
 	}
 	e := s.engines[idx]
+	if r.burst >= 0 && !slices.Contains(s.burstSeen[r.burst], idx) {
+		s.burstSeen[r.burst] = append(s.burstSeen[r.burst], idx)
+		s.res.BurstEngines[r.burst]++
+	}
 	r.res = s.f.Dispatch(res, e.name)
 	r.dispatchT = s.now
 	r.eng = e
@@ -568,6 +633,10 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.res.PromptTokens += int64(r.promptLen)
 	s.res.CachedTokens += int64(r.cachedTok)
 	s.res.OutputTokens += int64(r.gen)
+	if r.burst >= 0 && r.pos > 0 {
+		s.res.BurstPromptTokens += int64(r.promptLen)
+		s.res.BurstCachedTokens += int64(r.cachedTok)
+	}
 	if r.long {
 		s.res.LongTTFT = append(s.res.LongTTFT, r.first-r.arrival)
 	} else {

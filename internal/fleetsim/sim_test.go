@@ -101,3 +101,30 @@ func TestLongPromptDelaysOnlyItsShare(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstsAccounted: in burst mode every burst brings BurstSize requests
+// of one group (the last one what is left), each burst's engines are
+// counted, and the burst figures cover every request after a burst's first.
+func TestBurstsAccounted(t *testing.T) {
+	p := smallParams(PolicyLLM)
+	p.Requests, p.BurstSize, p.BurstWindow, p.Groups = 600, 16, 0.05, 40
+	r, err := Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bursts := (p.Requests + p.BurstSize - 1) / p.BurstSize
+	if r.Completed != p.Requests || len(r.BurstEngines) != bursts {
+		t.Fatalf("%d completed of %d, %d bursts, want %d", r.Completed, p.Requests, len(r.BurstEngines), bursts)
+	}
+	for i, n := range r.BurstEngines {
+		if n < 1 || n > p.Engines {
+			t.Fatalf("burst %d went to %d engines", i, n)
+		}
+	}
+	if want := int64(p.Requests-bursts) * int64(p.SystemTokens+p.QuestionTokens); r.BurstPromptTokens != want {
+		t.Fatalf("burst prompt tokens %d, want %d (every request after its burst's first)", r.BurstPromptTokens, want)
+	}
+	if r.BurstCachedTokens <= 0 || r.BurstCachedTokens > r.BurstPromptTokens {
+		t.Fatalf("burst cached tokens %d of %d", r.BurstCachedTokens, r.BurstPromptTokens)
+	}
+}
