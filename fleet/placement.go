@@ -37,7 +37,9 @@ const (
 // the request arrives: the engine holding the longest prefix of its prompt
 // (by the KV index, else the approximate tree) and what the candidates
 // holding any of it hold. It keeps no prompt or token ids: a parked
-// request costs its body and a few words per holder. Each try ([Fleet.ReservePlaced]) weighs it against the loads of
+// request costs its body and a few words per holder (and, while
+// speculative entries are on, its block keys, one word per block, for
+// [Fleet.Routed]). Each try ([Fleet.ReservePlaced]) weighs it against the loads of
 // that moment. The try runs under the admission gate's lock and writes the
 // outcome fields; read them once the request is admitted.
 type Placement struct {
