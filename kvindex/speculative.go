@@ -40,7 +40,8 @@ type predictions struct {
 	n    atomic.Int64 // live entries, for the lock-free fast path
 	next atomic.Int64 // unix ns at which the oldest entry expires; MaxInt64 when none
 	// size holds, by slot, the block size predictions were made at, for
-	// engines whose mirror has not learnt its own yet.
+	// engines whose mirror has not learnt its own yet; 0 when the slot has
+	// none.
 	size []atomic.Int32
 
 	mu        sync.RWMutex
@@ -292,9 +293,10 @@ func (p *predictions) makeRoomLocked(slot int) {
 }
 
 // end ends slot's entry for key if there is one: the engine stored the
-// block (o outConfirmed) or dropped it. ix.mu held for writing.
+// block (o outConfirmed) or dropped it. ix.mu held for writing, so no
+// Predict runs and size says whether slot has entries.
 func (p *predictions) end(slot int, key uint64, o outcome) {
-	if !p.any() {
+	if p.size[slot].Load() == 0 {
 		return
 	}
 	p.mu.Lock()
