@@ -27,8 +27,7 @@
 //   - Predict adds speculative entries: blocks an engine was just sent and
 //     has not announced yet, which Match counts as held (and reports as
 //     EngineMatch.Predicted) until the engine's events confirm or drop
-//     them, or their short TTL ends; see the rules above predictions in
-//     speculative.go.
+//     them, or their short TTL ends.
 //   - ApproxTree is the fallback for engines without events: which engines
 //     recently served which text prefixes.
 //

@@ -8,26 +8,7 @@ import (
 	"time"
 )
 
-// Speculative entries ("predictions") are the blocks the gateway expects an
-// engine to hold because it has just sent the engine a prompt, before the
-// engine's BlockStored events say so: the events of a prefill arrive a
-// prefill later, and without predictions a burst of requests sharing a new
-// prefix scatters over the fleet, each request finding nobody holding it.
-//
-// The rules, which Match applies:
-//   - Index.Predict records the prompt's block keys (the same chained keys
-//     as the mirrors', at the engine's block size) on one engine. Keys the
-//     engine holds already are not recorded.
-//   - A predicted block counts as held in the engine's leading-block run
-//     (EngineMatch.Blocks), and EngineMatch.Predicted says how much of the
-//     run only predictions make up.
-//   - An entry ends, at the latest, its TTL after it was last predicted
-//     (SetPredictTTL; 0 disables predictions). It ends sooner when the
-//     engine's BlockStored confirms the block (a real entry from then on),
-//     when a BlockRemoved or an eviction drops it, when the engine's mirror
-//     is reset in any way (AllBlocksCleared, a resync, RemoveEngine), when
-//     DropPredictions is called for the engine (its request failed), or
-//     when the bounds push it out, oldest first.
+// predictions are the index's speculative entries (see Index.Predict).
 //
 // They live beside the mirrors, not in them: a mirror is the engine's own
 // account of its cache, reference-counted event by event, and a guess has
@@ -35,7 +16,8 @@ import (
 // (ix.mu, then p.mu, never the other way), so the mirrors' event paths can
 // confirm and drop entries under the index's write lock, and Match and
 // Predict can consult them under its read lock. Match pays one atomic load
-// when there are none.
+// when there are none, and walks only the engines that have some with
+// them.
 type predictions struct {
 	n    atomic.Int64 // live entries, for the lock-free fast path
 	next atomic.Int64 // unix ns at which the oldest entry expires; MaxInt64 when none
@@ -414,16 +396,30 @@ func (ix *Index) SetPredictTTL(d time.Duration) { ix.spec.setTTL(d) }
 // PredictTTL returns the speculative entries' TTL, 0 when they are off.
 func (ix *Index) PredictTTL() time.Duration { return ix.spec.getTTL() }
 
-// Predict records that engine is about to hold the blocks of keys, a
-// prompt's block keys at blockSize in KV-cache group (Keys or RequestKeys):
-// the gateway has just sent it the prompt. Until its own events confirm
-// them, or for the TTL at most (see the rules above predictions), Match
-// counts them as held. Nothing is recorded while predictions are off, for
-// an engine not in the index or being reset, or for one whose mirror
-// knows a block size other than blockSize (blockSize stands in for an
-// engine that has stored nothing yet). Keys the engine holds already are
-// left out, and at most MaxPredictedPerEngine leading ones are kept. It
-// returns how many keys it recorded.
+// Predict records speculative entries: engine is about to hold the blocks
+// of keys, a prompt's block keys at blockSize in KV-cache group (Keys or
+// RequestKeys), because the gateway has just sent it the prompt. The
+// events of a prefill arrive a prefill later; without predictions a burst
+// of requests sharing a new prefix scatters over the fleet, each finding
+// nobody holding it. The rules:
+//   - A predicted block counts as held in the engine's leading-block run
+//     (EngineMatch.Blocks); EngineMatch.Predicted says how much of the run
+//     only predictions make up.
+//   - An entry ends, at the latest, its TTL after it was last predicted
+//     (SetPredictTTL). It ends sooner when the engine's BlockStored
+//     confirms the block (a real entry from then on), when a BlockRemoved
+//     or an eviction drops it, when the engine's mirror is reset in any
+//     way (AllBlocksCleared, a resync, RemoveEngine), when DropPredictions
+//     is called for the engine (a request there failed), or when the
+//     bounds (IndexConfig.MaxPredicted, MaxPredictedPerEngine) push it out,
+//     oldest first and a prompt's last blocks before its first.
+//
+// Nothing is recorded while predictions are off, for an engine not in the
+// index or being reset, or for one whose mirror knows a block size other
+// than blockSize (blockSize stands in for an engine that has stored
+// nothing yet). Keys the engine holds already are left out, and at most
+// MaxPredictedPerEngine leading ones are kept. It returns how many keys it
+// recorded.
 func (ix *Index) Predict(engine string, blockSize, group int, keys []uint64) int {
 	if blockSize <= 0 || len(keys) == 0 {
 		return 0
