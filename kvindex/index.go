@@ -117,6 +117,9 @@ func (ix *Index) AddEngine(id string, cfg MirrorConfig) (*Mirror, error) {
 	if slot < 0 {
 		return nil, fmt.Errorf("%w (%d engines)", ErrIndexFull, len(ix.slots))
 	}
+	// A slot is handed on empty: nothing predicted for an engine that
+	// held it before may count for this one.
+	ix.spec.dropSlot(slot)
 	m := newMirror(ix, id, slot, cfg)
 	ix.slots[slot] = m
 	ix.byID[id] = m
@@ -176,13 +179,23 @@ func (ix *Index) RemoveEngine(id string) bool {
 		return false
 	}
 	m.clear("removed")
+	ix.free(m)
+	return true
+}
+
+// free takes removed mirror m out of the index and frees its slot. clear
+// dropped m's predictions, but a Predict between clear and free still
+// found m live and may have added some: they are dropped here, under the
+// lock that frees the slot, so no engine that takes the slot next
+// inherits them. Callers hold m.wmu.
+func (ix *Index) free(m *Mirror) {
 	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	m.removed.Store(true)
+	ix.spec.dropSlot(m.slot)
 	ix.slots[m.slot] = nil
 	ix.live[m.bank] &^= m.bit
-	delete(ix.byID, id)
-	ix.mu.Unlock()
-	return true
+	delete(ix.byID, m.id)
 }
 
 // Stats returns every engine's statistics, sorted by engine id.

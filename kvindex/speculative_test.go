@@ -295,3 +295,45 @@ func TestPredictionsConcurrent(t *testing.T) {
 		t.Fatalf("%d entries live, over the bound", st.Live)
 	}
 }
+
+// TestPredictionNotInherited: a Predict that lands while an engine is
+// being removed (after its mirror was cleared, before its slot is freed)
+// leaves nothing for the engine that takes the slot next; nor does any
+// entry a free slot still carries.
+func TestPredictionNotInherited(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{})
+	m := x.ix.Mirror("a")
+	m.wmu.Lock()
+	m.clear("removed") // RemoveEngine, up to freeing the slot
+	if n := x.ix.Predict("a", specBS, 0, x.keys); n != 16 {
+		m.wmu.Unlock()
+		t.Fatalf("Predict during the removal recorded %d keys: the test shows nothing", n)
+	}
+	x.ix.free(m)
+	m.wmu.Unlock()
+	if _, err := x.ix.AddEngine("c", MirrorConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if x.ix.Mirror("c").slot != m.slot {
+		t.Fatal("c did not take a's slot: the test shows nothing")
+	}
+	if got := x.match("c"); got.Blocks != 0 {
+		t.Fatalf("c inherited a's predictions: %+v", got)
+	}
+	if st := x.stats(); st.Live != 0 {
+		t.Fatalf("stats %+v, want nothing live", st)
+	}
+
+	// A free slot carrying entries (however they got there) is emptied
+	// when an engine takes it.
+	x.ix.RemoveEngine("c")
+	x.ix.mu.RLock()
+	x.ix.spec.add(m.slot, specBS, x.keys, x.ix.banks[0])
+	x.ix.mu.RUnlock()
+	if _, err := x.ix.AddEngine("d", MirrorConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.match("d"); got.Blocks != 0 {
+		t.Fatalf("d inherited its slot's entries: %+v", got)
+	}
+}
