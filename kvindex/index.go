@@ -21,8 +21,8 @@ type IndexConfig struct {
 	MaxBlocksPerEngine int
 	// MaxPredicted and MaxPredictedPerEngine bound the speculative
 	// entries (see Predict), in blocks: in all (default 131072) and per
-	// engine (default 32768, four 128Ki-token prompts). Beyond them the
-	// oldest are dropped.
+	// engine (default 32768, four 128Ki-token prompts; never more than
+	// the total). Beyond them the oldest are dropped.
 	MaxPredicted, MaxPredictedPerEngine int
 	// Now is the clock of the speculative entries' TTL; default time.Now.
 	Now func() time.Time

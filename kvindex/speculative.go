@@ -101,6 +101,10 @@ func newPredictions(cfg IndexConfig, banks int) *predictions {
 	if p.total <= 0 {
 		p.total = defaultMaxPredicted
 	}
+	// makeRoomLocked's scan for the oldest entry overall does not see a
+	// slot that is getting its first entries; the per-engine bound, kept
+	// within the total, is what holds the total then.
+	p.perEngine = min(p.perEngine, p.total)
 	for i := range p.banks {
 		p.banks[i] = new(keyTable)
 	}

@@ -337,3 +337,23 @@ func TestPredictionNotInherited(t *testing.T) {
 		t.Fatalf("d inherited its slot's entries: %+v", got)
 	}
 }
+
+// TestPredictionTotalBelowPerEngine: a total bound below the per-engine
+// one holds, for one engine alone and for several.
+func TestPredictionTotalBelowPerEngine(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{MaxPredicted: 4, MaxPredictedPerEngine: 8})
+	if n := x.ix.Predict("a", specBS, 0, x.keys); n > 4 {
+		t.Fatalf("recorded %d keys, over the total bound of 4", n)
+	}
+	if st := x.stats(); st.Live > 4 {
+		t.Fatalf("one engine: %d entries live, over the total bound of 4", st.Live)
+	}
+	x.clk.add(time.Millisecond)
+	x.ix.Predict("b", specBS, 0, x.keys)
+	if st := x.stats(); st.Live > 4 {
+		t.Fatalf("two engines: %d entries live, over the total bound of 4", st.Live)
+	}
+	if got := x.match("b"); got.Blocks != 4 {
+		t.Fatalf("b: %+v, want its 4 leading blocks", got)
+	}
+}
