@@ -175,3 +175,25 @@ func BenchmarkMatchKeys128k32EnginesPredicted(b *testing.B) {
 		ix.MatchKeys(16, 0, keys)
 	}
 }
+
+// BenchmarkPredictRenew128k measures Predict of a 128Ki-token prompt
+// (8192 blocks) already predicted on the engine: what every request of a
+// burst after the first costs under the predictions' write lock.
+func BenchmarkPredictRenew128k(b *testing.B) {
+	ix := NewIndex(IndexConfig{})
+	ix.SetPredictTTL(time.Hour)
+	if _, err := ix.AddEngine("e", MirrorConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	keys, err := Keys(nil, prompt(128<<10, 79), 16, 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n := ix.Predict("e", 16, 0, keys); n != len(keys) {
+		b.Fatalf("fixture: %d predicted", n)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.Predict("e", 16, 0, keys)
+	}
+}

@@ -39,11 +39,11 @@ type predictions struct {
 
 // predSlot is one engine's predictions.
 type predSlot struct {
-	at   map[uint64]int64 // key → when last predicted (unix ns)
+	at   map[uint64]int64 // key → when first predicted (unix ns)
 	atHi int              // most entries at held since it was made (see shrinkMap)
 	// fifoK and fifoAt hold (key, time) in prediction order, for expiry
-	// and oldest-first eviction; items whose entry is gone or was
-	// predicted again are stale and skipped.
+	// and oldest-first eviction, one item per entry; items whose entry
+	// is gone (or was ended and predicted anew) are stale and skipped.
 	fifoK  []uint64
 	fifoAt []int64
 	head   int
@@ -54,8 +54,8 @@ type predSlot struct {
 // Expired + Dropped + Live.
 type PredictionStats struct {
 	Live int
-	// Inserted counts new entries (predicting a live entry again only
-	// extends its life); Confirmed, entries the engine's BlockStored
+	// Inserted counts new entries (predicting a live entry again changes
+	// nothing); Confirmed, entries the engine's BlockStored
 	// turned real; Expired, entries whose TTL ended; Dropped, entries
 	// removed early: BlockRemoved or eviction of the block, a reset or
 	// removal of the engine, DropPredictions, the bounds, predictions
@@ -209,7 +209,9 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 		return 0
 	}
 	now := p.now().UnixNano()
-	p.sweepLocked(now)
+	if now >= p.next.Load() {
+		p.sweepLocked(now)
+	}
 	b, bit := slot/64, uint64(1)<<(slot%64)
 	s := &p.slots[slot]
 	if s.at == nil {
@@ -221,18 +223,19 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	// entries, oldest first, its tail goes and its leading run stays.
 	for i := len(keys) - 1; i >= 0; i-- {
 		k := keys[i]
-		if held.get(k)&bit != 0 {
+		if _, ok := s.at[k]; ok || held.get(k)&bit != 0 {
+			// Predicted already: the entry keeps its first time, so one
+			// that is never confirmed ends its TTL after it was first
+			// predicted, however many requests it draws meanwhile.
 			continue
 		}
-		if _, ok := s.at[k]; !ok {
-			p.makeRoomLocked(slot)
-			if s.at == nil {
-				s.at = make(map[uint64]int64) // the bounds emptied the slot
-			}
-			p.banks[b].or(k, bit)
-			p.n.Add(1)
-			p.st.Inserted++
+		p.makeRoomLocked(slot)
+		if s.at == nil {
+			s.at = make(map[uint64]int64) // the bounds emptied the slot
 		}
+		p.banks[b].or(k, bit)
+		p.n.Add(1)
+		p.st.Inserted++
 		s.at[k] = now
 		s.atHi = max(s.atHi, len(s.at))
 		s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
@@ -392,7 +395,7 @@ func emitPredicted(ix *Index, b int, lost uint64, n int, realLen *[64]int, block
 	return out
 }
 
-// SetPredictTTL sets how long a speculative entry lives after it was last
+// SetPredictTTL sets how long a speculative entry lives after it was first
 // predicted; d <= 0 turns predictions off and drops every entry. Off until
 // set.
 func (ix *Index) SetPredictTTL(d time.Duration) { ix.spec.setTTL(d) }
@@ -409,8 +412,10 @@ func (ix *Index) PredictTTL() time.Duration { return ix.spec.getTTL() }
 //   - A predicted block counts as held in the engine's leading-block run
 //     (EngineMatch.Blocks); EngineMatch.Predicted says how much of the run
 //     only predictions make up.
-//   - An entry ends, at the latest, its TTL after it was last predicted
-//     (SetPredictTTL). It ends sooner when the engine's BlockStored
+//   - An entry ends, at the latest, its TTL after it was first predicted
+//     (SetPredictTTL): predicting it again does not renew it, so a guess
+//     the engine never confirms misleads Match for one TTL at most,
+//     however many requests it draws there meanwhile. It ends sooner when the engine's BlockStored
 //     confirms the block (a real entry from then on), when a BlockRemoved
 //     or an eviction drops it, when the engine's mirror is reset in any
 //     way (AllBlocksCleared, a resync, RemoveEngine), when DropPredictions
@@ -422,8 +427,8 @@ func (ix *Index) PredictTTL() time.Duration { return ix.spec.getTTL() }
 // index or being reset, or for one whose mirror knows a block size other
 // than blockSize (blockSize stands in for an engine that has stored
 // nothing yet). Keys the engine holds already are left out, and at most
-// MaxPredictedPerEngine leading ones are kept. It returns how many keys it
-// recorded.
+// MaxPredictedPerEngine leading ones are kept. It returns how many new
+// entries it recorded (keys predicted already are not counted).
 func (ix *Index) Predict(engine string, blockSize, group int, keys []uint64) int {
 	if blockSize <= 0 || len(keys) == 0 {
 		return 0

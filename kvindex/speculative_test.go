@@ -151,16 +151,61 @@ func TestPredictionNeverStoredEnds(t *testing.T) {
 	if st := x.stats(); st.Expired != 16 || st.Dropped != 16 || st.Live != 0 {
 		t.Fatalf("stats %+v, want 16 expired, 16 dropped", st)
 	}
-	// Predicting again extends an entry's life.
-	x.ix.Predict("a", specBS, 0, x.keys)
-	x.clk.add(1500 * time.Millisecond)
-	x.ix.Predict("a", specBS, 0, x.keys)
-	x.clk.add(1500 * time.Millisecond)
-	if x.match("a").Blocks != 16 {
-		t.Fatal("a prediction renewed 1.5s ago ended")
+}
+
+// TestPredictionNotRenewed: predicting an entry again does not extend its
+// life. An engine that never confirms a prefix it draws requests for
+// (prefix caching off, extra keys the gateway does not see) is predicted
+// to hold it for one TTL from the first prediction, however often the
+// prediction is repeated.
+func TestPredictionNotRenewed(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{})
+	if n := x.ix.Predict("a", specBS, 0, x.keys); n != 16 {
+		t.Fatalf("first Predict recorded %d keys, want 16", n)
 	}
-	if st := x.stats(); st.Inserted != 48 {
-		t.Fatalf("renewing counted as inserting: %+v", st)
+	for i := 1; i <= 30; i++ {
+		x.clk.add(time.Second)
+		// Every 2s (one TTL) the entries of 2s ago have ended, however
+		// often they were predicted since; Predict then inserts them anew.
+		if got := x.match("a").Blocks; (i%2 == 0) != (got == 0) {
+			t.Fatalf("at %ds, before Predict: %d blocks", i, got)
+		}
+		x.ix.Predict("a", specBS, 0, x.keys)
+		if st := x.stats(); st.Live != 16 {
+			t.Fatalf("at %ds: stats %+v, want 16 live", i, st)
+		}
+	}
+	st := x.stats()
+	// Inserted anew every 2s (one TTL): at 0, 2, …, 30s.
+	if st.Inserted != 16*16 || st.Expired != 15*16 {
+		t.Fatalf("stats %+v, want 256 inserted and 240 expired: the entries were renewed", st)
+	}
+	x.clk.add(time.Second) // 31s: the entries of 30s are 1s old
+	if x.match("a").Blocks != 16 {
+		t.Fatal("the entries of the last insertion ended early")
+	}
+	x.clk.add(time.Second) // 32s: a TTL after they were first predicted
+	if got := x.match("a"); got.Blocks != 0 {
+		t.Fatalf("a TTL after the last insertion: %+v, want nothing", got)
+	}
+}
+
+// TestPredictionFrozenClock: predicting the same prompt again and again
+// in the same instant keeps one queue item per entry.
+func TestPredictionFrozenClock(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{})
+	for range 2000 {
+		x.ix.Predict("a", specBS, 0, x.keys)
+	}
+	x.ix.spec.mu.RLock()
+	s := &x.ix.spec.slots[x.ix.Mirror("a").slot]
+	n := len(s.fifoK) - s.head
+	x.ix.spec.mu.RUnlock()
+	if n != 16 {
+		t.Fatalf("%d queue items for 16 entries", n)
+	}
+	if st := x.stats(); st.Inserted != 16 || st.Live != 16 {
+		t.Fatalf("stats %+v, want 16 inserted and live", st)
 	}
 }
 
