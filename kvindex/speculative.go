@@ -20,7 +20,10 @@ import (
 // them.
 type predictions struct {
 	n    atomic.Int64 // live entries, for the lock-free fast path
-	next atomic.Int64 // unix ns at which the oldest entry expires; MaxInt64 when none
+	next atomic.Int64 // when the oldest entry expires (see clockLocked); MaxInt64 when none
+	// skew is added to the clock's readings: the steps back it took
+	// (see clockLocked). seen is the latest time read, skew included.
+	skew, seen atomic.Int64
 	// size holds, by slot, the block size predictions were made at, for
 	// engines whose mirror has not learnt its own yet; 0 when the slot has
 	// none.
@@ -29,6 +32,8 @@ type predictions struct {
 	mu        sync.RWMutex
 	ttl       time.Duration
 	now       func() time.Time
+	epoch     time.Time // the clock's reading at construction
+	stamp     int64     // the latest entry time given (see stampLocked)
 	perEngine int
 	total     int
 	slots     []predSlot
@@ -39,7 +44,7 @@ type predictions struct {
 
 // predSlot is one engine's predictions.
 type predSlot struct {
-	at   map[uint64]int64 // key → when first predicted (unix ns)
+	at   map[uint64]int64 // key → when first predicted (see stampLocked)
 	atHi int              // most entries at held since it was made (see shrinkMap)
 	// fifoK and fifoAt hold (key, time) in prediction order, for expiry
 	// and oldest-first eviction, one item per entry; items whose entry
@@ -95,6 +100,8 @@ func newPredictions(cfg IndexConfig, banks int) *predictions {
 	if p.now == nil {
 		p.now = time.Now
 	}
+	p.epoch = p.now()
+	p.stamp = math.MinInt64
 	if p.perEngine <= 0 {
 		p.perEngine = defaultMaxPredictedPerEngine
 	}
@@ -115,15 +122,45 @@ func newPredictions(cfg IndexConfig, banks int) *predictions {
 // any reports whether any entry may be live.
 func (p *predictions) any() bool { return p.n.Load() > 0 }
 
+// read is the clock's reading in ns since epoch, skew included.
+func (p *predictions) read() int64 { return int64(p.now().Sub(p.epoch)) + p.skew.Load() }
+
+// clockLocked returns the time now, in ns since epoch, never earlier than
+// a time it returned before. time.Now's readings carry Go's monotonic
+// clock, which Sub uses, so a step of the wall clock changes nothing. A
+// clock without one (a fake, a reading stripped of it) may step back: the
+// step is added to skew, so time stands still across it and moves on from
+// there. Were it not, every entry would live the step longer, and a
+// slot's fifo would stop being in time order, so an entry of before the
+// step at its head would hold back the sweep of all behind it. p.mu held
+// for writing.
+func (p *predictions) clockLocked() int64 {
+	t := p.read()
+	if seen := p.seen.Load(); t < seen {
+		p.skew.Add(seen - t)
+		t = seen
+	}
+	p.seen.Store(t)
+	return t
+}
+
+// stampLocked is the time for new entries: clockLocked, made later than
+// any stamp given before (by a nanosecond per Predict within one reading
+// of the clock), so that a fifo item names one insertion even when the
+// clock stands still. p.mu held for writing.
+func (p *predictions) stampLocked() int64 {
+	p.stamp = max(p.clockLocked(), p.stamp+1)
+	return p.stamp
+}
+
 // expire ends the entries whose TTL has passed. It takes the lock only
-// when the oldest entry is due.
+// when the oldest entry is due, or the clock went back.
 func (p *predictions) expire() {
-	now := p.now().UnixNano()
-	if now < p.next.Load() {
+	if now := p.read(); now >= p.seen.Load() && now < p.next.Load() {
 		return
 	}
 	p.mu.Lock()
-	p.sweepLocked(now)
+	p.sweepLocked(p.clockLocked())
 	p.mu.Unlock()
 }
 
@@ -208,7 +245,7 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	if p.ttl <= 0 {
 		return 0
 	}
-	now := p.now().UnixNano()
+	now := p.stampLocked()
 	if now >= p.next.Load() {
 		p.sweepLocked(now)
 	}
@@ -323,7 +360,7 @@ func (p *predictions) setTTL(d time.Duration) {
 			p.dropSlotLocked(slot)
 		}
 	}
-	p.sweepLocked(p.now().UnixNano())
+	p.sweepLocked(p.clockLocked())
 }
 
 func (p *predictions) getTTL() time.Duration {

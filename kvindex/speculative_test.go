@@ -402,3 +402,29 @@ func TestPredictionTotalBelowPerEngine(t *testing.T) {
 		t.Fatalf("b: %+v, want its 4 leading blocks", got)
 	}
 }
+
+// TestPredictionClockStepBack: a clock without Go's monotonic reading (a
+// fake here) that steps back does not keep entries alive for the step:
+// time stands still across it, from the first reading after it, and
+// entries of before the step do not hold back the expiry of those after.
+func TestPredictionClockStepBack(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{})
+	x.ix.Predict("a", specBS, 0, x.keys[:8])
+	x.clk.add(-time.Hour)
+	if got := x.match("a"); got.Blocks != 8 {
+		t.Fatalf("after the step back: %+v, want the 8 entries", got)
+	}
+	x.clk.add(time.Millisecond)
+	x.ix.Predict("a", specBS, 0, x.keys[8:]) // behind the first 8 in a's queue
+	x.clk.add(2*time.Second - time.Millisecond)
+	if got := x.match("a"); got.Blocks != 0 {
+		t.Fatalf("a TTL after the step back: %+v, want the first 8 ended", got)
+	}
+	if st := x.stats(); st.Live != 8 || st.Expired != 8 {
+		t.Fatalf("stats %+v, want the first 8 expired", st)
+	}
+	x.clk.add(time.Millisecond)
+	if st := x.stats(); st.Live != 0 || st.Expired != 16 {
+		t.Fatalf("stats %+v, want all 16 expired", st)
+	}
+}
