@@ -8,8 +8,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 // specFleet is a fleet of n engines whose KV events are live (their
@@ -185,4 +187,44 @@ func TestSpeculativeTTLConfig(t *testing.T) {
 	if err := (&Config{SpeculativeTTL: &neg}).Validate(); err == nil {
 		t.Fatal("a negative TTL validated")
 	}
+}
+
+// TestPlacedNotWaitingForPrediction: an engine that only speculative
+// entries make the prefix's holder is no holder worth waiting for when it
+// is full: a parked request keeps its placement, and the guess may end
+// (TTL, a failure) while it waits. The prediction still counts among
+// engines with room.
+func TestPlacedNotWaitingForPrediction(t *testing.T) {
+	f, _, dials := specFleet(t, 2)
+	hot, cold := dials[0], dials[1]
+	s := DefaultSettings()
+	toks := tokens(4, 8192, 0)
+	req := chatRequest(t, nil, "first")
+	query := Query{Request: req, Dials: dials, Settings: s, Tokens: toks}
+	f.Routed(req, f.Route(context.Background(), query), hot)
+	lim := Limits{KV: 0.9, MaxInflight: 4}
+	drain(f, hot, 50) // 5/s: the wait is ~0.2 s against ~0.8 s of prefill saved
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	scrape(f, cold, upstreams.Gauges{Running: 0})
+	p := f.Place(context.Background(), query)
+	if p.Holder != hot {
+		t.Fatalf("holder %q, want the predicted %s", p.Holder, hot)
+	}
+	res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+	if !ok || res.Engine().Dial() != cold || p.Reason != ReasonMoved {
+		t.Fatalf("reserved on %v (ok %v, reason %q, wait %v), want %s: moved, not waiting for a guess",
+			res.Engine().Dial(), ok, p.Reason, p.Wait, cold)
+	}
+	res.Done()
+	if res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred); ok {
+		t.Fatalf("PassPreferred reserved on %s: a prediction made it a holder", res.Engine().Dial())
+	}
+
+	scrape(f, hot, upstreams.Gauges{Running: 3}) // room at the predicted engine
+	p = f.Place(context.Background(), query)
+	res, _, ok = f.ReservePlaced(p, dials, lim, admission.PassAny)
+	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
+		t.Fatalf("with room: reserved on %v (ok %v, reason %q), want %s: the prediction counts", res.Engine().Dial(), ok, p.Reason, hot)
+	}
+	res.Done()
 }
