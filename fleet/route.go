@@ -211,9 +211,12 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 
 // preciseMatches asks the index what each engine holds of the prompt, and
 // returns the prompt's keys at blockSize when speculative entries are on,
-// for Routed.
+// for Routed. The Decision keeps them (8 bytes a block, 64 KiB for a
+// 128Ki-token prompt) rather than a pooled buffer: it lives until Routed,
+// which may come after admission parked the request, so no owner could
+// give the buffer back safely; they are hashed once for Match and Predict.
 func (f *Fleet) preciseMatches(tokens []uint64, blockSize int, lora, salt string) (matches, []uint64) {
-	m := matches{precise: make(map[string]int), predicted: make(map[string]int)}
+	m := matches{precise: make(map[string]int)} // predicted: made when needed, as most prompts have none
 	q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: salt}
 	if f.index.PredictTTL() > 0 {
 		// Hashed once, for Match and for Predict.
@@ -226,6 +229,9 @@ func (f *Fleet) preciseMatches(tokens []uint64, blockSize int, lora, salt string
 		for _, x := range found {
 			m.precise[x.Engine] = x.Blocks
 			if x.Predicted > 0 {
+				if m.predicted == nil {
+					m.predicted = make(map[string]int)
+				}
 				m.predicted[x.Engine] = x.Predicted
 			}
 		}
