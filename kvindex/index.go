@@ -225,8 +225,10 @@ type EngineMatch struct {
 	BlockSize int
 	Tokens    int
 	// Predicted is how many of Blocks lie past the engine's own leading
-	// run and are only predicted (see Predict): 0 when its events account
-	// for them all.
+	// run (see Predict): 0 when its events account for them all. Past
+	// that run a block may be predicted or, after a predicted one, the
+	// engine's own; either way only a prediction makes it count, so all
+	// of them are counted here.
 	Predicted int
 }
 
