@@ -431,7 +431,9 @@ func (m *Mirror) dropLocked(g *group, h uint64, e blockEntry) {
 		}
 		return
 	}
-	m.ix.spec.end(m.slot, e.key, outDropped)
+	// No speculative entry to end: the key is in the engine's bank from
+	// its store (which confirmed any) until here, and Predict leaves out
+	// keys the engine holds.
 	m.ix.banks[m.bank].andNot(e.key, m.bit)
 }
 

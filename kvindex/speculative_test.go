@@ -428,3 +428,16 @@ func TestPredictionClockStepBack(t *testing.T) {
 		t.Fatalf("stats %+v, want all 16 expired", st)
 	}
 }
+
+// TestPredictWhileHidden: nothing is recorded for an engine hidden from
+// queries while its mirror is being cleared (the live bit Predict checks).
+func TestPredictWhileHidden(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{})
+	m := x.ix.Mirror("a")
+	x.ix.mu.Lock()
+	x.ix.live[m.bank] &^= m.bit // as clear does while it withdraws the claims
+	x.ix.mu.Unlock()
+	if n := x.ix.Predict("a", specBS, 0, x.keys); n != 0 {
+		t.Fatalf("Predict recorded %d keys for a hidden engine", n)
+	}
+}
