@@ -66,6 +66,10 @@ type App struct {
 	// verification; routing does not depend on the seed).
 	HashSeed *string `json:"hash_seed,omitempty"`
 
+	// How long a prompt routed to an engine with live KV events counts as
+	// held there before its events confirm it; 0 disables. Default: 2s.
+	SpeculativeTTL *caddy.Duration `json:"speculative_ttl,omitempty"`
+
 	// Dynamic engines unused for this long are removed. Default: 10m.
 	IdleTTL caddy.Duration `json:"idle_ttl,omitempty"`
 
@@ -165,6 +169,7 @@ func (a *App) fleetConfig() fleet.Config {
 		TokenizeTimeout:     time.Duration(a.TokenizeTimeout),
 		TokenizeConcurrency: a.TokenizeConcurrency,
 		TokenizeCacheSize:   a.TokenizeCacheSize,
+		SpeculativeTTL:      (*time.Duration)(a.SpeculativeTTL),
 		Engines:             a.Engines,
 	}
 }

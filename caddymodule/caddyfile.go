@@ -51,6 +51,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    tokenize_timeout     <duration>
 //	    tokenize_concurrency <n>
 //	    tokenize_cache_size  <n>
+//	    speculative_ttl      <duration>
 //	    engine <dial> {
 //	        metrics      <url>
 //	        tokenize     <url>
@@ -92,6 +93,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseInt(d, &a.TokenizeConcurrency)
 		case "tokenize_cache_size":
 			err = parseInt(d, &a.TokenizeCacheSize)
+		case "speculative_ttl":
+			a.SpeculativeTTL = new(caddy.Duration)
+			err = parseDuration(d, a.SpeculativeTTL)
 		case "engine":
 			var e *fleet.EngineConfig
 			e, err = parseEngine(d)

@@ -156,6 +156,8 @@ var (
 		"Mirror resets per engine, by reason.", []string{"engine", "reason"}, nil)
 	descKVMismatch = prometheus.NewDesc("llmgw_kv_hash_mismatches_total",
 		"BlockStored hashes that did not match the exact vLLM recomputation (wrong PYTHONHASHSEED or block size).", []string{"engine"}, nil)
+	descKVSpec = prometheus.NewDesc("llmgw_kv_speculative_blocks_total",
+		"Speculative KV-index entries (engine, block) inserted, and ended by outcome: confirmed, expired, dropped.", []string{"outcome"}, nil)
 )
 
 // fleetCollector reads the fleet's live state at scrape time.
@@ -165,7 +167,7 @@ type fleetCollector struct{ f *fleet.Fleet }
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
 		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
-		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch} {
+		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec} {
 		ch <- d
 	}
 }
@@ -189,6 +191,9 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, boolGauge(open), dial)
 	}
 	collectKV(ch, f.Index().Stats())
+	for outcome, n := range f.Index().PredictionStats().Outcomes() {
+		ch <- prometheus.MustNewConstMetric(descKVSpec, prometheus.CounterValue, float64(n), outcome)
+	}
 }
 
 // collectEngine emits one engine's gauges and accounting.

@@ -278,7 +278,7 @@ func (p *Policy) attempt(r *http.Request, repl *caddy.Replacer, report bool) *se
 		st.last = ""
 		st.mu.Unlock()
 		if last != "" {
-			p.fleet.Breaker().Failure(last, time.Now())
+			p.fleet.Failed(last) // its breaker, its speculative entries
 		}
 	}
 	return st

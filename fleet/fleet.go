@@ -59,14 +59,21 @@ type Options struct {
 	ManualScrape bool
 	// IndexConfig bounds the prefix index. Default: kvindex's defaults.
 	Index kvindex.IndexConfig
-	// Now is the clock of the admission gates and of the engines' drain
-	// rates (the fleet simulation's own); default time.Now.
+	// Now is the clock of the admission gates, of the engines' drain
+	// rates and of the speculative entries' TTL (the fleet simulation's
+	// own); default time.Now. Index.Now, when set, is the TTL's instead.
 	Now func() time.Time
 }
 
 // New returns a fleet that logs to logger until a generation starts. No
 // goroutine runs before the first [Fleet.Start].
 func New(logger *zap.Logger, o Options) *Fleet {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Index.Now == nil {
+		o.Index.Now = o.Now
+	}
 	f := &Fleet{
 		index:   kvindex.NewIndex(o.Index),
 		approx:  kvindex.NewApproxTree(kvindex.ApproxConfig{}),
@@ -79,9 +86,7 @@ func New(logger *zap.Logger, o Options) *Fleet {
 		drained: make(map[string]bool),
 		now:     o.Now,
 	}
-	if f.now == nil {
-		f.now = time.Now
-	}
+	f.index.SetPredictTTL(DefaultSpeculativeTTL)
 	f.logBase.Store(logger)
 	// The fleet outlives configs; its logs go where the running
 	// generation says, not to the first config's outputs.

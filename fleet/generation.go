@@ -31,8 +31,19 @@ type Config struct {
 	TokenizeTimeout     time.Duration // deadline of one /tokenize call
 	TokenizeConcurrency int           // /tokenize calls in flight at most
 	TokenizeCacheSize   int           // tokenize cache entries
-	Engines             []*EngineConfig
+	// SpeculativeTTL is how long a prompt routed to an engine with live
+	// KV events counts as held there before its events confirm it (see
+	// Fleet.Routed), from the first time it was routed there: routing it
+	// there again does not renew it. nil means DefaultSpeculativeTTL, 0
+	// disables.
+	SpeculativeTTL *time.Duration
+	Engines        []*EngineConfig
 }
+
+// DefaultSpeculativeTTL is the speculative entries' TTL unless configured:
+// a prefill of a long prompt and its events' way back take well under 2s,
+// and a prediction that never comes true misleads routing for 2s at most.
+const DefaultSpeculativeTTL = 2 * time.Second
 
 // EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
 // the address reverse_proxy dials for it.
@@ -81,7 +92,8 @@ func (c *Config) Validate() error {
 	if c.StaleAfter < 0 {
 		return fmt.Errorf("stale_after must be positive, got %d", c.StaleAfter)
 	}
-	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 {
+	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 ||
+		c.SpeculativeTTL != nil && *c.SpeculativeTTL < 0 {
 		return fmt.Errorf("durations must be positive")
 	}
 	for _, p := range []int{c.KVEventsPort, c.KVReplayPort} {
@@ -215,6 +227,13 @@ func (f *Fleet) apply(c Config) {
 	f.mu.Unlock()
 	if reverify {
 		f.applyVerify()
+	}
+	ttl := DefaultSpeculativeTTL
+	if c.SpeculativeTTL != nil {
+		ttl = *c.SpeculativeTTL
+	}
+	if ttl != f.index.PredictTTL() {
+		f.index.SetPredictTTL(ttl)
 	}
 	f.registry.Apply(c.engineConfigs(), f.registryOptions(&c))
 	// A new config may route a pool to other upstreams: forget what the

@@ -37,7 +37,9 @@ const (
 // the request arrives: the engine holding the longest prefix of its prompt
 // (by the KV index, else the approximate tree) and what the candidates
 // holding any of it hold. It keeps no prompt or token ids: a parked
-// request costs its body and a few words per holder. Each try ([Fleet.ReservePlaced]) weighs it against the loads of
+// request costs its body and a few words per holder (and, while
+// speculative entries are on, its block keys, one word per block, for
+// [Fleet.Routed]). Each try ([Fleet.ReservePlaced]) weighs it against the loads of
 // that moment. The try runs under the admission gate's lock and writes the
 // outcome fields; read them once the request is admitted.
 type Placement struct {
@@ -83,8 +85,9 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		if c.MatchedBlocks <= 0 {
 			continue
 		}
-		m := match{tier: c.Tier, blocks: c.MatchedBlocks}
-		m.cached = p.credit(m)
+		m := match{tier: c.Tier, blocks: c.MatchedBlocks, predicted: min(max(c.Speculative, 0), c.MatchedBlocks)}
+		m.cached = p.credit(m.tier, m.blocks)
+		m.held = p.credit(m.tier, m.blocks-m.predicted)
 		p.match[c.Dial] = m
 		if m.cached > p.Cached {
 			p.Holder, p.Cached, p.Tier = c.Dial, m.cached, c.Tier
@@ -92,8 +95,11 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	}
 	for _, c := range cands {
 		// A group's prefix may live on several engines; each of them is
-		// worth waiting for about as much.
-		if p.holds(p.cachedOn(c.Dial)) {
+		// worth waiting for about as much. Only what an engine's own
+		// events say it holds makes it one: a prediction outlives neither
+		// its TTL nor a failure, but a parked request keeps its
+		// placement, and would wait for a guess that has ended.
+		if p.holds(p.heldOn(c.Dial)) {
 			p.holders = append(p.holders, c.Dial)
 		}
 	}
@@ -102,24 +108,31 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 
 // match is what one candidate holds of the prompt.
 type match struct {
-	tier   routing.Tier
-	blocks int
-	cached int // tokens, credited by tier
+	tier      routing.Tier
+	blocks    int
+	predicted int // of blocks, those only speculative entries make up
+	cached    int // tokens, credited by tier
+	held      int // of cached, those the engine's own blocks make up
 }
 
 // cachedOn is the prompt tokens dial holds, credited by tier; 0 for a dial
-// that holds none (or that Place did not see).
+// that holds none (or that Place did not see). Predicted blocks count:
+// they weigh in choosing among engines with room.
 func (p *Placement) cachedOn(dial string) int { return p.match[dial].cached }
 
-// credit is the prompt tokens m counts for, credited by its tier as
+// heldOn is cachedOn without the predicted blocks: what makes dial a
+// holder worth waiting for.
+func (p *Placement) heldOn(dial string) int { return p.match[dial].held }
+
+// credit is the prompt tokens blocks of tier count for, credited as
 // routing.Pick credits them.
-func (p *Placement) credit(m match) int {
-	blocks := min(m.blocks, p.req.TotalBlocks)
+func (p *Placement) credit(tier routing.Tier, blocks int) int {
+	blocks = min(blocks, p.req.TotalBlocks)
 	if blocks <= 0 {
 		return 0
 	}
 	trust := 1.0
-	if m.tier == routing.Approximate {
+	if tier == routing.Approximate {
 		trust = p.cost.ApproximateWeight
 	}
 	return int(float64(blocks*p.req.BlockSize) * trust)
@@ -146,7 +159,7 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 // ReservePlaced is TryReserve for a placed request (p nil: TryReserve).
 // An engine may take the request when it has room as TryReserve counts
 // it, or — when it holds the request's prefix (at least half of the
-// longest match) — when the request's expected wait there is shorter than
+// longest match, by its own blocks: predicted ones do not count here) — when the request's expected wait there is shorter than
 // the prefill it saves: the requests queued beyond the engine's capacity,
 // plus one, over the engine's drain rate (at least the time since its last
 // completion), against the prefix's tokens over
@@ -272,8 +285,8 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 			continue
 		}
 		l.free = engineFree(l.l, lim)
-		l.cached = p.cachedOn(l.e.Dial())
-		if l.free > 0 && !p.holds(l.cached) && (alt < 0 || l.free > loads[alt].free) {
+		l.cached, l.held = p.cachedOn(l.e.Dial()), p.heldOn(l.e.Dial())
+		if l.free > 0 && !p.holds(l.held) && (alt < 0 || l.free > loads[alt].free) {
 			alt = i
 		}
 	}
@@ -284,13 +297,13 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case !l.l.Known:
 		case l.free > 0:
 			l.ok = true
-		case p.holds(l.cached):
+		case p.holds(l.held):
 			b := batch(l.l)
 			if alt >= 0 {
 				b = batch(loads[alt].l)
 			}
 			var wait, bound time.Duration
-			l.ok, wait, bound = worthWaiting(l.l, lim, l.cached, b)
+			l.ok, wait, bound = worthWaiting(l.l, lim, l.held, b)
 			if l.e.Dial() == p.Holder {
 				p.Wait, p.WaitBound = wait, bound
 			}
@@ -353,7 +366,8 @@ type dialLoad struct {
 	e      *upstreams.Engine
 	l      upstreams.Load
 	free   int  // engineFree (known engines)
-	cached int  // prompt tokens it holds
+	cached int  // prompt tokens it holds, predicted blocks included
+	held   int  // of cached, those of its own blocks (see heldOn)
 	ok     bool // it may take the request
 }
 
@@ -380,7 +394,7 @@ func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
 	for i := range loads {
 		c := f.candidate(Query{}, loads[i].l, loads[i].e.Dial())
 		if m, ok := p.match[c.Dial]; ok {
-			c.Tier, c.MatchedBlocks = m.tier, m.blocks
+			c.Tier, c.MatchedBlocks, c.Speculative = m.tier, m.blocks, m.predicted
 		}
 		switch {
 		case !loads[i].ok:

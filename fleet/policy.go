@@ -53,17 +53,30 @@ func (f *Fleet) Breaker() *routing.Breaker {
 }
 
 // ReportOutcome feeds the circuit breaker with the result of a proxied
-// request: transport errors and 5xx count against the replica.
+// request: transport errors and 5xx count against the replica (Failed).
 func (f *Fleet) ReportOutcome(dial string, err error, status int) {
 	if dial == "" {
 		return
 	}
-	b, now := f.Breaker(), time.Now()
 	if err != nil || status == 0 || status >= 500 {
-		b.Failure(dial, now)
+		f.Failed(dial)
 		return
 	}
-	b.Success(dial, now)
+	f.Breaker().Success(dial, time.Now())
+}
+
+// Failed reports that a request sent to dial failed (a transport error, a
+// 5xx, a retry elsewhere): it counts against dial's circuit breaker, and
+// dial's speculative entries are dropped at once, since it may never store
+// the blocks they predict. Every one of them, not only the failed
+// request's: a failing engine's other predictions are as doubtful, and a
+// wrong drop costs only until its events arrive.
+func (f *Fleet) Failed(dial string) {
+	if dial == "" {
+		return
+	}
+	f.Breaker().Failure(dial, time.Now())
+	f.index.DropPredictions(dial)
 }
 
 // ReleaseProbe returns a half-open probe claimed by Allow for a replica

@@ -63,6 +63,9 @@ type Decision struct {
 	BlockSize int
 	Tokenize  TokenizeResult
 	key       string // the approximate tier's key, once computed
+	// keys are the prompt's block keys at BlockSize, kept for Routed to
+	// predict while speculative entries are on; nil otherwise.
+	keys []uint64
 }
 
 // TokenizeResult says how the prompt's token ids were had.
@@ -94,12 +97,22 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 }
 
 // Routed records that a request went to dial: the approximate tree learns
-// its prefix there. d is the request's Decision from Route, or the zero
-// Decision when it was not routed on its prompt (every candidate excluded,
-// or no Route at all).
+// its prefix there, and when the prompt's tokens were known and dial's KV
+// events are live, the index predicts dial holds the prompt's blocks (a
+// speculative entry, see [kvindex.Index.Predict]) until its events confirm
+// them, its TTL (Config.SpeculativeTTL) ends, or a failure there is
+// reported ([Fleet.Failed]), so that the requests sharing the prefix that
+// follow before its events do are routed there too. That holds whatever
+// tier the decision rested on: the first request of a new prefix matched
+// nothing. d is the request's Decision from Route, or the zero Decision
+// when it was not routed on its prompt (every candidate excluded, or no
+// Route at all).
 func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
 	if req == nil {
 		return
+	}
+	if d.keys != nil && f.live(dial) {
+		f.index.Predict(dial, d.BlockSize, 0, d.keys)
 	}
 	key := d.key
 	if key == "" {
@@ -139,8 +152,9 @@ func (f *Fleet) view(dials []string, s Settings) view {
 // matches are what the index and the tree say each engine holds of one
 // prompt.
 type matches struct {
-	precise map[string]int // blocks, by engine; nil when tokens are unknown
-	approx  map[string]int // bytes of the key past its namespace, by engine
+	precise   map[string]int // blocks, by engine; nil when tokens are unknown
+	predicted map[string]int // of those, the speculative ones
+	approx    map[string]int // bytes of the key past its namespace, by engine
 }
 
 // decide is the decision proper, given the prompt's token ids (nil when
@@ -163,13 +177,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 	var m matches
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
-		m.precise = make(map[string]int)
-		found, err := f.index.Match(kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt})
-		if err == nil {
-			for _, x := range found {
-				m.precise[x.Engine] = x.Blocks
-			}
-		}
+		m, d.keys = f.preciseMatches(tokens, v.blockSize, lora, req.CacheSalt)
 	}
 	total := promptTokens / v.blockSize
 	// The tree sees at most the key's first approxMaxBytes; its match is a
@@ -183,7 +191,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
 		if tokens != nil && f.live(dial) {
-			c.Tier, c.MatchedBlocks = routing.Precise, m.precise[dial]
+			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
 			c.Tier = routing.Approximate
 			if textLen > 0 {
@@ -199,6 +207,36 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 		Key:          spreadKey(tokens, v.blockSize, key),
 	}
 	return d, rr, cands
+}
+
+// preciseMatches asks the index what each engine holds of the prompt, and
+// returns the prompt's keys at blockSize when speculative entries are on,
+// for Routed. The Decision keeps them (8 bytes a block, 64 KiB for a
+// 128Ki-token prompt) rather than a pooled buffer: it lives until Routed,
+// which may come after admission parked the request, so no owner could
+// give the buffer back safely; they are hashed once for Match and Predict.
+func (f *Fleet) preciseMatches(tokens []uint64, blockSize int, lora, salt string) (matches, []uint64) {
+	m := matches{precise: make(map[string]int)} // predicted: made when needed, as most prompts have none
+	q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: salt}
+	if f.index.PredictTTL() > 0 {
+		// Hashed once, for Match and for Predict.
+		if keys, err := kvindex.RequestKeys(nil, tokens, blockSize, 0, lora, salt); err == nil && len(keys) > 0 {
+			q.Keys, q.KeysBlockSize = keys, blockSize
+		}
+	}
+	found, err := f.index.Match(q)
+	if err == nil {
+		for _, x := range found {
+			m.precise[x.Engine] = x.Blocks
+			if x.Predicted > 0 {
+				if m.predicted == nil {
+					m.predicted = make(map[string]int)
+				}
+				m.predicted[x.Engine] = x.Predicted
+			}
+		}
+	}
+	return m, q.Keys
 }
 
 // candidate is one engine's load as routing.Pick weighs it.

@@ -24,6 +24,10 @@
 //     PYTHONHASHSEED or hash algorithm; VerifyConfig checks the engine's
 //     own sha256_cbor hashes (Hasher) on a sample, to surface a wrong seed
 //     or block size.
+//   - Predict adds speculative entries: blocks an engine was just sent and
+//     has not announced yet, which Match counts as held (and reports as
+//     EngineMatch.Predicted) until the engine's events confirm or drop
+//     them, or their short TTL ends.
 //   - ApproxTree is the fallback for engines without events: which engines
 //     recently served which text prefixes.
 //

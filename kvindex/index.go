@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // IndexConfig bounds an Index.
@@ -18,6 +19,13 @@ type IndexConfig struct {
 	// whatever SetCapacity says (default 1<<20, about 100 MB per engine at
 	// the worst). Beyond it the oldest blocks are evicted.
 	MaxBlocksPerEngine int
+	// MaxPredicted and MaxPredictedPerEngine bound the speculative
+	// entries (see Predict), in blocks: in all (default 131072) and per
+	// engine (default 32768, four 128Ki-token prompts; never more than
+	// the total). Beyond them the oldest are dropped.
+	MaxPredicted, MaxPredictedPerEngine int
+	// Now is the clock of the speculative entries' TTL; default time.Now.
+	Now func() time.Time
 }
 
 const (
@@ -45,6 +53,9 @@ type Index struct {
 	// most maxLoRANames; see IsLoRA.
 	loras map[string]struct{}
 
+	// spec holds the speculative entries; see Predict.
+	spec *predictions
+
 	// keysPool recycles Match's key buffers, 64 KiB for a 128Ki-token
 	// prompt.
 	keysPool sync.Pool
@@ -71,6 +82,7 @@ func NewIndex(cfg IndexConfig) *Index {
 		banks: make([]*keyTable, nb),
 		live:  make([]uint64, nb),
 	}
+	ix.spec = newPredictions(cfg, nb)
 	for i := range ix.banks {
 		ix.banks[i] = new(keyTable)
 	}
@@ -105,6 +117,9 @@ func (ix *Index) AddEngine(id string, cfg MirrorConfig) (*Mirror, error) {
 	if slot < 0 {
 		return nil, fmt.Errorf("%w (%d engines)", ErrIndexFull, len(ix.slots))
 	}
+	// A slot is handed on empty: nothing predicted for an engine that
+	// held it before may count for this one.
+	ix.spec.dropSlot(slot)
 	m := newMirror(ix, id, slot, cfg)
 	ix.slots[slot] = m
 	ix.byID[id] = m
@@ -164,13 +179,23 @@ func (ix *Index) RemoveEngine(id string) bool {
 		return false
 	}
 	m.clear("removed")
+	ix.free(m)
+	return true
+}
+
+// free takes removed mirror m out of the index and frees its slot. clear
+// dropped m's predictions, but a Predict between clear and free still
+// found m live and may have added some: they are dropped here, under the
+// lock that frees the slot, so no engine that takes the slot next
+// inherits them. Callers hold m.wmu.
+func (ix *Index) free(m *Mirror) {
 	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	m.removed.Store(true)
+	ix.spec.dropSlot(m.slot)
 	ix.slots[m.slot] = nil
 	ix.live[m.bank] &^= m.bit
-	delete(ix.byID, id)
-	ix.mu.Unlock()
-	return true
+	delete(ix.byID, m.id)
 }
 
 // Stats returns every engine's statistics, sorted by engine id.
@@ -199,6 +224,12 @@ type EngineMatch struct {
 	// sizes.
 	BlockSize int
 	Tokens    int
+	// Predicted is how many of Blocks lie past the engine's own leading
+	// run (see Predict): 0 when its events account for them all. Past
+	// that run a block may be predicted or, after a predicted one, the
+	// engine's own; either way only a prediction makes it count, so all
+	// of them are counted here.
+	Predicted int
 }
 
 // MatchKeys returns, for every engine of the given block size that holds at
@@ -215,25 +246,55 @@ func (ix *Index) MatchKeys(blockSize, group int, keys []uint64) []EngineMatch {
 }
 
 func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMatch) []EngineMatch {
-	var activeBuf [4]uint64
-	active := activeBuf[:0]
+	var activeBuf, predBuf [4]uint64
+	active, found := ix.activeLocked(blockSize, group, activeBuf[:0])
+	if !found || len(keys) == 0 {
+		return out
+	}
+	var pred []uint64
+	if ix.spec.any() {
+		// Engines with predictions take the slower walk that consults
+		// them; the others keep the fast one.
+		ix.spec.expire()
+		ix.spec.mu.RLock()
+		defer ix.spec.mu.RUnlock()
+		pred = ix.spec.split(active, predBuf[:0])
+	}
+	out = ix.walkLocked(blockSize, keys, active, out)
+	if pred != nil {
+		out = ix.spec.walkLocked(ix, pred, blockSize, keys, out)
+	}
+	sortMatches(out)
+	return out
+}
+
+// activeLocked appends to active, by bank, the live engines of the given
+// block size (as their mirror knows it, else as they were predicted at),
+// and reports whether there is one.
+func (ix *Index) activeLocked(blockSize, group int, active []uint64) ([]uint64, bool) {
 	for range ix.banks {
 		active = append(active, 0)
 	}
 	var found bool
 	for slot, m := range ix.slots {
-		if m == nil || m.groupBlockSize(group) != blockSize {
+		if m == nil {
 			continue
 		}
+		bs := m.groupBlockSize(group)
+		if bs == 0 {
+			bs = int(ix.spec.size[slot].Load())
+		}
 		b, bit := slot/64, uint64(1)<<(slot%64)
-		if ix.live[b]&bit != 0 {
+		if bs == blockSize && ix.live[b]&bit != 0 {
 			active[b] |= bit
 			found = true
 		}
 	}
-	if !found || len(keys) == 0 {
-		return out
-	}
+	return active, found
+}
+
+// walkLocked appends the leading-block runs of the engines in active.
+func (ix *Index) walkLocked(blockSize int, keys []uint64, active []uint64, out []EngineMatch) []EngineMatch {
 	emit := func(b int, lost uint64, n int) {
 		for lost != 0 {
 			i := bits.TrailingZeros64(lost)
@@ -278,7 +339,6 @@ func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMa
 	for b, a := range active {
 		emit(b, a, len(keys))
 	}
-	sortMatches(out)
 	return out
 }
 
@@ -301,6 +361,11 @@ type Query struct {
 	// adapter or salt do not match.
 	LoRAName  string
 	CacheSalt string
+	// Keys, when not nil, are the prompt's block keys at KeysBlockSize
+	// (RequestKeys with the same group, adapter and salt), which Match
+	// then uses instead of hashing the prompt again at that size.
+	Keys          []uint64
+	KeysBlockSize int
 }
 
 // Match keys q's tokens at every block size the engines use and returns
@@ -314,7 +379,11 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 		if m == nil {
 			continue
 		}
-		if bs := m.groupBlockSize(q.Group); bs > 0 && !slices.Contains(sizes, bs) {
+		bs := m.groupBlockSize(q.Group)
+		if bs == 0 {
+			bs = int(ix.spec.size[m.slot].Load())
+		}
+		if bs > 0 && !slices.Contains(sizes, bs) {
 			sizes = append(sizes, bs)
 		}
 	}
@@ -326,6 +395,12 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 	}
 	defer ix.keysPool.Put(kp)
 	for _, bs := range sizes {
+		if q.Keys != nil && bs == q.KeysBlockSize {
+			ix.mu.RLock()
+			out = ix.matchLocked(bs, q.Group, q.Keys, out)
+			ix.mu.RUnlock()
+			continue
+		}
 		keys, err := requestKeys((*kp)[:0], q.Tokens, bs, q.Group, q.LoRAName, q.CacheSalt)
 		*kp = keys
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // fillMirror stores n blocks as chains of 64 blocks of bs tokens through
@@ -145,5 +146,54 @@ func BenchmarkMatch128k32Engines(b *testing.B) {
 		if _, err := ix.Match(Query{Tokens: p}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkMatchKeys128k32EnginesPredicted is BenchmarkMatchKeys128k32Engines
+// with 4 of the engines predicted to hold the whole prompt (the blocks
+// past their own), so that Match walks them with their predictions.
+func BenchmarkMatchKeys128k32EnginesPredicted(b *testing.B) {
+	ix, keys := matchFixture(b)
+	ix.SetPredictTTL(time.Hour)
+	for e := 28; e < 32; e++ {
+		if n := ix.Predict(fmt.Sprintf("10.0.0.%d:8000", e), 16, 0, keys); n == 0 {
+			b.Fatalf("engine %d: nothing predicted", e)
+		}
+	}
+	got := ix.MatchKeys(16, 0, keys)
+	predicted := 0
+	for _, m := range got {
+		if m.Predicted > 0 && m.Blocks == len(keys) {
+			predicted++
+		}
+	}
+	if len(got) != 32 || predicted != 4 {
+		b.Fatalf("fixture: %d matches, %d with whole predicted prompts", len(got), predicted)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.MatchKeys(16, 0, keys)
+	}
+}
+
+// BenchmarkPredictRenew128k measures Predict of a 128Ki-token prompt
+// (8192 blocks) already predicted on the engine: what every request of a
+// burst after the first costs under the predictions' write lock.
+func BenchmarkPredictRenew128k(b *testing.B) {
+	ix := NewIndex(IndexConfig{})
+	ix.SetPredictTTL(time.Hour)
+	if _, err := ix.AddEngine("e", MirrorConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	keys, err := Keys(nil, prompt(128<<10, 79), 16, 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n := ix.Predict("e", 16, 0, keys); n != len(keys) {
+		b.Fatalf("fixture: %d predicted", n)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.Predict("e", 16, 0, keys)
 	}
 }

@@ -160,8 +160,14 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 	return dst, nil
 }
 
-// requestKeys is Keys for a text-only request's extra keys (see
-// RequestExtraKeys) without materialising one entry per block.
+// RequestKeys is Keys for a text-only request, whose extra keys are its
+// LoRA adapter and cache salt (see RequestExtraKeys), without
+// materialising them per block.
+func RequestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
+	return requestKeys(dst, tokens, blockSize, group, loraName, cacheSalt)
+}
+
+// requestKeys is RequestKeys.
 func requestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
 	if blockSize <= 0 {
 		return dst, errBlockSize

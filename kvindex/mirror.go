@@ -230,6 +230,8 @@ func (m *Mirror) clear(reason string) {
 	}
 	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
+	// A reset engine will not store what it was predicted to.
+	ix.spec.dropSlot(m.slot)
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
 	if reason != "removed" {
@@ -399,6 +401,7 @@ func (m *Mirror) addLocked(g *group, h, key uint64) {
 		m.multi[key]++
 		m.multiHi = max(m.multiHi, len(m.multi))
 	}
+	m.ix.spec.end(m.slot, key, outConfirmed) // a prediction come true
 	if len(g.fifoH) >= fifoLimit(len(g.entries)) {
 		g.compact()
 	}
@@ -428,6 +431,9 @@ func (m *Mirror) dropLocked(g *group, h uint64, e blockEntry) {
 		}
 		return
 	}
+	// No speculative entry to end: the key is in the engine's bank from
+	// its store (which confirmed any) until here, and Predict leaves out
+	// keys the engine holds.
 	m.ix.banks[m.bank].andNot(e.key, m.bit)
 }
 

@@ -270,17 +270,27 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		for i := range views {
 			v := &views[i]
 			d.Scored[i] = Scored{
-				Dial:          cands[i].Dial,
-				Tier:          cands[i].Tier,
-				MatchedBlocks: v.matched,
-				Share:         v.share,
-				Load:          v.load,
-				Cost:          cost(v),
-				Excluded:      excluded(v),
+				Dial:              cands[i].Dial,
+				Tier:              cands[i].Tier,
+				MatchedBlocks:     v.matched,
+				SpeculativeBlocks: speculative(cands[i], v.matched),
+				Share:             v.share,
+				Load:              v.load,
+				Cost:              cost(v),
+				Excluded:          excluded(v),
 			}
 		}
 	}
 	return d
+}
+
+// speculative is how many of the matched blocks (c's match after clamping)
+// are c's speculative ones: they lie past the held ones, so a clamp to the
+// prompt cuts them first. Bad figures count as none.
+func speculative(c Candidate, matched int) int {
+	spec := min(max(c.Speculative, 0), c.MatchedBlocks)
+	held := c.MatchedBlocks - spec
+	return max(min(spec, matched-held), 0)
 }
 
 // LeastLoaded is the least_conn-like fallback: the candidate (not

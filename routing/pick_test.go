@@ -490,3 +490,34 @@ func TestLeastLoaded(t *testing.T) {
 		t.Fatalf("ties went to %v, want all four candidates", seen)
 	}
 }
+
+// TestPickShowsSpeculative: explain shows how many of a candidate's
+// matched blocks are speculative; they weigh as held blocks do, and a
+// clamp to the prompt cuts them first.
+func TestPickShowsSpeculative(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		matched, spec, want int
+	}{
+		{"all held", 40, 0, 0},
+		{"partly predicted", 40, 30, 30},
+		{"all predicted", 40, 40, 40},
+		{"clamped to the prompt", 70, 20, 12}, // 62 blocks: 50 held, 12 of the 20
+		{"clamp within the held", 200, 20, 0},
+		{"more predicted than matched", 10, 30, 10},
+		{"negative", 10, -3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := idle("a:1", tc.matched)
+			c.Speculative = tc.spec
+			held := idle("b:1", tc.matched)
+			d := Pick(prompt1000, []Candidate{c, held}, Config{}, true)
+			if got := d.Scored[0].SpeculativeBlocks; got != tc.want {
+				t.Fatalf("speculative blocks %d, want %d", got, tc.want)
+			}
+			if d.Scored[0].Cost != d.Scored[1].Cost || d.Scored[1].SpeculativeBlocks != 0 {
+				t.Fatalf("speculative blocks weigh differently: %+v", d.Scored)
+			}
+		})
+	}
+}

@@ -85,6 +85,11 @@ type Candidate struct {
 	// candidate holds. For the approximate tier the caller converts its
 	// matched share to the same unit (share × Request.TotalBlocks).
 	MatchedBlocks int
+	// Speculative is how many of MatchedBlocks the caller only predicts
+	// the candidate holds (the prompt was just sent there and its KV
+	// events have not confirmed it yet). They weigh as the others; the
+	// count is shown in Scored.
+	Speculative int
 
 	// Running and Waiting are the engine's own gauges
 	// (vllm:num_requests_running / _waiting) from the last scrape, less
@@ -139,6 +144,9 @@ type Scored struct {
 	Tier Tier   `json:"tier"`
 	// MatchedBlocks is the match after clamping to the prompt.
 	MatchedBlocks int `json:"matched_blocks"`
+	// SpeculativeBlocks is how many of MatchedBlocks are speculative
+	// (Candidate.Speculative).
+	SpeculativeBlocks int `json:"speculative_blocks,omitempty"`
 	// Share is MatchedBlocks as a share of the prompt's blocks, 0..1.
 	Share float64 `json:"share"`
 	// Load is the candidate's load in requests (see the package doc).

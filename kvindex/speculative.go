@@ -1,0 +1,500 @@
+package kvindex
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// predictions are the index's speculative entries (see Index.Predict).
+//
+// They live beside the mirrors, not in them: a mirror is the engine's own
+// account of its cache, reference-counted event by event, and a guess has
+// no place in it. predictions has its own lock, taken after the index's
+// (ix.mu, then p.mu, never the other way), so the mirrors' event paths can
+// confirm and drop entries under the index's write lock, and Match and
+// Predict can consult them under its read lock. Match pays one atomic load
+// when there are none, and walks only the engines that have some with
+// them.
+type predictions struct {
+	n    atomic.Int64 // live entries, for the lock-free fast path
+	next atomic.Int64 // when the oldest entry expires (see clockLocked); MaxInt64 when none
+	// skew is added to the clock's readings: the steps back it took
+	// (see clockLocked). seen is the latest time read, skew included.
+	skew, seen atomic.Int64
+	// size holds, by slot, the block size predictions were made at, for
+	// engines whose mirror has not learnt its own yet; 0 when the slot has
+	// none.
+	size []atomic.Int32
+
+	mu        sync.RWMutex
+	ttl       time.Duration
+	now       func() time.Time
+	epoch     time.Time // the clock's reading at construction
+	stamp     int64     // the latest entry time given (see stampLocked)
+	perEngine int
+	total     int
+	slots     []predSlot
+	banks     []*keyTable // by bank: key → slots predicting it
+	has       []uint64    // by bank: slots with entries
+	st        PredictionStats
+}
+
+// predSlot is one engine's predictions.
+type predSlot struct {
+	at   map[uint64]int64 // key → when first predicted (see stampLocked)
+	atHi int              // most entries at held since it was made (see shrinkMap)
+	// fifoK and fifoAt hold (key, time) in prediction order, for expiry
+	// and oldest-first eviction, one item per entry; items whose entry
+	// is gone (or was ended and predicted anew) are stale and skipped.
+	fifoK  []uint64
+	fifoAt []int64
+	head   int
+}
+
+// PredictionStats counts speculative entries, one per engine and block.
+// Every inserted entry ends exactly once, so Inserted = Confirmed +
+// Expired + Dropped + Live.
+type PredictionStats struct {
+	Live int
+	// Inserted counts new entries (predicting a live entry again changes
+	// nothing); Confirmed, entries the engine's BlockStored
+	// turned real; Expired, entries whose TTL ended; Dropped, entries
+	// removed early: BlockRemoved or eviction of the block, a reset or
+	// removal of the engine, DropPredictions, the bounds, predictions
+	// turned off.
+	Inserted, Confirmed, Expired, Dropped uint64
+}
+
+// Outcomes returns the ended and inserted counts by outcome label, for
+// metrics: inserted, confirmed, expired, dropped.
+func (s PredictionStats) Outcomes() map[string]uint64 {
+	return map[string]uint64{"inserted": s.Inserted, "confirmed": s.Confirmed, "expired": s.Expired, "dropped": s.Dropped}
+}
+
+type outcome int
+
+const (
+	outConfirmed outcome = iota
+	outExpired
+	outDropped
+)
+
+const (
+	defaultMaxPredicted          = 1 << 17
+	defaultMaxPredictedPerEngine = 1 << 15
+)
+
+func newPredictions(cfg IndexConfig, banks int) *predictions {
+	p := &predictions{
+		size:      make([]atomic.Int32, cfg.MaxEngines),
+		now:       cfg.Now,
+		perEngine: cfg.MaxPredictedPerEngine,
+		total:     cfg.MaxPredicted,
+		slots:     make([]predSlot, cfg.MaxEngines),
+		banks:     make([]*keyTable, banks),
+		has:       make([]uint64, banks),
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.epoch = p.now()
+	p.stamp = math.MinInt64
+	if p.perEngine <= 0 {
+		p.perEngine = defaultMaxPredictedPerEngine
+	}
+	if p.total <= 0 {
+		p.total = defaultMaxPredicted
+	}
+	// makeRoomLocked's scan for the oldest entry overall does not see a
+	// slot that is getting its first entries; the per-engine bound, kept
+	// within the total, is what holds the total then.
+	p.perEngine = min(p.perEngine, p.total)
+	for i := range p.banks {
+		p.banks[i] = new(keyTable)
+	}
+	p.next.Store(math.MaxInt64)
+	return p
+}
+
+// any reports whether any entry may be live.
+func (p *predictions) any() bool { return p.n.Load() > 0 }
+
+// read is the clock's reading in ns since epoch, skew included.
+func (p *predictions) read() int64 { return int64(p.now().Sub(p.epoch)) + p.skew.Load() }
+
+// clockLocked returns the time now, in ns since epoch, never earlier than
+// a time it returned before. time.Now's readings carry Go's monotonic
+// clock, which Sub uses, so a step of the wall clock changes nothing. A
+// clock without one (a fake, a reading stripped of it) may step back: the
+// step is added to skew, so time stands still across it and moves on from
+// there. Were it not, every entry would live the step longer, and a
+// slot's fifo would stop being in time order, so an entry of before the
+// step at its head would hold back the sweep of all behind it. p.mu held
+// for writing.
+func (p *predictions) clockLocked() int64 {
+	t := p.read()
+	if seen := p.seen.Load(); t < seen {
+		p.skew.Add(seen - t)
+		t = seen
+	}
+	p.seen.Store(t)
+	return t
+}
+
+// stampLocked is the time for new entries: clockLocked, made later than
+// any stamp given before (by a nanosecond per Predict within one reading
+// of the clock), so that a fifo item names one insertion even when the
+// clock stands still. p.mu held for writing.
+func (p *predictions) stampLocked() int64 {
+	p.stamp = max(p.clockLocked(), p.stamp+1)
+	return p.stamp
+}
+
+// expire ends the entries whose TTL has passed. It takes the lock only
+// when the oldest entry is due, or the clock went back.
+func (p *predictions) expire() {
+	if now := p.read(); now >= p.seen.Load() && now < p.next.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.sweepLocked(p.clockLocked())
+	p.mu.Unlock()
+}
+
+// sweepLocked ends every entry older than the TTL at now and sets next.
+func (p *predictions) sweepLocked(now int64) {
+	ttl := int64(p.ttl)
+	next := int64(math.MaxInt64)
+	for b, h := range p.has {
+		for ; h != 0; h &= h - 1 {
+			slot := b*64 + bits.TrailingZeros64(h)
+			s := &p.slots[slot]
+			for s.skipStale() && now-s.fifoAt[s.head] >= ttl {
+				p.endLocked(slot, s.fifoK[s.head], outExpired)
+			}
+			if s.skipStale() {
+				next = min(next, s.fifoAt[s.head]+ttl)
+			}
+		}
+	}
+	p.next.Store(next)
+}
+
+// skipStale advances the fifo head to the oldest live item and reports
+// whether there is one.
+func (s *predSlot) skipStale() bool {
+	for s.head < len(s.fifoK) {
+		if at, ok := s.at[s.fifoK[s.head]]; ok && at == s.fifoAt[s.head] {
+			return true
+		}
+		s.head++
+	}
+	return false
+}
+
+// compact drops consumed and stale fifo items; amortised O(1) per
+// prediction, as the mirror's (see fifoLimit).
+func (s *predSlot) compact() {
+	j := 0
+	for i := s.head; i < len(s.fifoK); i++ {
+		k, at := s.fifoK[i], s.fifoAt[i]
+		if a, ok := s.at[k]; ok && a == at {
+			s.fifoK[j], s.fifoAt[j] = k, at
+			j++
+		}
+	}
+	s.fifoK, s.fifoAt, s.head = s.fifoK[:j], s.fifoAt[:j], 0
+}
+
+// endLocked ends slot's entry for key, counted under o.
+func (p *predictions) endLocked(slot int, key uint64, o outcome) {
+	s := &p.slots[slot]
+	if _, ok := s.at[key]; !ok {
+		return
+	}
+	delete(s.at, key)
+	b, bit := slot/64, uint64(1)<<(slot%64)
+	p.banks[b].andNot(key, bit)
+	p.n.Add(-1)
+	switch o {
+	case outConfirmed:
+		p.st.Confirmed++
+	case outExpired:
+		p.st.Expired++
+	default:
+		p.st.Dropped++
+	}
+	if len(s.at) == 0 {
+		// Maps and fifos keep the memory of their largest size.
+		*s = predSlot{}
+		p.has[b] &^= bit
+		p.size[slot].Store(0)
+		return
+	}
+	s.at, s.atHi = shrinkMap(s.at, s.atHi)
+}
+
+// add records keys as predicted on slot at the given block size, leaving
+// out those held marks as the engine's own. ix.mu held for reading.
+func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ttl <= 0 {
+		return 0
+	}
+	now := p.stampLocked()
+	if now >= p.next.Load() {
+		p.sweepLocked(now)
+	}
+	b, bit := slot/64, uint64(1)<<(slot%64)
+	s := &p.slots[slot]
+	if s.at == nil {
+		s.at = make(map[uint64]int64)
+	}
+	keys = keys[:min(len(keys), p.perEngine)] // the leading blocks matter
+	added := 0
+	// Last block first, so that when the bounds drop part of a prompt's
+	// entries, oldest first, its tail goes and its leading run stays.
+	for i := len(keys) - 1; i >= 0; i-- {
+		k := keys[i]
+		if _, ok := s.at[k]; ok || held.get(k)&bit != 0 {
+			// Predicted already: the entry keeps its first time, so one
+			// that is never confirmed ends its TTL after it was first
+			// predicted, however many requests it draws meanwhile.
+			continue
+		}
+		p.makeRoomLocked(slot)
+		if s.at == nil {
+			s.at = make(map[uint64]int64) // the bounds emptied the slot
+		}
+		p.banks[b].or(k, bit)
+		p.n.Add(1)
+		p.st.Inserted++
+		s.at[k] = now
+		s.atHi = max(s.atHi, len(s.at))
+		s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
+		if len(s.fifoK) >= fifoLimit(len(s.at)) {
+			s.compact()
+		}
+		added++
+	}
+	if len(s.at) == 0 {
+		*s = predSlot{}
+		return 0
+	}
+	p.has[b] |= bit
+	p.size[slot].Store(int32(blockSize))
+	p.next.Store(min(p.next.Load(), now+int64(p.ttl)))
+	return added
+}
+
+// makeRoomLocked drops the oldest entries while slot or the whole set is
+// at its bound, before one more is added to slot.
+func (p *predictions) makeRoomLocked(slot int) {
+	s := &p.slots[slot]
+	for len(s.at) >= p.perEngine && s.skipStale() {
+		p.endLocked(slot, s.fifoK[s.head], outDropped)
+	}
+	for p.n.Load() >= int64(p.total) {
+		// The oldest across engines: a scan of the engines with entries,
+		// only ever needed once the whole set is full.
+		old, oldAt := -1, int64(math.MaxInt64)
+		for b, h := range p.has {
+			for ; h != 0; h &= h - 1 {
+				i := b*64 + bits.TrailingZeros64(h)
+				if o := &p.slots[i]; o.skipStale() && o.fifoAt[o.head] < oldAt {
+					old, oldAt = i, o.fifoAt[o.head]
+				}
+			}
+		}
+		if old < 0 {
+			return
+		}
+		o := &p.slots[old]
+		p.endLocked(old, o.fifoK[o.head], outDropped)
+	}
+}
+
+// end ends slot's entry for key if there is one: the engine stored the
+// block (o outConfirmed) or dropped it. ix.mu held for writing, so no
+// Predict runs and size says whether slot has entries.
+func (p *predictions) end(slot int, key uint64, o outcome) {
+	if p.size[slot].Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.endLocked(slot, key, o)
+	p.mu.Unlock()
+}
+
+// dropSlot ends every entry of slot and returns how many there were.
+func (p *predictions) dropSlot(slot int) int {
+	if !p.any() {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropSlotLocked(slot)
+}
+
+func (p *predictions) dropSlotLocked(slot int) int {
+	s := &p.slots[slot]
+	n := len(s.at)
+	for k := range s.at {
+		p.endLocked(slot, k, outDropped)
+	}
+	return n
+}
+
+// setTTL sets the entries' life; d <= 0 drops them all and predicts no
+// more.
+func (p *predictions) setTTL(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ttl = max(d, 0)
+	if p.ttl == 0 {
+		for slot := range p.slots {
+			p.dropSlotLocked(slot)
+		}
+	}
+	p.sweepLocked(p.clockLocked())
+}
+
+func (p *predictions) getTTL() time.Duration {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.ttl
+}
+
+func (p *predictions) stats() PredictionStats {
+	p.expire()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	st := p.st
+	st.Live = int(p.n.Load())
+	return st
+}
+
+// split moves the engines of active that have predictions to pred, for
+// walkLocked. p.mu held for reading.
+func (p *predictions) split(active, pred []uint64) []uint64 {
+	for b := range active {
+		pred = append(pred, active[b]&p.has[b])
+		active[b] &^= p.has[b]
+	}
+	return pred
+}
+
+// walkLocked appends the matches of the engines in pred: their leading
+// run of keys held or predicted, and how much of it only predictions make
+// up. ix.mu and p.mu held for reading.
+func (p *predictions) walkLocked(ix *Index, pred []uint64, blockSize int, keys []uint64, out []EngineMatch) []EngineMatch {
+	for b, a := range pred {
+		if a == 0 {
+			continue
+		}
+		t, pt := ix.banks[b], p.banks[b]
+		var realLen [64]int
+		held, merged := a, a
+		j := 0
+		for ; j < len(keys) && merged != 0; j++ {
+			r := t.get(keys[j])
+			m := r | pt.get(keys[j])
+			for lost := held &^ r; lost != 0; lost &= lost - 1 {
+				realLen[bits.TrailingZeros64(lost)] = j
+			}
+			held &= r
+			out = emitPredicted(ix, b, merged&^m, j, &realLen, blockSize, out)
+			merged &= m
+		}
+		for ; held != 0; held &= held - 1 {
+			realLen[bits.TrailingZeros64(held)] = j
+		}
+		out = emitPredicted(ix, b, merged, j, &realLen, blockSize, out)
+	}
+	return out
+}
+
+// emitPredicted appends the engines of bank b in lost, whose run ended
+// at n blocks, realLen[i] of them their own.
+func emitPredicted(ix *Index, b int, lost uint64, n int, realLen *[64]int, blockSize int, out []EngineMatch) []EngineMatch {
+	if n == 0 {
+		return out
+	}
+	for ; lost != 0; lost &= lost - 1 {
+		i := bits.TrailingZeros64(lost)
+		out = append(out, EngineMatch{Engine: ix.slots[b*64+i].id, Blocks: n, BlockSize: blockSize,
+			Tokens: n * blockSize, Predicted: n - realLen[i]})
+	}
+	return out
+}
+
+// SetPredictTTL sets how long a speculative entry lives after it was first
+// predicted; d <= 0 turns predictions off and drops every entry. Off until
+// set.
+func (ix *Index) SetPredictTTL(d time.Duration) { ix.spec.setTTL(d) }
+
+// PredictTTL returns the speculative entries' TTL, 0 when they are off.
+func (ix *Index) PredictTTL() time.Duration { return ix.spec.getTTL() }
+
+// Predict records speculative entries: engine is about to hold the blocks
+// of keys, a prompt's block keys at blockSize in KV-cache group (Keys or
+// RequestKeys), because the gateway has just sent it the prompt. The
+// events of a prefill arrive a prefill later; without predictions a burst
+// of requests sharing a new prefix scatters over the fleet, each finding
+// nobody holding it. The rules:
+//   - A predicted block counts as held in the engine's leading-block run
+//     (EngineMatch.Blocks); EngineMatch.Predicted says how much of the run
+//     only predictions make up.
+//   - An entry ends, at the latest, its TTL after it was first predicted
+//     (SetPredictTTL): predicting it again does not renew it, so a guess
+//     the engine never confirms misleads Match for one TTL at most,
+//     however many requests it draws there meanwhile. It ends sooner when the engine's BlockStored
+//     confirms the block (a real entry from then on), when a BlockRemoved
+//     or an eviction drops it, when the engine's mirror is reset in any
+//     way (AllBlocksCleared, a resync, RemoveEngine), when DropPredictions
+//     is called for the engine (a request there failed), or when the
+//     bounds (IndexConfig.MaxPredicted, MaxPredictedPerEngine) push it out,
+//     oldest first and a prompt's last blocks before its first.
+//
+// Nothing is recorded while predictions are off, for an engine not in the
+// index or being reset, or for one whose mirror knows a block size other
+// than blockSize (blockSize stands in for an engine that has stored
+// nothing yet). Keys the engine holds already are left out, and at most
+// MaxPredictedPerEngine leading ones are kept. It returns how many new
+// entries it recorded (keys predicted already are not counted).
+func (ix *Index) Predict(engine string, blockSize, group int, keys []uint64) int {
+	if blockSize <= 0 || len(keys) == 0 {
+		return 0
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	m := ix.byID[engine]
+	if m == nil || ix.live[m.bank]&m.bit == 0 {
+		return 0
+	}
+	if bs := m.groupBlockSize(group); bs != 0 && bs != blockSize {
+		return 0
+	}
+	return ix.spec.add(m.slot, blockSize, keys, ix.banks[m.bank])
+}
+
+// DropPredictions drops every speculative entry of engine at once (a
+// request sent there failed, so it may never store them) and returns how
+// many there were.
+func (ix *Index) DropPredictions(engine string) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	m := ix.byID[engine]
+	if m == nil {
+		return 0
+	}
+	return ix.spec.dropSlot(m.slot)
+}
+
+// PredictionStats returns the speculative entries' counters, expired
+// entries ended first.
+func (ix *Index) PredictionStats() PredictionStats { return ix.spec.stats() }
