@@ -422,6 +422,11 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	// /tokenize changes nothing, so the transport may retry it on a new
+	// connection when a pooled one turns out dead before any response (an
+	// engine that restarted, or closed it idle). A nil key marks the
+	// request idempotent without sending the header.
+	req.Header["Idempotency-Key"] = nil
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)

@@ -1,10 +1,12 @@
 package upstreams
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -633,5 +635,57 @@ func TestParseTokenizeResponseStrictIDs(t *testing.T) {
 		if err != nil || toks == nil || !equalTokens(toks, c.want) {
 			t.Errorf("%s: %v %v, want %v", c.in, toks, err, c.want)
 		}
+	}
+}
+
+// TestTokenizeRetriesDeadKeepAlive: an engine that restarted (or an idle
+// timeout on its side) leaves the tokenizer a pooled connection the engine
+// has closed. /tokenize is idempotent, so a call that fails on such a
+// reused connection before any response is retried on a new one rather
+// than sending the request to the approximate tier (a flake in
+// TestReliabilityEngineRestartRoutingRecovers under load).
+func TestTokenizeRetriesDeadKeepAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveOnceThenDrop(c)
+		}
+	}()
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: -1})
+	defer tk.Close()
+	url := "http://" + ln.Addr().String() + "/tokenize"
+	for i := range 3 {
+		req := TokenizeRequest{Prompt: json.RawMessage(fmt.Sprintf(`"call %d"`, i))}
+		if toks, _, err := tk.Tokenize(context.Background(), url, nil, req); err != nil || len(toks) != 2 {
+			t.Fatalf("call %d: %v tokens, %v", i, toks, err)
+		}
+	}
+}
+
+// serveOnceThenDrop answers the first request on c with keep-alive, then
+// reads the next one and closes c without answering: what a client sees
+// of a connection the server dropped while it sat in the client's pool.
+func serveOnceThenDrop(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 0; ; i++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		if i > 0 {
+			return
+		}
+		body := `{"count":2,"max_model_len":4096,"tokens":[1,2]}`
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	}
 }
