@@ -80,7 +80,10 @@ type Params struct {
 	MaxPark      float64 // seconds a request may park
 	QueueSize    int     // parked requests at most
 	LongPrefill  int     // llm_admission's long_prefill (0: its default; negative: off)
-	Seed         uint64
+	// SpeculativeTTL is the llm app's speculative_ttl in seconds (0: its
+	// default; negative: off).
+	SpeculativeTTL float64
+	Seed           uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
 	// An error ends the run.
@@ -361,6 +364,10 @@ func newSim(p Params) (*fleetSim, error) {
 	// run the gate's tries beside the simulation's loop.
 	s.gate = admission.NewGateClock(admission.Config{QueueSize: p.QueueSize}, s.clock)
 	cfg := fleet.Config{PollInterval: time.Hour, IdleTTL: time.Hour}
+	if p.SpeculativeTTL != 0 {
+		ttl := time.Duration(max(p.SpeculativeTTL, 0) * float64(time.Second))
+		cfg.SpeculativeTTL = &ttl
+	}
 	for i := range p.Engines {
 		e := newDESEngine(i, p.KVBlocks)
 		s.engines, s.dials = append(s.engines, e), append(s.dials, e.name)
