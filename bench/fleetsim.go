@@ -32,6 +32,8 @@ type FleetParams struct {
 	QueueSize int            `json:"queue_size"`
 	Variants  []FleetVariant `json:"variants"`
 	Seed      uint64         `json:"seed"`
+	// Bursts is the burst scenario (nil: not run).
+	Bursts *FleetBurstPlan `json:"bursts,omitempty"`
 }
 
 // FleetVariant is one routing configuration at one load.
@@ -93,8 +95,9 @@ type FleetRun struct {
 
 // FleetResult is the section's output.
 type FleetResult struct {
-	Params FleetParams `json:"params"`
-	Runs   []FleetRun  `json:"runs"`
+	Params FleetParams     `json:"params"`
+	Runs   []FleetRun      `json:"runs"`
+	Bursts []FleetBurstRun `json:"bursts,omitempty"`
 }
 
 func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
@@ -114,7 +117,9 @@ func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
 			res.Runs = append(res.Runs, r)
 		}
 	}
-	return res, nil
+	var err error
+	res.Bursts, err = runBursts(ctx, p)
+	return res, err
 }
 
 // simulateFleet runs one (size, variant) of the section.

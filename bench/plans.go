@@ -109,6 +109,15 @@ func fleetParams(quick bool) FleetParams {
 			{Name: "round_robin@1.5", Policy: "round_robin", Load: 1.5},
 		},
 		Seed: 11,
+		Bursts: &FleetBurstPlan{Engines: 8, Size: 16, Window: 0.05, Load: 0.8, Requests: 4800,
+			Workload: WorkloadSpec{Name: "burst", Kind: "prefix", SystemTokens: 4096, QuestionTokens: 128, OutputTokens: 64,
+				Reference: "bursts of 16 within 50 ms, a new prefix each"},
+			Variants: []FleetBurstVariant{
+				{Name: "llm", Policy: "llm"},
+				{Name: "llm-nospec", Policy: "llm", SpeculativeOff: true},
+				{Name: "least_conn", Policy: "least_conn"},
+				{Name: "round_robin", Policy: "round_robin"},
+			}},
 	}
 	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
 		p.Requests = v
@@ -128,6 +137,7 @@ func fleetParams(quick bool) FleetParams {
 	if quick {
 		p.Sizes = []int{8, 64}
 		p.Requests = 5000
+		p.Bursts.Requests = 800
 	}
 	return p
 }
