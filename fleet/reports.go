@@ -33,9 +33,14 @@ type EngineReport struct {
 	Finished   int64     `json:"finished_since_scrape"`
 	MaxInfl    int       `json:"max_inflight"`
 	DrainRate  float64   `json:"drain_rate"`
-	Drained    bool      `json:"drained"`
-	Breaker    string    `json:"breaker"`
-	KV         *KVReport `json:"kv"`
+	// PrefillRate is the engine's prefill speed derived from its counters
+	// (uncached prompt tokens/s; 0 until known); Occupied how much longer
+	// a long prompt's prefill holds it (see ReservePlaced).
+	PrefillRate float64   `json:"prefill_rate"`
+	Occupied    float64   `json:"occupied_seconds"`
+	Drained     bool      `json:"drained"`
+	Breaker     string    `json:"breaker"`
+	KV          *KVReport `json:"kv"`
 }
 
 // KVReport is an engine's KV subscription and mirror.
@@ -91,6 +96,7 @@ func (f *Fleet) EngineReports() []EngineReport {
 			Failures: l.Failures, LastError: l.LastError,
 			Inflight: l.Inflight, Dispatched: l.Dispatched, Finished: l.Finished, MaxInfl: l.MaxInflight,
 			DrainRate: l.DrainRate, Drained: f.IsDrained(e.Dial()),
+			PrefillRate: l.PrefillRate, Occupied: l.Occupied.Seconds(),
 			Breaker: b.State(e.Dial(), now),
 		}
 		if r.Pool == "" {

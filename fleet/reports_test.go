@@ -96,3 +96,18 @@ func TestQueueReportsAndRetryAfter(t *testing.T) {
 		t.Fatalf("Retry-After %v with no bound and no rate, want the 1s floor", ra)
 	}
 }
+
+// TestEngineReportsPrefill: /llm/engines shows each engine's derived
+// prefill rate and how long a long prompt still occupies it.
+func TestEngineReportsPrefill(t *testing.T) {
+	f, clk := clockedFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 4})
+	scrape(f, deadDials[0], upstreams.Gauges{PromptTokens: 1000, CachedTokens: 0, PrefillSeconds: 1})
+	// 9,000 uncached prompt tokens in 1.5 s of prefill since: 6,000 tokens/s.
+	scrape(f, deadDials[0], upstreams.Gauges{PromptTokens: 12000, CachedTokens: 2000, PrefillSeconds: 2.5})
+	f.Registry().Ensure(deadDials[0]).Reserve().Occupy(3 * time.Second)
+	clk.Advance(time.Second)
+	reps := f.EngineReports()
+	if len(reps) != 1 || reps[0].PrefillRate < 5999 || reps[0].PrefillRate > 6001 || reps[0].Occupied != 2 {
+		t.Fatalf("reports %+v, want prefill_rate 6000 and occupied 2 s", reps)
+	}
+}
