@@ -60,6 +60,9 @@ type StreamConfig struct {
 	// OnITL, if set, receives each inter-token latency sample as it is
 	// measured, synchronously from Write.
 	OnITL func(time.Duration)
+	// OnFirst, if set, runs once, at the first content event: the
+	// engine's prefill of the prompt is over.
+	OnFirst func()
 }
 
 // StreamStats is what a StreamObserver has seen so far.
@@ -320,6 +323,9 @@ func (o *StreamObserver) handle(data []byte) {
 	if o.stats.ContentEvents == 1 {
 		o.stats.TTFT = o.stats.LastContent
 		o.lastContent = o.now
+		if o.cfg.OnFirst != nil {
+			o.cfg.OnFirst()
+		}
 		return
 	}
 	o.batch++

@@ -379,3 +379,18 @@ func FuzzParseUsage(f *testing.F) {
 		}
 	})
 }
+
+// TestStreamObserverOnFirst: OnFirst runs once, at the first event with
+// content (not at the role-only chunk that vLLM sends first).
+func TestStreamObserverOnFirst(t *testing.T) {
+	var firstAt []int
+	events := strings.SplitAfter(vllmChat, "\n\n")
+	i := 0
+	o := NewStreamObserver(StreamConfig{Start: t0, OnFirst: func() { firstAt = append(firstAt, i) }})
+	for ; i < 6; i++ {
+		o.ObserveAt([]byte(events[i]), t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if len(firstAt) != 1 || firstAt[0] != 1 {
+		t.Fatalf("OnFirst ran at events %v, want once at event 1 (the first content)", firstAt)
+	}
+}

@@ -98,8 +98,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseDuration(d, a.SpeculativeTTL)
 		case "engine":
 			var e *fleet.EngineConfig
-			e, err = parseEngine(d)
-			if err == nil {
+			if e, err = parseEngine(d); err == nil {
 				a.Engines = append(a.Engines, e)
 			}
 		default:

@@ -257,7 +257,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		failOpenTotal.Inc()
 	}
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
-	return h.proxy(w, r, next, proxied{model: req.Model, body: fb, sseSent: a.sseSent})
+	return h.proxy(w, r, next, proxied{model: req.Model, body: fb, sseSent: a.sseSent, res: a.res})
 }
 
 // prepare reads and parses the body, reinstalls it for the proxy and
@@ -286,7 +286,8 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.
 type proxied struct {
 	model   string
 	body    *followingBody
-	sseSent bool // parked as a stream: the SSE 200 is out
+	sseSent bool                   // parked as a stream: the SSE 200 is out
+	res     *upstreams.Reservation // nil when the pool had no engine to count on
 }
 
 // proxy runs the rest of the chain for an admitted request, observes the
@@ -294,7 +295,7 @@ type proxied struct {
 // upstream failure into an answer the client can read.
 func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, p proxied) error {
 	ow := newObservingWriter(w, r, p.sseSent, time.Now(), p.model)
-	ow.onResponse = p.body.onSend
+	ow.onResponse, ow.onFirst = p.body.onSend, p.res.Prefilled
 	var err error
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()

@@ -28,8 +28,9 @@ type observingWriter struct {
 	req     *http.Request
 	obs     *admission.StreamObserver
 	body    bytes.Buffer // non-streaming JSON body prefix, for usage
-	// onResponse, if set, runs when the upstream's response starts.
-	onResponse func()
+	// onResponse, if set, runs when the upstream's response starts;
+	// onFirst at a stream's first token (its prefill is over).
+	onResponse, onFirst func()
 }
 
 const maxObservedBody = 64 << 10
@@ -71,7 +72,7 @@ func (o *observingWriter) WriteHeader(code int) {
 	if mt, _ := admission.MediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
 		o.obs = admission.NewStreamObserver(admission.StreamConfig{
-			Start: o.start,
+			Start: o.start, OnFirst: o.onFirst,
 			OnITL: func(d time.Duration) { h.Observe(d.Seconds()) },
 		})
 	}

@@ -222,9 +222,10 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 	return res, false, true
 }
 
-// longPrefill is how long the request occupies engine l when its uncached
-// prompt there is longer than the long-prefill threshold: those tokens
-// over the prefill rate. vLLM prefills a running request's chunks before
+// longPrefill is how long at most the request occupies engine l when its
+// uncached prompt there is longer than the long-prefill threshold: those
+// tokens over the prefill rate. The hold ends sooner when the stream's
+// first token shows the prefill over (upstreams.Reservation.Prefilled). vLLM prefills a running request's chunks before
 // it schedules any newly waiting one, so a request sent to an engine
 // during a long prefill waits for all of it; held as full meanwhile, the
 // engine gets no such request, and a long prompt costs the fleet one

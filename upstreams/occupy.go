@@ -21,6 +21,18 @@ func (r *Reservation) Occupy(d time.Duration) {
 	r.e.occupy(r, r.e.reg.now().Add(d))
 }
 
+// Prefilled ends the reservation's long-prefill hold: the engine has
+// produced the request's first token, so its prefill is over sooner than
+// Occupy's estimate said. No-op without a hold, or for nil.
+func (r *Reservation) Prefilled() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.e.unoccupy(r)
+}
+
 // occupy records r's hold on e until then.
 func (e *Engine) occupy(r *Reservation, until time.Time) {
 	e.mu.Lock()

@@ -45,6 +45,15 @@ func TestOccupy(t *testing.T) {
 	if d := occupied(b); d != 0 {
 		t.Fatalf("Occupy after Done: occupied %v", d)
 	}
+	third := a.Reserve()
+	third.Occupy(time.Hour)
+	third.Prefilled() // its first token came: the hold ends at once
+	if d := occupied(a); d != 0 {
+		t.Fatalf("after Prefilled: occupied %v", d)
+	}
+	third.Done()
+	var none *Reservation
+	none.Prefilled() // no reservation: no-op
 	other.Done()
 	if len(a.occupied) != 0 || len(b.occupied) != 0 {
 		t.Fatalf("holds left: %v %v", a.occupied, b.occupied)

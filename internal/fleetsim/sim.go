@@ -805,6 +805,7 @@ func (s *fleetSim) stepEnd(e *desEngine) error {
 		r.gen++
 		if r.gen == 1 {
 			r.first = s.now
+			r.res.Prefilled() // the gateway sees the stream's first token
 			e.promptTokens += float64(r.promptLen)
 			e.cachedTokens += float64(r.cachedTok)
 			e.prefillSeconds += s.now - r.admitT
