@@ -1,0 +1,77 @@
+package fleetsim
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// hitRate is the share of the gateway's prompt tokens that were cache
+// hits: requests that bypassed it are left out, as no policy chose their
+// engine.
+func hitRate(r Result) float64 {
+	return float64(r.CachedTokens-r.BypassCachedTokens) / float64(r.PromptTokens-r.BypassPromptTokens)
+}
+
+func mustRun(t *testing.T, p Params) Result {
+	t.Helper()
+	r, err := Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Completed+r.Rejected+r.Failed != p.Requests || r.Completed == 0 {
+		t.Fatalf("%d completed + %d rejected + %d failed of %d", r.Completed, r.Rejected, r.Failed, p.Requests)
+	}
+	return r
+}
+
+// pressureParams is smallParams with 48 groups: their system prompts
+// (768 blocks) fit the fleet's 4 × 512 blocks but not one engine, so where
+// a group's requests go decides whether they hit.
+func pressureParams(policy string) Params {
+	p := smallParams(policy)
+	p.Groups, p.KVBlocks, p.Requests = 48, 512, 1200
+	return p
+}
+
+// TestApproximateTier: without KV events every decision rests on the
+// approximate tree (or on load alone), and the tree still finds far more
+// cache than round robin on a shared-prefix workload.
+func TestApproximateTier(t *testing.T) {
+	p := pressureParams(PolicyLLM)
+	p.Approximate = true
+	r := mustRun(t, p)
+	for k, n := range r.Outcomes {
+		if !strings.HasPrefix(k, "approximate/") && !strings.HasPrefix(k, "load_only/") {
+			t.Errorf("%d decisions %s without KV events", n, k)
+		}
+	}
+	if r.EventBatches != 0 || r.IndexBlocks != 0 {
+		t.Errorf("%d batches fed, %d blocks indexed without KV events", r.EventBatches, r.IndexBlocks)
+	}
+	precise := mustRun(t, pressureParams(PolicyLLM))
+	rr := mustRun(t, pressureParams(PolicyRoundRobin))
+	t.Logf("hit rate: precise %.1f%%, approximate %.1f%%, round_robin %.1f%%; approximate outcomes %v",
+		100*hitRate(precise), 100*hitRate(r), 100*hitRate(rr), r.Outcomes)
+	if hitRate(r) < hitRate(rr)+0.2 {
+		t.Errorf("approximate hit rate %.1f%%, round robin's %.1f%%: want 20 points more", 100*hitRate(r), 100*hitRate(rr))
+	}
+}
+
+// TestPreciseUnderKVPressure: when the engines' caches cannot hold every
+// group, they evict, and only their events say what: the approximate tree
+// keeps sending groups to engines that evicted them.
+func TestPreciseUnderKVPressure(t *testing.T) {
+	p := pressureParams(PolicyLLM)
+	p.Groups, p.KVBlocks = 32, 256 // 512 blocks of prompts, 1024 in the fleet, less what runs
+	precise := mustRun(t, p)
+	p.Approximate = true
+	approx := mustRun(t, p)
+	p.Policy, p.Approximate = PolicyRoundRobin, false
+	rr := mustRun(t, p)
+	t.Logf("hit rate under KV pressure: precise %.1f%%, approximate %.1f%%, round_robin %.1f%%",
+		100*hitRate(precise), 100*hitRate(approx), 100*hitRate(rr))
+	if hitRate(precise) < hitRate(approx)+0.1 {
+		t.Errorf("precise %.1f%%, approximate %.1f%%: want 10 points more", 100*hitRate(precise), 100*hitRate(approx))
+	}
+}
