@@ -75,3 +75,34 @@ func TestPreciseUnderKVPressure(t *testing.T) {
 		t.Errorf("precise %.1f%%, approximate %.1f%%: want 10 points more", 100*hitRate(precise), 100*hitRate(approx))
 	}
 }
+
+// TestPreciseSeesBypass: other clients warmed every group on an engine of
+// their own choosing and keep sending 30% of the traffic straight to
+// random engines. Only the engines' events tell the gateway; its
+// approximate tree knows only what it routed itself. 400 groups of about
+// 3 requests each fit the fleet's caches with room to spare, so what
+// separates the tiers is knowing where a group already is.
+func TestPreciseSeesBypass(t *testing.T) {
+	p := smallParams(PolicyLLM)
+	p.Groups, p.KVBlocks, p.Requests = 400, 4096, 1200
+	base := mustRun(t, p)
+	p.Approximate = true
+	baseApprox := mustRun(t, p)
+	p.Warm, p.BypassShare = true, 0.3
+	approx := mustRun(t, p)
+	p.Approximate = false
+	precise := mustRun(t, p)
+	p.Policy = PolicyRoundRobin
+	rr := mustRun(t, p)
+	t.Logf("hit rate of the gateway's requests with warm-up and 30%% bypass: precise %.1f%%, approximate %.1f%%, round_robin %.1f%% (without: precise %.1f%%, approximate %.1f%%)",
+		100*hitRate(precise), 100*hitRate(approx), 100*hitRate(rr), 100*hitRate(base), 100*hitRate(baseApprox))
+	if precise.Warmed != p.Groups || precise.Bypassed == 0 || precise.Bypassed == precise.Completed {
+		t.Fatalf("%d warmed of %d groups, %d of %d completed bypassed", precise.Warmed, p.Groups, precise.Bypassed, precise.Completed)
+	}
+	if precise.MirrorProblems != 0 {
+		t.Errorf("mirror problems %d", precise.MirrorProblems)
+	}
+	if hitRate(precise) < hitRate(approx)+0.1 {
+		t.Errorf("precise %.1f%%, approximate %.1f%%: want 10 points more", 100*hitRate(precise), 100*hitRate(approx))
+	}
+}
