@@ -106,3 +106,30 @@ func TestPreciseSeesBypass(t *testing.T) {
 		t.Errorf("precise %.1f%%, approximate %.1f%%: want 10 points more", 100*hitRate(precise), 100*hitRate(approx))
 	}
 }
+
+// TestPreciseSeesRestarts: on 4 engines one restarts every second (each
+// every 4 s), losing its cache and what runs there. The feed learns it
+// when the sequence of the engine's batches starts again; the approximate
+// tree goes on sending each group where it sent it before.
+func TestPreciseSeesRestarts(t *testing.T) {
+	p := pressureParams(PolicyLLM)
+	p.Groups, p.KVBlocks, p.RestartEvery = 32, 1024, 1
+	precise := mustRun(t, p)
+	p.Approximate = true
+	approx := mustRun(t, p)
+	p.Policy, p.Approximate = PolicyRoundRobin, false
+	rr := mustRun(t, p)
+	t.Logf("hit rate with restarts: precise %.1f%%, approximate %.1f%%, round_robin %.1f%%; failed %d, %d, %d; %d restarts, %d mirror resets",
+		100*hitRate(precise), 100*hitRate(approx), 100*hitRate(rr), precise.Failed, approx.Failed, rr.Failed,
+		precise.Restarts, precise.MirrorRestarts)
+	if precise.Failed == 0 || precise.Restarts < p.Engines ||
+		precise.MirrorRestarts == 0 || precise.MirrorRestarts > uint64(precise.Restarts) {
+		t.Fatalf("%d failed, %d restarts, %d mirror resets", precise.Failed, precise.Restarts, precise.MirrorRestarts)
+	}
+	if precise.MirrorProblems != 0 {
+		t.Errorf("mirror problems %d", precise.MirrorProblems)
+	}
+	if hitRate(precise) < hitRate(approx)+0.05 {
+		t.Errorf("precise %.1f%%, approximate %.1f%%: want 5 points more", 100*hitRate(precise), 100*hitRate(approx))
+	}
+}

@@ -165,7 +165,10 @@ type Result struct {
 	Outcomes       map[string]int
 	IndexBlocks    int
 	MirrorProblems uint64 // unchainable + malformed + decode errors: should be 0
-	IndexBytes     int64  // heap freed when the fleet is dropped
+	// MirrorRestarts counts the mirror resets the feeds made on seeing an
+	// engine's sequence start again (Params.RestartEvery).
+	MirrorRestarts uint64
+	IndexBytes     int64 // heap freed when the fleet is dropped
 }
 
 // Event kinds of the discrete-event loop.
@@ -452,6 +455,7 @@ func (s *fleetSim) measureIndex() {
 	for _, st := range s.f.Index().Stats() {
 		s.res.IndexBlocks += st.Blocks
 		s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
+		s.res.MirrorRestarts += st.Resyncs["restart"]
 	}
 	s.engines, s.groups, s.q, s.ready = nil, nil, nil, nil
 	runtime.GC()
