@@ -153,7 +153,9 @@ func TestBurstSpeculative(t *testing.T) {
 	median := func(xs []int) int { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
 	on, onHit := run(0)
 	off, offHit := run(-1)
-	over := func(xs []int) int { return len(slices.DeleteFunc(slices.Clone(xs), func(n int) bool { return n <= 2 })) }
+	over := func(xs []int) int {
+		return len(slices.DeleteFunc(slices.Clone(xs), func(n int) bool { return n <= 2 }))
+	}
 	t.Logf("engines per burst: median %d, max %d, %d of %d bursts on more than 2, with speculative entries; median %d, max %d, %d on more than 2, without",
 		median(on), slices.Max(on), over(on), len(on), median(off), slices.Max(off), over(off))
 	t.Logf("hit rate of requests 2..16: %.1f%% with, %.1f%% without", 100*onHit, 100*offHit)
