@@ -92,6 +92,10 @@ func TestPreciseSeesBypass(t *testing.T) {
 	approx := mustRun(t, p)
 	p.Approximate = false
 	precise := mustRun(t, p)
+	if again := mustRun(t, p); again.CachedTokens != precise.CachedTokens || again.Bypassed != precise.Bypassed {
+		t.Fatalf("two runs of the same seed differ: %d/%d cached tokens, %d/%d bypassed",
+			precise.CachedTokens, again.CachedTokens, precise.Bypassed, again.Bypassed)
+	}
 	p.Policy = PolicyRoundRobin
 	rr := mustRun(t, p)
 	t.Logf("hit rate of the gateway's requests with warm-up and 30%% bypass: precise %.1f%%, approximate %.1f%%, round_robin %.1f%% (without: precise %.1f%%, approximate %.1f%%)",
@@ -115,6 +119,10 @@ func TestPreciseSeesRestarts(t *testing.T) {
 	p := pressureParams(PolicyLLM)
 	p.Groups, p.KVBlocks, p.RestartEvery = 32, 1024, 1
 	precise := mustRun(t, p)
+	if again := mustRun(t, p); again.CachedTokens != precise.CachedTokens || again.Failed != precise.Failed {
+		t.Fatalf("two runs of the same seed differ: %d/%d cached tokens, %d/%d failed",
+			precise.CachedTokens, again.CachedTokens, precise.Failed, again.Failed)
+	}
 	p.Approximate = true
 	approx := mustRun(t, p)
 	p.Policy, p.Approximate = PolicyRoundRobin, false
