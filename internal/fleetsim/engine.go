@@ -21,6 +21,7 @@ type desEngine struct {
 	busy             bool
 	events           []desEvent // this step's KV events
 	seq              uint64
+	gen              int // restarts so far: a step begun before the last one is void
 	preemptions      int
 	// vLLM's counters behind the gateway's prefill rate: prompt tokens
 	// and their prefix-cache hits at each first token, and the seconds
@@ -127,6 +128,20 @@ func (e *desEngine) release(r *desReq) {
 		}
 	}
 	r.blocks = r.blocks[:0]
+}
+
+// restart empties the engine as a new process would: nothing cached or in
+// use, no queues, event batches numbered from 0 and counters from 0 again.
+// The requests it held are the caller's to fail.
+func (e *desEngine) restart() {
+	e.cache = make(map[uint64]*desBlock)
+	e.lruHead, e.lruTail, e.lruLen = nil, nil, 0
+	e.freeRaw, e.used = e.capacity, 0
+	e.running, e.waiting, e.busy = nil, nil, false
+	e.events = e.events[:0]
+	e.seq = 0
+	e.promptTokens, e.cachedTokens, e.prefillSeconds = 0, 0, 0
+	e.gen++
 }
 
 // stored records a BlockStored event for r's blocks [from, to).

@@ -83,7 +83,24 @@ type Params struct {
 	// SpeculativeTTL is the llm app's speculative_ttl in seconds (0: its
 	// default; negative: off).
 	SpeculativeTTL float64
-	Seed           uint64
+	// Approximate runs lb_policy llm as for engines without KV events: the
+	// index has no mirror of them, so Route falls back to the approximate
+	// tree of what this gateway routed, keyed on the prompt's text (each
+	// request then carries its tokens rendered as a text prompt).
+	Approximate bool
+	// BypassShare (0..1) of the arrivals do not pass the gateway: their
+	// callers send them straight to an engine of their own choosing
+	// (uniformly at random), skipping admission and routing. The gateway
+	// sees them only in the engines' gauges and KV events.
+	BypassShare float64
+	// Warm sends, before any user request, one request of every group
+	// straight to a random engine, as other clients would have; user
+	// traffic starts when the last of them completes.
+	Warm bool
+	// RestartEvery > 0 restarts the engines one at a time, in turn, every
+	// RestartEvery seconds once user traffic starts (see restart).
+	RestartEvery float64
+	Seed         uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
 	// An error ends the run.
@@ -105,9 +122,23 @@ type Decided struct {
 }
 
 // Result is one run's outcome. Times are simulated seconds, except the
-// gateway's CPU figures, which are host time.
+// gateway's CPU figures, which are host time. Every request is completed,
+// rejected or failed.
 type Result struct {
 	Completed, Rejected int
+	// Failed counts requests an engine restart lost (Params.RestartEvery):
+	// they are not retried, and count in no other figure.
+	Failed int
+	// Restarts counts engine restarts.
+	Restarts int
+	// Bypassed counts the completed requests that went straight to an
+	// engine (Params.BypassShare); BypassPromptTokens and
+	// BypassCachedTokens are their part of PromptTokens and CachedTokens.
+	Bypassed                               int
+	BypassPromptTokens, BypassCachedTokens int64
+	// Warmed counts the warm-up's requests (Params.Warm), which count in
+	// no other figure.
+	Warmed int
 	// Refusals counts admission refusals; RefusedIdle sums the sequence
 	// slots actually free in the fleet at those moments (the gauges the
 	// gate reads are up to a poll interval old).
@@ -134,7 +165,10 @@ type Result struct {
 	Outcomes       map[string]int
 	IndexBlocks    int
 	MirrorProblems uint64 // unchainable + malformed + decode errors: should be 0
-	IndexBytes     int64  // heap freed when the fleet is dropped
+	// MirrorRestarts counts the mirror resets the feeds made on seeing an
+	// engine's sequence start again (Params.RestartEvery).
+	MirrorRestarts uint64
+	IndexBytes     int64 // heap freed when the fleet is dropped
 }
 
 // Event kinds of the discrete-event loop.
@@ -144,6 +178,7 @@ const (
 	evStepEnd
 	evScrape
 	evMaxPark
+	evRestart // eng is the engine to restart
 )
 
 type simEvent struct {
@@ -153,6 +188,7 @@ type simEvent struct {
 	eng  int
 	pos  int               // evBurstMember: the request's place in its burst
 	w    *admission.Waiter // evMaxPark: the parked request's place at the gate
+	gen  int               // evStepEnd: the engine's restarts when the step began
 }
 
 // eventQueue is the simulation's clock: a min-heap of events by time.
@@ -203,6 +239,11 @@ type fleetSim struct {
 	// Bursts: requests scheduled so far, and each burst's engines.
 	scheduled int
 	burstSeen [][]int
+	// Scenarios: the callers' own choices (bypass, warm-up engines), kept
+	// apart from rng so that they leave the workload as it is; and the
+	// warm-up requests still running.
+	crng    *rand.Rand
+	warming int
 }
 
 // desGroup is a prefix group: its system prompt's tokens and block hashes.
@@ -219,9 +260,12 @@ type desReq struct {
 	hashes    []uint64 // engine hashes of the full blocks of tokens known so far
 	promptLen int
 	maxTokens int
-	long      bool // a long prompt (Params.LongEvery)
-	burst     int  // its burst's index (-1: none)
-	pos       int  // its place in the burst
+	long      bool   // a long prompt (Params.LongEvery)
+	direct    bool   // sent straight to its engine (Params.BypassShare, Params.Warm)
+	warm      bool   // a warm-up request (Params.Warm)
+	text      []byte // the prompt as text (Params.Approximate)
+	burst     int    // its burst's index (-1: none)
+	pos       int    // its place in the burst
 	gen       int
 	target    int // tokens to prefill at this admission
 	computed  int // tokens whose KV is computed
@@ -256,6 +300,9 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	if p.Engines <= 0 || p.Groups <= 0 || p.Rate <= 0 || p.Model.BlockSize <= 0 || p.MaxInflight <= 0 {
 		return Result{}, fmt.Errorf("fleetsim: engines, groups, rate, block size and max_inflight must be positive: %+v", p)
 	}
+	if p.BypassShare < 0 || p.BypassShare > 1 || p.RestartEvery < 0 {
+		return Result{}, fmt.Errorf("fleetsim: bypass share must be within 0..1 and restart interval not negative: %+v", p)
+	}
 	s, err := newSim(p)
 	if err != nil {
 		return Result{}, err
@@ -266,7 +313,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		}
 	}()
 	s.scrape() // the pollers' start-up scrape
-	s.push(0, evArrival, -1)
+	s.start()
 	s.push(p.PollInterval, evScrape, -1)
 	for s.q.Len() > 0 {
 		if s.arrived%4096 == 0 && ctx.Err() != nil {
@@ -304,12 +351,16 @@ func (s *fleetSim) handle(ev simEvent) error {
 	case evBurstMember:
 		return s.arrive(ev.eng, ev.pos)
 	case evStepEnd:
-		return s.stepEnd(s.engines[ev.eng])
+		if e := s.engines[ev.eng]; ev.gen == e.gen {
+			return s.stepEnd(e)
+		} // else the step was lost to a restart
+	case evRestart:
+		return s.restartNext(ev.eng)
 	case evScrape:
 		if err := s.scrape(); err != nil {
 			return err
 		}
-		if s.res.Completed+s.res.Rejected < p.Requests {
+		if s.outstanding() {
 			s.push(s.now+p.PollInterval, evScrape, -1)
 		}
 	case evMaxPark:
@@ -345,7 +396,8 @@ func (s *fleetSim) burst() {
 // fleet whose config lists every engine with its max_inflight, scraped by
 // the simulation's clock instead of pollers.
 func newSim(p Params) (*fleetSim, error) {
-	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines))), epoch: time.Unix(1_000_000, 0)}
+	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines))), epoch: time.Unix(1_000_000, 0),
+		crng: rand.New(rand.NewPCG(p.Seed, 0x63616c6c6572))}
 	s.res.Outcomes = map[string]int{}
 	// System prompts: random token ids, so groups share nothing.
 	grng := rand.New(rand.NewPCG(p.Seed, 0x67726f7570))
@@ -379,7 +431,7 @@ func newSim(p Params) (*fleetSim, error) {
 	s.f.Start(s.f.NewGeneration(cfg, zap.NewNop()))
 	s.settings = fleet.DefaultSettings()
 	s.limits = fleet.Limits{KV: p.KVLimit, LongPrefill: p.LongPrefill}
-	if p.Policy == PolicyLLM {
+	if p.Policy == PolicyLLM && !p.Approximate {
 		s.enc = newBatchEncoder()
 		for _, e := range s.engines {
 			m, err := s.f.Index().AddEngine(e.name, kvindex.MirrorConfig{Capacity: p.KVBlocks})
@@ -403,6 +455,7 @@ func (s *fleetSim) measureIndex() {
 	for _, st := range s.f.Index().Stats() {
 		s.res.IndexBlocks += st.Blocks
 		s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
+		s.res.MirrorRestarts += st.Resyncs["restart"]
 	}
 	s.engines, s.groups, s.q, s.ready = nil, nil, nil, nil
 	runtime.GC()
@@ -436,6 +489,11 @@ func (s *fleetSim) arrive(burst, pos int) error {
 		r.long, r.promptLen = true, max(p.LongTokens, r.promptLen)
 	}
 	s.materialize(r)
+	if s.bypasses() {
+		r.direct, r.burst = true, -1 // burst figures are of the gateway's requests
+		s.send(r, s.crng.IntN(len(s.engines)))
+		return nil
+	}
 	var err error
 	if p.Policy == PolicyLLM {
 		// The handler places requests for a pool routed by lb_policy llm.
@@ -464,7 +522,7 @@ func (s *fleetSim) arrive(burst, pos int) error {
 
 // query is the routing question of a request.
 func (s *fleetSim) query(r *desReq) fleet.Query {
-	return fleet.Query{Request: &admission.Request{Model: "sim-model"}, Dials: s.dials, Settings: s.settings,
+	return fleet.Query{Request: &admission.Request{Model: "sim-model", Prompt: r.text}, Dials: s.dials, Settings: s.settings,
 		Tokens: r.tokens[:r.promptLen]}
 }
 
@@ -532,6 +590,9 @@ func (s *fleetSim) materialize(r *desReq) {
 	}
 	r.hashes = append(make([]uint64, 0, (r.promptLen+r.maxTokens)/s.bs+1), g.hashes...)
 	r.hashes = chainHashes(r.hashes, len(r.hashes), r.tokens[:r.promptLen], s.bs)
+	if s.p.Approximate {
+		r.text = promptText(r.tokens[:r.promptLen])
+	}
 }
 
 // dispatch routes an admitted request with the policy under test and
@@ -556,13 +617,19 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 		s.res.BurstEngines[r.burst]++
 	}
 	r.res = s.f.Dispatch(res, e.name)
+	s.send(r, idx)
+	return nil
+}
+
+// send hands r to engine idx's queue.
+func (s *fleetSim) send(r *desReq, idx int) {
+	e := s.engines[idx]
 	r.dispatchT = s.now
 	r.eng = e
 	e.waiting = append(e.waiting, r)
 	if !e.busy {
 		s.startStep(e)
 	}
-	return nil
 }
 
 // route is lb_policy llm: the engine admission placed the request on,
@@ -635,7 +702,18 @@ func (s *fleetSim) scrape() error {
 // reservation ends, and its figures are recorded.
 func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	e.release(r)
-	r.res.Done()
+	if r.warm {
+		s.warmed(r)
+		return
+	}
+	if r.res != nil { // nil: it bypassed the gateway
+		r.res.Done()
+	}
+	if r.direct {
+		s.res.Bypassed++
+		s.res.BypassPromptTokens += int64(r.promptLen)
+		s.res.BypassCachedTokens += int64(r.cachedTok)
+	}
 	s.res.Completed++
 	s.res.PromptTokens += int64(r.promptLen)
 	s.res.CachedTokens += int64(r.cachedTok)
@@ -652,7 +730,7 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.res.Park = append(s.res.Park, r.dispatchT-r.arrival)
 	s.res.Queue = append(s.res.Queue, r.admitT-r.dispatchT)
 	s.res.E2E = append(s.res.E2E, s.now-r.arrival)
-	r.tokens, r.hashes, r.blocks, r.res, r.place, r.waiter = nil, nil, nil, nil, nil, nil // the gate's event keeps the waiter
+	r.drop()
 }
 
 // publish encodes the step's events as a vLLM batch and feeds it to the
@@ -725,7 +803,8 @@ func (s *fleetSim) startStep(e *desEngine) {
 	}
 	e.busy = true
 	dur := m.DecodeStepSeconds + float64(prefill)/m.PrefillTokensPerSec
-	s.push(s.now+dur, evStepEnd, e.idx)
+	s.qseq++
+	heap.Push(&s.q, simEvent{t: s.now + dur, seq: s.qseq, kind: evStepEnd, eng: e.idx, gen: e.gen})
 }
 
 // engineAdmit is the engine scheduler's admission: it reserves the blocks r's prompt needs after its prefix-cache hits,
