@@ -512,7 +512,7 @@ func TestReportStatesPlan(t *testing.T) {
 		"a fresh fleet of 3 [`vllmsim`](internal/vllmsim) engines",
 		"`llm { poll_interval 400ms;",
 		"`reverse_proxy <3 engines> {",
-		fmt.Sprintf("re-prefilling %d tokens elsewhere", spec.SystemTokens),
+		fmt.Sprintf("the prefill of its %d shared tokens", spec.SystemTokens),
 		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
 		"## 2. Fleet simulation: 4 to 16 engines",
 		"Command: `go run ./bench -quick -only fleet`",
