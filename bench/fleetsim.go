@@ -34,6 +34,8 @@ type FleetParams struct {
 	Seed      uint64         `json:"seed"`
 	// Bursts is the burst scenario (nil: not run).
 	Bursts *FleetBurstPlan `json:"bursts,omitempty"`
+	// Scenarios are the cases where only the engines know what they hold.
+	Scenarios []FleetScenario `json:"scenarios,omitempty"`
 }
 
 // FleetVariant is one routing configuration at one load.
@@ -95,9 +97,10 @@ type FleetRun struct {
 
 // FleetResult is the section's output.
 type FleetResult struct {
-	Params FleetParams     `json:"params"`
-	Runs   []FleetRun      `json:"runs"`
-	Bursts []FleetBurstRun `json:"bursts,omitempty"`
+	Params    FleetParams        `json:"params"`
+	Runs      []FleetRun         `json:"runs"`
+	Bursts    []FleetBurstRun    `json:"bursts,omitempty"`
+	Scenarios []FleetScenarioRun `json:"scenarios,omitempty"`
 }
 
 func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
@@ -118,7 +121,10 @@ func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
 		}
 	}
 	var err error
-	res.Bursts, err = runBursts(ctx, p)
+	if res.Bursts, err = runBursts(ctx, p); err != nil {
+		return res, err
+	}
+	res.Scenarios, err = runScenarios(ctx, p)
 	return res, err
 }
 

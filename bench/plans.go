@@ -119,6 +119,7 @@ func fleetParams(quick bool) FleetParams {
 				{Name: "round_robin", Policy: "round_robin"},
 			}},
 	}
+	p.Scenarios = fleetScenarios()
 	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
 		p.Requests = v
 	}
@@ -138,8 +139,28 @@ func fleetParams(quick bool) FleetParams {
 		p.Sizes = []int{8, 64}
 		p.Requests = 5000
 		p.Bursts.Requests = 800
+		for i := range p.Scenarios {
+			p.Scenarios[i].Requests = 600
+		}
 	}
 	return p
+}
+
+// fleetScenarios are the fleet section's scenarios where only the engines
+// know what they hold (issue 13), on 8 engines at 1× the no-hit capacity
+// (about where round_robin saturates).
+func fleetScenarios() []FleetScenario {
+	return []FleetScenario{
+		{Name: "kv-pressure", Desc: "llm-d's shape (150×5, 6000/1200/1000) in 160 groups, so that the resident set fills ≈ 0.75 of the fleet's KV cache (sized for 1.25 × a full batch of these requests) and engines evict what the approximate tree still believes they hold.",
+			Engines: 8, Rho: 0.75, Load: 1, Requests: 4000,
+			Workload: WorkloadSpec{Name: "kv-pressure", Kind: "prefix", Groups: 160, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000}},
+		{Name: "bypass", Desc: "prefix-high's prompts (2048/256/256) in 800 groups; before user traffic every group is warmed on an engine of the warmer's choosing, and 30% of the traffic goes straight to random engines — placements the gateway never made.",
+			Engines: 8, Rho: 0.5, Load: 1, Requests: 4000, BypassShare: 0.3, Warm: true,
+			Workload: WorkloadSpec{Name: "bypass", Kind: "prefix", Groups: 800, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}},
+		{Name: "restarts", Desc: "prefix-high's prompts in 64 groups; an engine restarts every 5 s in turn (each every 40 s), losing its cache and what runs on it (those requests fail and are not retried).",
+			Engines: 8, Rho: 0.5, Load: 1, Requests: 4000, RestartEvery: 5,
+			Workload: WorkloadSpec{Name: "restarts", Kind: "prefix", Groups: 64, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}},
+	}
 }
 
 func overheadParams(quick bool) OverheadParams {
