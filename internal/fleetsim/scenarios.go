@@ -85,15 +85,17 @@ func (s *fleetSim) restart(e *desEngine) {
 	e.restart()
 }
 
-// fail ends a request lost to a restart. The gateway sees its connection
+// fail ends a request lost to a restart. Its gateway sees its connection
 // drop: the reservation ends and, for lb_policy llm, the failure is
-// reported (dropping the engine's speculative entries). Requests are not
+// reported to that gateway's fleet (dropping the engine's speculative
+// entries there; the other gateways learn of the restart from the engine's
+// events and gauges). Requests are not
 // retried, so that each arrival is one completion, rejection or failure.
 func (s *fleetSim) fail(r *desReq) {
 	if r.res != nil {
 		r.res.Done()
 		if s.p.Policy == PolicyLLM {
-			s.f.Failed(r.eng.name)
+			r.gw.f.Failed(r.eng.name)
 		}
 	}
 	s.res.Failed++

@@ -23,11 +23,8 @@ import (
 	"slices"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -100,7 +97,18 @@ type Params struct {
 	// RestartEvery > 0 restarts the engines one at a time, in turn, every
 	// RestartEvery seconds once user traffic starts (see restart).
 	RestartEvery float64
-	Seed         uint64
+	// Gateways > 1 puts that many independent gateways, active-active, in
+	// front of the one fleet of engines, as several Caddy instances behind
+	// a load balancer (0 or 1: one gateway). Each has its own fleet
+	// (registry accounting, approximate tree, and a KV index whose mirrors
+	// are fed every engine's event batches), its own admission gate
+	// allowing MaxInflight per engine of its own, and its own scrapes of
+	// the engines' gauges, which are global as vLLM's /metrics are.
+	// Arrival i goes to gateway i mod Gateways (see gatewayFor); a request
+	// is placed, admitted, routed and ended on its gateway only. Result's
+	// figures sum over the gateways, except the index's (measureIndex).
+	Gateways int
+	Seed     uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
 	// An error ends the run.
@@ -109,8 +117,9 @@ type Params struct {
 
 // Decided is one llm routing decision as the simulation made it.
 type Decided struct {
-	Fleet       *fleet.Fleet
-	Query       fleet.Query // Query.Tokens holds the prompt
+	Fleet       *fleet.Fleet // the deciding gateway's
+	Gateway     int          // its index (Params.Gateways)
+	Query       fleet.Query  // Query.Tokens holds the prompt
 	Reservation *upstreams.Reservation
 	Decision    fleet.Decision
 	// Placement is admission's placement of the request (nil for none);
@@ -139,9 +148,9 @@ type Result struct {
 	// Warmed counts the warm-up's requests (Params.Warm), which count in
 	// no other figure.
 	Warmed int
-	// Refusals counts admission refusals; RefusedIdle sums the sequence
-	// slots actually free in the fleet at those moments (the gauges the
-	// gate reads are up to a poll interval old).
+	// Refusals counts admission refusals, every gateway's; RefusedIdle
+	// sums the sequence slots actually free in the fleet at those moments
+	// (the gauges the gate reads are up to a poll interval old).
 	Refusals, RefusedIdle int
 	PromptTokens          int64
 	CachedTokens          int64
@@ -158,7 +167,10 @@ type Result struct {
 	SimSeconds                           float64
 	Preemptions                          int
 	// The gateway (llm): host nanoseconds per Route, host time decoding
-	// events and updating mirrors, and what the index holds.
+	// events and updating mirrors, and what the index holds. DecisionNs,
+	// EventTime and EventBatches cover every gateway (each gateway's feed
+	// of a batch counts); the index figures are one gateway's (see
+	// measureIndex).
 	DecisionNs     []float64
 	EventTime      time.Duration
 	EventBatches   int
@@ -225,16 +237,12 @@ type fleetSim struct {
 	nextID  int
 	arrived int
 
-	// The gateway.
-	f        *fleet.Fleet
-	feeds    []*kvindex.Feed
+	// The gateways (Params.Gateways), configured alike.
+	gws      []*gateway
 	settings fleet.Settings
 	limits   fleet.Limits
 	enc      *batchEncoder
-	gate     *admission.Gate
-	ready    []*desReq // admitted by the gate, to dispatch in order
-	epoch    time.Time // the fleet's clock reads epoch + now
-	rr       int
+	epoch    time.Time // the fleets' clock reads epoch + now
 	res      Result
 	// Bursts: requests scheduled so far, and each burst's engines.
 	scheduled int
@@ -279,6 +287,7 @@ type desReq struct {
 	dispatchT float64
 	admitT    float64
 	eng       *desEngine
+	gw        *gateway               // the gateway it reached (nil: none)
 	res       *upstreams.Reservation // the gateway's accounting of it
 	place     *fleet.Placement       // admission's placement (llm only)
 	placeNs   float64                // host time of Place
@@ -307,11 +316,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer func() {
-		if s.f != nil {
-			s.f.Close()
-		}
-	}()
+	defer s.closeGateways()
 	s.scrape() // the pollers' start-up scrape
 	s.start()
 	s.push(p.PollInterval, evScrape, -1)
@@ -392,9 +397,8 @@ func (s *fleetSim) burst() {
 	}
 }
 
-// newSim builds the engines, the groups' system prompts and the gateway: a
-// fleet whose config lists every engine with its max_inflight, scraped by
-// the simulation's clock instead of pollers.
+// newSim builds the engines, the groups' system prompts and the gateways
+// (newGateway).
 func newSim(p Params) (*fleetSim, error) {
 	s := &fleetSim{p: p, bs: p.Model.BlockSize, rng: rand.New(rand.NewPCG(p.Seed, uint64(p.Engines))), epoch: time.Unix(1_000_000, 0),
 		crng: rand.New(rand.NewPCG(p.Seed, 0x63616c6c6572))}
@@ -408,64 +412,25 @@ func newSim(p Params) (*fleetSim, error) {
 		}
 		s.groups = append(s.groups, desGroup{tokens: toks, hashes: chainHashes(nil, 0, toks, s.bs)})
 	}
-	runtime.GC()
-	s.f = fleet.New(zap.NewNop(), fleet.Options{ManualScrape: true, Now: s.clock,
-		Index: kvindex.IndexConfig{MaxEngines: max(p.Engines, 64), MaxBlocksPerEngine: 4 * p.KVBlocks}})
-	// llm_admission's gate with its default aging, on the simulation's
-	// clock. Not the fleet's own (Fleet.Gate): its kicker goroutine would
-	// run the gate's tries beside the simulation's loop.
-	s.gate = admission.NewGateClock(admission.Config{QueueSize: p.QueueSize}, s.clock)
-	cfg := fleet.Config{PollInterval: time.Hour, IdleTTL: time.Hour}
-	if p.SpeculativeTTL != 0 {
-		ttl := time.Duration(max(p.SpeculativeTTL, 0) * float64(time.Second))
-		cfg.SpeculativeTTL = &ttl
-	}
 	for i := range p.Engines {
 		e := newDESEngine(i, p.KVBlocks)
 		s.engines, s.dials = append(s.engines, e), append(s.dials, e.name)
-		cfg.Engines = append(cfg.Engines, &fleet.EngineConfig{Dial: e.name, MaxInflight: p.MaxInflight})
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	s.f.Start(s.f.NewGeneration(cfg, zap.NewNop()))
 	s.settings = fleet.DefaultSettings()
 	s.limits = fleet.Limits{KV: p.KVLimit, LongPrefill: p.LongPrefill}
 	if p.Policy == PolicyLLM && !p.Approximate {
 		s.enc = newBatchEncoder()
-		for _, e := range s.engines {
-			m, err := s.f.Index().AddEngine(e.name, kvindex.MirrorConfig{Capacity: p.KVBlocks})
-			if err != nil {
-				return nil, err
-			}
-			feed := kvindex.NewFeed(m, nil, kvindex.FeedConfig{})
-			feed.Connected()
-			s.feeds = append(s.feeds, feed)
+	}
+	runtime.GC()
+	for i := range p.gateways() {
+		g, err := s.newGateway(i)
+		if err != nil {
+			s.closeGateways()
+			return nil, err
 		}
+		s.gws = append(s.gws, g)
 	}
 	return s, nil
-}
-
-// measureIndex fills the index figures, then drops the fleet: the heap it
-// frees is the gateway's memory for this fleet.
-func (s *fleetSim) measureIndex() {
-	if s.p.Policy != PolicyLLM {
-		return
-	}
-	for _, st := range s.f.Index().Stats() {
-		s.res.IndexBlocks += st.Blocks
-		s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
-		s.res.MirrorRestarts += st.Resyncs["restart"]
-	}
-	s.engines, s.groups, s.q, s.ready = nil, nil, nil, nil
-	runtime.GC()
-	var m1, m2 runtime.MemStats
-	runtime.ReadMemStats(&m1)
-	s.f.Close()
-	s.f, s.feeds = nil, nil
-	runtime.GC()
-	runtime.ReadMemStats(&m2)
-	s.res.IndexBytes = int64(m1.HeapAlloc) - int64(m2.HeapAlloc)
 }
 
 // arrive creates the next request and passes it through llm_admission's
@@ -489,20 +454,22 @@ func (s *fleetSim) arrive(burst, pos int) error {
 		r.long, r.promptLen = true, max(p.LongTokens, r.promptLen)
 	}
 	s.materialize(r)
+	gw := s.gatewayFor(s.arrived - 1)
 	if s.bypasses() {
 		r.direct, r.burst = true, -1 // burst figures are of the gateway's requests
 		s.send(r, s.crng.IntN(len(s.engines)))
 		return nil
 	}
+	r.gw = gw
 	var err error
 	if p.Policy == PolicyLLM {
 		// The handler places requests for a pool routed by lb_policy llm.
 		t0 := time.Now()
-		r.place = s.f.Place(context.Background(), s.query(r))
+		r.place = gw.f.Place(context.Background(), s.query(r))
 		r.placeNs = float64(time.Since(t0).Nanoseconds())
-		r.waiter, err = s.gate.EnterPlaced(admission.Normal, s.tryPlaced(r))
+		r.waiter, err = gw.gate.EnterPlaced(admission.Normal, s.tryPlaced(r))
 	} else {
-		r.waiter, err = s.gate.Enter(admission.Normal, func() bool { return s.tryPlain(r) })
+		r.waiter, err = gw.gate.Enter(admission.Normal, func() bool { return s.tryPlain(r) })
 	}
 	switch {
 	case errors.Is(err, admission.ErrQueueFull):
@@ -529,7 +496,7 @@ func (s *fleetSim) query(r *desReq) fleet.Query {
 // tryPlaced is the handler's try for a placed request: ReservePlaced.
 func (s *fleetSim) tryPlaced(r *desReq) admission.PlacedFunc {
 	return func(pass admission.Pass) bool {
-		res, _, ok := s.f.ReservePlaced(r.place, s.dials, s.limits, pass)
+		res, _, ok := r.gw.f.ReservePlaced(r.place, s.dials, s.limits, pass)
 		s.tried(r, res, ok, pass == admission.PassAny)
 		return ok
 	}
@@ -537,7 +504,7 @@ func (s *fleetSim) tryPlaced(r *desReq) admission.PlacedFunc {
 
 // tryPlain is the handler's try without a placement: TryReserve.
 func (s *fleetSim) tryPlain(r *desReq) bool {
-	res, _, ok := s.f.TryReserve(s.dials, s.limits)
+	res, _, ok := r.gw.f.TryReserve(s.dials, s.limits)
 	s.tried(r, res, ok, true)
 	return ok
 }
@@ -548,7 +515,7 @@ func (s *fleetSim) tryPlain(r *desReq) bool {
 func (s *fleetSim) tried(r *desReq, res *upstreams.Reservation, ok, counted bool) {
 	if ok {
 		r.res = res // never nil: the pool is not empty
-		s.ready = append(s.ready, r)
+		r.gw.ready = append(r.gw.ready, r)
 		return
 	}
 	if !counted {
@@ -560,22 +527,30 @@ func (s *fleetSim) tried(r *desReq, res *upstreams.Reservation, ok, counted bool
 	s.res.Refusals++
 }
 
-// dispatchReady sends the requests the gate admitted, in admission order.
+// dispatchReady sends the requests the gates admitted, each gateway's in
+// its admission order.
 func (s *fleetSim) dispatchReady() error {
-	for len(s.ready) > 0 {
-		r := s.ready[0]
-		s.ready = s.ready[1:]
-		if err := s.dispatch(r, r.res); err != nil {
-			return err
+	for _, g := range s.gws {
+		for len(g.ready) > 0 {
+			r := g.ready[0]
+			g.ready = g.ready[1:]
+			if err := s.dispatch(r, r.res); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// unpark is the fleet's kicker: capacity may have freed (a scrape, a
-// completion), so the gate admits what it can.
+// unpark is the fleets' kickers: capacity may have freed (a scrape, a
+// completion, a restart), so every gate admits what it can. Every gateway
+// is kicked, not only the one whose reservation ended: the others see the
+// freed engine at their next scrape anyway, and a kick with nothing freed
+// admits nothing more (it may count refusals again).
 func (s *fleetSim) unpark() error {
-	s.gate.Kick()
+	for _, g := range s.gws {
+		g.gate.Kick()
+	}
 	return s.dispatchReady()
 }
 
@@ -601,10 +576,10 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 	var idx int
 	switch s.p.Policy {
 	case PolicyRoundRobin:
-		idx = s.rr % len(s.engines)
-		s.rr++
+		idx = r.gw.rr % len(s.engines)
+		r.gw.rr++
 	case PolicyLeastConn:
-		idx = s.leastConn()
+		idx = s.leastConn(r.gw)
 	default:
 		var err error
 		if idx, err = s.route(r, res); err != nil {
@@ -616,7 +591,7 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 		s.burstSeen[r.burst] = append(s.burstSeen[r.burst], idx)
 		s.res.BurstEngines[r.burst]++
 	}
-	r.res = s.f.Dispatch(res, e.name)
+	r.res = r.gw.f.Dispatch(res, e.name)
 	s.send(r, idx)
 	return nil
 }
@@ -632,29 +607,30 @@ func (s *fleetSim) send(r *desReq, idx int) {
 	}
 }
 
-// route is lb_policy llm: the engine admission placed the request on,
-// else the fleet's Route on the prompt's tokens (the admission reservation
+// route is lb_policy llm on r's gateway: the engine admission placed the
+// request on, else the fleet's Route on the prompt's tokens (the admission reservation
 // left out of its engine's load), least_conn when every candidate is
 // excluded, and Routed to record the pick.
 func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
+	gw := r.gw
 	q := s.query(r)
 	q.Own = res.Engine().Dial()
 	d, placed := r.place.Decision(s.dials)
 	ns := r.placeNs
 	if !placed {
 		t0 := time.Now()
-		d = s.f.Route(context.Background(), q)
+		d = gw.f.Route(context.Background(), q)
 		ns += float64(time.Since(t0).Nanoseconds())
 	}
 	s.res.DecisionNs = append(s.res.DecisionNs, ns)
 	idx, tier := d.Index, d.Tier
 	if idx < 0 {
-		idx, tier = s.leastConn(), routing.LoadOnly
+		idx, tier = s.leastConn(gw), routing.LoadOnly
 	}
 	s.res.Outcomes[tier.String()+"/"+d.Outcome.String()]++
-	s.f.Routed(q.Request, d, s.dials[idx])
+	gw.f.Routed(q.Request, d, s.dials[idx])
 	if s.p.Decided != nil {
-		err := s.p.Decided(Decided{Fleet: s.f, Query: q, Reservation: res, Decision: d, Placement: r.place, Chosen: s.dials[idx]})
+		err := s.p.Decided(Decided{Fleet: gw.f, Gateway: gw.idx, Query: q, Reservation: res, Decision: d, Placement: r.place, Chosen: s.dials[idx]})
 		if err != nil {
 			return 0, err
 		}
@@ -662,13 +638,13 @@ func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
 	return idx, nil
 }
 
-// leastConn is Caddy's least_conn: the engine with the fewest requests in
-// flight through this gateway, a random one among ties.
-func (s *fleetSim) leastConn() int {
+// leastConn is Caddy's least_conn on gateway gw: the engine with the
+// fewest requests in flight through gw, a random one among ties.
+func (s *fleetSim) leastConn(gw *gateway) int {
 	best, ties := -1, 0
 	var least int64
 	for i, d := range s.dials {
-		n := s.f.Registry().Ensure(d).Load().Inflight
+		n := gw.f.Registry().Ensure(d).Load().Inflight
 		switch {
 		case best < 0 || n < least:
 			best, least, ties = i, n, 1
@@ -683,17 +659,22 @@ func (s *fleetSim) leastConn() int {
 }
 
 // scrape is the gauge pollers: every engine's running, waiting and KV
-// usage as of now, recorded through the registry as a poll would.
+// usage as of now, recorded through every gateway's registry as a poll
+// would. The gauges are the engine's, whichever gateway sent its requests,
+// so every gateway reads the same.
 func (s *fleetSim) scrape() error {
 	for _, e := range s.engines {
-		s.f.Registry().Ensure(e.name).StartScrape()(upstreams.Gauges{
+		gauges := upstreams.Gauges{
 			Running:      float64(len(e.running)),
 			Waiting:      float64(len(e.waiting)),
 			KVUsage:      float64(e.used) / float64(e.capacity),
 			BlockSize:    s.bs,
 			NumGPUBlocks: e.capacity,
 			PromptTokens: e.promptTokens, CachedTokens: e.cachedTokens, PrefillSeconds: e.prefillSeconds,
-		})
+		}
+		for _, g := range s.gws {
+			g.f.Registry().Ensure(e.name).StartScrape()(gauges)
+		}
 	}
 	return s.unpark()
 }
@@ -734,17 +715,20 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 }
 
 // publish encodes the step's events as a vLLM batch and feeds it to the
-// engine's mirror, timing the gateway's share.
+// engine's mirror in every gateway, as each gateway's subscriber receives
+// it, timing the gateways' share.
 func (s *fleetSim) publish(e *desEngine) {
 	if len(e.events) == 0 {
 		return
 	}
-	if s.feeds != nil {
+	if s.enc != nil {
 		payload := s.enc.encode(s.now, e.events, s.bs)
-		t0 := time.Now()
-		s.feeds[e.idx].Message(nil, e.seq, payload)
-		s.res.EventTime += time.Since(t0)
-		s.res.EventBatches++
+		for _, g := range s.gws {
+			t0 := time.Now()
+			g.feeds[e.idx].Message(nil, e.seq, payload)
+			s.res.EventTime += time.Since(t0)
+			s.res.EventBatches++
+		}
 		e.seq++
 	}
 	e.events = e.events[:0]
