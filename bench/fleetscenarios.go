@@ -28,6 +28,7 @@ type FleetScenario struct {
 	BypassShare  float64 `json:"bypass_share,omitempty"`
 	Warm         bool    `json:"warm,omitempty"`
 	RestartEvery float64 `json:"restart_every_seconds,omitempty"`
+	Gateways     int     `json:"gateways,omitempty"` // Caddy instances sharing the fleet, clients spread across them
 }
 
 // FleetScenarioRun is one policy's outcome in a scenario.
@@ -63,6 +64,7 @@ func runScenarios(ctx context.Context, p FleetParams) ([]FleetScenarioRun, error
 				Requests: sc.Requests, Rate: rate, Policy: v.policy, MaxInflight: m.MaxNumSeqs, KVLimit: p.KVLimit,
 				PollInterval: p.PollInterval, MaxPark: p.MaxPark, QueueSize: p.QueueSize, Seed: p.Seed,
 				Approximate: v.name == "llm-approx", BypassShare: sc.BypassShare, Warm: sc.Warm, RestartEvery: sc.RestartEvery,
+				Gateways: sc.Gateways,
 			})
 			if err != nil {
 				return out, fmt.Errorf("scenario %s/%s: %w", sc.Name, v.name, err)

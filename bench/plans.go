@@ -146,6 +146,16 @@ func fleetParams(quick bool) FleetParams {
 	return p
 }
 
+// gateways is the scenario of g Caddy instances sharing the fleet,
+// active-active, each subscribed to every engine, clients spread across
+// them; g = 1 is the reference.
+func gateways(g int) FleetScenario {
+	return FleetScenario{Name: fmt.Sprintf("gateways-%d", g), Gateways: g,
+		Desc:    fmt.Sprintf("prefix-high's prompts (2048/256/256) in 64 groups, at 1.2× the no-hit capacity, through %d gateway(s): each gateway's approximate tree sees only its share of the traffic, while every gateway's KV index sees every engine's events.", g),
+		Engines: 8, Rho: 0.5, Load: 1.2, Requests: 4000,
+		Workload: WorkloadSpec{Name: "gateways", Kind: "prefix", Groups: 64, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
+}
+
 // fleetScenarios are the fleet section's scenarios where only the engines
 // know what they hold (issue 13), on 8 engines at 1× the no-hit capacity
 // (about where round_robin saturates).
@@ -157,6 +167,7 @@ func fleetScenarios() []FleetScenario {
 		{Name: "bypass", Desc: "prefix-high's prompts (2048/256/256) in 800 groups; before user traffic every group is warmed on an engine of the warmer's choosing, and 30% of the traffic goes straight to random engines — placements the gateway never made.",
 			Engines: 8, Rho: 0.5, Load: 1, Requests: 4000, BypassShare: 0.3, Warm: true,
 			Workload: WorkloadSpec{Name: "bypass", Kind: "prefix", Groups: 800, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}},
+		gateways(1), gateways(2), gateways(4), gateways(16),
 		{Name: "restarts", Desc: "prefix-high's prompts in 64 groups; an engine restarts every 5 s in turn (each every 40 s), losing its cache and what runs on it (those requests fail and are not retried).",
 			Engines: 8, Rho: 0.5, Load: 1, Requests: 4000, RestartEvery: 5,
 			Workload: WorkloadSpec{Name: "restarts", Kind: "prefix", Groups: 64, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}},
