@@ -58,18 +58,10 @@ func runBursts(ctx context.Context, p FleetParams) ([]FleetBurstRun, error) {
 	w.Groups = (bp.Requests + bp.Size - 1) / bp.Size // every burst a new prefix
 	blocks, _ := p.Model.KVBlocks(w, bp.Engines, p.Rho)
 	rate := bp.Load * float64(bp.Engines) * p.Model.Capacity(w.SystemTokens+w.QuestionTokens, 0, w.OutputTokens)
-	m := p.Model
 	var out []FleetBurstRun
 	for _, v := range bp.Variants {
-		sp := fleetsim.Params{
-			Engines: bp.Engines, KVBlocks: blocks,
-			Model: fleetsim.Model{MaxNumSeqs: m.MaxNumSeqs, BlockSize: m.BlockSize, PrefillTokensPerSec: m.PrefillTokensPerSec,
-				DecodeStepSeconds: m.DecodeStepSeconds, MaxBatchedTokens: m.MaxBatchedTokens},
-			Groups: w.Groups, SystemTokens: w.SystemTokens, QuestionTokens: w.QuestionTokens, OutputTokens: w.OutputTokens,
-			Requests: bp.Requests, Rate: rate, Policy: v.Policy, MaxInflight: m.MaxNumSeqs, KVLimit: p.KVLimit,
-			PollInterval: p.PollInterval, MaxPark: p.MaxPark, QueueSize: p.QueueSize, Seed: p.Seed,
-			BurstSize: bp.Size, BurstWindow: bp.Window,
-		}
+		sp := p.simParams(bp.Engines, blocks, w, rate, v.Policy)
+		sp.Requests, sp.BurstSize, sp.BurstWindow = bp.Requests, bp.Size, bp.Window
 		if v.SpeculativeOff {
 			sp.SpeculativeTTL = -1
 		}

@@ -56,16 +56,10 @@ func runScenarios(ctx context.Context, p FleetParams) ([]FleetScenarioRun, error
 		w := sc.Workload
 		rate := sc.Load * float64(sc.Engines) * m.Capacity(w.SystemTokens+w.QuestionTokens, 0, w.OutputTokens)
 		for _, v := range scenarioVariants {
-			r, err := fleetsim.Run(ctx, fleetsim.Params{
-				Engines: sc.Engines, KVBlocks: blocks,
-				Model: fleetsim.Model{MaxNumSeqs: m.MaxNumSeqs, BlockSize: m.BlockSize, PrefillTokensPerSec: m.PrefillTokensPerSec,
-					DecodeStepSeconds: m.DecodeStepSeconds, MaxBatchedTokens: m.MaxBatchedTokens},
-				Groups: w.Groups, SystemTokens: w.SystemTokens, QuestionTokens: w.QuestionTokens, OutputTokens: w.OutputTokens,
-				Requests: sc.Requests, Rate: rate, Policy: v.policy, MaxInflight: m.MaxNumSeqs, KVLimit: p.KVLimit,
-				PollInterval: p.PollInterval, MaxPark: p.MaxPark, QueueSize: p.QueueSize, Seed: p.Seed,
-				Approximate: v.name == "llm-approx", BypassShare: sc.BypassShare, Warm: sc.Warm, RestartEvery: sc.RestartEvery,
-				Gateways: sc.Gateways,
-			})
+			sp := p.simParams(sc.Engines, blocks, w, rate, v.policy)
+			sp.Requests, sp.Approximate, sp.Gateways = sc.Requests, v.name == "llm-approx", sc.Gateways
+			sp.BypassShare, sp.Warm, sp.RestartEvery = sc.BypassShare, sc.Warm, sc.RestartEvery
+			r, err := fleetsim.Run(ctx, sp)
 			if err != nil {
 				return out, fmt.Errorf("scenario %s/%s: %w", sc.Name, v.name, err)
 			}

@@ -138,23 +138,31 @@ func simulateFleet(ctx context.Context, p FleetParams, n int, v FleetVariant) (F
 		Rate: v.Load * capMiss, Requests: p.Requests}
 	m := p.Model
 	start := time.Now()
-	r, err := fleetsim.Run(ctx, fleetsim.Params{
-		Engines: n, KVBlocks: blocks,
-		Model: fleetsim.Model{MaxNumSeqs: m.MaxNumSeqs, BlockSize: m.BlockSize, PrefillTokensPerSec: m.PrefillTokensPerSec,
-			DecodeStepSeconds: m.DecodeStepSeconds, MaxBatchedTokens: m.MaxBatchedTokens},
-		Groups: w.Groups, SystemTokens: w.SystemTokens, QuestionTokens: w.QuestionTokens, OutputTokens: w.OutputTokens,
-		Requests: p.Requests, Rate: run.Rate, Policy: v.Policy,
-		MaxInflight:  int(max(1, v.InflightX) * float64(m.MaxNumSeqs)),
-		KVLimit:      p.KVLimit,
-		PollInterval: p.PollInterval, MaxPark: p.MaxPark, QueueSize: p.QueueSize,
-		Seed: p.Seed,
-	})
+	sp := p.simParams(n, blocks, w, run.Rate, v.Policy)
+	sp.Requests, sp.MaxInflight = p.Requests, int(max(1, v.InflightX)*float64(m.MaxNumSeqs))
+	r, err := fleetsim.Run(ctx, sp)
 	if err != nil {
 		return run, err
 	}
 	run.WallSeconds = time.Since(start).Seconds()
 	fillFleetRun(&run, &r)
 	return run, nil
+}
+
+// simParams is one simulation of the section: engines × blocks of the
+// section's model, the workload, the section's admission limits and seed,
+// at rate with policy; max_inflight is max_num_seqs. Callers set the
+// request count and any scenario options.
+func (p FleetParams) simParams(engines, blocks int, w WorkloadSpec, rate float64, policy string) fleetsim.Params {
+	m := p.Model
+	return fleetsim.Params{
+		Engines: engines, KVBlocks: blocks,
+		Model: fleetsim.Model{MaxNumSeqs: m.MaxNumSeqs, BlockSize: m.BlockSize, PrefillTokensPerSec: m.PrefillTokensPerSec,
+			DecodeStepSeconds: m.DecodeStepSeconds, MaxBatchedTokens: m.MaxBatchedTokens},
+		Groups: w.Groups, SystemTokens: w.SystemTokens, QuestionTokens: w.QuestionTokens, OutputTokens: w.OutputTokens,
+		Rate: rate, Policy: policy, MaxInflight: m.MaxNumSeqs, KVLimit: p.KVLimit,
+		PollInterval: p.PollInterval, MaxPark: p.MaxPark, QueueSize: p.QueueSize, Seed: p.Seed,
+	}
 }
 
 // fillFleetRun turns a simulation's raw result into the section's figures.
