@@ -7,51 +7,21 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
-// TestAdmissionCaddyfileLocalAccounting: `local_accounting on|off` maps to
-// disable_local_accounting; anything else is an error naming the line.
-func TestAdmissionCaddyfileLocalAccounting(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		disable bool
-		wantErr bool
-	}{
-		{in: "llm_admission {\n}", disable: false},
-		{in: "llm_admission {\n local_accounting off\n}", disable: true},
-		{in: "llm_admission {\n local_accounting off\n local_accounting on\n}", disable: false},
-		{in: "llm_admission {\n local_accounting maybe\n}", wantErr: true},
-		{in: "llm_admission {\n local_accounting\n}", wantErr: true},
-		{in: "llm_admission {\n local_accounting off on\n}", wantErr: true},
-	} {
-		var h Admission
-		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
-		if (err != nil) != tc.wantErr {
-			t.Errorf("%q: err = %v, want error %v", tc.in, err, tc.wantErr)
-			continue
-		}
-		if err != nil {
-			continue
-		}
-		if h.DisableLocalAccounting != tc.disable {
-			t.Errorf("%q: DisableLocalAccounting = %v", tc.in, h.DisableLocalAccounting)
-		}
-		raw, _ := json.Marshal(&h)
-		var m map[string]any
-		_ = json.Unmarshal(raw, &m)
-		if _, ok := m["disable_local_accounting"]; ok != tc.disable {
-			t.Errorf("%q: JSON %s", tc.in, raw)
-		}
-	}
-}
-
-// TestAdmissionCaddyfilePrefill: prefill_rate and long_prefill reach the
-// handler's JSON; a value that is not a number is an error.
-func TestAdmissionCaddyfilePrefill(t *testing.T) {
+// TestAdmissionCaddyfile: llm_admission's Caddyfile options reach the
+// handler's JSON — `local_accounting on|off` as disable_local_accounting,
+// prefill_rate and long_prefill as numbers — and a bad value is an error.
+func TestAdmissionCaddyfile(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
 		want    string
 		wantErr bool
 	}{
 		{in: "llm_admission {\n}", want: `{}`},
+		{in: "llm_admission {\n local_accounting off\n}", want: `{"disable_local_accounting":true}`},
+		{in: "llm_admission {\n local_accounting off\n local_accounting on\n}", want: `{}`},
+		{in: "llm_admission {\n local_accounting maybe\n}", wantErr: true},
+		{in: "llm_admission {\n local_accounting\n}", wantErr: true},
+		{in: "llm_admission {\n local_accounting off on\n}", wantErr: true},
 		{in: "llm_admission {\n prefill_rate 2500\n long_prefill 8192\n}", want: `{"prefill_rate":2500,"long_prefill":8192}`},
 		{in: "llm_admission {\n long_prefill -1\n}", want: `{"long_prefill":-1}`},
 		{in: "llm_admission {\n long_prefill 16k\n}", wantErr: true},
