@@ -40,6 +40,8 @@ type FleetScenarioRun struct {
 	TTFT                        Pcts
 	Completed, Rejected, Failed int
 	Bypassed                    int
+	// Outcomes is the llm decisions' mix, "tier/outcome" → count.
+	Outcomes map[string]int `json:"outcomes,omitempty"`
 }
 
 // scenarioVariants are the policies every scenario runs.
@@ -64,12 +66,12 @@ func runScenarios(ctx context.Context, p FleetParams) ([]FleetScenarioRun, error
 				return out, fmt.Errorf("scenario %s/%s: %w", sc.Name, v.name, err)
 			}
 			run := FleetScenarioRun{Scenario: sc.Name, Variant: v.name, Rate: rate, Rho: rho, KVBlocks: blocks, TTFT: percentiles(r.TTFT),
-				Completed: r.Completed, Rejected: r.Rejected, Failed: r.Failed, Bypassed: r.Bypassed}
+				Completed: r.Completed, Rejected: r.Rejected, Failed: r.Failed, Bypassed: r.Bypassed, Outcomes: r.Outcomes}
 			if n := r.PromptTokens - r.BypassPromptTokens; n > 0 {
 				run.HitRate = float64(r.CachedTokens-r.BypassCachedTokens) / float64(n)
 			}
-			log.Printf("fleet scenario %-12s %-12s rate %6.1f: hit %.3f ttft p50 %.2fs p90 %.2fs done %d rej %d failed %d bypassed %d",
-				sc.Name, v.name, rate, run.HitRate, run.TTFT.P50, run.TTFT.P90, run.Completed, run.Rejected, run.Failed, run.Bypassed)
+			log.Printf("fleet scenario %-12s %-12s rate %6.1f: hit %.3f ttft p50 %.2fs p90 %.2fs done %d rej %d failed %d bypassed %d decisions %v",
+				sc.Name, v.name, rate, run.HitRate, run.TTFT.P50, run.TTFT.P90, run.Completed, run.Rejected, run.Failed, run.Bypassed, run.Outcomes)
 			out = append(out, run)
 		}
 	}
