@@ -10,28 +10,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 )
 
-// fakeClock is a manually advanced clock for aging and wait-time tests.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newTestGate(cfg Config) (*Gate, *fakeClock) {
-	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+func newTestGate(cfg Config) (*Gate, *testclock.Clock) {
+	clk := testclock.New(time.Unix(1_000_000, 0))
 	return NewGateClock(cfg, clk.Now), clk
 }
 

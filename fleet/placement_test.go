@@ -3,38 +3,20 @@ package fleet
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
-// testClock is a manually advanced clock for drain rates and gates.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // clockedFleet is manualFleet on a test clock.
-func clockedFleet(t *testing.T, engines ...*EngineConfig) (*Fleet, *testClock) {
+func clockedFleet(t *testing.T, engines ...*EngineConfig) (*Fleet, *testclock.Clock) {
 	t.Helper()
-	clk := &testClock{t: time.Unix(1_000_000, 0)}
+	clk := testclock.New(time.Unix(1_000_000, 0))
 	f := New(zap.NewNop(), Options{ManualScrape: true, Now: clk.Now})
 	t.Cleanup(f.Close)
 	f.Start(f.NewGeneration(testConfig(engines...), zap.NewNop()))
@@ -139,7 +121,7 @@ func TestPlacedHolderFirst(t *testing.T) {
 type starvation struct {
 	t        *testing.T
 	f        *Fleet
-	clk      *testClock
+	clk      *testclock.Clock
 	g        *admission.Gate
 	dials    []string
 	hot      map[string]string // dial -> the prefix it holds

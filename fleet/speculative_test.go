@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
@@ -18,9 +19,9 @@ import (
 // mirrors' feeds connected) but have announced nothing yet: no engine
 // holds a block of anything, as right after the first request of a new
 // prefix was sent and before its BlockStored arrived.
-func specFleet(t *testing.T, n int) (*Fleet, *testClock, []string) {
+func specFleet(t *testing.T, n int) (*Fleet, *testclock.Clock, []string) {
 	t.Helper()
-	clk := &testClock{t: time.Unix(5000, 0)}
+	clk := testclock.New(time.Unix(5000, 0))
 	f := New(zap.NewNop(), Options{ManualScrape: true, Now: clk.Now})
 	t.Cleanup(f.Close)
 	dials := make([]string, n)
@@ -50,7 +51,7 @@ func tokens(seed uint64, n int, own uint64) []uint64 {
 
 // burst routes 16 requests sharing a 4096-token prefix within 48ms, each
 // dispatched and none finished, and returns how many engines they went to.
-func burst(t *testing.T, f *Fleet, clk *testClock, dials []string) int {
+func burst(t *testing.T, f *Fleet, clk *testclock.Clock, dials []string) int {
 	t.Helper()
 	used := map[string]int{}
 	s := DefaultSettings()

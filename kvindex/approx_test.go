@@ -6,24 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 )
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func approxOf(tr *ApproxTree, text string) (string, int) {
 	ms, total := tr.Match(text)
@@ -35,7 +20,7 @@ func approxOf(tr *ApproxTree, text string) (string, int) {
 }
 
 func TestApproxMatchLengths(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := testclock.New(time.Unix(1000, 0))
 	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, Now: clk.Now})
 	tr.Insert("aaaabbbbccccdd", "e1") // chunks aaaa bbbb cccc dd
 	tr.Insert("aaaabbbbxxxx", "e2")
@@ -60,18 +45,18 @@ func TestApproxMatchLengths(t *testing.T) {
 }
 
 func TestApproxTTL(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := testclock.New(time.Unix(1000, 0))
 	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, TTL: time.Minute, Now: clk.Now})
 	tr.Insert("aaaabbbbcccc", "e1")
-	clk.add(40 * time.Second)
+	clk.Advance(40 * time.Second)
 	tr.Insert("aaaabbbb", "e2")
 	tr.Insert("aaaa", "e1") // refreshes only e1's first chunk
-	clk.add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	// e1's chunks 2-3 are 70s old: expired. e2 and e1's first chunk are not.
 	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "e2=8 e1=4" {
 		t.Fatalf("after 70s: %q", got)
 	}
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "" {
 		t.Fatalf("after 130s: %q", got)
 	}
@@ -82,15 +67,15 @@ func TestApproxTTL(t *testing.T) {
 }
 
 func TestApproxSizeCapEvictsLeavesFirst(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := testclock.New(time.Unix(1000, 0))
 	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, MaxNodes: 5, Now: clk.Now})
 	tr.Insert("aaaabbbbcccc", "e1")
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	tr.Insert("xxxxyyyy", "e2") // 5 chunks: at the cap
 	if tr.Len() != 5 {
 		t.Fatalf("len %d", tr.Len())
 	}
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	tr.Insert("zzzz", "e3") // one over: e1's leaf goes, not its root
 	if tr.Len() != 5 {
 		t.Fatalf("len %d, want 5", tr.Len())

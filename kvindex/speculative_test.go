@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 )
 
 const specBS = 16
@@ -15,7 +17,7 @@ const specBS = 16
 // size is known), and "b", which has stored nothing.
 type specFixture struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *testclock.Clock
 	ix    *Index
 	feeds map[string]*Feed
 	p     []uint64 // a prompt of 16 blocks
@@ -24,7 +26,7 @@ type specFixture struct {
 
 func newSpecFixture(t *testing.T, cfg IndexConfig) *specFixture {
 	t.Helper()
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := testclock.New(time.Unix(1000, 0))
 	cfg.Now = clk.Now
 	x := &specFixture{t: t, clk: clk, ix: NewIndex(cfg), feeds: map[string]*Feed{}, p: prompt(16*specBS, 41)}
 	x.ix.SetPredictTTL(2 * time.Second)
@@ -129,13 +131,13 @@ func TestPredictMatch(t *testing.T) {
 func TestPredictionNeverStoredEnds(t *testing.T) {
 	x := newSpecFixture(t, IndexConfig{})
 	x.ix.Predict("a", specBS, 0, x.keys)
-	x.clk.add(time.Second)
+	x.clk.Advance(time.Second)
 	x.ix.Predict("b", specBS, 0, x.keys)
-	x.clk.add(999 * time.Millisecond)
+	x.clk.Advance(999 * time.Millisecond)
 	if x.match("a").Blocks != 16 {
 		t.Fatal("a's prediction ended before its TTL")
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	if got := x.match("a"); got.Blocks != 0 {
 		t.Fatalf("a's prediction outlived its TTL: %+v", got)
 	}
@@ -164,7 +166,7 @@ func TestPredictionNotRenewed(t *testing.T) {
 		t.Fatalf("first Predict recorded %d keys, want 16", n)
 	}
 	for i := 1; i <= 30; i++ {
-		x.clk.add(time.Second)
+		x.clk.Advance(time.Second)
 		// Every 2s (one TTL) the entries of 2s ago have ended, however
 		// often they were predicted since; Predict then inserts them anew.
 		if got := x.match("a").Blocks; (i%2 == 0) != (got == 0) {
@@ -180,11 +182,11 @@ func TestPredictionNotRenewed(t *testing.T) {
 	if st.Inserted != 16*16 || st.Expired != 15*16 {
 		t.Fatalf("stats %+v, want 256 inserted and 240 expired: the entries were renewed", st)
 	}
-	x.clk.add(time.Second) // 31s: the entries of 30s are 1s old
+	x.clk.Advance(time.Second) // 31s: the entries of 30s are 1s old
 	if x.match("a").Blocks != 16 {
 		t.Fatal("the entries of the last insertion ended early")
 	}
-	x.clk.add(time.Second) // 32s: a TTL after they were first predicted
+	x.clk.Advance(time.Second) // 32s: a TTL after they were first predicted
 	if got := x.match("a"); got.Blocks != 0 {
 		t.Fatalf("a TTL after the last insertion: %+v, want nothing", got)
 	}
@@ -285,13 +287,13 @@ func TestPredictionBounds(t *testing.T) {
 	if got := x.match("a"); got.Blocks != 8 {
 		t.Fatalf("a: %+v, want its 8 leading blocks", got)
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	other, _ := RequestKeys(nil, prompt(4*specBS, 7), specBS, 0, "", "")
 	x.ix.Predict("a", specBS, 0, other)
 	if got := x.match("a"); got.Blocks != 4 {
 		t.Fatalf("a after a newer prediction: %+v, want the leading 4 blocks kept", got)
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	x.ix.Predict("b", specBS, 0, x.keys) // 8 more: 16 > 12, a's oldest go
 	if got := x.match("b"); got.Blocks != 8 {
 		t.Fatalf("b: %+v, want 8", got)
@@ -322,7 +324,7 @@ func TestPredictionsConcurrent(t *testing.T) {
 				case 1:
 					x.ix.DropPredictions(id)
 				case 2:
-					x.clk.add(time.Duration(rng.IntN(500)) * time.Millisecond)
+					x.clk.Advance(time.Duration(rng.IntN(500)) * time.Millisecond)
 				case 3:
 					if g == 0 {
 						x.store("a", x.p, 0, 1+i%15, uint64(i)<<20)
@@ -393,7 +395,7 @@ func TestPredictionTotalBelowPerEngine(t *testing.T) {
 	if st := x.stats(); st.Live > 4 {
 		t.Fatalf("one engine: %d entries live, over the total bound of 4", st.Live)
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	x.ix.Predict("b", specBS, 0, x.keys)
 	if st := x.stats(); st.Live > 4 {
 		t.Fatalf("two engines: %d entries live, over the total bound of 4", st.Live)
@@ -410,20 +412,20 @@ func TestPredictionTotalBelowPerEngine(t *testing.T) {
 func TestPredictionClockStepBack(t *testing.T) {
 	x := newSpecFixture(t, IndexConfig{})
 	x.ix.Predict("a", specBS, 0, x.keys[:8])
-	x.clk.add(-time.Hour)
+	x.clk.Advance(-time.Hour)
 	if got := x.match("a"); got.Blocks != 8 {
 		t.Fatalf("after the step back: %+v, want the 8 entries", got)
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	x.ix.Predict("a", specBS, 0, x.keys[8:]) // behind the first 8 in a's queue
-	x.clk.add(2*time.Second - time.Millisecond)
+	x.clk.Advance(2*time.Second - time.Millisecond)
 	if got := x.match("a"); got.Blocks != 0 {
 		t.Fatalf("a TTL after the step back: %+v, want the first 8 ended", got)
 	}
 	if st := x.stats(); st.Live != 8 || st.Expired != 8 {
 		t.Fatalf("stats %+v, want the first 8 expired", st)
 	}
-	x.clk.add(time.Millisecond)
+	x.clk.Advance(time.Millisecond)
 	if st := x.stats(); st.Live != 0 || st.Expired != 16 {
 		t.Fatalf("stats %+v, want all 16 expired", st)
 	}

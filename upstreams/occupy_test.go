@@ -1,19 +1,17 @@
 package upstreams
 
 import (
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testclock"
 )
 
 // TestOccupy: a long prefill's hold shows in Load.Occupied until its
 // expected end, moves with its reservation and ends with it.
 func TestOccupy(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Unix(1_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	r := NewRegistry(Options{ManualScrape: true, Now: clock})
+	clk := testclock.New(time.Unix(1_000_000, 0))
+	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
 	defer r.Close()
 	a, b := r.Ensure("127.0.0.1:1"), r.Ensure("127.0.0.1:2")
 	occupied := func(e *Engine) time.Duration { return e.Load().Occupied }
@@ -29,7 +27,7 @@ func TestOccupy(t *testing.T) {
 	if d := occupied(a); d != 2*time.Second {
 		t.Fatalf("occupied %v, want the longest hold, 2s", d)
 	}
-	advance(1500 * time.Millisecond)
+	clk.Advance(1500 * time.Millisecond)
 	if d := occupied(a); d != 500*time.Millisecond {
 		t.Fatalf("after 1.5s: occupied %v, want 500ms (the 1s hold has ended)", d)
 	}
