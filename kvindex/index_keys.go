@@ -164,11 +164,6 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 // LoRA adapter and cache salt (see RequestExtraKeys), without
 // materialising them per block.
 func RequestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
-	return requestKeys(dst, tokens, blockSize, group, loraName, cacheSalt)
-}
-
-// requestKeys is RequestKeys.
-func requestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
 	if blockSize <= 0 {
 		return dst, errBlockSize
 	}

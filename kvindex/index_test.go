@@ -64,7 +64,7 @@ func TestKeys(t *testing.T) {
 	}
 	for _, c := range [][2]string{{"", ""}, {"l", ""}, {"", "s"}, {"l", "s"}} {
 		want, _ := Keys(nil, p, 8, 2, RequestExtraKeys(c[0], c[1], len(p)/8))
-		got, err := requestKeys(nil, p, 8, 2, c[0], c[1])
+		got, err := RequestKeys(nil, p, 8, 2, c[0], c[1])
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("requestKeys%v = %v, %v; Keys gives %v", c, got, err, want)
 		}
