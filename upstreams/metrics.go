@@ -200,7 +200,7 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 // optionalSum sums a family that may be absent or invalid; ok is false then.
 func optionalSum(fam *dto.MetricFamily) (float64, bool) {
 	sum, ok, err := sumFamily(fam)
-	return sum, ok && err == nil && !math.IsInf(sum, 0)
+	return sum, ok && err == nil && usableCounter(sum)
 }
 
 // prefillSeconds sums the prefill-time histogram's _sum over its series.
@@ -218,12 +218,12 @@ func prefillSeconds(fams map[string]*dto.MetricFamily) (float64, bool) {
 			return 0, false // a series without _sum: any total would be partial
 		}
 		v := h.GetSampleSum()
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		if !usableCounter(v) {
 			return 0, false
 		}
 		sum += v
 	}
-	return sum, !math.IsInf(sum, 0)
+	return sum, usableCounter(sum)
 }
 
 // sampleValue reads a gauge, untyped or counter sample and rejects
