@@ -498,10 +498,10 @@ func (h *Admission) band(r *http.Request) admission.Band {
 // their cache key.
 func (h *Admission) place(r *http.Request, req *admission.Request, dials []string) *fleet.Placement {
 	s, ok := h.fleet.PolicyOf(h.Pool)
-	if !ok || (s.CacheKeyHeader != "" && r.Header.Get(s.CacheKeyHeader) != "") {
+	if !ok {
 		return nil
 	}
-	pl := h.fleet.Place(r.Context(), fleet.Query{Request: req, Dials: dials, Settings: s})
+	pl := h.fleet.Place(r.Context(), fleet.Query{Request: req, Dials: dials, Settings: s, CacheKey: cacheKey(r, s.CacheKeyHeader)})
 	if pl != nil {
 		observeTokenize(pl.Tokenize) // the policy does not tokenize again
 	}

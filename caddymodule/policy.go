@@ -322,7 +322,7 @@ func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*revers
 	if len(cands) == 0 {
 		return nil, d
 	}
-	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: p.cacheKey(r)}
+	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: cacheKey(r, p.CacheKeyHeader)}
 	for i, u := range cands {
 		q.Dials[i] = u.Dial
 	}
@@ -422,12 +422,10 @@ func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	return req
 }
 
-func (p *Policy) cacheKey(r *http.Request) string {
-	if p.CacheKeyHeader == "" {
-		return ""
-	}
-	return r.Header.Get(p.CacheKeyHeader)
-}
+// cacheKey is the request's cache_key_header value: the policy pins such
+// requests, and admission leaves them unplaced. No header has an empty
+// name, so it is "" when none is configured.
+func cacheKey(r *http.Request, header string) string { return r.Header.Get(header) }
 
 // leastConn is Caddy's least_conn: fewest requests in flight through this
 // Caddy, ties broken by position (callers pass a stable order).
