@@ -159,13 +159,13 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 // ReservePlaced is TryReserve for a placed request (p nil: TryReserve).
 // An engine may take the request when it has room as TryReserve counts
 // it, or — when it holds the request's prefix (at least half of the
-// longest match, by its own blocks: predicted ones do not count here) — when the request's expected wait there is shorter than
-// the prefill it saves: the requests queued beyond the engine's capacity,
-// plus one, over the engine's drain rate (at least the time since its last
-// completion), against the prefix's tokens over
-// the prefill rate, counted for every sequence a cold prefill would stall
-// (the batch of the roomiest other engine, plus one; the holder's own
-// when the fleet is full). Such a request is reserved over the holder's
+// longest match, by its own blocks: predicted ones do not count here) —
+// when the request's expected wait there is shorter than the prefill it
+// saves: the requests queued beyond the engine's capacity, plus one, over
+// the engine's drain rate (at least the time since its last completion),
+// against the prefix's tokens over the prefill rate, counted for every
+// sequence a cold prefill would stall (the batch of the roomiest other
+// engine, plus one; the holder's own when the fleet is full). Such a request is reserved over the holder's
 // capacity and queues in the engine (ReasonHitWait): the bound follows
 // the engine's own figures — the slower it drains, the fewer wait; the
 // longer the prefix and the fuller the alternative, the more.
@@ -225,11 +225,12 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 // longPrefill is how long at most the request occupies engine l when its
 // uncached prompt there is longer than the long-prefill threshold: those
 // tokens over the prefill rate. The hold ends sooner when the stream's
-// first token shows the prefill over (upstreams.Reservation.Prefilled). vLLM prefills a running request's chunks before
-// it schedules any newly waiting one, so a request sent to an engine
-// during a long prefill waits for all of it; held as full meanwhile, the
-// engine gets no such request, and a long prompt costs the fleet one
-// engine's prefill time instead of every request that lands behind it.
+// first token shows the prefill over (upstreams.Reservation.Prefilled).
+// vLLM prefills a running request's chunks before it schedules any newly
+// waiting one, so a request sent to an engine during a long prefill waits
+// for all of it; held as full meanwhile, the engine gets no such request,
+// and a long prompt costs the fleet one engine's prefill time instead of
+// every request that lands behind it.
 func (p *Placement) longPrefill(l dialLoad, lim Limits) time.Duration {
 	threshold := lim.LongPrefill
 	if threshold == 0 {
