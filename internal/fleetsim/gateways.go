@@ -29,6 +29,10 @@ type gateway struct {
 	rr    int // its round_robin's counter: each Caddy keeps its own
 }
 
+// precise reports whether the gateways route on KV events: lb_policy llm
+// with mirrors and feeds, not Approximate.
+func (p Params) precise() bool { return p.Policy == PolicyLLM && !p.Approximate }
+
 // gateways is Params.Gateways with 0 read as one gateway.
 func (p Params) gateways() int { return max(p.Gateways, 1) }
 
@@ -58,7 +62,7 @@ func (s *fleetSim) newGateway(idx int) (*gateway, error) {
 		return nil, err
 	}
 	g.f.Start(g.f.NewGeneration(cfg, zap.NewNop()))
-	if p.Policy != PolicyLLM || p.Approximate {
+	if !p.precise() {
 		return g, nil
 	}
 	for _, e := range s.engines {

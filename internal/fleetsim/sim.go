@@ -418,7 +418,7 @@ func newSim(p Params) (*fleetSim, error) {
 	}
 	s.settings = fleet.DefaultSettings()
 	s.limits = fleet.Limits{KV: p.KVLimit, LongPrefill: p.LongPrefill}
-	if p.Policy == PolicyLLM && !p.Approximate {
+	if p.precise() {
 		s.enc = newBatchEncoder()
 	}
 	runtime.GC()
