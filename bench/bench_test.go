@@ -31,7 +31,7 @@ func TestQuickSmoke(t *testing.T) {
 	out := t.TempDir()
 	o := Options{
 		Out: out, Markdown: filepath.Join(out, "BENCHMARKS.md"), Plots: filepath.Join(out, "plots"), PlotExt: ".svg",
-		Only: map[string]bool{"quality": true, "fleet": true, "overhead": true},
+		Only: map[string]bool{"quality": true, "scenarios": true, "fleet": true, "overhead": true},
 	}
 	env := &Env{Root: root, Out: out, Quick: true, RunDeadline: time.Minute, Command: "go test ./bench -run TestQuickSmoke"}
 	if err := runSections(ctx, env, o, smokePlan(), t.TempDir(), time.Now()); err != nil {
@@ -76,6 +76,7 @@ func TestQuickSmoke(t *testing.T) {
 	if llm == nil || decided < float64(llm.Summary.Requests) {
 		t.Errorf("llm run: %v decisions for its requests: %+v", decided, llm)
 	}
+	checkScenarios(t, l.scenarios)
 	if len(l.fleet.Runs) != 2 {
 		t.Fatalf("fleet runs = %d, want 2", len(l.fleet.Runs))
 	}
@@ -103,7 +104,7 @@ func TestQuickSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Fleet simulation", "## 3. Gateway overhead", "ttft_p90_tiny.svg", "hit_rate.svg"} {
+	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Where only the engines know", "## 3. Fleet simulation", "## 4. Gateway overhead", "ttft_p90_tiny.svg", "hit_rate.svg"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -137,7 +138,37 @@ func smokePlan() Plan {
 	ov := overheadParams(true)
 	ov.Engines, ov.Concurrency, ov.Phase, ov.Warmup = 2, 4, 0.5, 0.2
 	ov.Bodies = ov.Bodies[:1]
-	return Plan{Quality: q, Fleet: f, Overhead: ov}
+	sc := scenarioParams(true)
+	sc.Engines = 2
+	return Plan{Quality: q, Scenarios: sc, Fleet: f, Overhead: ov}
+}
+
+// checkScenarios checks the smoke plan's scenarios: two gateways with
+// bypassing traffic, a warm-up and restarts; and a burst.
+func checkScenarios(t *testing.T, q *QualityResult) {
+	t.Helper()
+	if q == nil || len(q.Runs) != 3 {
+		t.Fatalf("scenario runs: %+v, want 3", q)
+	}
+	for _, pol := range []string{"llm", "llm-approx"} {
+		r := q.at("gateways-2", pol, 1)
+		if r == nil || r.Summary.OK == 0 || r.Bypassed == 0 || r.Restarts == 0 || r.Summary.Requests+r.Bypassed != 32 {
+			t.Errorf("gateways-2 %s: want completed, bypassed and restarts, 32 requests: %+v", pol, r)
+		}
+	}
+	if r := q.at("gateways-2", "llm", 1); r != nil {
+		var decided float64
+		for _, v := range r.Decisions {
+			decided += v
+		}
+		if decided < float64(r.Summary.Requests) {
+			t.Errorf("gateways-2 llm: %v decisions over both gateways for %d routed requests", decided, r.Summary.Requests)
+		}
+	}
+	b := q.at("burst", "llm", 0.8)
+	if b == nil || b.Bursts == nil || b.Bursts.Bursts != 3 || b.Bursts.EnginesMax < 1 {
+		t.Errorf("burst llm: want 3 bursts with engines counted: %+v", b)
+	}
 }
 
 // TestSoakSmoke runs the soak section end to end, briefly: the real test

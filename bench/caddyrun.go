@@ -78,6 +78,8 @@ type GatewayConfig struct {
 	Admission     bool
 	AdmissionBody string
 	PollInterval  time.Duration
+	// AppBody holds extra lines inside the llm app's block.
+	AppBody string
 	// PlainOnly leaves out the llm app: plain Caddy.
 	PlainOnly bool
 }
@@ -117,6 +119,9 @@ func (g GatewayConfig) writeApp(b *strings.Builder) {
 		poll = 250 * time.Millisecond
 	}
 	fmt.Fprintf(b, "\tllm {\n\t\tpoll_interval %s\n", poll)
+	if g.AppBody != "" {
+		b.WriteString(indent(g.AppBody, "\t\t"))
+	}
 	for _, e := range g.Engines {
 		fmt.Fprintf(b, "\t\tengine %s {\n", e.Dial)
 		if e.MaxInflight > 0 {

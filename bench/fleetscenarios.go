@@ -78,8 +78,8 @@ func runScenarios(ctx context.Context, p FleetParams) ([]FleetScenarioRun, error
 	return out, nil
 }
 
-// renderScenarios is the scenarios' part of the fleet section.
-func renderScenarios(b *strings.Builder, p FleetParams, runs []FleetScenarioRun) {
+// renderFleetScenarios is the scenarios' part of the fleet section.
+func renderFleetScenarios(b *strings.Builder, p FleetParams, runs []FleetScenarioRun) {
 	if len(runs) == 0 {
 		return
 	}

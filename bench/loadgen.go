@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,9 @@ type Target struct {
 	// affinity).
 	KeyHeader string
 	Client    *http.Client
+	// Direct marks an engine's own endpoint: traffic that bypasses every
+	// gateway (its records say so).
+	Direct bool
 }
 
 // LoadConfig bounds one run.
@@ -49,6 +53,16 @@ type LoadConfig struct {
 	// Progress, when set, counts requests started and finished, for a
 	// stall watchdog.
 	Progress *Progress
+	// TargetFor, when set, chooses each session's target (one of several
+	// gateways, or an engine for traffic that bypasses them); nil sends
+	// every session to Run's target.
+	TargetFor func(session int) Target
+	// BurstSize > 1 makes open-loop arrivals come in bursts: consecutive
+	// sessions in groups of BurstSize, the bursts a Poisson process at
+	// Rate ÷ BurstSize, a burst's sessions spread uniformly over
+	// BurstWindow simulated seconds.
+	BurstSize   int
+	BurstWindow float64
 }
 
 // Progress counts a run's requests as they go.
@@ -77,6 +91,9 @@ type Record struct {
 	// response headers (lb_policy llm with debug_headers), when present.
 	Upstream string `json:"upstream,omitempty"`
 	Tier     string `json:"tier,omitempty"`
+	// Direct: the request went straight to an engine, not through a
+	// gateway.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // OK reports whether the request completed with a usage report.
@@ -107,6 +124,10 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 	runSession := func(idx int) {
 		defer wg.Done()
 		s := &sessions[idx]
+		t := t
+		if cfg.TargetFor != nil {
+			t = cfg.TargetFor(idx)
+		}
 		var history []chatMsg
 		if s.System != "" {
 			history = append(history, chatMsg{Role: "system", Content: s.System})
@@ -128,7 +149,7 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 			if cfg.Progress != nil {
 				cfg.Progress.Finished.Add(1)
 			}
-			rec.Session, rec.Turn = idx, ti
+			rec.Session, rec.Turn, rec.Direct = idx, ti, t.Direct
 			mu.Lock()
 			records = append(records, rec)
 			mu.Unlock()
@@ -141,21 +162,16 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 
 	sem := make(chan struct{}, cfg.Concurrency)
 	if cfg.Rate > 0 {
-		rng := rand.New(rand.NewPCG(cfg.Seed, 0x6172726976))
-		next := start
-	arrivals:
+		at := arrivals(len(sessions), cfg)
+	arrive:
 		for i := range sessions {
-			if i > 0 {
-				gap := rng.ExpFloat64() / cfg.Rate / cfg.TimeScale
-				next = next.Add(time.Duration(gap * float64(time.Second)))
-				if !sleepCtx(ctx, time.Until(next)) {
-					break
-				}
+			if !sleepCtx(ctx, time.Until(start.Add(at[i]))) {
+				break
 			}
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				break arrivals
+				break arrive
 			}
 			wg.Add(1)
 			go func() {
@@ -187,6 +203,36 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 	}
 	wg.Wait()
 	return records
+}
+
+// arrivals returns the open-loop start time of every session, from the
+// run's start in wall time: a Poisson process at cfg.Rate, or with
+// cfg.BurstSize > 1 bursts of consecutive sessions at cfg.Rate ÷
+// BurstSize, each burst's sessions at uniform offsets within
+// cfg.BurstWindow, in order.
+func arrivals(n int, cfg LoadConfig) []time.Duration {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6172726976))
+	wall := func(sim float64) time.Duration { return time.Duration(sim / cfg.TimeScale * float64(time.Second)) }
+	out := make([]time.Duration, n)
+	size := max(1, cfg.BurstSize)
+	var t float64 // simulated seconds
+	for b := 0; b*size < n; b++ {
+		if b > 0 {
+			t += rng.ExpFloat64() / (cfg.Rate / float64(size))
+		}
+		burst := out[b*size : min(n, (b+1)*size)]
+		offsets := make([]float64, len(burst))
+		for i := range offsets {
+			if i > 0 && size > 1 {
+				offsets[i] = rng.Float64() * cfg.BurstWindow
+			}
+		}
+		slices.Sort(offsets)
+		for i := range burst {
+			burst[i] = wall(t + offsets[i])
+		}
+	}
+	return out
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -76,7 +76,7 @@ func parseFlags(args []string) (Options, error) {
 	var only string
 	fs.BoolVar(&o.Quick, "quick", false, "smoke mode: tiny workloads and a 1-minute soak, < 7 minutes; report and plots go under -out")
 	fs.StringVar(&o.Out, "out", "", "directory for raw results (default bench/results, or bench/results/quick with -quick)")
-	fs.StringVar(&only, "only", "", "comma-separated sections to run: quality, fleet, overhead, soak (default all); \"report\" only re-renders the report from saved results")
+	fs.StringVar(&only, "only", "", "comma-separated sections to run: quality, scenarios, fleet, overhead, soak (default all); \"report\" only re-renders the report from saved results")
 	fs.StringVar(&o.Markdown, "md", "", "report path (default BENCHMARKS.md at the repository root; <out>/BENCHMARKS.md with -quick or -out)")
 	fs.StringVar(&o.Plots, "plots", "", "plot directory (default bench/plots; <out>/plots with -quick or -out)")
 	format := fs.String("plot-format", "svg", "plot file format: svg or png")
@@ -96,15 +96,15 @@ func parseFlags(args []string) (Options, error) {
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			switch s {
-			case "quality", "fleet", "overhead", "soak", "report":
+			case "quality", "scenarios", "fleet", "overhead", "soak", "report":
 				o.Only[s] = true
 			default:
-				return o, fmt.Errorf("unknown section %q (quality, fleet, overhead, soak; report re-renders only)", s)
+				return o, fmt.Errorf("unknown section %q (quality, scenarios, fleet, overhead, soak; report re-renders only)", s)
 			}
 		}
 	}
 	if len(o.Only) == 0 {
-		o.Only = map[string]bool{"quality": true, "fleet": true, "overhead": true, "soak": true}
+		o.Only = map[string]bool{"quality": true, "scenarios": true, "fleet": true, "overhead": true, "soak": true}
 	}
 	return o, nil
 }
@@ -157,7 +157,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan := Plan{Quality: qualityParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick), Soak: soak}
+	plan := Plan{Quality: qualityParams(o.Quick), Scenarios: scenarioParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick), Soak: soak}
 	return runSections(ctx, env, o, plan, tmp, started)
 }
 

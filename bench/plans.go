@@ -236,3 +236,81 @@ func keepNamed[T any](items []T, env string, name func(T) string) []T {
 	}
 	return keep
 }
+
+// model32B is the scenarios' engine: a 32B dense model on one H100-class
+// GPU (derivation in scenarioModelNote), every streamed token standing
+// for 4 as in the quality runs.
+func model32B() EngineModel {
+	return EngineModel{MaxNumSeqs: 16, BlockSize: 16, PrefillTokensPerSec: 7000, DecodeStepSeconds: 0.020, MaxBatchedTokens: 8192, TokenScale: 4}
+}
+
+// scenarioModelNote states the scenarios' cost model and where its
+// numbers come from, for the report.
+const scenarioModelNote = "**Cost model** (issue 13: prefill must dominate where it does on real engines). The engines model a 32B dense model on one H100 SXM: **prefill 7,000 uncached tokens/s, decode step 20 ms, 8,192-token steps (chunked prefill)**. A step lasts the decode step plus its prefill chunk's tokens ÷ the prefill rate, so a step that carries a long prompt's chunk stalls every running sequence's next token for that long — a 7,200-token uncached prompt costs 1.03 s of prefill, an 8,192-token chunk 1.19 s. Where the numbers come from: Qwen3-32B's `config.json` (64 layers, hidden 5120, 64 query heads and 8 KV heads of 128, MLP 25600; 32.8 B parameters) gives ≈ 64 GFLOP per token for the weights (2 × parameters) plus ≈ 7.5 GFLOP for attention at a 7,200-token prompt's mean context (4 × 64 layers × 8,192 × 3,600); NVIDIA's H100 SXM datasheet gives 989 TFLOP/s dense BF16 and 3.35 TB/s of HBM; at 50% of peak in prefill that is ≈ 6,900 tokens/s, and reading the 65.6 GB of weights once per decode step takes 19.6 ms (the KV reads of a full batch, not modelled, would add a few ms). vLLM's default `max_num_batched_tokens` for its OpenAI server on GPUs of 70 GiB or more is 8,192 (`vllm/engine/arg_utils.py`). Two departures, for the 2-core host: `max_num_seqs` is 16 (8 in kv-pressure, to keep its run at a few hundred requests), not vLLM's default, and the KV cache is sized by the workload's ρ rule, not by the GPU's memory."
+
+// scenarioParams is the scenarios section (issue 13): real Caddy in
+// front of 8 engines of the 32B cost model, each scenario against the
+// approximate tier and Caddy's own policies, fresh caches per run.
+func scenarioParams(quick bool) QualityParams {
+	p := qualityParams(quick)
+	p.Model = model32B()
+	pols := map[string]PolicySpec{}
+	for _, pol := range qualityPolicies() {
+		pols[pol.Name] = pol
+	}
+	nospec := pols["llm"]
+	nospec.Name, nospec.AppBody, nospec.Desc = "llm-nospec", "speculative_ttl 0", "lb_policy llm, KV events, speculative_ttl 0 (no speculative entries)"
+	p.Policies = []PolicySpec{pols["llm"], pols["llm-approx"], nospec, pols["least_conn"], pols["round_robin"]}
+	p.Policies = keepNamed(p.Policies, "BENCH_POLICIES", func(s PolicySpec) string { return s.Name })
+	p.Plans = scenarioPlans()
+	p.Plans = keepNamed(p.Plans, "BENCH_SCENARIOS", func(q QualityPlan) string { return q.Workload.Name }) // development aid
+	if quick {
+		p.Engines, p.TimeScale = 4, 4
+		p.Plans = []QualityPlan{{Workload: WorkloadSpec{Name: "gateways-2", Kind: "prefix", Groups: 8, PerGroup: 4, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 32, Seed: 21},
+			Rates: []float64{1}, Scenario: &ScenarioOptions{Desc: "tiny", Gateways: 2, BypassShare: 0.3, Warm: true, RestartEvery: 2, Policies: []string{"llm", "llm-approx"}}},
+			{Workload: WorkloadSpec{Name: "burst", Kind: "burst", Groups: 3, PerGroup: 4, SystemTokens: 512, QuestionTokens: 32, OutputTokens: 16, Seed: 25},
+				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}}}
+	}
+	return p
+}
+
+// The policies every scenario compares.
+var fourPolicies = []string{"llm", "llm-approx", "least_conn", "round_robin"}
+
+// prefix2048 is prefix-high's prompts in 48 groups of 6: the shape of
+// every scenario but kv-pressure and burst.
+func prefix2048(name string, seed uint64) WorkloadSpec {
+	return WorkloadSpec{Name: name, Kind: "prefix", Groups: 48, PerGroup: 6, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256, Reference: "256×16, 2048/256/256", Seed: seed}
+}
+
+// gatewaysPlan is the fleet shared by g Caddy instances, at and past
+// round_robin's saturation.
+func gatewaysPlan(g int, policies []string) QualityPlan {
+	return QualityPlan{Workload: prefix2048(fmt.Sprintf("gateways-%d", g), 30+uint64(g)), Rates: []float64{1, 1.3},
+		Scenario: &ScenarioOptions{Gateways: g, Policies: policies,
+			Desc: fmt.Sprintf("the fleet shared by %d Caddy instances, active-active, sessions spread across them in turn: each gateway's approximate tree sees only its share of the traffic, while every gateway's KV index sees every engine's events.", g)}}
+}
+
+func scenarioPlans() []QualityPlan {
+	kv := model32B()
+	kv.MaxNumSeqs = 8
+	return []QualityPlan{
+		{Workload: WorkloadSpec{Name: "kv-pressure", Kind: "prefix", Groups: 82, PerGroup: 5, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000, Reference: "150×5, 6000/1200/1000", Seed: 22},
+			Rates: []float64{0.7, 1, 1.3},
+			Scenario: &ScenarioOptions{Rho: 0.75, Model: &kv, TimeScale: 4, Policies: fourPolicies,
+				Desc: "llm-d's shape in 82 groups, so that the resident set fills ≈ 0.75 of the fleet's KV cache and engines evict what the approximate tree still believes they hold; 4× faster than real time (the runs are long)."}},
+		gatewaysPlan(1, []string{"llm", "llm-approx"}),
+		gatewaysPlan(2, fourPolicies),
+		gatewaysPlan(4, fourPolicies),
+		{Workload: prefix2048("bypass", 23), Rates: []float64{1},
+			Scenario: &ScenarioOptions{BypassShare: 0.3, Warm: true, Policies: fourPolicies,
+				Desc: "before user traffic a cache warmer puts every group's prefix on an engine of its own choosing, not through the gateway; then 30% of the sessions go straight to random engines. Hit rate and TTFT are of the gateway's requests."}},
+		{Workload: prefix2048("restarts", 24), Rates: []float64{1},
+			Scenario: &ScenarioOptions{RestartEvery: 3, Policies: fourPolicies,
+				Desc: "an engine restarts every 3 simulated seconds, in turn (cache wiped, events reset, running requests fail and are not retried)."}},
+		{Workload: WorkloadSpec{Name: "burst", Kind: "burst", Groups: 20, PerGroup: 16, SystemTokens: 4096, QuestionTokens: 128, OutputTokens: 64, Reference: "bursts of 16 within 50 ms", Seed: 25},
+			Rates: []float64{0.8},
+			Scenario: &ScenarioOptions{BurstSize: 16, BurstWindow: 0.05, Policies: []string{"llm", "llm-nospec", "least_conn", "round_robin"},
+				Desc: "each group is a burst of 16 requests within 50 ms (bursts a Poisson process), a 4096-token prefix nobody holds yet plus 128 tokens of its own; the first request is routed before any engine has announced its blocks, so only speculative entries (`speculative_ttl`, 2 s of wall time) keep the rest with it."}},
+	}
+}

@@ -58,9 +58,9 @@ func plotTTFT(dir, ext string, q *QualityResult, workload string) (string, error
 	return name, p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name))
 }
 
-// plotHitRate draws grouped bars: per workload, the hit rate of each
-// policy at the workload's reference rate.
-func plotHitRate(dir, ext string, q *QualityResult) (string, error) {
+// plotHitRate draws grouped bars into file name: per workload, the hit
+// rate of each policy at the workload's rate rateOf.
+func plotHitRate(dir, ext, name string, q *QualityResult, rateOf func(workload string) float64) (string, error) {
 	p := plot.New()
 	p.Title.Text = "Prefix-cache hit rate (cached / prompt tokens), per workload and policy"
 	p.Y.Label.Text = "hit rate"
@@ -74,7 +74,7 @@ func plotHitRate(dir, ext string, q *QualityResult) (string, error) {
 	for i, pol := range q.Params.Policies {
 		vals := make(plotter.Values, len(names))
 		for j, w := range q.Workloads {
-			if r := q.at(w.Spec.Name, pol.Name, q.refRate(w.Spec.Name)); r != nil {
+			if r := q.at(w.Spec.Name, pol.Name, rateOf(w.Spec.Name)); r != nil {
 				vals[j] = r.Summary.HitRate
 			}
 		}
@@ -92,7 +92,7 @@ func plotHitRate(dir, ext string, q *QualityResult) (string, error) {
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 	p.Add(plotter.NewGrid())
-	name := "hit_rate" + ext
+	name += ext
 	return name, p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, name))
 }
 

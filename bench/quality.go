@@ -33,7 +33,9 @@ type PolicySpec struct {
 	// InflightX sets every engine's max_inflight to this multiple of
 	// max_num_seqs (0 = 1: admission never lets an engine queue).
 	InflightX float64 `json:"inflight_x,omitempty"`
-	Desc      string  `json:"desc"`
+	// AppBody holds extra lines inside the llm app's block.
+	AppBody string `json:"app_body,omitempty"`
+	Desc    string `json:"desc"`
 }
 
 // qualityPolicies are the five configurations compared.
@@ -54,6 +56,9 @@ type QualityPlan struct {
 	// Rates are open-loop arrival rates, as multiples of the fleet's
 	// estimated capacity without cache hits (CapMiss).
 	Rates []float64 `json:"rates"`
+	// Scenario, when set, is how the plan departs from a plain quality
+	// run (the scenarios section).
+	Scenario *ScenarioOptions `json:"scenario,omitempty"`
 }
 
 // QualityParams are the section's settings.
@@ -112,8 +117,15 @@ type QualityRun struct {
 	// slowed the run, and it is run again (Attempts).
 	SimLag   float64 `json:"sim_lag"`
 	Attempts int     `json:"attempts"`
-	// Decisions counts llmgw_prefix_decisions_total by "tier/outcome".
+	// Decisions counts llmgw_prefix_decisions_total by "tier/outcome",
+	// summed over the gateways.
 	Decisions map[string]float64 `json:"decisions,omitempty"`
+	// Scenario runs: requests sent straight to engines (left out of
+	// Summary, which is of the gateways' requests), engine restarts made,
+	// and the bursts' placement.
+	Bypassed int         `json:"bypassed,omitempty"`
+	Restarts int         `json:"restarts,omitempty"`
+	Bursts   *BurstStats `json:"bursts,omitempty"`
 }
 
 // QualityWorkload is one workload's derived fleet settings.
@@ -123,6 +135,10 @@ type QualityWorkload struct {
 	Rho      float64      `json:"rho"`
 	CapMiss  float64      `json:"cap_miss"` // fleet req/s, no cache hits
 	CapHit   float64      `json:"cap_hit"`  // fleet req/s, every shared prefix cached
+	// Model and TimeScale are the engines' for this workload.
+	Model     EngineModel      `json:"model"`
+	TimeScale float64          `json:"time_scale"`
+	Scenario  *ScenarioOptions `json:"scenario,omitempty"`
 }
 
 // QualityResult is the section's output.
@@ -145,7 +161,7 @@ func (p QualityParams) derive(w WorkloadSpec) QualityWorkload {
 	}
 	n := float64(p.Engines)
 	return QualityWorkload{
-		Spec: w, KVBlocks: blocks, Rho: rho,
+		Spec: w, KVBlocks: blocks, Rho: rho, Model: p.Model, TimeScale: p.TimeScale,
 		CapMiss: n * p.Model.Capacity(prompt, 0, w.OutputTokens),
 		CapHit:  n * p.Model.Capacity(prompt, shared, w.OutputTokens),
 	}
@@ -156,8 +172,11 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 	res := &QualityResult{Params: p}
 	retries := 0
 	sectionStart := time.Now()
-	for _, plan := range p.Plans {
+	section := p
+	for _, plan := range section.Plans {
+		p := plan.Scenario.apply(section)
 		qw := p.derive(plan.Workload)
+		qw.Scenario = plan.Scenario
 		res.Workloads = append(res.Workloads, qw)
 		sessions, err := plan.Workload.Build(p.Model.tokenScale())
 		if err != nil {
@@ -165,6 +184,9 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 		}
 		for _, x := range plan.Rates {
 			for _, pol := range p.Policies {
+				if !plan.Scenario.runs(pol.Name) {
+					continue
+				}
 				if ctx.Err() != nil {
 					return res, ctx.Err()
 				}
@@ -203,71 +225,40 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 
 func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
 	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
+	sc := qw.Scenario
 	fleet, err := startSimFleet(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale)
 	if err != nil {
 		return run, err
 	}
 	defer fleet.Close()
 	dir := filepath.Join(env.Out, "runs", fmt.Sprintf("%s-%s-%.2f", qw.Spec.Name, pol.Name, x))
-	maxPark := time.Duration(p.MaxPark / p.TimeScale * float64(time.Second))
-	refs := fleet.Refs(pol.KV)
-	if pol.InflightX > 0 {
-		for i := range refs {
-			refs[i].MaxInflight = int(pol.InflightX * float64(refs[i].MaxInflight))
-		}
-	}
-	gw, err := startGateway(ctx, env.Caddy, dir, GatewayConfig{
-		Engines:       refs,
-		Policy:        pol.Policy,
-		PolicyBody:    pol.Body,
-		Admission:     true,
-		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
-		PollInterval:  p.PollInterval,
-	}, pol.KV)
+	gws, err := startGateways(ctx, env.Caddy, dir, p.gatewayConfig(fleet, pol), sc.gateways(), pol.KV)
 	if err != nil {
 		return run, err
 	}
-	defer gw.Stop()
+	defer stopGateways(gws)
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0, DisableCompression: true}
 	defer tr.CloseIdleConnections()
-	target := Target{URL: gw.URL, Model: "sim-model", KeyHeader: pol.KeyHeader, Client: &http.Client{Transport: tr}}
-
-	cpu0, err := procCPU(gw.Pid())
+	client := &http.Client{Transport: tr}
+	targets := make([]Target, len(gws))
+	for i, gw := range gws {
+		targets[i] = Target{URL: gw.URL, Model: "sim-model", KeyHeader: pol.KeyHeader, Client: client}
+	}
+	if sc != nil && sc.Warm {
+		if err := warmFleet(ctx, fleet, sessions, client, qw.Spec.Seed+13); err != nil {
+			return run, err
+		}
+	}
+	recs, err := p.measure(ctx, env, &run, measured{fleet: fleet, gws: gws, dir: dir, targets: targets, sessions: sessions, seed: qw.Spec.Seed, sc: sc})
 	if err != nil {
 		return run, err
 	}
-	self0, _ := procCPU(os.Getpid())
-	wait0 := runqueueWait(os.Getpid(), gw.Pid())
-	start := time.Now()
-	prog := &Progress{}
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	runCtx, abort := context.WithCancel(ctx)
-	defer abort()
-	var stalled atomic.Bool
-	go watchStalls(wctx, prog, fleet, gw, dir, func() { stalled.Store(true); abort() })
-	recs := Run(runCtx, target, sessions, LoadConfig{
-		Progress:       prog,
-		Rate:           run.Rate / float64(max(1, len(sessions[0].Turns))),
-		Concurrency:    4096,
-		TimeScale:      p.TimeScale,
-		Deadline:       env.RunDeadline,
-		RequestTimeout: env.RunDeadline,
-		Stream:         true,
-		Seed:           qw.Spec.Seed + 7,
-	})
-	run.Wall = time.Since(start).Seconds()
-	run.Stalled = stalled.Load()
-	cpu1, err := procCPU(gw.Pid())
-	if err != nil {
-		return run, err
+	run.Summary = Summarize(routed(recs), p.TimeScale, p.Model.tokenScale())
+	run.Bypassed = len(recs) - run.Summary.Requests
+	if sc != nil && sc.BurstSize > 1 {
+		run.Bursts = burstStats(recs, sc.BurstSize)
 	}
-	self1, _ := procCPU(os.Getpid())
-	run.HostWait = (runqueueWait(os.Getpid(), gw.Pid()) - wait0).Seconds() / run.Wall
-	run.CaddyCPU, run.HarnessCPU = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
-	run.CaddyRSS, _, _ = procRSS(gw.Pid())
-	run.Summary = Summarize(recs, p.TimeScale, p.Model.tokenScale())
 	t := fleet.Totals()
 	if t.PromptTokens > 0 {
 		run.EngineHitRate = float64(t.CachedTokens) / float64(t.PromptTokens)
@@ -282,13 +273,104 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	if err := saveRecords(filepath.Join(dir, "records.jsonl"), recs); err != nil {
 		log.Printf("saving records: %v", err)
 	}
-	if m, err := gw.Metrics(ctx, "llmgw_prefix_decisions_total"); err == nil {
-		run.Decisions = map[string]float64{}
+	for _, gw := range gws {
+		m, err := gw.Metrics(ctx, "llmgw_prefix_decisions_total")
+		if err != nil {
+			continue
+		}
+		if run.Decisions == nil {
+			run.Decisions = map[string]float64{}
+		}
 		for k, v := range m {
 			run.Decisions[labelsKey(k)] += v
 		}
 	}
 	return run, nil
+}
+
+// gatewayConfig is the Caddyfile of a run with policy pol.
+func (p QualityParams) gatewayConfig(fleet *SimFleet, pol PolicySpec) GatewayConfig {
+	maxPark := time.Duration(p.MaxPark / p.TimeScale * float64(time.Second))
+	refs := fleet.Refs(pol.KV)
+	if pol.InflightX > 0 {
+		for i := range refs {
+			refs[i].MaxInflight = int(pol.InflightX * float64(refs[i].MaxInflight))
+		}
+	}
+	return GatewayConfig{
+		Engines:       refs,
+		Policy:        pol.Policy,
+		PolicyBody:    pol.Body,
+		AppBody:       pol.AppBody,
+		Admission:     true,
+		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
+		PollInterval:  p.PollInterval,
+	}
+}
+
+// measured is what one run's load goes through.
+type measured struct {
+	fleet    *SimFleet
+	gws      []*Gateway
+	dir      string
+	targets  []Target
+	sessions []Session
+	seed     uint64
+	sc       *ScenarioOptions
+}
+
+// measure runs the load against the gateways and records the gateways'
+// and the harness's CPU, the host's contention and Caddy's memory into
+// run; it returns every request's record.
+func (p QualityParams) measure(ctx context.Context, env *Env, run *QualityRun, m measured) ([]Record, error) {
+	gwPids := pids(m.gws)
+	cpu0, err := cpuOf(gwPids)
+	if err != nil {
+		return nil, err
+	}
+	self0, _ := procCPU(os.Getpid())
+	wait0 := runqueueWait(append([]int{os.Getpid()}, gwPids...)...)
+	start := time.Now()
+	prog := &Progress{}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	runCtx, abort := context.WithCancel(ctx)
+	defer abort()
+	var stalled atomic.Bool
+	go watchStalls(wctx, prog, m.fleet, m.gws[0], m.dir, func() { stalled.Store(true); abort() })
+	cfg := LoadConfig{
+		Progress:       prog,
+		Rate:           run.Rate / float64(max(1, len(m.sessions[0].Turns))),
+		Concurrency:    4096,
+		TimeScale:      p.TimeScale,
+		Deadline:       env.RunDeadline,
+		RequestTimeout: env.RunDeadline,
+		Stream:         true,
+		Seed:           m.seed + 7,
+		TargetFor:      sessionTargets(m.sc, m.targets, m.fleet, m.targets[0].Client, m.seed+11),
+	}
+	var restartEvery time.Duration
+	if sc := m.sc; sc != nil {
+		cfg.BurstSize, cfg.BurstWindow = sc.BurstSize, sc.BurstWindow
+		restartEvery = time.Duration(sc.RestartEvery / p.TimeScale * float64(time.Second))
+	}
+	stopRestarts := restartEngines(runCtx, m.fleet, restartEvery)
+	recs := Run(runCtx, m.targets[0], m.sessions, cfg)
+	run.Restarts = stopRestarts()
+	run.Wall = time.Since(start).Seconds()
+	run.Stalled = stalled.Load()
+	cpu1, err := cpuOf(gwPids)
+	if err != nil {
+		return nil, err
+	}
+	self1, _ := procCPU(os.Getpid())
+	run.HostWait = (runqueueWait(append([]int{os.Getpid()}, gwPids...)...) - wait0).Seconds() / run.Wall
+	run.CaddyCPU, run.HarnessCPU = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
+	for _, pid := range gwPids {
+		rss, _, _ := procRSS(pid)
+		run.CaddyRSS += rss
+	}
+	return recs, nil
 }
 
 // labelsKey turns `name{outcome="hit",tier="precise"}` into

@@ -19,11 +19,12 @@ import (
 
 // loaded holds every section result found in the results directory.
 type loaded struct {
-	quality  *QualityResult
-	fleet    *FleetResult
-	overhead *OverheadResult
-	soak     *SoakResult
-	files    map[string]SectionFile
+	quality   *QualityResult
+	scenarios *QualityResult
+	fleet     *FleetResult
+	overhead  *OverheadResult
+	soak      *SoakResult
+	files     map[string]SectionFile
 }
 
 func loadSections(dir string) (*loaded, error) {
@@ -35,6 +36,7 @@ func loadSections(dir string) (*loaded, error) {
 		set  func() any
 	}{
 		{"quality", func() any { l.quality = &QualityResult{}; return l.quality }},
+		{"scenarios", func() any { l.scenarios = &QualityResult{}; return l.scenarios }},
 		{"fleet", func() any { l.fleet = &FleetResult{}; return l.fleet }},
 		{"overhead", func() any { l.overhead = &OverheadResult{}; return l.overhead }},
 		{"soak", func() any { l.soak = &SoakResult{}; return l.soak }},
@@ -162,6 +164,9 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	if l.quality != nil {
 		renderQuality(&b, l.quality, l.files["quality"], plotsRel, plots)
 	}
+	if l.scenarios != nil {
+		renderScenarios(&b, l.scenarios, l.files["scenarios"], plotsRel, plots["scenarios"])
+	}
 	if l.fleet != nil {
 		renderFleet(&b, l.fleet, l.files["fleet"], plotsRel, plots["fleet"])
 	}
@@ -284,7 +289,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			}
 		}
 		if len(parts) > 0 {
-			w("- **What it costs:** %s; most of it is tokenizing the prompt through an engine's `/tokenize` (profile in section 3).\n", strings.Join(parts, "; "))
+			w("- **What it costs:** %s; most of it is tokenizing the prompt through an engine's `/tokenize` (profile in section 4).\n", strings.Join(parts, "; "))
 		}
 	}
 	if s := l.soak; s != nil {
@@ -306,7 +311,7 @@ func engineRange(sizes []int) string {
 	return fmt.Sprintf("%d to %d engines", lo, hi)
 }
 
-// fleetScope points from the findings to section 2, with the fleet sizes
+// fleetScope points from the findings to section 3, with the fleet sizes
 // it ran, when it ran.
 func fleetScope(f *FleetResult) string {
 	if f == nil {
@@ -555,7 +560,7 @@ func whyText(w WorkloadSpec, p QualityParams) string {
 func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel string, plots []string) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p := f.Params
-	w("## 2. Fleet simulation: %s\n\n", engineRange(p.Sizes))
+	w("## 3. Fleet simulation: %s\n\n", engineRange(p.Sizes))
 	w("Command: `%s` (%s of this run).\n\n", sf.rerun("fleet"), time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
 	w("One machine cannot run hundreds of engines, so this section runs [`internal/fleetsim`](internal/fleetsim): the gateway's own core — a real [`fleet.Fleet`](fleet), the code `llm_admission` and `lb_policy llm` call — in-process against a discrete-event model of N engines. Admission is the real `admission.Gate` on the simulation's clock. An engine has room while running + waiting − finished + dispatched < max_inflight — max_num_seqs, or twice that for the `-queue2x` variants — and KV usage < %.2f (`Fleet.TryReserve`); for the `llm` policy admission is cache-aware (`Fleet.Place` once per request, `Fleet.ReservePlaced` at every try: the request goes to an engine holding its prefix, or queues there while the wait costs less than the prefill it saves, see the README's *Cache-aware admission*). Requests that find no room park, at most %d, for at most %.0f s, then get 503. The `llm` policy sends a placed request where admission counted it, else routes it with `Fleet.Route` (candidates, the KV index's matches, routing.Pick); `Fleet.Routed` records it and `Fleet.Dispatch` counts it, with the registry's own accounting (in flight, dispatched since the scrape, finished since the scrape); the engines are scraped every %.0f ms of simulated time through the registry, as its pollers would. The index's mirrors are fed the engines' KV events as vLLM's msgpack batches through `kvindex.Feed`, so event decoding and mirror upkeep are measured too. `TestPolicyMatchesFleetSim` checks that `Policy.Select` makes the simulation's decisions. The engine model follows `vllmsim` (and so vLLM): prefix-cache hits at admission, whole-prompt block reservation, chunked prefill under an %d-token step budget, one token per decoding sequence per step (%.0f ms), prefill at %.0f tokens/s, LRU eviction of freed cached blocks with BlockRemoved events, recompute preemption; max_num_seqs %d. `least_conn` is Caddy's (fewest requests in flight, a random one among ties), `round_robin` cycles; both are modelled, as is the fallback to least_conn when `Route` has no pick.\n\n",
 		p.KVLimit, p.QueueSize, p.MaxPark, p.PollInterval*1000, p.Model.MaxBatchedTokens, p.Model.DecodeStepSeconds*1000, p.Model.PrefillTokensPerSec, p.Model.MaxNumSeqs)
@@ -586,14 +591,14 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 		}
 	}
 	renderBursts(b, p, f.Bursts)
-	renderScenarios(b, p, f.Scenarios)
+	renderFleetScenarios(b, p, f.Scenarios)
 	w("Reading it: the decision is `Fleet.Place` (plus `Fleet.Route` for a request admission did not place): the candidates' load snapshot, hashing the prompt into block keys and matching them (proportional to prompt blocks, and to engines ÷ 64 per block), and `routing.Pick` over N candidates; event upkeep is per stored or evicted block, so it grows with the miss rate rather than with N. Memory is the mirrors' blocks (N × KV blocks at most) plus the index's key table.\n\n")
 }
 
 func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plotsRel string, plots []string) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p := o.Params
-	w("## 3. Gateway overhead: `llm_admission` + `lb_policy llm` vs plain Caddy\n\n")
+	w("## 4. Gateway overhead: `llm_admission` + `lb_policy llm` vs plain Caddy\n\n")
 	w("Command: `%s` (%s of this run).\n\n", sf.rerun("overhead"), time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
 	w("Two Caddy processes run side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond): **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep), **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating plain → llm → direct, %d rounds (after a %.0f s warm-up each), so machine noise hits all three alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
 		p.Engines, p.TimeScale, p.Concurrency, p.Phase, p.Rounds, p.Warmup)

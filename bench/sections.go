@@ -12,17 +12,19 @@ import (
 
 // Plan holds every section's parameters.
 type Plan struct {
-	Quality  QualityParams
-	Fleet    FleetParams
-	Overhead OverheadParams
-	Soak     SoakParams
+	Quality QualityParams
+	// Scenarios runs on the quality section's machinery.
+	Scenarios QualityParams
+	Fleet     FleetParams
+	Overhead  OverheadParams
+	Soak      SoakParams
 }
 
 // runSections runs the selected sections, saving each result under
 // env.Out, then renders the report and plots from every saved result. A
 // failed soak is saved and reported like a result, and then fails the run.
 func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string, started time.Time) error {
-	if o.Only["quality"] || o.Only["overhead"] || o.Only["soak"] {
+	if o.Only["quality"] || o.Only["scenarios"] || o.Only["overhead"] || o.Only["soak"] {
 		log.Printf("building caddy (go build ./cmd/caddy)")
 		bin, err := buildCaddy(ctx, env.Root, tmp)
 		if err != nil {
@@ -32,6 +34,11 @@ func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string
 	}
 	if o.Only["quality"] {
 		if _, err := runSection(env, "quality", func() (*QualityResult, error) { return runQuality(ctx, env, plan.Quality) }); err != nil {
+			return err
+		}
+	}
+	if o.Only["scenarios"] {
+		if _, err := runSection(env, "scenarios", func() (*QualityResult, error) { return runQuality(ctx, env, plan.Scenarios) }); err != nil {
 			return err
 		}
 	}
@@ -85,7 +92,7 @@ func writeReport(env *Env, o Options) error {
 	}
 	plots := map[string][]string{}
 	if q := l.quality; q != nil {
-		name, err := plotHitRate(o.Plots, o.PlotExt, q)
+		name, err := plotHitRate(o.Plots, o.PlotExt, "hit_rate", q, q.refRate)
 		if err != nil {
 			return fmt.Errorf("hit rate plot: %w", err)
 		}
@@ -100,6 +107,13 @@ func writeReport(env *Env, o Options) error {
 			}
 			plots["ttft:"+w.Spec.Name] = []string{name}
 		}
+	}
+	if q := l.scenarios; q != nil {
+		names, err := plotScenarios(o.Plots, o.PlotExt, q)
+		if err != nil {
+			return fmt.Errorf("scenario plots: %w", err)
+		}
+		plots["scenarios"] = names
 	}
 	if f := l.fleet; f != nil {
 		names, err := plotFleet(o.Plots, o.PlotExt, f)

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// The soak's part of the report: section 4, its line in the findings and
+// The soak's part of the report: section 5, its line in the findings and
 // its plots, all from the figures TestReliabilitySoak wrote.
 
 // soakOutcome describes one way a soak request can end, in the test's
@@ -156,7 +156,7 @@ func pctOf(n, total int) float64 {
 // soakFinding is the soak's line in the report's findings.
 func soakFinding(s *SoakResult) string {
 	if !s.Passed || s.Run == nil {
-		return fmt.Sprintf("**The soak failed** (section 4): %s.", strings.TrimSuffix(s.Problem, "."))
+		return fmt.Sprintf("**The soak failed** (section 5): %s.", strings.TrimSuffix(s.Problem, "."))
 	}
 	r := s.Run
 	first, last := r.Gauges[0], r.Gauges[len(r.Gauges)-1]
@@ -175,7 +175,7 @@ func soakFinding(s *SoakResult) string {
 
 func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel string, plots []string) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("## 4. Soak: mixed load while engines restart and the config reloads\n\n")
+	w("## 5. Soak: mixed load while engines restart and the config reloads\n\n")
 	rerun := f.rerun("soak")
 	if s.Params.Duration > 0 && s.Params.Duration != soakDuration(f.Quick) {
 		rerun = fmt.Sprintf("BENCH_SOAK=%s %s", s.Params.Duration, rerun)

@@ -301,7 +301,7 @@ const soakJSON = `{
   "events": ["45s restart 127.0.0.1:1", "1m30s restart 127.0.0.1:2", "1m40s streams cut on 127.0.0.1:3 for 10s", "2m0s reload", "2m15s restart 127.0.0.1:3"]
 }`
 
-// TestSoakReport renders section 4 from a hand-written soak, through the
+// TestSoakReport renders section 5 from a hand-written soak, through the
 // same files and loader a run uses.
 func TestSoakReport(t *testing.T) {
 	run, err := readSoakRun(strings.NewReader(soakJSON))
@@ -324,7 +324,7 @@ func TestSoakReport(t *testing.T) {
 	}
 	md := render(l, "plots", map[string][]string{"soak": plots}, time.Minute)
 	for _, want := range []string{
-		"## 4. Soak",
+		"## 5. Soak",
 		"**1000 requests** in 2m30s",
 		"| served (`ok`) | 930 | 93.00% |",
 		"| SSE error event (`sse_error_event`) | 20 | 2.00% |",
@@ -399,7 +399,7 @@ func TestSoakReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md = render(l, "plots", nil, time.Minute)
-	for _, want := range []string{"**The soak failed: go test TestReliabilitySoak failed: exit status 1.**", "3 requests ended transport_error", "**The soak failed** (section 4)"} {
+	for _, want := range []string{"**The soak failed: go test TestReliabilitySoak failed: exit status 1.**", "3 requests ended transport_error", "**The soak failed** (section 5)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("failed soak: report lacks %q", want)
 		}
@@ -514,7 +514,7 @@ func TestReportStatesPlan(t *testing.T) {
 		"`reverse_proxy <3 engines> {",
 		fmt.Sprintf("the prefill of its %d shared tokens", spec.SystemTokens),
 		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
-		"## 2. Fleet simulation: 4 to 16 engines",
+		"## 3. Fleet simulation: 4 to 16 engines",
 		"Command: `go run ./bench -quick -only fleet`",
 		"every 100 ms of simulated time",
 		"On 5 shared cores the load generator",

@@ -39,7 +39,7 @@ type Turn struct {
 // word is one token.
 type WorkloadSpec struct {
 	Name string `json:"name"`
-	Kind string `json:"kind"` // "prefix", "multiturn" or "random"
+	Kind string `json:"kind"` // "prefix", "burst", "multiturn" or "random"
 	// Shared-prefix family: Groups × PerGroup requests; each request is
 	// the group's system prompt (SystemTokens) plus its own question
 	// (QuestionTokens), answered with OutputTokens.
@@ -96,6 +96,9 @@ func (w WorkloadSpec) Shape() string {
 	case "random":
 		return fmt.Sprintf("%d unique prompts, %d/%d", w.Groups*w.PerGroup, w.QuestionTokens, w.OutputTokens)
 	}
+	if w.Kind == "burst" {
+		return fmt.Sprintf("%d bursts × %d, %d/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
+	}
 	return fmt.Sprintf("%d×%d, %d/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
 }
 
@@ -110,7 +113,7 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 	out := max(1, (w.OutputTokens+tokenScale-1)/max(1, tokenScale))
 	var sessions []Session
 	switch w.Kind {
-	case "prefix":
+	case "prefix", "burst":
 		if w.PerGroup <= 0 || w.SystemTokens <= 0 {
 			return nil, fmt.Errorf("workload %s: per_group and system tokens must be positive", w.Name)
 		}
@@ -127,7 +130,12 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 				})
 			}
 		}
-		// Interleave the groups, as clients of many tenants would.
+		// Interleave the groups, as clients of many tenants would; a
+		// burst workload keeps each group's requests together, to be
+		// sent as one burst (LoadConfig.BurstSize).
+		if w.Kind == "burst" {
+			break
+		}
 		rng.Shuffle(len(sessions), func(i, j int) { sessions[i], sessions[j] = sessions[j], sessions[i] })
 	case "multiturn":
 		if w.Turns <= 0 {
