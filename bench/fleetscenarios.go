@@ -52,6 +52,9 @@ var scenarioVariants = []struct{ name, policy string }{
 
 func runScenarios(ctx context.Context, p FleetParams) ([]FleetScenarioRun, error) {
 	var out []FleetScenarioRun
+	if p.ScenarioModel.MaxNumSeqs > 0 {
+		p.Model = p.ScenarioModel
+	}
 	m := p.Model
 	for _, sc := range p.Scenarios {
 		blocks, rho := m.KVBlocks(sc.Workload, sc.Engines, sc.Rho)
@@ -85,6 +88,9 @@ func renderFleetScenarios(b *strings.Builder, p FleetParams, runs []FleetScenari
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("### Where only the engines know\n\n")
+	if m := p.ScenarioModel; m.MaxNumSeqs > 0 {
+		w("On section 2's cost model (prefill %.0f tokens/s, decode step %.0f ms, %d-token steps, max_num_seqs %d). ", m.PrefillTokensPerSec, m.DecodeStepSeconds*1000, m.MaxBatchedTokens, m.MaxNumSeqs)
+	}
 	w("`llm` routes on the KV index built from the engines' events (precise); `llm-approx` is the same policy for engines without events, on the prefix tree of what this gateway routed itself. Hit rates are of the requests the gateway routed (bypassing ones left out); TTFT of every completed request.\n\n")
 	for _, sc := range p.Scenarios {
 		w("**%s** — %s\n\n", sc.Name, sc.Desc)

@@ -36,6 +36,9 @@ type FleetParams struct {
 	Bursts *FleetBurstPlan `json:"bursts,omitempty"`
 	// Scenarios are the cases where only the engines know what they hold.
 	Scenarios []FleetScenario `json:"scenarios,omitempty"`
+	// ScenarioModel is the engine the scenarios run on (section 2's cost
+	// model); zero: Model.
+	ScenarioModel EngineModel `json:"scenario_model,omitempty"`
 }
 
 // FleetVariant is one routing configuration at one load.

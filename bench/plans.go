@@ -120,6 +120,8 @@ func fleetParams(quick bool) FleetParams {
 			}},
 	}
 	p.Scenarios = fleetScenarios()
+	p.ScenarioModel = model32B()
+	p.ScenarioModel.TokenScale = 0 // the simulation streams nothing
 	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
 		p.Requests = v
 	}

@@ -156,7 +156,7 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
 	w("`go run ./bench -quick` is a smoke run of every section (< 7 minutes, with a soak of %s); `go run ./bench -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim.go`, driving [`internal/fleetsim`](internal/fleetsim)), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n", every(soakDuration(true)))
 
-	if l.quality != nil || l.overhead != nil || l.soak != nil {
+	if l.quality != nil || l.scenarios != nil || l.overhead != nil || l.soak != nil {
 		w("## Headline\n\n")
 		renderHeadline(&b, l)
 		renderFindings(&b, l)
@@ -202,6 +202,9 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 			w("| `%s` | %.1f%% | %s | %s | %s | %s | %.0f | %d/%d | %d |\n", pol.Name, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), s.OutputTPS, s.OK, s.Requests, s.Rejected)
 		}
 		w("\n")
+	}
+	if q := l.scenarios; q != nil {
+		renderScenarioHeadline(b, q)
 	}
 	if o := l.overhead; o != nil {
 		w("Gateway overhead (same run, alternating phases, closed loop of %d clients; CPU of the Caddy process only):\n\n", o.Params.Concurrency)
@@ -259,6 +262,11 @@ func renderFindings(b *strings.Builder, l *loaded) {
 		}
 		if len(losses) > 0 {
 			w("- **Where it has nothing to gain:** with little or nothing shared it can only balance load, and it does that no better than Caddy's own policies — %s (see the sections for why).\n", strings.Join(losses, "; "))
+		}
+	}
+	if q := l.scenarios; q != nil {
+		if gap := scenarioFinding(q); gap != "" {
+			w("- **Where only the engines know** (section 2, real Caddy): %s.\n", gap)
 		}
 	}
 	if f := l.fleet; f != nil {

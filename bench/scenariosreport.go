@@ -205,3 +205,65 @@ func ratio(a, b float64) string {
 	}
 	return fmt.Sprintf("%.2f×", a/b)
 }
+
+// renderScenarioHeadline is the headline's table of the scenarios: each
+// at the rate where round_robin saturates (gateways-N at its highest
+// rate), precise against approximate routing and round_robin.
+func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("Where only the engines know what they hold (section 2: real Caddy, %d engines of a 32B-like cost model; hit rate and TTFT p90 in simulated seconds):\n\n", q.Params.Engines)
+	w("| scenario | rate | `llm` (precise) | `llm-approx` | `round_robin` |\n|---|---:|---:|---:|---:|\n")
+	for _, qw := range q.Workloads {
+		name := qw.Spec.Name
+		x := q.satRate(name)
+		if rs := q.rates(name); strings.HasPrefix(name, "gateways") && len(rs) > 0 {
+			x = rs[len(rs)-1]
+		}
+		cell := func(policy string) string {
+			if policy == "llm-approx" && qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
+				policy = "llm-nospec"
+			}
+			r := q.at(name, policy, x)
+			if r == nil {
+				return "–"
+			}
+			label := ""
+			if policy == "llm-nospec" {
+				label = "`llm-nospec`: "
+			}
+			return fmt.Sprintf("%s%.1f%%, %s", label, r.Summary.HitRate*100, secs(r.Summary.TTFT.P90))
+		}
+		llm := q.at(name, "llm", x)
+		if llm == nil {
+			continue
+		}
+		w("| %s | %.1f/s (%g×) | %s | %s | %s |\n", name, llm.Rate, x, cell("llm"), cell("llm-approx"), cell("round_robin"))
+	}
+	w("\n")
+}
+
+// scenarioFinding condenses the scenarios for the findings: per
+// scenario the precise and approximate hit rates at the headline's rate.
+func scenarioFinding(q *QualityResult) string {
+	var parts []string
+	for _, qw := range q.Workloads {
+		name := qw.Spec.Name
+		x := q.satRate(name)
+		if rs := q.rates(name); strings.HasPrefix(name, "gateways") && len(rs) > 0 {
+			x = rs[len(rs)-1]
+		}
+		other := "llm-approx"
+		if qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
+			other = "llm-nospec"
+		}
+		llm, ap := q.at(name, "llm", x), q.at(name, other, x)
+		if llm == nil || ap == nil {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f%% vs %.0f%%", name, llm.Summary.HitRate*100, ap.Summary.HitRate*100))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "hit rate of precise `llm` vs `llm-approx` (`llm-nospec` for burst): " + strings.Join(parts, "; ")
+}
