@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -34,6 +33,9 @@ type TokenizerOptions struct {
 	CacheMaxBytes int64
 	// MaxResponseBytes limits a /tokenize response; default 16 MiB.
 	MaxResponseBytes int64
+	// MaxTokens limits the token ids of one response; default
+	// [DefaultMaxTokenizeTokens].
+	MaxTokens int
 	// Client makes the calls; default a dedicated client whose idle
 	// connections [Tokenizer.Close] closes.
 	Client *http.Client
@@ -226,6 +228,9 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = 16 << 20
 	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = DefaultMaxTokenizeTokens
+	}
 	t := &Tokenizer{
 		o:      o,
 		client: o.Client,
@@ -402,14 +407,6 @@ func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
 	}
 }
 
-type tokenizeResponse struct {
-	Count       *int `json:"count"`
-	MaxModelLen int  `json:"max_model_len"`
-	// Tokens is parsed by parseTokenIDs: decoding into []uint64 would
-	// turn a null id into token 0.
-	Tokens json.RawMessage `json:"tokens"`
-}
-
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
@@ -439,61 +436,13 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
-	return parseTokenizeResponse(raw)
+	return decodeTokenizeResponse(raw, t.o.MaxTokens)
 }
 
-// parseTokenizeResponse decodes {count, max_model_len, tokens}. Token ids
-// must be non-negative integers and count, if present, must match.
+// parseTokenizeResponse decodes {count, max_model_len, tokens} with the
+// default bound on the number of ids (see decodeTokenizeResponse).
 func parseTokenizeResponse(raw []byte) ([]uint64, error) {
-	var r tokenizeResponse
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("tokenize: decode response: %w", err)
-	}
-	if r.Tokens == nil || string(r.Tokens) == "null" {
-		return nil, errors.New("tokenize: response has no tokens")
-	}
-	toks, err := parseTokenIDs(r.Tokens)
-	if err != nil {
-		return nil, err
-	}
-	if r.Count != nil && *r.Count != len(toks) {
-		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", *r.Count, len(toks))
-	}
-	return toks, nil
-}
-
-// parseTokenIDs parses the tokens array, which encoding/json has already
-// validated as JSON: each element must be an integer in [0, 2^64) written
-// without fraction or exponent, as for a uint64 field, but null is refused
-// rather than read as 0. The result is never nil.
-func parseTokenIDs(b []byte) ([]uint64, error) {
-	i := skipJSONSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return nil, errors.New("tokenize: decode response: tokens is not an array")
-	}
-	out := make([]uint64, 0, bytes.Count(b, []byte{','})+1)
-	if i = skipJSONSpace(b, i+1); i < len(b) && b[i] == ']' {
-		return out, nil
-	}
-	for {
-		start := i
-		var v uint64
-		for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
-			d := uint64(b[i] - '0')
-			if v > (math.MaxUint64-d)/10 {
-				return nil, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out))
-			}
-			v = v*10 + d
-		}
-		if i = skipJSONSpace(b, i); i == start || i >= len(b) || (b[i] != ',' && b[i] != ']') {
-			return nil, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out))
-		}
-		out = append(out, v)
-		if b[i] == ']' {
-			return out, nil
-		}
-		i = skipJSONSpace(b, i+1)
-	}
+	return decodeTokenizeResponse(raw, DefaultMaxTokenizeTokens)
 }
 
 // skipJSONSpace returns the index of the first non-whitespace byte of b at
