@@ -432,12 +432,36 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("tokenize: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
 	}
-	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, nil)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize: %w", err)
+	bp := responseBufs.Get().(*[]byte)
+	buf := *bp
+	if n := resp.ContentLength; n > 0 && n <= t.o.MaxResponseBytes && int64(cap(buf)) < n+bytes.MinRead {
+		// Room for the whole answer and the read that sees its end, so
+		// the buffer never grows by copying.
+		buf = make([]byte, 0, n+bytes.MinRead)
 	}
-	return decodeTokenizeResponse(raw, t.o.MaxTokens)
+	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, buf)
+	var toks []uint64
+	if err != nil {
+		err = fmt.Errorf("tokenize: %w", err)
+	} else {
+		toks, err = decodeTokenizeResponse(raw, t.o.MaxTokens)
+	}
+	// The ids are in their own slice: nothing aliases raw any more.
+	if cap(raw) <= maxPooledResponse {
+		*bp = raw[:0]
+		responseBufs.Put(bp)
+	}
+	return toks, err
 }
+
+// responseBufs are read buffers for /tokenize answers, reused: the answer
+// is garbage once decoded, and reading a large one into a fresh growing
+// buffer cost a copy per doubling on every call.
+var responseBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledResponse bounds the buffers kept in responseBufs (4 MiB: an
+// answer of some 600k ids).
+const maxPooledResponse = 4 << 20
 
 // parseTokenizeResponse decodes {count, max_model_len, tokens} with the
 // default bound on the number of ids (see decodeTokenizeResponse).
