@@ -34,7 +34,9 @@ func DefaultSettings() Settings {
 // Query is one routing question: where should this request go among these
 // engines?
 type Query struct {
-	// Request is the parsed request; nil routes on load alone.
+	// Request is the parsed request; nil routes on load alone. Its raw
+	// fields must be valid JSON, as admission.ParseRequest leaves them:
+	// they are sent to /tokenize verbatim.
 	Request *admission.Request
 	// Dials are the candidate engines, in the proxy's order.
 	Dials    []string
@@ -310,6 +312,7 @@ func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([
 		ChatTemplate:         req.ChatTemplate,
 		ChatTemplateKwargs:   req.ChatTemplateKwargs,
 		Tools:                req.Tools,
+		Verbatim:             true, // see Query.Request
 	})
 	tr := TokenizeResult{Called: true, Cached: cached, Err: err}
 	if err != nil {
