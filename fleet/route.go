@@ -182,17 +182,28 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 		m, d.keys = f.preciseMatches(tokens, v.blockSize, lora, req.CacheSalt)
 	}
 	total := promptTokens / v.blockSize
-	// The tree sees at most the key's first approxMaxBytes; its match is a
-	// share of the whole prompt.
-	approxList, _ := f.approx.Match(key)
-	m.approx = make(map[string]int, len(approxList))
-	for _, x := range approxList {
-		m.approx[x.Engine] = max(x.Bytes-nsLen, 0) // the namespace is no part of the prompt
+	live := make([]bool, len(q.Dials))
+	allPrecise := tokens != nil
+	for i, dial := range q.Dials {
+		live[i] = tokens != nil && f.live(dial)
+		allPrecise = allPrecise && live[i]
+	}
+	if !allPrecise {
+		// Only candidates on the approximate tier read the tree: a
+		// fleet whose events are all live never walks it.
+		f.approxMatches.Add(1)
+		// The tree sees at most the key's first approxMaxBytes; its
+		// match is a share of the whole prompt.
+		approxList, _ := f.approx.Match(key)
+		m.approx = make(map[string]int, len(approxList))
+		for _, x := range approxList {
+			m.approx[x.Engine] = max(x.Bytes-nsLen, 0) // the namespace is no part of the prompt
+		}
 	}
 	cands := make([]routing.Candidate, len(q.Dials))
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
-		if tokens != nil && f.live(dial) {
+		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
 			c.Tier = routing.Approximate
