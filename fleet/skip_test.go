@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/llmgw/caddy-llmgw/routing"
@@ -37,5 +38,28 @@ func TestPreciseFleetSkipsApproximateMatch(t *testing.T) {
 	f.Route(context.Background(), Query{Request: req, Dials: dials[:3], Settings: s})
 	if n := f.approxMatches.Load(); n != 2 {
 		t.Fatalf("the approximate tree was walked %d times, want 2 (a feedless candidate, unknown ids)", n)
+	}
+}
+
+// TestTokenizeCacheHoldsBlockKeys: a repeated prompt is answered from the
+// tokenize cache with its block keys, which are neither hashed again nor
+// different from hashing the ids afresh, and the decision is the same.
+func TestTokenizeCacheHoldsBlockKeys(t *testing.T) {
+	ss := newSimSetup(t, 2, 2000)
+	ctx := context.Background()
+	q := Query{Request: ss.req, Dials: ss.dials, Settings: ss.s}
+	first := ss.f.Route(ctx, q)
+	before := ss.f.tokenizer.Load().Stats()
+	d := ss.f.Route(ctx, q)
+	after := ss.f.tokenizer.Load().Stats()
+	if !d.Tokenize.Cached || after.Derived != before.Derived || after.Hits != before.Hits+1 {
+		t.Fatalf("repeat: cached %v, derived %d -> %d, hits %d -> %d", d.Tokenize.Cached, before.Derived, after.Derived, before.Hits, after.Hits)
+	}
+	if d.Index != first.Index || d.Tier != first.Tier || d.Tier != routing.Precise {
+		t.Fatalf("repeat decided %+v, first %+v", d.Decision, first.Decision)
+	}
+	want := blockKeys(ss.tokens, d.BlockSize, "", "")
+	if len(want) == 0 || !slices.Equal(d.keys, want) {
+		t.Fatalf("cached keys (%d) differ from the ids' keys (%d)", len(d.keys), len(want))
 	}
 }

@@ -188,7 +188,15 @@ type cacheKey [2]uint64
 type cacheEntry struct {
 	key    cacheKey
 	tokens []uint64
+	// derived is a value computed from tokens under derivedTag (the
+	// fleet's block keys), kept so that a hit costs a lookup; see
+	// TokenizeDerived. Its cost is counted with the entry's.
+	derivedTag string
+	derived    []uint64
 }
+
+// cost is what the entry counts against CacheMaxBytes.
+func (ce *cacheEntry) cost() int64 { return entryCost(ce.tokens) + int64(cap(ce.derived))*8 }
 
 // call is one in-flight /tokenize call that identical requests share.
 type call struct {
@@ -222,6 +230,7 @@ type Tokenizer struct {
 
 	hits, misses, errs, shared, rejected atomic.Uint64
 	inflight                             atomic.Int64
+	derivations                          atomic.Uint64 // derive calls of TokenizeDerived
 }
 
 // NewTokenizer returns a Tokenizer; it starts no goroutines.
@@ -282,6 +291,7 @@ type TokenizerStats struct {
 	Hits, Misses, Errors uint64 // cache hits; calls made; calls failed
 	Shared               uint64 // requests that joined an identical in-flight call
 	Rejected             uint64 // requests refused with ErrTokenizerBusy
+	Derived              uint64 // values TokenizeDerived computed (not found in the cache)
 	InFlight             int64  // calls in flight
 	Entries              int    // cached entries
 	CachedTokens         int    // token ids held by the cache
@@ -295,7 +305,7 @@ func (t *Tokenizer) Stats() TokenizerStats {
 	t.mu.Unlock()
 	return TokenizerStats{
 		Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(),
-		Shared: t.shared.Load(), Rejected: t.rejected.Load(), InFlight: t.inflight.Load(),
+		Shared: t.shared.Load(), Rejected: t.rejected.Load(), Derived: t.derivations.Load(), InFlight: t.inflight.Load(),
 		Entries: n, CachedTokens: toks, CachedBytes: size,
 	}
 }
@@ -305,11 +315,24 @@ func (t *Tokenizer) Stats() TokenizerStats {
 // The returned slice may be shared with the cache and other callers: it
 // must not be modified.
 func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, cached bool, err error) {
+	tokens, _, cached, err = t.tokenize(ctx, url, h, req)
+	return tokens, cached, err
+}
+
+// tokenize is Tokenize that also returns the request's cache key.
+func (t *Tokenizer) tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, key cacheKey, cached bool, err error) {
 	if err := req.validate(); err != nil {
-		return nil, false, err
+		return nil, key, false, err
 	}
 	w := req.wire()
-	key := t.key(&w)
+	key = t.key(&w)
+	tokens, cached, err = t.lookupOrCall(ctx, key, url, h, &w)
+	return tokens, key, cached, err
+}
+
+// lookupOrCall answers key from the cache, or joins the identical call in
+// flight, or makes the call.
+func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
 	for {
 		t.mu.Lock()
 		if el, ok := t.items[key]; ok {
@@ -345,7 +368,7 @@ func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req
 		c := &call{done: make(chan struct{})}
 		t.flight[key] = c
 		t.mu.Unlock()
-		return t.lead(ctx, key, c, url, h, &w)
+		return t.lead(ctx, key, c, url, h, w)
 	}
 }
 
@@ -410,13 +433,19 @@ func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
 	t.items[key] = t.lru.PushFront(&cacheEntry{key: key, tokens: toks})
 	t.ntoks += len(toks)
 	t.nbytes += cost
+	t.evictLocked()
+}
+
+// evictLocked evicts least-recently-used entries until both bounds hold.
+// t.mu held.
+func (t *Tokenizer) evictLocked() {
 	for len(t.items) > t.o.CacheEntries || t.nbytes > t.o.CacheMaxBytes {
 		el := t.lru.Back()
 		ce := el.Value.(*cacheEntry)
 		t.lru.Remove(el)
 		delete(t.items, ce.key)
 		t.ntoks -= len(ce.tokens)
-		t.nbytes -= entryCost(ce.tokens)
+		t.nbytes -= ce.cost()
 	}
 }
 
