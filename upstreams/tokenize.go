@@ -262,6 +262,14 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 		flight: make(map[cacheKey]*call),
 	}
 	if t.client == nil {
+		// Each idle keep-alive connection holds two goroutines (the
+		// transport's read and write loops) until IdleConnTimeout or
+		// Close: after a burst of concurrent calls the process keeps two
+		// goroutines per connection the burst opened (32 for the 16
+		// connections of 16 callers in a test; back to the baseline on
+		// Close). That, with the proxy's own idle connections to the
+		// engines, is what a gauge taken seconds after a load sees above
+		// its baseline.
 		t.ownClient = true
 		t.client = &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
