@@ -18,14 +18,18 @@ import (
 // Fleet is the process-wide state shared by every config generation. All
 // methods are safe for concurrent use.
 type Fleet struct {
-	logger    *zap.Logger                // writes through logBase's core
-	logBase   atomic.Pointer[zap.Logger] // the running generation's logger
-	registry  *upstreams.Registry
-	index     *kvindex.Index
-	approx    *kvindex.ApproxTree
-	tokenizer atomic.Pointer[upstreams.Tokenizer]
-	tokOpts   upstreams.TokenizerOptions // guarded by mu
-	breaker   *routing.Breaker           // guarded by mu; replaced when its config changes
+	logger   *zap.Logger                // writes through logBase's core
+	logBase  atomic.Pointer[zap.Logger] // the running generation's logger
+	registry *upstreams.Registry
+	index    *kvindex.Index
+	approx   *kvindex.ApproxTree
+	// approxMatches counts the decisions that walked approx: the ones
+	// with a candidate on the approximate tier (tests pin that a fleet
+	// whose events are all live skips it).
+	approxMatches atomic.Uint64
+	tokenizer     atomic.Pointer[upstreams.Tokenizer]
+	tokOpts       upstreams.TokenizerOptions // guarded by mu
+	breaker       *routing.Breaker           // guarded by mu; replaced when its config changes
 
 	now      func() time.Time // Options.Now
 	kick     chan struct{}

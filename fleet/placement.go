@@ -76,8 +76,8 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		return nil
 	}
 	v := f.view(q.Dials, q.Settings)
-	tokens, tr := f.promptTokens(ctx, q, v)
-	d, rr, cands := f.prefixes(q, v, tokens)
+	tokens, keys, tr := f.promptTokens(ctx, q, v)
+	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	d.Tokenize = tr
 	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
 	p.cost.SetDefaults()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -34,7 +35,9 @@ func DefaultSettings() Settings {
 // Query is one routing question: where should this request go among these
 // engines?
 type Query struct {
-	// Request is the parsed request; nil routes on load alone.
+	// Request is the parsed request; nil routes on load alone. Its raw
+	// fields must be valid JSON, as admission.ParseRequest leaves them:
+	// they are sent to /tokenize verbatim.
 	Request *admission.Request
 	// Dials are the candidate engines, in the proxy's order.
 	Dials    []string
@@ -90,8 +93,8 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	}
 	v := f.view(q.Dials, q.Settings)
-	tokens, tr := f.promptTokens(ctx, q, v)
-	d := f.decide(q, v, tokens)
+	tokens, keys, tr := f.promptTokens(ctx, q, v)
+	d := f.decide(q, v, tokens, keys)
 	d.Tokenize = tr
 	return d
 }
@@ -158,16 +161,17 @@ type matches struct {
 }
 
 // decide is the decision proper, given the prompt's token ids (nil when
-// they are unknown: the approximate tier only).
-func (f *Fleet) decide(q Query, v view, tokens []uint64) Decision {
-	d, rr, cands := f.prefixes(q, v, tokens)
+// they are unknown: the approximate tier only) and, when the tokenize
+// cache had them, its block keys at v.blockSize (else nil).
+func (f *Fleet) decide(q Query, v view, tokens, keys []uint64) Decision {
+	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	d.Decision = routing.Pick(rr, cands, q.Settings.Cost, q.Explain)
 	return d
 }
 
 // prefixes is what a decision weighs: for each candidate its load and the
 // blocks of the prompt it holds, and the prompt as routing.Pick sees it.
-func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Request, []routing.Candidate) {
+func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, routing.Request, []routing.Candidate) {
 	req := q.Request
 	lora := f.loraOf(req)
 	key, nsLen := approxKey(req, lora)
@@ -177,20 +181,31 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 	var m matches
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
-		m, d.keys = f.preciseMatches(tokens, v.blockSize, lora, req.CacheSalt)
+		m, d.keys = f.preciseMatches(tokens, keys, v.blockSize, lora, req.CacheSalt)
 	}
 	total := promptTokens / v.blockSize
-	// The tree sees at most the key's first approxMaxBytes; its match is a
-	// share of the whole prompt.
-	approxList, _ := f.approx.Match(key)
-	m.approx = make(map[string]int, len(approxList))
-	for _, x := range approxList {
-		m.approx[x.Engine] = max(x.Bytes-nsLen, 0) // the namespace is no part of the prompt
+	live := make([]bool, len(q.Dials))
+	allPrecise := tokens != nil
+	for i, dial := range q.Dials {
+		live[i] = tokens != nil && f.live(dial)
+		allPrecise = allPrecise && live[i]
+	}
+	if !allPrecise {
+		// Only candidates on the approximate tier read the tree: a
+		// fleet whose events are all live never walks it.
+		f.approxMatches.Add(1)
+		// The tree sees at most the key's first approxMaxBytes; its
+		// match is a share of the whole prompt.
+		approxList, _ := f.approx.Match(key)
+		m.approx = make(map[string]int, len(approxList))
+		for _, x := range approxList {
+			m.approx[x.Engine] = max(x.Bytes-nsLen, 0) // the namespace is no part of the prompt
+		}
 	}
 	cands := make([]routing.Candidate, len(q.Dials))
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
-		if tokens != nil && f.live(dial) {
+		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
 			c.Tier = routing.Approximate
@@ -215,14 +230,17 @@ func (f *Fleet) prefixes(q Query, v view, tokens []uint64) (Decision, routing.Re
 // 128Ki-token prompt) rather than a pooled buffer: it lives until Routed,
 // which may come after admission parked the request, so no owner could
 // give the buffer back safely; they are hashed once for Match and Predict.
-func (f *Fleet) preciseMatches(tokens []uint64, blockSize int, lora, salt string) (matches, []uint64) {
+// keys, when not nil, are those keys already (from the tokenize cache).
+func (f *Fleet) preciseMatches(tokens, keys []uint64, blockSize int, lora, salt string) (matches, []uint64) {
 	m := matches{precise: make(map[string]int)} // predicted: made when needed, as most prompts have none
 	q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: salt}
-	if f.index.PredictTTL() > 0 {
+	predicting := f.index.PredictTTL() > 0
+	if keys == nil && predicting {
 		// Hashed once, for Match and for Predict.
-		if keys, err := kvindex.RequestKeys(nil, tokens, blockSize, 0, lora, salt); err == nil && len(keys) > 0 {
-			q.Keys, q.KeysBlockSize = keys, blockSize
-		}
+		keys = blockKeys(tokens, blockSize, lora, salt)
+	}
+	if len(keys) > 0 {
+		q.Keys, q.KeysBlockSize = keys, blockSize
 	}
 	found, err := f.index.Match(q)
 	if err == nil {
@@ -236,7 +254,23 @@ func (f *Fleet) preciseMatches(tokens []uint64, blockSize int, lora, salt string
 			}
 		}
 	}
+	if !predicting {
+		return m, nil
+	}
 	return m, q.Keys
+}
+
+// blockKeys are the prompt's block keys at blockSize for an adapter and
+// salt (nil when they cannot be had), in a slice of exactly their number.
+func blockKeys(tokens []uint64, blockSize int, lora, salt string) []uint64 {
+	if blockSize <= 0 {
+		return nil
+	}
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, blockSize, 0, lora, salt)
+	if err != nil {
+		return nil
+	}
+	return keys
 }
 
 // candidate is one engine's load as routing.Pick weighs it.
@@ -272,22 +306,34 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 // promptTokens are the prompt's token ids: the query's own, else a prompt
 // given as ids, else (when the pool tokenizes) /tokenize's; nil when none
 // could be had.
-func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) ([]uint64, TokenizeResult) {
+// The keys, when not nil, are the prompt's block keys at v.blockSize, from
+// the tokenize cache.
+func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) (tokens, keys []uint64, tr TokenizeResult) {
 	if q.Tokens != nil {
-		return q.Tokens, TokenizeResult{}
+		return q.Tokens, nil, TokenizeResult{}
 	}
 	if ids := promptIDs(q.Request); ids != nil {
-		return ids, TokenizeResult{}
+		return ids, nil, TokenizeResult{}
 	}
 	if !q.Settings.Tokenize {
-		return nil, TokenizeResult{}
+		return nil, nil, TokenizeResult{}
 	}
-	return f.tokenize(ctx, q.Request, v)
+	return f.tokenizeKeyed(ctx, q.Request, v)
 }
 
 // tokenize asks the least busy healthy engine to tokenize the prompt
 // exactly as it will render it.
 func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
+	tokens, _, tr := f.tokenizeKeyed(ctx, req, v)
+	return tokens, tr
+}
+
+// tokenizeKeyed is tokenize that also has the prompt's block keys at
+// v.blockSize when some candidate's events are live (nil otherwise, or
+// when they cannot be had): they are kept in the tokenize cache entry
+// with the ids, so that a repeated prompt is neither tokenized nor hashed
+// again.
+func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v view) ([]uint64, []uint64, TokenizeResult) {
 	pick := -1
 	for i, l := range v.loads {
 		if pick < 0 || tokenizeRank(l) > tokenizeRank(v.loads[pick]) ||
@@ -296,11 +342,36 @@ func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([
 		}
 	}
 	if pick < 0 {
-		return nil, TokenizeResult{}
+		return nil, nil, TokenizeResult{}
 	}
 	cfg := v.engines[pick].Config()
+	tk, treq := f.tokenizer.Load(), tokenizeRequest(req)
 	start := time.Now()
-	tokens, cached, err := f.tokenizer.Load().Tokenize(ctx, cfg.TokenizeURL, cfg.Header, upstreams.TokenizeRequest{
+	var tokens, keys []uint64
+	var cached bool
+	var err error
+	if f.anyLive(v) {
+		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
+		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
+		tokens, keys, cached, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
+			func(tokens []uint64) []uint64 { return blockKeys(tokens, bs, lora, salt) })
+	} else {
+		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
+	}
+	tr := TokenizeResult{Called: true, Cached: cached, Err: err}
+	if err != nil {
+		return nil, nil, tr
+	}
+	if !cached {
+		tr.Took = time.Since(start)
+	}
+	return tokens, keys, tr
+}
+
+// tokenizeRequest is the /tokenize request for req: the fields that
+// change the rendered prompt, copied from the client body as they are.
+func tokenizeRequest(req *admission.Request) upstreams.TokenizeRequest {
+	return upstreams.TokenizeRequest{
 		Model:                req.Model,
 		Prompt:               req.Prompt,
 		Messages:             req.Messages,
@@ -310,15 +381,19 @@ func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([
 		ChatTemplate:         req.ChatTemplate,
 		ChatTemplateKwargs:   req.ChatTemplateKwargs,
 		Tools:                req.Tools,
-	})
-	tr := TokenizeResult{Called: true, Cached: cached, Err: err}
-	if err != nil {
-		return nil, tr
+		Verbatim:             true, // see Query.Request
 	}
-	if !cached {
-		tr.Took = time.Since(start)
+}
+
+// anyLive reports whether some candidate of v has live KV events: only
+// then are the prompt's block keys of use.
+func (f *Fleet) anyLive(v view) bool {
+	for _, e := range v.engines {
+		if f.live(e.Dial()) {
+			return true
+		}
 	}
-	return tokens, tr
+	return false
 }
 
 // approxMaxBytes bounds the text the approximate tier keys on: the tree

@@ -88,21 +88,36 @@ func NewApproxTree(cfg ApproxConfig) *ApproxTree {
 }
 
 // chunkKeys returns the chained hashes of text's chunks, the last possibly
-// partial, and the byte length each key covers.
-func (t *ApproxTree) chunkKeys(text string) (keys []uint64, ends []int) {
+// partial, in a buffer from chunkBufs: give it back with putChunkKeys.
+// (At the default bounds a long prompt has 4096 chunks: a fresh 32 KiB
+// per Match and per Insert, on every request, before they were pooled.)
+func (t *ApproxTree) chunkKeys(text string) *[]uint64 {
 	n := (len(text) + t.cfg.ChunkBytes - 1) / t.cfg.ChunkBytes
 	n = min(n, t.cfg.MaxChunks)
-	keys, ends = make([]uint64, 0, n), make([]int, 0, n)
+	p := chunkBufs.Get().(*[]uint64)
+	keys := (*p)[:0]
 	var d xxhash.Digest
 	key := uint64(0x6b76696e64657821)
 	for i := 0; i < n; i++ {
-		end := min((i+1)*t.cfg.ChunkBytes, len(text))
 		d.ResetWithSeed(key)
-		_, _ = d.WriteString(text[i*t.cfg.ChunkBytes : end])
+		_, _ = d.WriteString(text[i*t.cfg.ChunkBytes : t.chunkEnd(i, len(text))])
 		key = d.Sum64()
-		keys, ends = append(keys, key), append(ends, end)
+		keys = append(keys, key)
 	}
-	return keys, ends
+	*p = keys
+	return p
+}
+
+// chunkEnd is the byte length key i of a text of n bytes covers.
+func (t *ApproxTree) chunkEnd(i, n int) int { return min((i+1)*t.cfg.ChunkBytes, n) }
+
+// chunkBufs are the chunk-key buffers of Match and Insert; see chunkKeys.
+var chunkBufs = sync.Pool{New: func() any { return new([]uint64) }}
+
+func putChunkKeys(p *[]uint64) {
+	if cap(*p) <= 1<<16 { // at most 512 KiB kept, for a tree configured larger than the default
+		chunkBufs.Put(p)
+	}
 }
 
 // Insert records that engine served text (its prompt, typically).
@@ -110,7 +125,9 @@ func (t *ApproxTree) Insert(text, engine string) {
 	if text == "" || engine == "" {
 		return
 	}
-	keys, _ := t.chunkKeys(text)
+	kp := t.chunkKeys(text)
+	defer putChunkKeys(kp)
+	keys := *kp
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.cfg.Now().UnixNano()
@@ -183,7 +200,9 @@ func (t *ApproxTree) Match(text string) (matches []ApproxMatch, total int) {
 	if text == "" {
 		return nil, 0
 	}
-	keys, ends := t.chunkKeys(text)
+	kp := t.chunkKeys(text)
+	defer putChunkKeys(kp)
+	keys := *kp
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	cutoff := t.cfg.Now().UnixNano() - int64(t.cfg.TTL)
@@ -210,7 +229,7 @@ func (t *ApproxTree) Match(text string) (matches []ApproxMatch, total int) {
 				if fresh(e) {
 					kept = append(kept, e)
 				} else {
-					matches = append(matches, ApproxMatch{Engine: t.names[e], Bytes: ends[i-1]})
+					matches = append(matches, ApproxMatch{Engine: t.names[e], Bytes: t.chunkEnd(i-1, len(text))})
 				}
 			}
 			active = kept
@@ -221,7 +240,7 @@ func (t *ApproxTree) Match(text string) (matches []ApproxMatch, total int) {
 		matched = i + 1
 	}
 	for _, e := range active {
-		matches = append(matches, ApproxMatch{Engine: t.names[e], Bytes: ends[matched-1]})
+		matches = append(matches, ApproxMatch{Engine: t.names[e], Bytes: t.chunkEnd(matched-1, len(text))})
 	}
 	slices.SortFunc(matches, func(a, b ApproxMatch) int {
 		if a.Bytes != b.Bytes {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -34,6 +33,9 @@ type TokenizerOptions struct {
 	CacheMaxBytes int64
 	// MaxResponseBytes limits a /tokenize response; default 16 MiB.
 	MaxResponseBytes int64
+	// MaxTokens limits the token ids of one response; default
+	// [DefaultMaxTokenizeTokens].
+	MaxTokens int
 	// Client makes the calls; default a dedicated client whose idle
 	// connections [Tokenizer.Close] closes.
 	Client *http.Client
@@ -71,6 +73,14 @@ type TokenizeRequest struct {
 	ChatTemplate         string
 	ChatTemplateKwargs   json.RawMessage
 	Tools                json.RawMessage
+	// Verbatim says the raw fields are each one valid JSON value of the
+	// right kind, as admission.ParseRequest leaves them (it validated the
+	// whole client body): they are then copied into the /tokenize body
+	// as they are, neither validated nor compacted again. Encoding them
+	// with encoding/json was 10% of the gateway's CPU on 8k-token
+	// prompts. Without it the fields are validated and compacted, and
+	// malformed ones are refused before any call.
+	Verbatim bool
 }
 
 type tokenizeWire struct {
@@ -83,6 +93,7 @@ type tokenizeWire struct {
 	ChatTemplate         string          `json:"chat_template,omitempty"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	Tools                json.RawMessage `json:"tools,omitempty"`
+	verbatim             bool            // see TokenizeRequest.Verbatim
 }
 
 // validate checks the Prompt/Messages choice (JSON validity is checked when
@@ -97,7 +108,7 @@ func (r TokenizeRequest) validate() error {
 // wire returns the fields actually sent: chat-only fields are dropped for
 // prompts (the completion-style endpoint does not take them).
 func (r TokenizeRequest) wire() tokenizeWire {
-	w := tokenizeWire{Model: r.Model, AddSpecialTokens: r.AddSpecialTokens}
+	w := tokenizeWire{Model: r.Model, AddSpecialTokens: r.AddSpecialTokens, verbatim: r.Verbatim}
 	if len(r.Prompt) > 0 {
 		w.Prompt = r.Prompt
 		return w
@@ -111,9 +122,13 @@ func (r TokenizeRequest) wire() tokenizeWire {
 	return w
 }
 
-// body encodes the request body (fixed field order, unset fields omitted;
-// encoding/json validates and compacts the raw JSON).
+// body encodes the request body (fixed field order, unset fields omitted).
+// Verbatim raw fields are copied as they are; otherwise encoding/json
+// validates and compacts them.
 func (w tokenizeWire) body() ([]byte, error) {
+	if w.verbatim {
+		return w.appendBody(nil), nil
+	}
 	b, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: encode request: %w", err)
@@ -173,7 +188,15 @@ type cacheKey [2]uint64
 type cacheEntry struct {
 	key    cacheKey
 	tokens []uint64
+	// derived is a value computed from tokens under derivedTag (the
+	// fleet's block keys), kept so that a hit costs a lookup; see
+	// TokenizeDerived. Its cost is counted with the entry's.
+	derivedTag string
+	derived    []uint64
 }
+
+// cost is what the entry counts against CacheMaxBytes.
+func (ce *cacheEntry) cost() int64 { return entryCost(ce.tokens) + int64(cap(ce.derived))*8 }
 
 // call is one in-flight /tokenize call that identical requests share.
 type call struct {
@@ -207,6 +230,7 @@ type Tokenizer struct {
 
 	hits, misses, errs, shared, rejected atomic.Uint64
 	inflight                             atomic.Int64
+	derivations                          atomic.Uint64 // derive calls of TokenizeDerived
 }
 
 // NewTokenizer returns a Tokenizer; it starts no goroutines.
@@ -226,6 +250,9 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = 16 << 20
 	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = DefaultMaxTokenizeTokens
+	}
 	t := &Tokenizer{
 		o:      o,
 		client: o.Client,
@@ -235,6 +262,14 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 		flight: make(map[cacheKey]*call),
 	}
 	if t.client == nil {
+		// Each idle keep-alive connection holds two goroutines (the
+		// transport's read and write loops) until IdleConnTimeout or
+		// Close: after a burst of concurrent calls the process keeps two
+		// goroutines per connection the burst opened (32 for the 16
+		// connections of 16 callers in a test; back to the baseline on
+		// Close). That, with the proxy's own idle connections to the
+		// engines, is what a gauge taken seconds after a load sees above
+		// its baseline.
 		t.ownClient = true
 		t.client = &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
@@ -264,6 +299,7 @@ type TokenizerStats struct {
 	Hits, Misses, Errors uint64 // cache hits; calls made; calls failed
 	Shared               uint64 // requests that joined an identical in-flight call
 	Rejected             uint64 // requests refused with ErrTokenizerBusy
+	Derived              uint64 // values TokenizeDerived computed (not found in the cache)
 	InFlight             int64  // calls in flight
 	Entries              int    // cached entries
 	CachedTokens         int    // token ids held by the cache
@@ -277,7 +313,7 @@ func (t *Tokenizer) Stats() TokenizerStats {
 	t.mu.Unlock()
 	return TokenizerStats{
 		Hits: t.hits.Load(), Misses: t.misses.Load(), Errors: t.errs.Load(),
-		Shared: t.shared.Load(), Rejected: t.rejected.Load(), InFlight: t.inflight.Load(),
+		Shared: t.shared.Load(), Rejected: t.rejected.Load(), Derived: t.derivations.Load(), InFlight: t.inflight.Load(),
 		Entries: n, CachedTokens: toks, CachedBytes: size,
 	}
 }
@@ -287,11 +323,24 @@ func (t *Tokenizer) Stats() TokenizerStats {
 // The returned slice may be shared with the cache and other callers: it
 // must not be modified.
 func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, cached bool, err error) {
+	tokens, _, cached, err = t.tokenize(ctx, url, h, req)
+	return tokens, cached, err
+}
+
+// tokenize is Tokenize that also returns the request's cache key.
+func (t *Tokenizer) tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, key cacheKey, cached bool, err error) {
 	if err := req.validate(); err != nil {
-		return nil, false, err
+		return nil, key, false, err
 	}
 	w := req.wire()
-	key := t.key(&w)
+	key = t.key(&w)
+	tokens, cached, err = t.lookupOrCall(ctx, key, url, h, &w)
+	return tokens, key, cached, err
+}
+
+// lookupOrCall answers key from the cache, or joins the identical call in
+// flight, or makes the call.
+func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
 	for {
 		t.mu.Lock()
 		if el, ok := t.items[key]; ok {
@@ -327,7 +376,7 @@ func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req
 		c := &call{done: make(chan struct{})}
 		t.flight[key] = c
 		t.mu.Unlock()
-		return t.lead(ctx, key, c, url, h, &w)
+		return t.lead(ctx, key, c, url, h, w)
 	}
 }
 
@@ -392,22 +441,20 @@ func (t *Tokenizer) insert(key cacheKey, toks []uint64) {
 	t.items[key] = t.lru.PushFront(&cacheEntry{key: key, tokens: toks})
 	t.ntoks += len(toks)
 	t.nbytes += cost
+	t.evictLocked()
+}
+
+// evictLocked evicts least-recently-used entries until both bounds hold.
+// t.mu held.
+func (t *Tokenizer) evictLocked() {
 	for len(t.items) > t.o.CacheEntries || t.nbytes > t.o.CacheMaxBytes {
 		el := t.lru.Back()
 		ce := el.Value.(*cacheEntry)
 		t.lru.Remove(el)
 		delete(t.items, ce.key)
 		t.ntoks -= len(ce.tokens)
-		t.nbytes -= entryCost(ce.tokens)
+		t.nbytes -= ce.cost()
 	}
-}
-
-type tokenizeResponse struct {
-	Count       *int `json:"count"`
-	MaxModelLen int  `json:"max_model_len"`
-	// Tokens is parsed by parseTokenIDs: decoding into []uint64 would
-	// turn a null id into token 0.
-	Tokens json.RawMessage `json:"tokens"`
 }
 
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
@@ -435,65 +482,41 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("tokenize: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
 	}
-	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, nil)
-	if err != nil {
-		return nil, fmt.Errorf("tokenize: %w", err)
+	bp := responseBufs.Get().(*[]byte)
+	buf := *bp
+	if n := resp.ContentLength; n > 0 && n <= t.o.MaxResponseBytes && int64(cap(buf)) < n+bytes.MinRead {
+		// Room for the whole answer and the read that sees its end, so
+		// the buffer never grows by copying.
+		buf = make([]byte, 0, n+bytes.MinRead)
 	}
-	return parseTokenizeResponse(raw)
+	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, buf)
+	var toks []uint64
+	if err != nil {
+		err = fmt.Errorf("tokenize: %w", err)
+	} else {
+		toks, err = decodeTokenizeResponse(raw, t.o.MaxTokens)
+	}
+	// The ids are in their own slice: nothing aliases raw any more.
+	if cap(raw) <= maxPooledResponse {
+		*bp = raw[:0]
+		responseBufs.Put(bp)
+	}
+	return toks, err
 }
 
-// parseTokenizeResponse decodes {count, max_model_len, tokens}. Token ids
-// must be non-negative integers and count, if present, must match.
+// responseBufs are read buffers for /tokenize answers, reused: the answer
+// is garbage once decoded, and reading a large one into a fresh growing
+// buffer cost a copy per doubling on every call.
+var responseBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledResponse bounds the buffers kept in responseBufs (4 MiB: an
+// answer of some 600k ids).
+const maxPooledResponse = 4 << 20
+
+// parseTokenizeResponse decodes {count, max_model_len, tokens} with the
+// default bound on the number of ids (see decodeTokenizeResponse).
 func parseTokenizeResponse(raw []byte) ([]uint64, error) {
-	var r tokenizeResponse
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("tokenize: decode response: %w", err)
-	}
-	if r.Tokens == nil || string(r.Tokens) == "null" {
-		return nil, errors.New("tokenize: response has no tokens")
-	}
-	toks, err := parseTokenIDs(r.Tokens)
-	if err != nil {
-		return nil, err
-	}
-	if r.Count != nil && *r.Count != len(toks) {
-		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", *r.Count, len(toks))
-	}
-	return toks, nil
-}
-
-// parseTokenIDs parses the tokens array, which encoding/json has already
-// validated as JSON: each element must be an integer in [0, 2^64) written
-// without fraction or exponent, as for a uint64 field, but null is refused
-// rather than read as 0. The result is never nil.
-func parseTokenIDs(b []byte) ([]uint64, error) {
-	i := skipJSONSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return nil, errors.New("tokenize: decode response: tokens is not an array")
-	}
-	out := make([]uint64, 0, bytes.Count(b, []byte{','})+1)
-	if i = skipJSONSpace(b, i+1); i < len(b) && b[i] == ']' {
-		return out, nil
-	}
-	for {
-		start := i
-		var v uint64
-		for ; i < len(b) && '0' <= b[i] && b[i] <= '9'; i++ {
-			d := uint64(b[i] - '0')
-			if v > (math.MaxUint64-d)/10 {
-				return nil, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out))
-			}
-			v = v*10 + d
-		}
-		if i = skipJSONSpace(b, i); i == start || i >= len(b) || (b[i] != ',' && b[i] != ']') {
-			return nil, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out))
-		}
-		out = append(out, v)
-		if b[i] == ']' {
-			return out, nil
-		}
-		i = skipJSONSpace(b, i+1)
-	}
+	return decodeTokenizeResponse(raw, DefaultMaxTokenizeTokens)
 }
 
 // skipJSONSpace returns the index of the first non-whitespace byte of b at

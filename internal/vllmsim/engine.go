@@ -133,6 +133,7 @@ type Engine struct {
 
 	connMu   sync.Mutex
 	conns    map[net.Conn]struct{}
+	accepted uint64 // HTTP connections accepted, ever; guarded by connMu
 	handlers sync.WaitGroup
 	stopping bool
 }
@@ -455,9 +456,18 @@ func (e *Engine) trackConn(c net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateNew:
 		e.conns[c] = struct{}{}
+		e.accepted++
 	case http.StateClosed, http.StateHijacked:
 		delete(e.conns, c)
 	}
+}
+
+// Accepted is the number of HTTP connections the engine has accepted
+// since it started: what a client that reuses its connections keeps low.
+func (e *Engine) Accepted() uint64 {
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	return e.accepted
 }
 
 // closeConns drops every client connection, as a dying process would.

@@ -1,0 +1,562 @@
+package upstreams
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+)
+
+// The /tokenize answer is decoded by a scanner made for its shape, vLLM's
+//
+//	{"count": N, "max_model_len": M, "tokens": [id, ...], "token_strs": null}
+//
+// rather than by encoding/json, which spent over a third of the gateway's
+// CPU on 8k-token prompts (BENCHMARKS.md section 3) building a RawMessage
+// of the ids and scanning them twice more. It accepts and rejects exactly
+// what the encoding/json decoding it replaces did (FuzzTokenizeResponseDecoder
+// checks that against the old code, FuzzParseTokenizeResponse against an
+// independent oracle): the whole input must be valid JSON, nested no deeper
+// than encoding/json's 10,000 levels; it must be an object; keys match
+// case-insensitively (Unicode folding, as encoding/json) and the last of
+// duplicate keys wins, except that a count or max_model_len of the wrong
+// type rejects wherever it stands; tokens is required, an array of integers
+// in [0, 2^64) written without fraction, exponent or sign; count, unless
+// null, must equal their number. Other keys may hold any JSON.
+
+// maxJSONDepth is encoding/json's nesting limit, kept so that the decoder
+// rejects what encoding/json rejected.
+const maxJSONDepth = 10000
+
+// DefaultMaxTokenizeTokens is the default [TokenizerOptions.MaxTokens]:
+// 2Mi token ids (16 MiB decoded), twice the longest context window of
+// the models served today and more than the default 16 MiB response can
+// hold of realistic ids.
+const DefaultMaxTokenizeTokens = 2 << 20
+
+// tokenScratch holds reusable buffers for answers whose count does not
+// come before their tokens: the ids are decoded there, then copied once
+// into a slice of their exact size (the result outlives the call, in the
+// cache). vLLM sends count first, so this path is the exception.
+var tokenScratch = sync.Pool{New: func() any { return new([]uint64) }}
+
+// maxPooledTokens bounds the scratch buffers kept in tokenScratch (2 MiB).
+const maxPooledTokens = 256 << 10
+
+// tokenizeDecoder is the state of one decode. pending is an error about a
+// tokens value, which a later tokens key supersedes; typeErr one about
+// count or max_model_len, which stays.
+type tokenizeDecoder struct {
+	b          []byte
+	i          int
+	maxTokens  int
+	tokens     []uint64
+	haveTokens bool
+	count      int64
+	haveCount  bool
+	pending    error
+	typeErr    error
+}
+
+// decodeTokenizeResponse decodes a /tokenize answer of at most maxTokens
+// ids. The result is never nil and does not alias raw.
+func decodeTokenizeResponse(raw []byte, maxTokens int) ([]uint64, error) {
+	d := tokenizeDecoder{b: raw, maxTokens: maxTokens}
+	d.ws()
+	if err := d.top(); err != nil {
+		return nil, err
+	}
+	if d.ws(); d.i < len(d.b) {
+		return nil, d.syntax("after top-level value")
+	}
+	switch {
+	case d.typeErr != nil:
+		return nil, d.typeErr
+	case !d.haveTokens:
+		return nil, errors.New("tokenize: response has no tokens")
+	case d.pending != nil:
+		return nil, d.pending
+	case d.haveCount && d.count != int64(len(d.tokens)):
+		return nil, fmt.Errorf("tokenize: response count %d != %d tokens", d.count, len(d.tokens))
+	}
+	return d.tokens, nil
+}
+
+// top reads the top-level value: an object, or null (which has no tokens,
+// as encoding/json leaves the struct empty); anything else is refused
+// once it is known to be valid JSON.
+func (d *tokenizeDecoder) top() error {
+	switch d.peek() {
+	case '{':
+		return d.object()
+	case 'n':
+		return d.literal("null")
+	}
+	if err := d.skip(0); err != nil {
+		return err
+	}
+	return errors.New("tokenize: decode response: not a JSON object")
+}
+
+// object reads the top-level object's members.
+func (d *tokenizeDecoder) object() error {
+	d.i++
+	if d.ws(); d.peek() == '}' {
+		d.i++
+		return nil
+	}
+	for {
+		ks, ke, esc, err := d.str()
+		if err != nil {
+			return err
+		}
+		if d.ws(); d.peek() != ':' {
+			return d.syntax("after object key")
+		}
+		d.i++
+		d.ws()
+		if err := d.member(d.keyName(ks, ke, esc)); err != nil {
+			return err
+		}
+		d.ws()
+		switch d.peek() {
+		case ',':
+			d.i++
+			d.ws()
+		case '}':
+			d.i++
+			return nil
+		default:
+			return d.syntax("after object key:value pair")
+		}
+	}
+}
+
+// Which of the answer's fields a key names.
+const (
+	keyOther = iota
+	keyTokens
+	keyCount
+	keyMaxModelLen
+)
+
+// keyName classifies the key b[ks:ke] (without its quotes), folded as
+// encoding/json matches keys to struct fields.
+func (d *tokenizeDecoder) keyName(ks, ke int, esc bool) int {
+	k := d.b[ks:ke]
+	if esc {
+		var s string
+		if json.Unmarshal(d.b[ks-1:ke+1], &s) != nil {
+			return keyOther // cannot happen: str validated it
+		}
+		k = []byte(s)
+	}
+	switch {
+	case bytes.EqualFold(k, []byte("tokens")):
+		return keyTokens
+	case bytes.EqualFold(k, []byte("count")):
+		return keyCount
+	case bytes.EqualFold(k, []byte("max_model_len")):
+		return keyMaxModelLen
+	}
+	return keyOther
+}
+
+// member reads one member's value, the cursor on its first byte.
+func (d *tokenizeDecoder) member(key int) error {
+	switch key {
+	case keyTokens:
+		return d.tokenList()
+	case keyCount, keyMaxModelLen:
+		v, ok, err := d.int64OrNull()
+		if err != nil {
+			return err
+		}
+		if !ok && d.typeErr == nil {
+			name := "count"
+			if key == keyMaxModelLen {
+				name = "max_model_len"
+			}
+			d.typeErr = fmt.Errorf("tokenize: decode response: %s is not an integer", name)
+		}
+		if key == keyCount {
+			d.count, d.haveCount = v.n, ok && !v.null
+		}
+		return nil
+	}
+	return d.skip(1)
+}
+
+// nullableInt is a decoded integer, or null.
+type nullableInt struct {
+	n    int64
+	null bool
+}
+
+// int64OrNull reads a value that should be null or an integer fitting an
+// int64 (what encoding/json decodes into an int); ok false when it is
+// valid JSON of another kind or range.
+func (d *tokenizeDecoder) int64OrNull() (v nullableInt, ok bool, err error) {
+	start := d.i
+	if d.peek() == 'n' {
+		return nullableInt{null: true}, true, d.literal("null")
+	}
+	if err := d.skip(1); err != nil {
+		return v, false, err
+	}
+	n, ok := parseInt64(d.b[start:d.i])
+	return nullableInt{n: n}, ok, nil
+}
+
+// parseInt64 parses a JSON number (already validated) that is an integer
+// without fraction or exponent within int64's range.
+func parseInt64(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' || u > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return -int64(u), true
+	}
+	if u > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(u), true
+}
+
+// tokenList reads a tokens value. One that is not an array of plain
+// non-negative integers is still validated as JSON, and noted in pending:
+// a later tokens key replaces it, as the last of duplicate keys wins.
+func (d *tokenizeDecoder) tokenList() error {
+	start := d.i
+	d.haveTokens, d.tokens, d.pending = true, nil, nil
+	var scratch *[]uint64
+	if d.peek() == '[' {
+		d.tokens, scratch = d.buffer(len(d.b) - d.i)
+	}
+	toks, reason, fatal := d.ids(d.tokens)
+	if scratch != nil {
+		if reason == nil {
+			// The result outlives the call (in the cache): its own
+			// slice, of exactly its size.
+			d.tokens = append(make([]uint64, 0, len(toks)), toks...)
+		}
+		if cap(toks) <= maxPooledTokens {
+			*scratch = toks[:0]
+			tokenScratch.Put(scratch)
+		}
+	} else {
+		d.tokens = toks
+	}
+	if reason == nil {
+		return nil
+	}
+	d.tokens = nil
+	if fatal {
+		return reason
+	}
+	d.i = start
+	if err := d.skip(1); err != nil {
+		return err
+	}
+	d.pending = reason
+	return nil
+}
+
+// ids appends to out the ids of an array of token ids, on the fast path.
+// On anything else it gives the reason, with the cursor anywhere:
+// tokenList re-reads the value as generic JSON. fatal marks a reason no
+// later key can undo (too many ids for the bound).
+func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal bool) {
+	b := d.b
+	switch d.peek() {
+	case '[':
+	case 'n':
+		return out, errors.New("tokenize: response has no tokens"), false
+	default:
+		return out, errors.New("tokenize: decode response: tokens is not an array"), false
+	}
+	i := skipJSONSpace(b, d.i+1)
+	if i < len(b) && b[i] == ']' {
+		d.i = i + 1
+		return out, nil, false
+	}
+	for {
+		if len(out) >= d.maxTokens {
+			return out, fmt.Errorf("tokenize: response has more than %d tokens", d.maxTokens), true
+		}
+		start := i
+		var v uint64
+		for ; i < len(b) && isDigit(b[i]); i++ {
+			v = v*10 + uint64(b[i]-'0')
+		}
+		switch n := i - start; {
+		case n == 0 || (n > 1 && b[start] == '0'):
+			return out, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out)), false
+		case n >= 20:
+			// 19 digits always fit; more may not, and wrapped.
+			var err error
+			if v, err = strconv.ParseUint(string(b[start:i]), 10, 64); err != nil {
+				return out, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out)), false
+			}
+		}
+		if i < len(b) && b[i] != ',' && b[i] != ']' {
+			i = skipJSONSpace(b, i)
+		}
+		if i >= len(b) || (b[i] != ',' && b[i] != ']') {
+			return out, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out)), false
+		}
+		out = append(out, v)
+		if b[i] == ']' {
+			d.i = i + 1
+			return out, nil, false
+		}
+		if i++; i < len(b) && !isDigit(b[i]) {
+			i = skipJSONSpace(b, i)
+		}
+	}
+}
+
+// buffer is where ids are decoded, rest bytes of input remaining: a slice
+// of exactly count's size when a plausible count came first (vLLM sends
+// it first, so the one allocation is the result itself), else a pooled
+// scratch buffer, returned with the pointer to give back.
+func (d *tokenizeDecoder) buffer(rest int) ([]uint64, *[]uint64) {
+	// Each id takes at least two bytes ("0,") but the last.
+	if d.haveCount && d.count >= 0 && d.count <= int64(min(d.maxTokens, rest/2+1)) {
+		return make([]uint64, 0, d.count), nil
+	}
+	p := tokenScratch.Get().(*[]uint64)
+	return (*p)[:0], p
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func (d *tokenizeDecoder) ws() { d.i = skipJSONSpace(d.b, d.i) }
+
+// peek is the byte at the cursor, 0 at the end.
+func (d *tokenizeDecoder) peek() byte {
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+// syntax is a malformed-JSON error at the cursor.
+func (d *tokenizeDecoder) syntax(context string) error {
+	if d.i >= len(d.b) {
+		return errors.New("tokenize: decode response: unexpected end of JSON input")
+	}
+	return fmt.Errorf("tokenize: decode response: invalid character %q %s (at byte %d)", d.b[d.i], context, d.i)
+}
+
+// skip validates and steps over one value, depth containers being open
+// around it. It walks nested values with a stack of bits (object or
+// array, by level) rather than recursion, so the depth limit costs no
+// goroutine stack.
+func (d *tokenizeDecoder) skip(depth int) error {
+	var inline [2]uint64
+	objs := inline[:]
+	n := 0 // containers opened by this skip
+	for {
+		d.ws()
+		switch c := d.peek(); c {
+		case '{', '[':
+			if depth+n+1 > maxJSONDepth {
+				return fmt.Errorf("tokenize: decode response: exceeded max depth (at byte %d)", d.i)
+			}
+			if n/64 == len(objs) {
+				objs = append(objs, 0)
+			}
+			objs[n/64] &^= 1 << (n % 64)
+			if c == '{' {
+				objs[n/64] |= 1 << (n % 64)
+			}
+			n++
+			d.i++
+			if d.ws(); d.peek() == c+2 { // '{'+2 is '}', '['+2 is ']'
+				d.i++
+				n--
+				break
+			}
+			if c == '{' {
+				if err := d.objectKey(); err != nil {
+					return err
+				}
+			}
+			continue
+		case '"':
+			if _, _, _, err := d.str(); err != nil {
+				return err
+			}
+		case 't':
+			if err := d.literal("true"); err != nil {
+				return err
+			}
+		case 'f':
+			if err := d.literal("false"); err != nil {
+				return err
+			}
+		case 'n':
+			if err := d.literal("null"); err != nil {
+				return err
+			}
+		default:
+			if err := d.number(); err != nil {
+				return err
+			}
+		}
+		var err error
+		if n, err = d.close(objs, n); err != nil || n == 0 {
+			return err
+		}
+	}
+}
+
+// close steps past what follows a value inside n open containers: the
+// closing brackets of those that end there, then a comma (and the next
+// key, in an object). It returns how many stay open; the cursor is on the
+// next value unless none do.
+func (d *tokenizeDecoder) close(objs []uint64, n int) (int, error) {
+	for n > 0 {
+		d.ws()
+		obj := objs[(n-1)/64]&(1<<((n-1)%64)) != 0
+		switch c := d.peek(); {
+		case c == ',':
+			d.i++
+			if obj {
+				return n, d.objectKey()
+			}
+			return n, nil
+		case obj && c == '}', !obj && c == ']':
+			d.i++
+			n--
+		case obj:
+			return n, d.syntax("after object key:value pair")
+		default:
+			return n, d.syntax("after array element")
+		}
+	}
+	return 0, nil
+}
+
+// objectKey reads a key and its colon.
+func (d *tokenizeDecoder) objectKey() error {
+	d.ws()
+	if _, _, _, err := d.str(); err != nil {
+		return err
+	}
+	if d.ws(); d.peek() != ':' {
+		return d.syntax("after object key")
+	}
+	d.i++
+	return nil
+}
+
+// str steps over a string and returns its contents' bounds and whether it
+// has escapes. Like encoding/json it takes any byte from 0x20 up, invalid
+// UTF-8 included.
+func (d *tokenizeDecoder) str() (start, end int, esc bool, err error) {
+	if d.peek() != '"' {
+		return 0, 0, false, d.syntax("looking for beginning of string")
+	}
+	b := d.b
+	start = d.i + 1
+	for i := start; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			d.i = i + 1
+			return start, i, esc, nil
+		case c == '\\':
+			esc = true
+			if i+1 < len(b) && bytes.IndexByte([]byte(`"\/bfnrt`), b[i+1]) >= 0 {
+				i += 2
+				continue
+			}
+			if i+5 < len(b) && b[i+1] == 'u' && isHex(b[i+2]) && isHex(b[i+3]) && isHex(b[i+4]) && isHex(b[i+5]) {
+				i += 6
+				continue
+			}
+			d.i = min(i+1, len(b))
+			return 0, 0, false, d.syntax("in string escape code")
+		case c < 0x20:
+			d.i = i
+			return 0, 0, false, d.syntax("in string literal")
+		default:
+			i++
+		}
+	}
+	d.i = len(b)
+	return 0, 0, false, d.syntax("in string literal")
+}
+
+func isHex(c byte) bool { return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F') }
+
+// literal steps over true, false or null.
+func (d *tokenizeDecoder) literal(word string) error {
+	if !bytes.HasPrefix(d.b[d.i:], []byte(word)) {
+		for j := 0; j < len(word) && d.i < len(d.b) && d.b[d.i] == word[j]; j++ {
+			d.i++
+		}
+		return d.syntax("in literal " + word)
+	}
+	d.i += len(word)
+	return nil
+}
+
+// number steps over a number as RFC 8259 writes one.
+func (d *tokenizeDecoder) number() error {
+	b, i := d.b, d.i
+	digits := func() {
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && isDigit(b[i]):
+		digits()
+	default:
+		d.i = i
+		return d.syntax("looking for beginning of value")
+	}
+	if i < len(b) && b[i] == '.' {
+		if i++; i >= len(b) || !isDigit(b[i]) {
+			d.i = i
+			return d.syntax("after decimal point in numeric literal")
+		}
+		digits()
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			d.i = i
+			return d.syntax("in exponent of numeric literal")
+		}
+		digits()
+	}
+	d.i = i
+	return nil
+}

@@ -1,0 +1,61 @@
+package upstreams
+
+import (
+	"context"
+	"net/http"
+)
+
+// TokenizeDerived is Tokenize for a caller that computes a value from the
+// ids for every request (the fleet: the prompt's block keys) and would
+// rather cache it with them: derive runs on the ids when their cache
+// entry holds no value under tag yet, and its result is kept in the entry
+// (one value an entry, the last tag's, counted against CacheMaxBytes at 8
+// bytes a word), so that a hit returns both for the cost of a lookup. tag
+// must name everything the value depends on besides the ids. A result the
+// cache does not hold (too large, cache off) is derived on every call.
+// Neither returned slice may be modified: both may be shared.
+func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Header, req TokenizeRequest,
+	tag string, derive func(tokens []uint64) []uint64) (tokens, derived []uint64, cached bool, err error) {
+	tokens, key, cached, err := t.tokenize(ctx, url, h, req)
+	if err != nil {
+		return nil, nil, cached, err
+	}
+	t.mu.Lock()
+	if el, ok := t.items[key]; ok {
+		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == tag {
+			derived = ce.derived
+			t.mu.Unlock()
+			return tokens, derived, cached, nil
+		}
+	}
+	t.mu.Unlock()
+	t.derivations.Add(1)
+	derived = derive(tokens)
+	if cap(derived) > len(derived) {
+		// Counted whole: keep no spare capacity.
+		derived = append(make([]uint64, 0, len(derived)), derived...)
+	}
+	t.remember(key, tag, derived)
+	return tokens, derived, cached, nil
+}
+
+// remember keeps derived in key's entry, if the cache still holds it and
+// the entry fits the budget with it.
+func (t *Tokenizer) remember(key cacheKey, tag string, derived []uint64) {
+	if derived == nil {
+		derived = []uint64{} // nil means none in an entry
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	el, ok := t.items[key]
+	if !ok {
+		return
+	}
+	ce := el.Value.(*cacheEntry)
+	if entryCost(ce.tokens)+int64(len(derived))*8 > t.o.CacheMaxBytes {
+		return
+	}
+	t.nbytes += int64(len(derived))*8 - int64(cap(ce.derived))*8
+	ce.derivedTag, ce.derived = tag, derived
+	t.evictLocked()
+}

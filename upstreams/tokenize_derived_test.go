@@ -1,0 +1,58 @@
+package upstreams
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestTokenizeDerived: the derived value is computed once per entry and
+// tag, a hit returns it without deriving, another tag replaces it, its
+// words are counted against the budget with the entry, and without a
+// cache every call derives.
+func TestTokenizeDerived(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
+	defer tk.Close()
+	ctx := context.Background()
+	req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote("abcdefgh"))}
+	double := func(toks []uint64) []uint64 { // cap > len on purpose
+		out := make([]uint64, 0, 4*len(toks))
+		for _, x := range toks {
+			out = append(out, 2*x)
+		}
+		return out
+	}
+	for i := range 3 {
+		toks, derived, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+		if err != nil || cached != (i > 0) || len(derived) != len(toks) || derived[0] != 2*toks[0] {
+			t.Fatalf("call %d: %v %v cached=%v %v", i, toks, derived, cached, err)
+		}
+	}
+	if n := tk.derivations.Load(); n != 1 {
+		t.Fatalf("derived %d times for one entry, want 1", n)
+	}
+	st := tk.Stats()
+	if want := int64(st.CachedTokens)*8*2 + TokenizeCacheEntryOverhead; st.CachedBytes != want {
+		t.Fatalf("%d bytes counted, want %d (ids, derived words clipped to their length, overhead)", st.CachedBytes, want)
+	}
+	if _, d, _, _ := tk.TokenizeDerived(ctx, f.url(), nil, req, "one", func(toks []uint64) []uint64 { return toks[:1] }); len(d) != 1 {
+		t.Fatalf("another tag: %v", d)
+	}
+	if n, st := tk.derivations.Load(), tk.Stats(); n != 2 || st.CachedBytes != int64(st.CachedTokens)*8+8+TokenizeCacheEntryOverhead {
+		t.Fatalf("another tag: derived %d times, %d bytes counted", n, st.CachedBytes)
+	}
+
+	off := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: -1})
+	defer off.Close()
+	for range 2 {
+		if _, _, _, err := off.TokenizeDerived(ctx, f.url(), nil, req, "double", double); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := off.derivations.Load(); n != 2 {
+		t.Fatalf("without a cache: derived %d times, want 2", n)
+	}
+}
