@@ -182,6 +182,9 @@ func plotOverhead(dir, ext string, o *OverheadResult) ([]string, error) {
 // plotFleet draws hit rate and TTFT p90 against fleet size per policy,
 // and the gateway's decision time and index memory.
 func plotFleet(dir, ext string, f *FleetResult) ([]string, error) {
+	if len(f.Runs) == 0 {
+		return nil, nil // a run of the bursts and scenarios only (BENCH_FLEET_VARIANTS=none)
+	}
 	series := func(pol string, y func(*FleetRun) float64) plotter.XYs {
 		var xys plotter.XYs
 		for i := range f.Runs {
