@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -146,8 +147,13 @@ func (t *ApproxTree) Insert(text, engine string) {
 		t.engines[engine] = eng
 	}
 	// Leaf first, so the root ends up most recently used: eviction
-	// takes leaves before the prefixes that lead to them.
-	for j := len(keys) - 1; j >= 0; j-- {
+	// takes leaves before the prefixes that lead to them. The leading
+	// chunks this engine was recorded through within the last
+	// refreshEvery are left as they are: a long prompt behind a shared
+	// prefix then costs a few lookups and its new tail, not a lookup
+	// and a relink per chunk (an 8k-token prompt has ~700).
+	fresh := t.freshPrefix(keys, eng, now-int64(t.refreshEvery()))
+	for j := len(keys) - 1; j >= fresh; j-- {
 		k := keys[j]
 		nd := t.nodes[k]
 		if nd == nil {
@@ -166,6 +172,32 @@ func (t *ApproxTree) Insert(text, engine string) {
 		}
 	}
 	t.expireLocked(now)
+}
+
+// refreshEvery is how stale a node's record of an engine may be before
+// Insert records it again: a second, or an eighth of the TTL when that is
+// shorter. Match cannot tell the difference (it counts whole TTLs).
+func (t *ApproxTree) refreshEvery() time.Duration {
+	return min(time.Second, t.cfg.TTL/8)
+}
+
+// freshPrefix is how many leading chunks of keys the tree holds as seen by
+// engine eng at or after since. Freshness only falls along a path — an
+// insert records every node of its path at one instant, and eviction takes
+// a prefix's descendants before it — so a binary search finds the end.
+// (Nodes Insert skips are not moved up the LRU list, so for at most
+// refreshEvery a descendant can be more recent than its prefix; if the
+// prefix is evicted meanwhile, Match stops at the gap until the next
+// refresh records the path again: it can only undercount.)
+func (t *ApproxTree) freshPrefix(keys []uint64, eng uint16, since int64) int {
+	return sort.Search(len(keys), func(j int) bool {
+		nd := t.nodes[keys[j]]
+		if nd == nil {
+			return true
+		}
+		i := slices.IndexFunc(nd.seen, func(s approxSeen) bool { return s.engine == eng })
+		return i < 0 || nd.seen[i].at < since
+	})
 }
 
 // expireLocked drops nodes beyond MaxNodes and nodes nobody inserted

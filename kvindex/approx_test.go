@@ -181,3 +181,43 @@ func BenchmarkApproxMatch8k(b *testing.B) {
 		i++
 	}
 }
+
+// TestApproxInsertSkipsFreshPrefix: Insert leaves alone the leading chunks
+// an engine was recorded through within the refresh interval (a second
+// here), records new tails, and records the whole path again once the
+// interval has passed, so the TTL still runs from the latest refresh.
+func TestApproxInsertSkipsFreshPrefix(t *testing.T) {
+	clk := testclock.New(time.Unix(1000, 0))
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, TTL: time.Minute, Now: clk.Now})
+	tr.Insert("aaaabbbbcccc", "e1")
+	clk.Advance(500 * time.Millisecond)
+	tr.Insert("aaaabbbbdddd", "e1") // within the interval: only dddd is new
+	tr.Insert("aaaabbbbcccc", "e2") // another engine's record is its own
+	if got, _ := approxOf(tr, "aaaabbbbdddd"); got != "e1=12 e2=8" {
+		t.Fatalf("new tail behind a fresh prefix: %q", got)
+	}
+	clk.Advance(30 * time.Second)
+	tr.Insert("aaaabbbbcccc", "e1")                    // past the interval: the path is recorded again
+	clk.Advance(30*time.Second + 200*time.Millisecond) // 60.2 s after dddd and e2, 30.2 s after the refresh
+	if got, _ := approxOf(tr, "aaaabbbbcccc"); got != "e1=12" {
+		t.Fatalf("after the refresh: %q (want e1's path kept, e2's expired)", got)
+	}
+	if got, _ := approxOf(tr, "aaaabbbbdddd"); got != "e1=8" {
+		t.Fatalf("dddd was not refreshed: %q", got)
+	}
+}
+
+// BenchmarkApproxInsertSharedPrefix8k inserts 8 KiB prompts that share
+// their first 8000 bytes and differ after, all from one engine: the
+// gateway's common case (one system prompt, many questions).
+func BenchmarkApproxInsertSharedPrefix8k(b *testing.B) {
+	prefix := approxTexts(1, 8000)[0]
+	tr := NewApproxTree(ApproxConfig{MaxNodes: 64 << 10})
+	b.SetBytes(8192)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tr.Insert(fmt.Sprintf("%s%0192d", prefix, i), "e1")
+		i++
+	}
+}
