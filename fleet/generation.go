@@ -192,9 +192,10 @@ func (f *Fleet) Cleanup(g *Generation) {
 
 func (f *Fleet) registryOptions(c *Config) upstreams.Options {
 	o := upstreams.Options{
-		Logger:   f.logger.Named("poller"),
-		OnUpdate: f.onUpdate,
-		Worker:   f.kvWorker,
+		Logger:    f.logger.Named("poller"),
+		OnUpdate:  f.onUpdate,
+		OnRestart: f.onRestart,
+		Worker:    f.kvWorker,
 	}
 	if c != nil {
 		o.PollInterval, o.PollTimeout = c.PollInterval, c.PollTimeout

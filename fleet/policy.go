@@ -3,6 +3,8 @@ package fleet
 import (
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -77,6 +79,19 @@ func (f *Fleet) Failed(dial string) {
 	}
 	f.Breaker().Failure(dial, time.Now())
 	f.index.DropPredictions(dial)
+}
+
+// onRestart closes the breaker of an engine whose scrape shows it
+// restarted. A restart aborts every request the engine was running or
+// queueing at once, easily the breaker's failure count, while the new
+// process is up already (a scrape just succeeded): the breaker would keep
+// a healthy engine out of routing for its cooldown, and the pool's load on
+// fewer engines, deeper in their queues, to be lost at their own restarts.
+// Should the new process fail too, its own failures open the breaker again.
+func (f *Fleet) onRestart(dial string) {
+	if f.Breaker().Reset(dial, time.Now()) {
+		f.logger.Info("engine restarted: circuit breaker closed", zap.String("engine", dial))
+	}
 }
 
 // ReleaseProbe returns a half-open probe claimed by Allow for a replica

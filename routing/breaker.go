@@ -154,6 +154,18 @@ func (b *Breaker) Failure(dial string, now time.Time) {
 	}
 }
 
+// Reset forgets dial's failures and closes its breaker: the replica
+// restarted, so the failures were the previous process's — all the
+// requests in flight when it went down fail together, which says nothing
+// of the new one. It reports whether the breaker was open or half-open.
+func (b *Breaker) Reset(dial string, now time.Time) (wasOpen bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.dials[dial]
+	delete(b.dials, dial)
+	return b.state(e, now) != StateClosed
+}
+
 // Open returns, sorted, the dials whose breaker is not closed (open or
 // half-open), for metrics and the admin API.
 func (b *Breaker) Open(now time.Time) []string {

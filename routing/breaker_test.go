@@ -162,3 +162,20 @@ func TestBreakerConcurrent(t *testing.T) {
 		t.Fatalf("%d probes allowed, want 1", allowed)
 	}
 }
+
+func TestBreakerReset(t *testing.T) {
+	b := NewBreaker(BreakerConfig{Failures: 2})
+	const d = "a:1"
+	if b.Reset(d, at(0)) {
+		t.Fatal("Reset of a closed breaker reported it open")
+	}
+	b.Failure(d, at(0))
+	b.Failure(d, at(0))
+	if !b.Reset(d, at(time.Second)) || b.State(d, at(time.Second)) != StateClosed {
+		t.Fatalf("Reset of an open breaker: state %s", b.State(d, at(time.Second)))
+	}
+	b.Failure(d, at(2*time.Second)) // the streak started afresh
+	if b.State(d, at(2*time.Second)) != StateClosed || len(b.dials) != 1 {
+		t.Fatalf("one failure after Reset: state %s", b.State(d, at(2*time.Second)))
+	}
+}

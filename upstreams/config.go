@@ -145,6 +145,13 @@ type Options struct {
 	// [Reservation.Done] or [Reservation.Move]: the admission gate uses it to
 	// wake parked requests. It must not block.
 	OnUpdate func(dial string)
+	// OnRestart, if set, is called (without locks held, before that
+	// scrape's OnUpdate) with the engine's dial after a successful scrape
+	// whose cumulative prefill counters are lower than the previous
+	// one's: the engine restarted (or lost a rank) in between, so what
+	// its requests then in flight met was the previous process. It must
+	// not block.
+	OnRestart func(dial string)
 	// Worker, if set, is an extra per-engine goroutine (the KV-event
 	// subscriber). It is started with the engine's poller and stopped — its
 	// context cancelled and its return awaited — when the engine is removed,

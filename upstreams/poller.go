@@ -113,7 +113,9 @@ func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
 	if err != nil && ctx.Err() != nil {
 		return // stopping, not an engine failure
 	}
-	e.record(startEpoch, g, err, o)
+	if e.record(startEpoch, g, err, o) {
+		e.reg.restarted(e.dial)
+	}
 	e.reg.notify(e.dial)
 }
 
@@ -151,10 +153,13 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 	startEpoch := e.newEpochLocked()
 	e.mu.Unlock()
 	return func(g Gauges) {
-		e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
+		restarted := e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
 			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1,
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
 			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds)}, nil, e.reg.options())
+		if restarted {
+			e.reg.restarted(e.dial)
+		}
 		e.reg.notify(e.dial)
 	}
 }
@@ -163,8 +168,9 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 func usableCounter(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // NaN fails v >= 0
 
 // record applies a scrape result: gauges, failure counting, staleness and
-// the self-check.
-func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
+// the self-check. It reports whether the scrape shows the engine restarted
+// since the previous one: its cumulative counters went down.
+func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (restarted bool) {
 	log := o.Logger.With(zap.String("engine", e.dial))
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -173,7 +179,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 	if err == nil {
 		e.g = g
 		if g.HasPrefill {
-			e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+			restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
 		}
 		e.scraped = true
 		e.scrapedAt = e.reg.now()
@@ -194,7 +200,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 		if wasDegraded {
 			log.Info("engine metrics self-check now passes")
 		}
-		return
+		return restarted
 	}
 	e.failures++
 	e.lastErr = err.Error()
@@ -210,6 +216,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) {
 	} else {
 		log.Debug("engine metrics poll failed", zap.Int("failures", e.failures), zap.Error(err))
 	}
+	return false
 }
 
 // scrape fetches and parses one /metrics page within o.PollTimeout and

@@ -44,13 +44,16 @@ type prefillEstimator struct {
 	haveRate bool
 }
 
-// observe feeds the counters of a successful scrape.
-func (p *prefillEstimator) observe(s prefillSample) {
+// observe feeds the counters of a successful scrape. It reports whether a
+// counter went down since the previous sample: the engine restarted (or a
+// rank left).
+func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 	if !p.haveBase || s.prompt < p.base.prompt || s.cached < p.base.cached || s.secs < p.base.secs {
-		// First sample, or a counter went down (the engine restarted, or a
-		// rank left): start a new window, without a rate sample.
+		// First sample, or a counter went down: start a new window,
+		// without a rate sample.
+		reset = p.haveBase
 		p.base, p.haveBase = s, true
-		return
+		return reset
 	}
 	dTok := (s.prompt - s.cached) - (p.base.prompt - p.base.cached)
 	dSec := s.secs - p.base.secs
@@ -59,7 +62,7 @@ func (p *prefillEstimator) observe(s prefillSample) {
 		// request's prompt tokens at its first token but observes its
 		// prefill time when it finishes, and cache hits when it is
 		// scheduled, so a scrape may see one without the other.
-		return
+		return false
 	}
 	l := math.Log(dTok / dSec)
 	if !p.haveRate {
@@ -69,6 +72,7 @@ func (p *prefillEstimator) observe(s prefillSample) {
 		p.logRate += w * (l - p.logRate)
 	}
 	p.base = s
+	return false
 }
 
 // rate returns the smoothed uncached prompt tokens per second of prefill;

@@ -90,6 +90,12 @@ func (r *Registry) notify(dial string) {
 	}
 }
 
+func (r *Registry) restarted(dial string) {
+	if f := r.options().OnRestart; f != nil {
+		f(dial)
+	}
+}
+
 // Apply reconfigures the registry; it is idempotent and meant to be called at
 // every config start. cfgs are the configured (static) engines: each is
 // marked Static and gets its defaults filled; invalid ones are logged and
