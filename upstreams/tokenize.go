@@ -188,11 +188,24 @@ type cacheKey [2]uint64
 type cacheEntry struct {
 	key    cacheKey
 	tokens []uint64
-	// derived is a value computed from tokens under derivedTag (the
-	// fleet's block keys), kept so that a hit costs a lookup; see
-	// TokenizeDerived. Its cost is counted with the entry's.
-	derivedTag string
+	// derived is a value computed from tokens under the tag whose hash
+	// is derivedTag (the fleet's block keys), kept so that a hit costs a
+	// lookup; see TokenizeDerived. Its cost is counted with the entry's.
+	// The tag is kept as a fixed-size hash, not as the string: it holds
+	// client input (the fleet's includes cache_salt, as long as the body
+	// limit allows), which would otherwise be held uncounted by
+	// CacheMaxBytes.
+	derivedTag tagHash
 	derived    []uint64
+}
+
+// tagHash is a 128-bit keyed hash of a TokenizeDerived tag, as cacheKey is
+// of a request.
+type tagHash [2]uint64
+
+// tagHash hashes a TokenizeDerived tag with the cache's seeds.
+func (t *Tokenizer) tagHash(tag string) tagHash {
+	return tagHash{maphash.String(t.seeds[0], tag), maphash.String(t.seeds[1], tag)}
 }
 
 // cost is what the entry counts against CacheMaxBytes.

@@ -11,7 +11,9 @@ import (
 // entry holds no value under tag yet, and its result is kept in the entry
 // (one value an entry, the last tag's, counted against CacheMaxBytes at 8
 // bytes a word), so that a hit returns both for the cost of a lookup. tag
-// must name everything the value depends on besides the ids. A result the
+// must name everything the value depends on besides the ids; the entry
+// keeps only its 128-bit keyed hash, so a long tag (one holding client
+// input) costs the cache no more than a short one. A result the
 // cache does not hold (too large, cache off) is derived on every call.
 // Neither returned slice may be modified: both may be shared.
 func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Header, req TokenizeRequest,
@@ -20,9 +22,10 @@ func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Head
 	if err != nil {
 		return nil, nil, cached, err
 	}
+	th := t.tagHash(tag)
 	t.mu.Lock()
 	if el, ok := t.items[key]; ok {
-		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == tag {
+		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == th {
 			derived = ce.derived
 			t.mu.Unlock()
 			return tokens, derived, cached, nil
@@ -35,13 +38,13 @@ func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Head
 		// Counted whole: keep no spare capacity.
 		derived = append(make([]uint64, 0, len(derived)), derived...)
 	}
-	t.remember(key, tag, derived)
+	t.remember(key, th, derived)
 	return tokens, derived, cached, nil
 }
 
 // remember keeps derived in key's entry, if the cache still holds it and
 // the entry fits the budget with it.
-func (t *Tokenizer) remember(key cacheKey, tag string, derived []uint64) {
+func (t *Tokenizer) remember(key cacheKey, tag tagHash, derived []uint64) {
 	if derived == nil {
 		derived = []uint64{} // nil means none in an entry
 	}

@@ -3,7 +3,9 @@ package upstreams
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,4 +57,37 @@ func TestTokenizeDerived(t *testing.T) {
 	if n := off.derivations.Load(); n != 2 {
 		t.Fatalf("without a cache: derived %d times, want 2", n)
 	}
+}
+
+// TestTokenizeDerivedLongTag: an entry does not keep its tag, which may
+// hold client input (the fleet's holds cache_salt): after a call with an
+// 8 MiB tag the cache holds no more than the budget formula counts, and
+// the heap does not keep the tag.
+func TestTokenizeDerivedLongTag(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
+	defer tk.Close()
+	req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote("abcdefgh"))}
+	first := func(toks []uint64) []uint64 { return toks[:1:1] }
+	const tagBytes = 8 << 20
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	func() {
+		tag := strings.Repeat("s", tagBytes)
+		if _, d, _, err := tk.TokenizeDerived(context.Background(), f.url(), nil, req, tag, first); err != nil || len(d) != 1 {
+			t.Fatalf("%v %v", d, err)
+		}
+	}()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if grew := int64(ms.HeapAlloc) - int64(before); grew > tagBytes/2 {
+		t.Errorf("the heap kept %d bytes after a call with a %d-byte tag", grew, tagBytes)
+	}
+	st := tk.Stats()
+	if want := int64(st.CachedTokens)*8 + 8 + TokenizeCacheEntryOverhead; st.Entries != 1 || st.CachedBytes != want {
+		t.Errorf("%d entries, %d bytes counted, want 1 and %d", st.Entries, st.CachedBytes, want)
+	}
+	runtime.KeepAlive(tk)
 }
