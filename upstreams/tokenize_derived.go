@@ -25,7 +25,7 @@ func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Head
 	th := t.tagHash(tag)
 	t.mu.Lock()
 	if el, ok := t.items[key]; ok {
-		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == th {
+		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == th && sameSlice(ce.tokens, tokens) {
 			derived = ce.derived
 			t.mu.Unlock()
 			return tokens, derived, cached, nil
@@ -38,13 +38,14 @@ func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Head
 		// Counted whole: keep no spare capacity.
 		derived = append(make([]uint64, 0, len(derived)), derived...)
 	}
-	t.remember(key, th, derived)
+	t.remember(key, tokens, th, derived)
 	return tokens, derived, cached, nil
 }
 
-// remember keeps derived in key's entry, if the cache still holds it and
-// the entry fits the budget with it.
-func (t *Tokenizer) remember(key cacheKey, tag tagHash, derived []uint64) {
+// remember keeps derived, computed from tokens, in key's entry, if the
+// cache still holds it with those very tokens and the entry fits the
+// budget with it.
+func (t *Tokenizer) remember(key cacheKey, tokens []uint64, tag tagHash, derived []uint64) {
 	if derived == nil {
 		derived = []uint64{} // nil means none in an entry
 	}
@@ -55,10 +56,23 @@ func (t *Tokenizer) remember(key cacheKey, tag tagHash, derived []uint64) {
 		return
 	}
 	ce := el.Value.(*cacheEntry)
+	if !sameSlice(ce.tokens, tokens) {
+		return
+	}
 	if entryCost(ce.tokens)+int64(len(derived))*8 > t.o.CacheMaxBytes {
 		return
 	}
 	t.nbytes += int64(len(derived))*8 - int64(cap(ce.derived))*8
 	ce.derivedTag, ce.derived = tag, derived
 	t.evictLocked()
+}
+
+// sameSlice reports whether a and b are the same slice (not merely equal):
+// an entry's value may only be paired with the ids it was derived from.
+// Between the lookup that returned the ids and the lookup of their entry
+// the entry may have been evicted and refilled by another call, whose ids
+// need not be equal: the cache key does not name the engine, and during a
+// rolling upgrade of tokenizers two engines may answer differently.
+func sameSlice(a, b []uint64) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

@@ -3,6 +3,8 @@ package upstreams
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -90,4 +92,45 @@ func TestTokenizeDerivedLongTag(t *testing.T) {
 		t.Errorf("%d entries, %d bytes counted, want 1 and %d", st.Entries, st.CachedBytes, want)
 	}
 	runtime.KeepAlive(tk)
+}
+
+// TestTokenizeDerivedRefilledEntry: when the entry is evicted and refilled
+// with other ids while the value is derived (another engine, with another
+// tokenizer, answered the refill), the value is not kept with ids it was
+// not derived from: the next call derives it afresh from the new ids.
+func TestTokenizeDerivedRefilledEntry(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: 1})
+	defer tk.Close()
+	ctx := context.Background()
+	req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote("abc"))}
+	other := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote("xyz"))}
+	double := func(toks []uint64) []uint64 {
+		out := make([]uint64, len(toks))
+		for i, x := range toks {
+			out[i] = 2 * x
+		}
+		return out
+	}
+	refill := func(toks []uint64) []uint64 {
+		if _, _, err := tk.Tokenize(ctx, f.url(), nil, other); err != nil { // evicts req's entry
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		f.respond = func(w http.ResponseWriter) {
+			_, _ = io.WriteString(w, `{"count":3,"max_model_len":8192,"tokens":[7,7,7]}`)
+		}
+		f.mu.Unlock()
+		if got, _, err := tk.Tokenize(ctx, f.url(), nil, req); err != nil || !equalTokens(got, []uint64{7, 7, 7}) {
+			t.Fatalf("refill: %v %v", got, err)
+		}
+		return double(toks)
+	}
+	if toks, d, _, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", refill); err != nil || !equalTokens(d, double(toks)) {
+		t.Fatalf("first call: %v %v %v", toks, d, err)
+	}
+	toks, d, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+	if err != nil || !cached || !equalTokens(toks, []uint64{7, 7, 7}) || !equalTokens(d, double(toks)) {
+		t.Fatalf("after the refill: ids %v, value %v (cached %v, %v), want the value of those ids", toks, d, cached, err)
+	}
 }
