@@ -497,10 +497,16 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	}
 	bp := responseBufs.Get().(*[]byte)
 	buf := *bp
-	if n := resp.ContentLength; n > 0 && n <= t.o.MaxResponseBytes && int64(cap(buf)) < n+bytes.MinRead {
+	if n := resp.ContentLength; n > 0 && n <= t.o.MaxResponseBytes {
 		// Room for the whole answer and the read that sees its end, so
-		// the buffer never grows by copying.
-		buf = make([]byte, 0, n+bytes.MinRead)
+		// the buffer does not grow by copying; but no more than a pooled
+		// buffer may hold, as Content-Length is only the engine's word
+		// (one lying up to MaxResponseBytes would otherwise have it
+		// allocated in full before a byte came): larger answers grow as
+		// they arrive.
+		if want := min(n+bytes.MinRead, maxPooledResponse); int64(cap(buf)) < want {
+			buf = make([]byte, 0, want)
+		}
 	}
 	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, buf)
 	var toks []uint64

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -687,5 +688,29 @@ func serveOnceThenDrop(c net.Conn) {
 		}
 		body := `{"count":2,"max_model_len":4096,"tokens":[1,2]}`
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+}
+
+// TestTokenizeLyingContentLength: a Content-Length up to MaxResponseBytes
+// that the body does not honour is not allocated in full: no more than a
+// pooled buffer's worth is reserved before the bytes arrive.
+func TestTokenizeLyingContentLength(t *testing.T) {
+	const limit = 64 << 20
+	f := newFakeTokenizer(t)
+	f.respond = func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", strconv.Itoa(limit))
+		_, _ = io.WriteString(w, `{"count":1,"tokens":[1]}`)
+	}
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxResponseBytes: limit})
+	defer tk.Close()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	if _, _, err := tk.Tokenize(context.Background(), f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)}); err == nil {
+		t.Fatal("a truncated answer was accepted")
+	}
+	runtime.ReadMemStats(&ms)
+	if got := ms.TotalAlloc - before; got > 2*maxPooledResponse {
+		t.Errorf("allocated %d bytes for an answer of %d bytes claiming %d", got, len(`{"count":1,"tokens":[1]}`), limit)
 	}
 }
