@@ -248,7 +248,7 @@ func (d *tokenizeDecoder) tokenList() error {
 	d.haveTokens, d.tokens, d.pending = true, nil, nil
 	var scratch *[]uint64
 	if d.peek() == '[' {
-		d.tokens, scratch = d.buffer(len(d.b) - d.i)
+		d.tokens, scratch = d.buffer(d.b[d.i:])
 	}
 	toks, reason, fatal := d.ids(d.tokens)
 	if scratch != nil {
@@ -333,14 +333,25 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 	}
 }
 
-// buffer is where ids are decoded, rest bytes of input remaining: a slice
-// of exactly count's size when a plausible count came first (vLLM sends
-// it first, so the one allocation is the result itself), else a pooled
+// buffer is where the ids of the array arr starts are decoded: a slice of
+// exactly count's size when a plausible count came first (vLLM sends it
+// first, so the one allocation is the result itself), else a pooled
 // scratch buffer, returned with the pointer to give back.
-func (d *tokenizeDecoder) buffer(rest int) ([]uint64, *[]uint64) {
-	// Each id takes at least two bytes ("0,") but the last.
-	if d.haveCount && d.count >= 0 && d.count <= int64(min(d.maxTokens, rest/2+1)) {
-		return make([]uint64, 0, d.count), nil
+//
+// Plausible is at most maxTokens and at most what the array's bytes can
+// hold: "[" and "]" and, for each id, a digit and a comma but the last,
+// so n ids take 2n+1 bytes at least. The array ends at or after the
+// first ']' (an array of ids holds none, any other array falls back on
+// the scratch buffer at worst), so a count that could only be honoured
+// by bytes after it, padding in another key, is not believed. The
+// allocation is then at most four times the array's bytes, what an
+// honest answer of one-digit ids costs, and at most 8*maxTokens. Finding
+// the ']' is one memchr over bytes the decoder reads next anyway.
+func (d *tokenizeDecoder) buffer(arr []byte) ([]uint64, *[]uint64) {
+	if d.haveCount && d.count >= 0 && d.count <= int64(d.maxTokens) {
+		if end := bytes.IndexByte(arr, ']'); end >= 0 && d.count <= int64(end/2) {
+			return make([]uint64, 0, d.count), nil
+		}
 	}
 	p := tokenScratch.Get().(*[]uint64)
 	return (*p)[:0], p

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,9 +188,28 @@ func TestTokenizeDecoderBounds(t *testing.T) {
 			t.Errorf("count first %v: past the bound: %v", first, err)
 		}
 	}
-	// A count larger than the input could hold is no reason to allocate it.
-	if _, err := decodeTokenizeResponse([]byte(`{"count":1000000000,"tokens":[1]}`), DefaultMaxTokenizeTokens); err == nil {
-		t.Error("a lying count was accepted")
+	// A count larger than the ids' array could hold is no reason to
+	// allocate it, even when the input as a whole could (padding after
+	// the array): the count is within MaxTokens, so only the array's
+	// bytes bound it; believed, it would cost 16 MiB.
+	pad := strings.Repeat("x", 8<<20)
+	for _, in := range []string{
+		`{"count":1000000000,"tokens":[1]}`,
+		`{"count":` + strconv.Itoa(DefaultMaxTokenizeTokens) + `,"tokens":[1]}`,
+		`{"count":` + strconv.Itoa(DefaultMaxTokenizeTokens) + `,"tokens":[1],"pad":"` + pad + `"}`,
+	} {
+		raw := []byte(in)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		_, err := decodeTokenizeResponse(raw, DefaultMaxTokenizeTokens)
+		runtime.ReadMemStats(&ms)
+		if err == nil {
+			t.Errorf("%.60q: a lying count was accepted", in)
+		}
+		if got := ms.TotalAlloc - before; got > 1<<20 {
+			t.Errorf("%.60q: allocated %d bytes", in, got)
+		}
 	}
 }
 
