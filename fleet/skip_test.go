@@ -63,3 +63,27 @@ func TestTokenizeCacheHoldsBlockKeys(t *testing.T) {
 		t.Fatalf("cached keys (%d) differ from the ids' keys (%d)", len(d.keys), len(want))
 	}
 }
+
+// TestTokenizeCacheBlockKeysPerSalt: the same prompt under another
+// cache_salt hits the same tokenize cache entry (the salt is not sent to
+// /tokenize) but gets the block keys of its own salt, each time: the
+// salt is part of what the cached keys are tagged with.
+func TestTokenizeCacheBlockKeysPerSalt(t *testing.T) {
+	ss := newSimSetup(t, 2, 2000)
+	ctx := context.Background()
+	for i, salt := range []string{"a", "b", "a"} {
+		req := *ss.req
+		req.CacheSalt = salt
+		d := ss.f.Route(ctx, Query{Request: &req, Dials: ss.dials, Settings: ss.s})
+		if !d.Tokenize.Cached {
+			t.Fatalf("call %d (salt %q): not a tokenize cache hit", i, salt)
+		}
+		want := blockKeys(ss.tokens, d.BlockSize, "", salt)
+		if len(want) == 0 || !slices.Equal(d.keys, want) {
+			t.Fatalf("call %d (salt %q): keys (%d) are not that salt's (%d)", i, salt, len(d.keys), len(want))
+		}
+		if unsalted := blockKeys(ss.tokens, d.BlockSize, "", ""); slices.Equal(d.keys, unsalted) {
+			t.Fatalf("call %d (salt %q): the salt changes no key", i, salt)
+		}
+	}
+}
