@@ -24,8 +24,9 @@ type Fleet struct {
 	index    *kvindex.Index
 	approx   *kvindex.ApproxTree
 	// approxMatches counts the decisions that walked approx: the ones
-	// with a candidate on the approximate tier (tests pin that a fleet
-	// whose events are all live skips it).
+	// with a candidate on the approximate tier. Only tests read it (they
+	// pin that a fleet whose events are all live skips the walk); it is
+	// not exported as a metric.
 	approxMatches atomic.Uint64
 	tokenizer     atomic.Pointer[upstreams.Tokenizer]
 	tokOpts       upstreams.TokenizerOptions // guarded by mu

@@ -321,14 +321,8 @@ func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) (tokens, keys
 	return f.tokenizeKeyed(ctx, q.Request, v)
 }
 
-// tokenize asks the least busy healthy engine to tokenize the prompt
-// exactly as it will render it.
-func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
-	tokens, _, tr := f.tokenizeKeyed(ctx, req, v)
-	return tokens, tr
-}
-
-// tokenizeKeyed is tokenize that also has the prompt's block keys at
+// tokenizeKeyed asks the least busy healthy engine to tokenize the
+// prompt exactly as it will render it, and has the prompt's block keys at
 // v.blockSize when some candidate's events are live (nil otherwise, or
 // when they cannot be had): they are kept in the tokenize cache entry
 // with the ids, so that a repeated prompt is neither tokenized nor hashed

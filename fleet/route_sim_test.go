@@ -105,6 +105,13 @@ func newSimSetup(tb testing.TB, n, promptTokens int) *simSetup {
 	return ss
 }
 
+// tokenize is tokenizeKeyed without the keys, for tests that only want
+// the ids.
+func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
+	tokens, _, tr := f.tokenizeKeyed(ctx, req, v)
+	return tokens, tr
+}
+
 func waitFor(tb testing.TB, ctx context.Context, what string, cond func() bool) {
 	tb.Helper()
 	for !cond() {

@@ -532,12 +532,6 @@ var responseBufs = sync.Pool{New: func() any { return new([]byte) }}
 // answer of some 600k ids).
 const maxPooledResponse = 4 << 20
 
-// parseTokenizeResponse decodes {count, max_model_len, tokens} with the
-// default bound on the number of ids (see decodeTokenizeResponse).
-func parseTokenizeResponse(raw []byte) ([]uint64, error) {
-	return decodeTokenizeResponse(raw, DefaultMaxTokenizeTokens)
-}
-
 // skipJSONSpace returns the index of the first non-whitespace byte of b at
 // or after i.
 func skipJSONSpace(b []byte, i int) int {

@@ -10,6 +10,12 @@ import (
 	"testing"
 )
 
+// parseTokenizeResponse decodes {count, max_model_len, tokens} with the
+// default bound on the number of ids (see decodeTokenizeResponse).
+func parseTokenizeResponse(raw []byte) ([]uint64, error) {
+	return decodeTokenizeResponse(raw, DefaultMaxTokenizeTokens)
+}
+
 // FuzzParseTokenizeResponse checks parseTokenizeResponse against
 // tokenizeOracle, an independent reading of the same bytes with
 // encoding/json's generic decoder: both must accept the same inputs and
