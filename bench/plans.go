@@ -300,6 +300,7 @@ func scenarioPlans() []QualityPlan {
 		{Workload: WorkloadSpec{Name: "kv-pressure", Kind: "prefix", Groups: 82, PerGroup: 5, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000, Reference: "150×5, 6000/1200/1000", Seed: 22},
 			Rates: []float64{0.7, 1, 1.3},
 			Scenario: &ScenarioOptions{Rho: 0.75, Model: &kv, TimeScale: 4, Policies: fourPolicies,
+				Why:  "with 5 requests per group at most 4 in 5 can hit, and then only the 6000-token system prompt of 7200, so no router gets above 4/5 × 6000/7200 = 66.7%; precise routing comes within a few points of it at 0.7× and 1×, and the approximate tree, which forgets a prefix only by its own TTL and size bound, is wrong only for the groups an engine evicted, so it trails by less than the 15 points the issue asks. Each request also decodes 1000 tokens with 8 sequences per engine, so past 1× every policy waits for decode slots, which no routing shortens.",
 				Desc: "llm-d's shape in 82 groups, so that the resident set fills ≈ 0.75 of the fleet's KV cache and engines evict what the approximate tree still believes they hold; 4× faster than real time (the runs are long)."}},
 		gatewaysPlan(1, []string{"llm", "llm-approx"}),
 		gatewaysPlan(2, fourPolicies),
@@ -309,10 +310,12 @@ func scenarioPlans() []QualityPlan {
 				Desc: "before user traffic a cache warmer puts every group's prefix on an engine of its own choosing, not through the gateway; then 30% of the sessions go straight to random engines. Hit rate and TTFT are of the gateway's requests."}},
 		{Workload: prefix2048("restarts", 24), Rates: []float64{1},
 			Scenario: &ScenarioOptions{RestartEvery: 3, Policies: fourPolicies,
+				Why:  "a restart wipes one engine's cache, and the next request of each of its groups misses under either tier: the approximate tree still sends it to the restarted engine, which then holds the prefix again, while the precise index sends it to wherever the prefix lives or, when nowhere, places it cold. With most groups held by one engine the two come out even; precise gains only where another engine still holds the prefix. Failed requests are those running on an engine when it restarted.",
 				Desc: "an engine restarts every 3 simulated seconds, in turn (cache wiped, events reset, running requests fail and are not retried)."}},
 		{Workload: WorkloadSpec{Name: "burst", Kind: "burst", Groups: 20, PerGroup: 16, SystemTokens: 4096, QuestionTokens: 128, OutputTokens: 64, Reference: "bursts of 16 within 50 ms", Seed: 25},
 			Rates: []float64{0.8},
 			Scenario: &ScenarioOptions{BurstSize: 16, BurstWindow: 0.05, Policies: []string{"llm", "llm-nospec", "least_conn", "round_robin"},
+				Why:  "keeping a burst on one or two engines saves 14 or 15 prefills of 4096 tokens, but those engines then prefill the burst's own questions one step after another, while `round_robin` spreads the 16 over 8 engines that prefill in parallel: at this load the saved work does not yet show in TTFT.",
 				Desc: "each group is a burst of 16 requests within 50 ms (bursts a Poisson process), a 4096-token prefix nobody holds yet plus 128 tokens of its own; the first request is routed before any engine has announced its blocks, so only speculative entries (`speculative_ttl`, 2 s of wall time) keep the rest with it."}},
 	}
 }

@@ -22,6 +22,9 @@ import (
 // ScenarioOptions are a plan's departures from a plain quality run.
 type ScenarioOptions struct {
 	Desc string `json:"desc"`
+	// Why explains, under the scenario's table, what bounds the result
+	// (stated from the workload's arithmetic, not from a run's numbers).
+	Why string `json:"why,omitempty"`
 	// Gateways is the number of Caddy instances sharing the fleet,
 	// active-active, each subscribed to every engine; sessions are spread
 	// across them in turn. 0 or 1: one.

@@ -101,6 +101,9 @@ func renderScenario(b *strings.Builder, q *QualityResult, qw QualityWorkload) {
 		}
 	}
 	w("\n")
+	if qw.Scenario != nil && qw.Scenario.Why != "" {
+		w("Why: %s\n\n", qw.Scenario.Why)
+	}
 }
 
 func lagText(r *QualityRun, p QualityParams) string {
