@@ -515,9 +515,11 @@ func (h *Admission) dials() []string {
 	return h.fleet.PoolDials(h.Pool)
 }
 
+// limits are the handler's; an llm pool's honor the breaker, as its policy does.
 func (h *Admission) limits() fleet.Limits {
+	_, llm := h.fleet.PolicyOf(h.Pool)
 	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting,
-		PrefillRate: h.PrefillRate, LongPrefill: h.LongPrefill}
+		PrefillRate: h.PrefillRate, LongPrefill: h.LongPrefill, HonorBreaker: llm}
 }
 
 // parkOutcome is how parking ended.

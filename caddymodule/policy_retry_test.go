@@ -18,6 +18,13 @@ import (
 // re-picks a replica that failed it. Their breakers open after
 // breaker_failures, visible in llmgw_breaker_open and /llm/engines, and the
 // repaired engine's breaker closes after breaker_cooldown.
+//
+// Admission places requests on known engines with room and never behind
+// an open breaker, so placed requests reach the dead upstream (never
+// scraped) only as retries of those the bad engine failed before its
+// breaker opened: too few to open the dead one's. Every other request
+// carries a session key, which the policy pins by hash among the
+// candidates, dead or not.
 func TestPolicyRetriesAndBreaker(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 200})
 	bad := engines[1]
@@ -27,7 +34,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 		patient:    true,
 		engines:    kvEngines(engines...),
 		upstreams:  ups,
-		policy:     "\t\t\tdebug_headers\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
+		policy:     "\t\t\tdebug_headers\n\t\t\tcache_key_header X-Session-ID\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
 		proxyExtra: "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
 	}.loadFresh(t)
 	bad.SetFaults(vllmsim.Faults{Error500: true})
@@ -50,7 +57,11 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	start := time.Now()
 	n := 0
 	for ; n < 100 && !opened(); n++ {
-		r := mustSend(t, "", chat{user: fmt.Sprintf("distinct prompt number %d, please answer", n), maxTokens: 2}.body(), nil)
+		var session map[string]string
+		if n%2 == 1 {
+			session = map[string]string{"X-Session-ID": fmt.Sprintf("session-%d", n)}
+		}
+		r := mustSend(t, "", chat{user: fmt.Sprintf("distinct prompt number %d, please answer", n), maxTokens: 2}.body(), session)
 		if r.upstream == bad.Addr() || r.upstream == dead {
 			t.Fatalf("request %d answered by bad replica %s", n, r.upstream)
 		}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -28,29 +29,45 @@ type Limits struct {
 	// ReservePlaced). 0 means DefaultLongPrefill; a negative value
 	// disables the rule.
 	LongPrefill int
+	// HonorBreaker counts no room on an engine the routing circuit
+	// breaker keeps out. lb_policy llm routes only where the breaker
+	// allows, so room counted there would send the request to the other
+	// engines, over their max_inflight; the handler sets it for pools the
+	// llm policy routes. Other policies never consult the breaker: there
+	// it would hold requests back for nothing. An open breaker is no room;
+	// a half-open one is room for its one probe (routing.Breaker.Admits)
+	// while none is reserved or out. With every engine kept out the pool
+	// is full, not unknown: requests park until a breaker half-opens or
+	// max_park ends, since the engines are failing.
+	HonorBreaker bool
 }
 
 // TryReserve admits a request when an engine of the pool has room, reserving
 // it on the engine with the most room (the policy moves the reservation if it
 // routes elsewhere). Engines whose state is unknown or stale admit too
 // (fail-open, reported) unless FailClosed. An empty pool fails open.
+// Engines the breaker keeps out are skipped, when lim.HonorBreaker.
 func (f *Fleet) TryReserve(dials []string, lim Limits) (res *upstreams.Reservation, failOpen, ok bool) {
 	var best, unknown *upstreams.Engine
 	bestFree := 0
+	b, now := f.Breaker(), time.Now()
 	for _, d := range dials {
 		if f.IsDrained(d) {
 			continue
 		}
 		e := f.registry.Ensure(d)
 		l := e.Load()
-		if !l.Known {
+		admits, probe := breakerAdmits(b, now, d, l, lim)
+		switch {
+		case !admits:
+		case !l.Known:
 			if unknown == nil || l.Inflight < unknown.Load().Inflight {
 				unknown = e
 			}
-			continue
-		}
-		if free := engineFree(l, lim); free > bestFree {
-			best, bestFree = e, free
+		default:
+			if free := probeFree(engineFree(l, lim), probe); free > bestFree {
+				best, bestFree = e, free
+			}
 		}
 	}
 	switch {
@@ -62,6 +79,33 @@ func (f *Fleet) TryReserve(dials []string, lim Limits) (res *upstreams.Reservati
 		return nil, true, true
 	}
 	return nil, false, false
+}
+
+// breakerAdmits reports whether admission may count room on engine dial
+// (load l) as far as its circuit breaker goes (always unless
+// lim.HonorBreaker), and whether only for the breaker's one probe. A probe
+// already reserved here, which the policy claims only when it routes the
+// request, shows as a request dispatched to the engine: one admission per
+// probe, however many a single gate kick admits. (A scrape completing
+// between that reservation and its routing may let one more through.)
+// The breaker runs on the wall clock, as every caller of it does.
+func breakerAdmits(b *routing.Breaker, now time.Time, dial string, l upstreams.Load, lim Limits) (ok, probe bool) {
+	if !lim.HonorBreaker {
+		return true, false
+	}
+	ok, probe = b.Admits(dial, now)
+	if probe && l.Dispatched > 0 {
+		return false, false
+	}
+	return ok, probe
+}
+
+// probeFree caps free at the one request a half-open breaker lets through.
+func probeFree(free int, probe bool) int {
+	if probe {
+		return min(free, 1)
+	}
+	return free
 }
 
 // engineFree is how many more requests an engine with known gauges takes:

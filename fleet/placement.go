@@ -190,9 +190,9 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Occupies = "", "", 0, 0, 0
 	var loads []dialLoad
 	if pass == admission.PassPreferred {
-		loads = f.loads(p.holdersAmong(dials))
+		loads = f.loads(p.holdersAmong(dials), lim)
 	} else {
-		loads = f.loads(dials)
+		loads = f.loads(dials, lim)
 	}
 	if !p.weigh(loads, lim) {
 		if pass == admission.PassPreferred {
@@ -286,7 +286,7 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		if !l.l.Known {
 			continue
 		}
-		l.free = engineFree(l.l, lim)
+		l.free = probeFree(engineFree(l.l, lim), l.probe)
 		l.cached, l.held = p.cachedOn(l.e.Dial()), p.heldOn(l.e.Dial())
 		if l.free > 0 && !p.holds(l.held) && (alt < 0 || l.free > loads[alt].free) {
 			alt = i
@@ -299,7 +299,7 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case !l.l.Known:
 		case l.free > 0:
 			l.ok = true
-		case p.holds(l.held):
+		case p.holds(l.held) && !l.probe: // a probe is one request, never a queue
 			b := batch(l.l)
 			if alt >= 0 {
 				b = batch(loads[alt].l)
@@ -371,17 +371,23 @@ type dialLoad struct {
 	cached int  // prompt tokens it holds, predicted blocks included
 	held   int  // of cached, those of its own blocks (see heldOn)
 	ok     bool // it may take the request
+	probe  bool // its breaker is half-open: room for one probe at most
 }
 
-// loads snapshots the loads of dials that are not drained.
-func (f *Fleet) loads(dials []string) []dialLoad {
+// loads snapshots the loads of dials that are not drained nor, when
+// lim.HonorBreaker, kept out by their breaker (see breakerAdmits).
+func (f *Fleet) loads(dials []string, lim Limits) []dialLoad {
 	out := make([]dialLoad, 0, len(dials))
+	b, now := f.Breaker(), time.Now()
 	for _, d := range dials {
 		if f.IsDrained(d) {
 			continue
 		}
 		e := f.registry.Ensure(d)
-		out = append(out, dialLoad{e: e, l: e.Load()})
+		l := e.Load()
+		if ok, probe := breakerAdmits(b, now, d, l, lim); ok {
+			out = append(out, dialLoad{e: e, l: l, probe: probe})
+		}
 	}
 	return out
 }

@@ -304,8 +304,9 @@ func (f *Fleet) explainPlacement(ctx context.Context, req *admission.Request, di
 	if p == nil {
 		return nil
 	}
-	loads := f.loads(dials)
+	// The holder's figures, its breaker aside: the candidates show that.
 	lim := Limits{KV: 0.9}
+	loads := f.loads(dials, lim)
 	p.weigh(loads, lim)
 	out := &PlacementReport{Holder: p.Holder, CachedTokens: p.Cached, Tier: p.Tier,
 		ExpectedWait: p.Wait.Seconds(), WaitBound: p.WaitBound.Seconds()}

@@ -102,6 +102,26 @@ func (b *Breaker) Allow(dial string, now time.Time) bool {
 	return true
 }
 
+// Admits reports whether Allow would let a request go to dial now, without
+// claiming the half-open probe: admission asks it to count room only where
+// the policy may route. probe says the answer holds for one request only
+// (half-open, no probe out), so a caller counting slots counts one.
+func (b *Breaker) Admits(dial string, now time.Time) (ok, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.dials[dial]
+	switch b.state(e, now) {
+	case StateClosed:
+		return true, false
+	case StateOpen:
+		return false, false
+	}
+	if e.probing && now.Sub(e.probeAt) < b.cfg.Cooldown {
+		return false, false
+	}
+	return true, true
+}
+
 // Release hands back a probe claimed by Allow that was not used (the
 // policy picked another replica), so the next request may probe at once.
 func (b *Breaker) Release(dial string) {

@@ -179,3 +179,32 @@ func TestBreakerReset(t *testing.T) {
 		t.Fatalf("one failure after Reset: state %s", b.State(d, at(2*time.Second)))
 	}
 }
+
+// TestBreakerAdmits: Admits answers as Allow would — yes when closed, no
+// while open, one probe when half-open until one is claimed (and again
+// once it goes unanswered for a cooldown) — and claims nothing itself.
+func TestBreakerAdmits(t *testing.T) {
+	b := NewBreaker(BreakerConfig{Failures: 1, Cooldown: 10 * time.Second})
+	const d = "a:1"
+	if ok, probe := b.Admits(d, at(0)); !ok || probe {
+		t.Fatalf("closed: Admits = %v, %v; want true, false", ok, probe)
+	}
+	b.Failure(d, at(0))
+	if ok, _ := b.Admits(d, at(9*time.Second)); ok {
+		t.Fatal("open: Admits = true")
+	}
+	for range 2 { // asking twice claims nothing
+		if ok, probe := b.Admits(d, at(10*time.Second)); !ok || !probe {
+			t.Fatalf("half-open: Admits = %v, %v; want true, true", ok, probe)
+		}
+	}
+	if !b.Allow(d, at(10*time.Second)) {
+		t.Fatal("Admits claimed the probe")
+	}
+	if ok, _ := b.Admits(d, at(15*time.Second)); ok {
+		t.Fatal("half-open with the probe out: Admits = true")
+	}
+	if ok, probe := b.Admits(d, at(20*time.Second)); !ok || !probe {
+		t.Fatalf("probe unanswered for a cooldown: Admits = %v, %v; want true, true", ok, probe)
+	}
+}
