@@ -419,16 +419,7 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 				if r.Stalled {
 					flag = " **stalled**"
 				}
-				lag := fmt.Sprintf("%.2f", r.SimLag)
-				if r.SimLag == 0 {
-					lag = "–"
-				}
-				if r.Attempts > 1 {
-					lag += fmt.Sprintf(" (%d tries)", r.Attempts)
-				}
-				if r.SimLag > p.LagThreshold {
-					lag = "**" + lag + "**"
-				}
+				lag := lagText(r, p)
 				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %s | %.1f s | %s |\n",
 					r.Rate, x, pol.Name, flag, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), ms(s.ITL.P90), secs(s.E2E.P90),
 					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, lag, r.CaddyCPU, decisions(r.Decisions))
