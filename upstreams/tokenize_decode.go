@@ -15,7 +15,7 @@ import (
 //	{"count": N, "max_model_len": M, "tokens": [id, ...], "token_strs": null}
 //
 // rather than by encoding/json, which spent over a third of the gateway's
-// CPU on 8k-token prompts (BENCHMARKS.md section 3) building a RawMessage
+// CPU on 8k-token prompts (BENCHMARKS.md section 4) building a RawMessage
 // of the ids and scanning them twice more. But for the bound on the ids
 // (below), it accepts and rejects exactly what the encoding/json decoding
 // it replaces did (FuzzTokenizeResponseDecoder
