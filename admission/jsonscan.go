@@ -29,6 +29,10 @@ type scanner struct {
 	b     []byte
 	i     int
 	depth int
+	// asciiLo, asciiHi bound the longest string contents seen so far
+	// that are all ASCII, which a caller need not check for UTF-8 again:
+	// in a request body, the message text, nearly all of it.
+	asciiLo, asciiHi int
 }
 
 func (s *scanner) errf(format string, args ...any) error {
@@ -188,6 +192,7 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 	start = s.i
 	b := s.b
 	q, bs := -1, -1 // the next quote and backslash at or after the cursor
+	var high uint64 // the high bits of the bytes looked at: 0 while ASCII
 	for {
 		i := s.i
 		if q < i {
@@ -196,7 +201,9 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		if bs < i {
 			bs = indexFrom(b, i, q, '\\')
 		}
-		i = controlFrom(b, i, bs)
+		var h uint64
+		i, h = controlFrom(b, i, bs)
+		high |= h
 		s.i = i
 		if i >= len(b) {
 			return 0, 0, false, s.errf("unexpected end of JSON input in string literal")
@@ -204,6 +211,9 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		switch b[i] {
 		case '"':
 			s.i++
+			if high == 0 && i-start > s.asciiHi-s.asciiLo {
+				s.asciiLo, s.asciiHi = start, i
+			}
 			return start, i, escaped, nil
 		case '\\':
 			escaped = true
@@ -254,24 +264,36 @@ func indexFrom(b []byte, i, end int, c byte) int {
 
 // controlFrom returns the offset of the first control byte (below 0x20) in
 // b[i:end], or end: 32 bytes a step while there is none, the common case.
-func controlFrom(b []byte, i, end int) int {
+// high has the high bit of every byte before it set in some byte of high,
+// so it is 0 iff they are ASCII: the same pass spares the caller a UTF-8
+// check of them. Plain ASCII, most text, takes the cheapest test.
+func controlFrom(b []byte, i, end int) (_ int, high uint64) {
+	const ctl = lsb * 0x20
 	for ; i+32 <= end; i += 32 {
 		w := b[i : i+32]
 		x0, x1 := binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:])
 		x2, x3 := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		// Without a byte below 0x20 nothing borrows, so a high bit
+		// here is a byte of 0x80 or more: zero iff ASCII, no control.
+		if ((x0-ctl)|x0|(x1-ctl)|x1|(x2-ctl)|x2|(x3-ctl)|x3)&msb == 0 {
+			continue
+		}
 		if (hasLess(x0, 0x20) | hasLess(x1, 0x20) | hasLess(x2, 0x20) | hasLess(x3, 0x20)) != 0 {
 			break
 		}
+		high |= x0 | x1 | x2 | x3
 	}
 	for ; i+8 <= end; i += 8 {
-		if hasLess(binary.LittleEndian.Uint64(b[i:]), 0x20) != 0 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasLess(x, 0x20) != 0 {
 			break
 		}
+		high |= x
 	}
-	for i < end && b[i] >= 0x20 {
-		i++
+	for ; i < end && b[i] >= 0x20; i++ {
+		high |= uint64(b[i])
 	}
-	return i
+	return i, high & msb
 }
 
 const (

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -53,6 +54,16 @@ func TestStrMatchesByteLoop(t *testing.T) {
 			}
 		}
 	}
+	// Past the 32-byte steps, with non-ASCII text before.
+	big := strings.Repeat("abcdefg ", 20) + "é" + strings.Repeat("abcdefg ", 20)
+	for _, w := range []int{64, 200} {
+		for n := w - 40; n <= w+40; n++ {
+			bodies = append(bodies, `"`+big[:n])
+			for _, p := range pieces {
+				bodies = append(bodies, `"`+big[:n]+p+big[n:]+`"x`, `"`+`\n`+big[:n]+p+big[n:]+`"x`)
+			}
+		}
+	}
 	for _, body := range bodies {
 		got, want := &scanner{b: []byte(body)}, &scanner{b: []byte(body)}
 		gs, ge, gx, gerr := got.str()
@@ -60,6 +71,35 @@ func TestStrMatchesByteLoop(t *testing.T) {
 		if gs != ws || ge != we || gx != wx || got.i != want.i || fmt.Sprint(gerr) != fmt.Sprint(werr) {
 			t.Fatalf("%q: str = %d %d %v cursor %d %v; byte loop %d %d %v cursor %d %v",
 				body, gs, ge, gx, got.i, gerr, ws, we, wx, want.i, werr)
+		}
+	}
+}
+
+// TestParseRequestUTF8First: invalid UTF-8 anywhere is the error, at its
+// offset, whatever else is wrong with the body, now that the body's
+// longest ASCII string is not checked twice.
+func TestParseRequestUTF8First(t *testing.T) {
+	long := strings.Repeat("plain text ", 20)
+	bodies := []string{
+		`{"messages":[{"content":"` + long + `"},{"content":"` + "\xff" + `"}]}`,
+		`{"model":"` + "\xc3" + `","messages":[{"content":"` + long + `"}]}`,
+		`{"messages":[{"content":"` + long[:50] + "\xe2\x82" + long + `"}]}`,
+		`{"messages":[{"content":"` + long + `"}]}` + " \xff",
+		`{"messages":[{"content":"` + long + `"}],"` + "\xf0" + `":1}`,
+		`{"messages":[{"content":"` + long + `"}]` + "\xff" + `,}`,
+		`{"messages":[{"content":"` + long + `"}],x` + "\xff",
+		"\xff" + `{"messages":[{"content":"` + long + `"}]}`,
+		`{"messages":[{"content":"` + long + `\u00e9` + "\xc0\xaf" + `"}]}`,
+	}
+	for _, body := range bodies {
+		want := invalidUTF8Offset([]byte(body))
+		if want < 0 {
+			t.Fatalf("%q: the test's body is valid UTF-8", body)
+		}
+		_, err := ParseRequest([]byte(body))
+		var re *RequestError
+		if !errors.As(err, &re) || re.Offset != want || re.Msg != "body is not valid UTF-8" {
+			t.Errorf("%q: error %v; want invalid UTF-8 at %d", body, err, want)
 		}
 	}
 }
