@@ -258,28 +258,30 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	added := 0
 	// Last block first, so that when the bounds drop part of a prompt's
 	// entries, oldest first, its tail goes and its leading run stays.
-	for i := len(keys) - 1; i >= 0; i-- {
-		k := keys[i]
-		if _, ok := s.at[k]; ok || held.get(k)&bit != 0 {
-			// Predicted already: the entry keeps its first time, so one
-			// that is never confirmed ends its TTL after it was first
-			// predicted, however many requests it draws meanwhile.
-			continue
+	// held is looked up a chunk at a time (nothing here writes it), so
+	// the CPU overlaps the lookups' cache misses, and before the map: a
+	// routed prompt is mostly held already.
+	const chunk = 16
+	var got [chunk]uint64
+	for hi := len(keys); hi > 0; hi -= chunk {
+		ck := keys[max(0, hi-chunk):hi]
+		for j, k := range ck {
+			got[j] = held.get(k)
 		}
-		p.makeRoomLocked(slot)
-		if s.at == nil {
-			s.at = make(map[uint64]int64) // the bounds emptied the slot
+		for j := len(ck) - 1; j >= 0; j-- {
+			if got[j]&bit != 0 {
+				continue
+			}
+			if _, ok := s.at[ck[j]]; ok {
+				// Predicted already: the entry keeps its first time,
+				// so one that is never confirmed ends its TTL after it
+				// was first predicted, however many requests it draws
+				// meanwhile.
+				continue
+			}
+			p.insertLocked(slot, ck[j], now)
+			added++
 		}
-		p.banks[b].or(k, bit)
-		p.n.Add(1)
-		p.st.Inserted++
-		s.at[k] = now
-		s.atHi = max(s.atHi, len(s.at))
-		s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
-		if len(s.fifoK) >= fifoLimit(len(s.at)) {
-			s.compact()
-		}
-		added++
 	}
 	if len(s.at) == 0 {
 		*s = predSlot{}
@@ -289,6 +291,25 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	p.size[slot].Store(int32(blockSize))
 	p.next.Store(min(p.next.Load(), now+int64(p.ttl)))
 	return added
+}
+
+// insertLocked records key k as predicted on slot at now, making room
+// first.
+func (p *predictions) insertLocked(slot int, k uint64, now int64) {
+	s := &p.slots[slot]
+	p.makeRoomLocked(slot)
+	if s.at == nil {
+		s.at = make(map[uint64]int64) // the bounds emptied the slot
+	}
+	p.banks[slot/64].or(k, uint64(1)<<(slot%64))
+	p.n.Add(1)
+	p.st.Inserted++
+	s.at[k] = now
+	s.atHi = max(s.atHi, len(s.at))
+	s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
+	if len(s.fifoK) >= fifoLimit(len(s.at)) {
+		s.compact()
+	}
 }
 
 // makeRoomLocked drops the oldest entries while slot or the whole set is
