@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -28,6 +29,10 @@ type scanner struct {
 	b     []byte
 	i     int
 	depth int
+	// asciiLo, asciiHi bound the longest string contents seen so far
+	// that are all ASCII, which a caller need not check for UTF-8 again:
+	// in a request body, the message text, nearly all of it.
+	asciiLo, asciiHi int
 }
 
 func (s *scanner) errf(format string, args ...any) error {
@@ -173,36 +178,32 @@ func (s *scanner) array(elem func() error) error {
 	}
 }
 
-// strPlain marks bytes that may appear unescaped in a string and need no
-// further look: everything from 0x20 up except '"' and '\\'.
-var strPlain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
 // str consumes a string at the cursor and returns the bounds of its
 // contents (without quotes) and whether it has escapes.
+//
+// Most of a request body is message text, one string of up to megabytes,
+// so the plain run is found with bytes.IndexByte (vectorised) for the
+// closing quote and the first backslash, and only control bytes are looked
+// for a word at a time. q and bs are kept across escapes so that each byte
+// is searched a bounded number of times: a string with many escapes stays
+// linear.
 func (s *scanner) str() (start, end int, escaped bool, err error) {
 	s.i++ // opening quote
 	start = s.i
 	b := s.b
+	q, bs := -1, -1 // the next quote and backslash at or after the cursor
+	var high uint64 // the high bits of the bytes looked at: 0 while ASCII
 	for {
 		i := s.i
-		// Skip 8 plain bytes at a time (SWAR); most of a request body is
-		// message text. A word with a quote, backslash or control byte
-		// falls through to the byte loop.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			if hasLess(x, 0x20)|hasZero(x^(lsb*'"'))|hasZero(x^(lsb*'\\')) != 0 {
-				break
-			}
-			i += 8
+		if q < i {
+			q = indexFrom(b, i, len(b), '"')
 		}
-		for i < len(b) && strPlain[b[i]] {
-			i++
+		if bs < i {
+			bs = indexFrom(b, i, q, '\\')
 		}
+		var h uint64
+		i, h = controlFrom(b, i, bs)
+		high |= h
 		s.i = i
 		if i >= len(b) {
 			return 0, 0, false, s.errf("unexpected end of JSON input in string literal")
@@ -210,30 +211,14 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		switch b[i] {
 		case '"':
 			s.i++
+			if high == 0 && i-start > s.asciiHi-s.asciiLo {
+				s.asciiLo, s.asciiHi = start, i
+			}
 			return start, i, escaped, nil
 		case '\\':
 			escaped = true
-			if i+1 >= len(b) {
-				s.i = len(b)
-				return 0, 0, false, s.errf("unexpected end of JSON input in string escape code")
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i = i + 2
-			case 'u':
-				for k := 2; k < 6; k++ {
-					s.i = i + k
-					if i+k >= len(b) {
-						return 0, 0, false, s.errf("unexpected end of JSON input in \\u hexadecimal character escape")
-					}
-					if !isHex(b[i+k]) {
-						return 0, 0, false, s.unexpected("in \\u hexadecimal character escape")
-					}
-				}
-				s.i = i + 6
-			default:
-				s.i = i + 1
-				return 0, 0, false, s.unexpected("in string escape code")
+			if err := s.escape(i); err != nil {
+				return 0, 0, false, err
 			}
 		default: // control character
 			return 0, 0, false, s.unexpected("in string literal")
@@ -241,13 +226,80 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 	}
 }
 
+// escape consumes the escape sequence whose backslash is at b[i].
+func (s *scanner) escape(i int) error {
+	b := s.b
+	if i+1 >= len(b) {
+		s.i = len(b)
+		return s.errf("unexpected end of JSON input in string escape code")
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		s.i = i + 2
+	case 'u':
+		for k := 2; k < 6; k++ {
+			s.i = i + k
+			if i+k >= len(b) {
+				return s.errf("unexpected end of JSON input in \\u hexadecimal character escape")
+			}
+			if !isHex(b[i+k]) {
+				return s.unexpected("in \\u hexadecimal character escape")
+			}
+		}
+		s.i = i + 6
+	default:
+		s.i = i + 1
+		return s.unexpected("in string escape code")
+	}
+	return nil
+}
+
+// indexFrom returns the offset of the first c in b[i:end], or end.
+func indexFrom(b []byte, i, end int, c byte) int {
+	if k := bytes.IndexByte(b[i:end], c); k >= 0 {
+		return i + k
+	}
+	return end
+}
+
+// controlFrom returns the offset of the first control byte (below 0x20) in
+// b[i:end], or end: 32 bytes a step while there is none, the common case.
+// high has the high bit of every byte before it set in some byte of high,
+// so it is 0 iff they are ASCII: the same pass spares the caller a UTF-8
+// check of them. Plain ASCII, most text, takes the cheapest test.
+func controlFrom(b []byte, i, end int) (_ int, high uint64) {
+	const ctl = lsb * 0x20
+	for ; i+32 <= end; i += 32 {
+		w := b[i : i+32]
+		x0, x1 := binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:])
+		x2, x3 := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		// Without a byte below 0x20 nothing borrows, so a high bit
+		// here is a byte of 0x80 or more: zero iff ASCII, no control.
+		if ((x0-ctl)|x0|(x1-ctl)|x1|(x2-ctl)|x2|(x3-ctl)|x3)&msb == 0 {
+			continue
+		}
+		if (hasLess(x0, 0x20) | hasLess(x1, 0x20) | hasLess(x2, 0x20) | hasLess(x3, 0x20)) != 0 {
+			break
+		}
+		high |= x0 | x1 | x2 | x3
+	}
+	for ; i+8 <= end; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasLess(x, 0x20) != 0 {
+			break
+		}
+		high |= x
+	}
+	for ; i < end && b[i] >= 0x20; i++ {
+		high |= uint64(b[i])
+	}
+	return i, high & msb
+}
+
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
-
-// hasZero is non-zero iff some byte of x is zero.
-func hasZero(x uint64) uint64 { return (x - lsb) & ^x & msb }
 
 // hasLess is non-zero iff some byte of x is below n (n <= 128).
 func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // Request holds the fields of an OpenAI-style completions or chat
@@ -68,10 +69,24 @@ func (e *RequestError) JSON() []byte {
 // UTF-8 and nesting no deeper than 128, and it checks the types of the
 // fields it keeps. Every error is a *RequestError.
 func ParseRequest(body []byte) (*Request, error) {
-	if off := invalidUTF8Offset(body); off >= 0 {
-		return nil, &RequestError{Offset: off, Msg: "body is not valid UTF-8"}
-	}
 	p := &reqParser{s: scanner{b: body}}
+	r, err := p.parse()
+	// Invalid UTF-8 is reported first, wherever it is, as when the body was
+	// checked before parsing. A parsed body's longest ASCII string (the
+	// scanner saw its bytes) needs no second pass; ASCII bytes are rune
+	// boundaries, so the rest is valid iff the parts around it are.
+	lo, hi := p.s.asciiLo, p.s.asciiHi
+	if err != nil || !utf8.Valid(body[:lo]) || !utf8.Valid(body[hi:]) {
+		if off := invalidUTF8Offset(body); off >= 0 {
+			return nil, &RequestError{Offset: off, Msg: "body is not valid UTF-8"}
+		}
+	}
+	return r, err
+}
+
+// parse is ParseRequest's pass over the body, which it checks for UTF-8.
+func (p *reqParser) parse() (*Request, error) {
+	body := p.s.b
 	s := &p.s
 	s.ws()
 	if s.peek() != '{' {

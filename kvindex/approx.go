@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // ApproxConfig configures an ApproxTree.
@@ -97,12 +95,9 @@ func (t *ApproxTree) chunkKeys(text string) *[]uint64 {
 	n = min(n, t.cfg.MaxChunks)
 	p := chunkBufs.Get().(*[]uint64)
 	keys := (*p)[:0]
-	var d xxhash.Digest
 	key := uint64(0x6b76696e64657821)
 	for i := 0; i < n; i++ {
-		d.ResetWithSeed(key)
-		_, _ = d.WriteString(text[i*t.cfg.ChunkBytes : t.chunkEnd(i, len(text))])
-		key = d.Sum64()
+		key = sum64SeedString(key, text[i*t.cfg.ChunkBytes:t.chunkEnd(i, len(text))])
 		keys = append(keys, key)
 	}
 	*p = keys

@@ -260,9 +260,10 @@ func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMa
 		defer ix.spec.mu.RUnlock()
 		pred = ix.spec.split(active, predBuf[:0])
 	}
-	out = ix.walkLocked(blockSize, keys, active, out)
-	if pred != nil {
-		out = ix.spec.walkLocked(ix, pred, blockSize, keys, out)
+	if pred == nil {
+		out = ix.walkLocked(blockSize, keys, active, out)
+	} else {
+		out = ix.spec.walkLocked(ix, active, pred, blockSize, keys, out)
 	}
 	sortMatches(out)
 	return out
@@ -295,15 +296,7 @@ func (ix *Index) activeLocked(blockSize, group int, active []uint64) ([]uint64, 
 
 // walkLocked appends the leading-block runs of the engines in active.
 func (ix *Index) walkLocked(blockSize int, keys []uint64, active []uint64, out []EngineMatch) []EngineMatch {
-	emit := func(b int, lost uint64, n int) {
-		for lost != 0 {
-			i := bits.TrailingZeros64(lost)
-			lost &^= 1 << i
-			if n > 0 {
-				out = append(out, EngineMatch{Engine: ix.slots[b*64+i].id, Blocks: n, BlockSize: blockSize, Tokens: n * blockSize})
-			}
-		}
-	}
+	emit := func(b int, lost uint64, n int) { out = ix.emitRun(b, lost, n, blockSize, out) }
 	// Keys are looked up a chunk at a time, the lookups of a chunk being
 	// independent of each other, so the CPU overlaps their cache misses;
 	// then the chunk's results are walked in order. At most one chunk
@@ -338,6 +331,19 @@ func (ix *Index) walkLocked(blockSize int, keys []uint64, active []uint64, out [
 	}
 	for b, a := range active {
 		emit(b, a, len(keys))
+	}
+	return out
+}
+
+// emitRun appends the engines of bank b in lost, whose run ended at n
+// blocks (none when n is 0).
+func (ix *Index) emitRun(b int, lost uint64, n, blockSize int, out []EngineMatch) []EngineMatch {
+	if n == 0 {
+		return out
+	}
+	for ; lost != 0; lost &= lost - 1 {
+		i := bits.TrailingZeros64(lost)
+		out = append(out, EngineMatch{Engine: ix.slots[b*64+i].id, Blocks: n, BlockSize: blockSize, Tokens: n * blockSize})
 	}
 	return out
 }

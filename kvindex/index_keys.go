@@ -44,6 +44,10 @@ func tokenBytes(t []uint64) []byte {
 
 // next returns the key of the block holding tokens after parent's block.
 func (h *keyHasher) next(parent uint64, tokens []uint64, extra []any) (uint64, error) {
+	if len(extra) == 0 {
+		// Most blocks (all of a base-model prompt's): one short hash.
+		return sum64Seed(parent, tokenBytes(tokens)), nil
+	}
 	h.d.ResetWithSeed(parent)
 	_, _ = h.d.Write(tokenBytes(tokens))
 	if len(extra) > 0 {

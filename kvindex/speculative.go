@@ -258,28 +258,30 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	added := 0
 	// Last block first, so that when the bounds drop part of a prompt's
 	// entries, oldest first, its tail goes and its leading run stays.
-	for i := len(keys) - 1; i >= 0; i-- {
-		k := keys[i]
-		if _, ok := s.at[k]; ok || held.get(k)&bit != 0 {
-			// Predicted already: the entry keeps its first time, so one
-			// that is never confirmed ends its TTL after it was first
-			// predicted, however many requests it draws meanwhile.
-			continue
+	// held is looked up a chunk at a time (nothing here writes it), so
+	// the CPU overlaps the lookups' cache misses, and before the map: a
+	// routed prompt is mostly held already.
+	const chunk = 16
+	var got [chunk]uint64
+	for hi := len(keys); hi > 0; hi -= chunk {
+		ck := keys[max(0, hi-chunk):hi]
+		for j, k := range ck {
+			got[j] = held.get(k)
 		}
-		p.makeRoomLocked(slot)
-		if s.at == nil {
-			s.at = make(map[uint64]int64) // the bounds emptied the slot
+		for j := len(ck) - 1; j >= 0; j-- {
+			if got[j]&bit != 0 {
+				continue
+			}
+			if _, ok := s.at[ck[j]]; ok {
+				// Predicted already: the entry keeps its first time,
+				// so one that is never confirmed ends its TTL after it
+				// was first predicted, however many requests it draws
+				// meanwhile.
+				continue
+			}
+			p.insertLocked(slot, ck[j], now)
+			added++
 		}
-		p.banks[b].or(k, bit)
-		p.n.Add(1)
-		p.st.Inserted++
-		s.at[k] = now
-		s.atHi = max(s.atHi, len(s.at))
-		s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
-		if len(s.fifoK) >= fifoLimit(len(s.at)) {
-			s.compact()
-		}
-		added++
 	}
 	if len(s.at) == 0 {
 		*s = predSlot{}
@@ -289,6 +291,25 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	p.size[slot].Store(int32(blockSize))
 	p.next.Store(min(p.next.Load(), now+int64(p.ttl)))
 	return added
+}
+
+// insertLocked records key k as predicted on slot at now, making room
+// first.
+func (p *predictions) insertLocked(slot int, k uint64, now int64) {
+	s := &p.slots[slot]
+	p.makeRoomLocked(slot)
+	if s.at == nil {
+		s.at = make(map[uint64]int64) // the bounds emptied the slot
+	}
+	p.banks[slot/64].or(k, uint64(1)<<(slot%64))
+	p.n.Add(1)
+	p.st.Inserted++
+	s.at[k] = now
+	s.atHi = max(s.atHi, len(s.at))
+	s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
+	if len(s.fifoK) >= fifoLimit(len(s.at)) {
+		s.compact()
+	}
 }
 
 // makeRoomLocked drops the oldest entries while slot or the whole set is
@@ -388,34 +409,60 @@ func (p *predictions) split(active, pred []uint64) []uint64 {
 	return pred
 }
 
-// walkLocked appends the matches of the engines in pred: their leading
-// run of keys held or predicted, and how much of it only predictions make
-// up. ix.mu and p.mu held for reading.
-func (p *predictions) walkLocked(ix *Index, pred []uint64, blockSize int, keys []uint64, out []EngineMatch) []EngineMatch {
-	for b, a := range pred {
-		if a == 0 {
-			continue
+// walkLocked appends the matches of the engines in active, as
+// Index.walkLocked does, and of those in pred: their leading run of keys
+// held or predicted, and how much of it only predictions make up. A bank
+// is walked once for both, so its keys are looked up once. ix.mu and p.mu
+// held for reading.
+func (p *predictions) walkLocked(ix *Index, active, pred []uint64, blockSize int, keys []uint64, out []EngineMatch) []EngineMatch {
+	for b := range active {
+		if active[b]|pred[b] != 0 {
+			out = p.walkBankLocked(ix, b, active[b], pred[b], blockSize, keys, out)
 		}
-		t, pt := ix.banks[b], p.banks[b]
-		var realLen [64]int
-		held, merged := a, a
-		j := 0
-		for ; j < len(keys) && merged != 0; j++ {
-			r := t.get(keys[j])
-			m := r | pt.get(keys[j])
-			for lost := held &^ r; lost != 0; lost &= lost - 1 {
-				realLen[bits.TrailingZeros64(lost)] = j
-			}
-			held &= r
-			out = emitPredicted(ix, b, merged&^m, j, &realLen, blockSize, out)
-			merged &= m
-		}
-		for ; held != 0; held &= held - 1 {
-			realLen[bits.TrailingZeros64(held)] = j
-		}
-		out = emitPredicted(ix, b, merged, j, &realLen, blockSize, out)
 	}
 	return out
+}
+
+// walkBankLocked is walkLocked for bank b: a its engines without
+// predictions, pr those with. Keys are looked up a chunk at a time, as in
+// Index.walkLocked, so the CPU overlaps their cache misses; the
+// predictions are only consulted for a key the engine does not hold.
+func (p *predictions) walkBankLocked(ix *Index, b int, a, pr uint64, blockSize int, keys []uint64, out []EngineMatch) []EngineMatch {
+	const chunk = 16
+	var got [chunk]uint64
+	var realLen [64]int
+	t, pt := ix.banks[b], p.banks[b]
+	held, merged := pr, pr // held ⊆ merged: a key held is a key held or predicted
+	for start := 0; start < len(keys) && a|merged != 0; start += chunk {
+		ck := keys[start:min(start+chunk, len(keys))]
+		for j, k := range ck {
+			got[j] = t.get(k)
+		}
+		for j, r := range got[:len(ck)] {
+			at := start + j
+			if have := r & a; have != a {
+				out, a = ix.emitRun(b, a&^have, at, blockSize, out), have
+			}
+			if merged == 0 {
+				continue
+			}
+			m := r
+			if r&merged != merged {
+				m |= pt.get(ck[j])
+			}
+			for lost := held &^ r; lost != 0; lost &= lost - 1 {
+				realLen[bits.TrailingZeros64(lost)] = at
+			}
+			held &= r
+			out = emitPredicted(ix, b, merged&^m, at, &realLen, blockSize, out)
+			merged &= m
+		}
+	}
+	out = ix.emitRun(b, a, len(keys), blockSize, out)
+	for ; held != 0; held &= held - 1 {
+		realLen[bits.TrailingZeros64(held)] = len(keys)
+	}
+	return emitPredicted(ix, b, merged, len(keys), &realLen, blockSize, out)
 }
 
 // emitPredicted appends the engines of bank b in lost, whose run ended
