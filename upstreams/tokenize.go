@@ -147,35 +147,30 @@ func (t *Tokenizer) key(w *tokenizeWire) cacheKey {
 		var h maphash.Hash
 		h.SetSeed(t.seeds[i])
 		var n [binary.MaxVarintLen64 + 1]byte
-		field := func(tag byte, b []byte) {
+		length := func(tag byte, size int) {
 			n[0] = tag
-			h.Write(binary.AppendUvarint(n[:1], uint64(len(b))))
-			h.Write(b)
+			h.Write(binary.AppendUvarint(n[:1], uint64(size)))
 		}
-		str := func(tag byte, s string) {
-			n[0] = tag
-			h.Write(binary.AppendUvarint(n[:1], uint64(len(s))))
-			h.WriteString(s)
-		}
-		flag := func(tag byte, b *bool) {
-			v := byte(0)
-			if b != nil {
-				v = 1
-				if *b {
-					v = 2
+		w.eachField(wireFields{
+			raw: func(_ string, tag byte, b []byte) {
+				length(tag, len(b))
+				h.Write(b)
+			},
+			str: func(_ string, tag byte, s string) {
+				length(tag, len(s))
+				h.WriteString(s)
+			},
+			flag: func(_ string, tag byte, b *bool) {
+				v := byte(0)
+				if b != nil {
+					v = 1
+					if *b {
+						v = 2
+					}
 				}
-			}
-			h.Write([]byte{tag, v})
-		}
-		str('m', w.Model)
-		field('p', w.Prompt)
-		field('M', w.Messages)
-		flag('g', w.AddGenerationPrompt)
-		flag('c', w.ContinueFinalMessage)
-		flag('s', w.AddSpecialTokens)
-		str('T', w.ChatTemplate)
-		field('k', w.ChatTemplateKwargs)
-		field('t', w.Tools)
+				h.Write([]byte{tag, v})
+			},
+		})
 		k[i] = h.Sum64()
 	}
 	return k

@@ -22,34 +22,52 @@ func (w *tokenizeWire) appendBody(dst []byte) []byte {
 		}
 		dst = append(append(append(dst, '"'), name...), '"', ':')
 	}
-	raw := func(name string, v []byte) {
-		if len(v) > 0 {
-			member(name)
-			dst = append(dst, v...)
-		}
-	}
-	str := func(name, v string) {
-		if v != "" {
-			member(name)
-			dst = appendJSONString(dst, v)
-		}
-	}
-	flag := func(name string, v *bool) {
-		if v != nil {
-			member(name)
-			dst = strconv.AppendBool(dst, *v)
-		}
-	}
-	str("model", w.Model)
-	raw("prompt", w.Prompt)
-	raw("messages", w.Messages)
-	flag("add_generation_prompt", w.AddGenerationPrompt)
-	flag("continue_final_message", w.ContinueFinalMessage)
-	flag("add_special_tokens", w.AddSpecialTokens)
-	str("chat_template", w.ChatTemplate)
-	raw("chat_template_kwargs", w.ChatTemplateKwargs)
-	raw("tools", w.Tools)
+	w.eachField(wireFields{
+		raw: func(name string, _ byte, v []byte) {
+			if len(v) > 0 {
+				member(name)
+				dst = append(dst, v...)
+			}
+		},
+		str: func(name string, _ byte, v string) {
+			if v != "" {
+				member(name)
+				dst = appendJSONString(dst, v)
+			}
+		},
+		flag: func(name string, _ byte, v *bool) {
+			if v != nil {
+				member(name)
+				dst = strconv.AppendBool(dst, *v)
+			}
+		},
+	})
 	return append(dst, '}')
+}
+
+// wireFields are what eachField calls for each field, by kind: raw JSON,
+// a string, an optional flag. name is the field's JSON member, tag the
+// byte that marks it in the cache key.
+type wireFields struct {
+	raw  func(name string, tag byte, v []byte)
+	str  func(name string, tag byte, v string)
+	flag func(name string, tag byte, v *bool)
+}
+
+// eachField visits the fields a /tokenize request carries, set or not, in
+// the order encoding/json writes tokenizeWire's members. The body and the
+// cache key both walk this one list, so what is sent and what the cache
+// is keyed by cannot drift apart.
+func (w *tokenizeWire) eachField(f wireFields) {
+	f.str("model", 'm', w.Model)
+	f.raw("prompt", 'p', w.Prompt)
+	f.raw("messages", 'M', w.Messages)
+	f.flag("add_generation_prompt", 'g', w.AddGenerationPrompt)
+	f.flag("continue_final_message", 'c', w.ContinueFinalMessage)
+	f.flag("add_special_tokens", 's', w.AddSpecialTokens)
+	f.str("chat_template", 'T', w.ChatTemplate)
+	f.raw("chat_template_kwargs", 'k', w.ChatTemplateKwargs)
+	f.raw("tools", 't', w.Tools)
 }
 
 // appendJSONString appends s as a JSON string that decodes to what
