@@ -89,17 +89,11 @@ func (b *Breaker) Allow(dial string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.dials[dial]
-	switch b.state(e, now) {
-	case StateClosed:
-		return true
-	case StateOpen:
-		return false
+	ok, probe := b.admitsLocked(e, now)
+	if probe {
+		e.probing, e.probeAt = true, now
 	}
-	if e.probing && now.Sub(e.probeAt) < b.cfg.Cooldown {
-		return false
-	}
-	e.probing, e.probeAt = true, now
-	return true
+	return ok
 }
 
 // Admits reports whether Allow would let a request go to dial now, without
@@ -109,7 +103,13 @@ func (b *Breaker) Allow(dial string, now time.Time) bool {
 func (b *Breaker) Admits(dial string, now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.dials[dial]
+	return b.admitsLocked(b.dials[dial], now)
+}
+
+// admitsLocked is the rule Allow and Admits share: closed lets everything
+// through, open nothing, half-open one probe while none is out (or the one
+// out went unanswered for a Cooldown). b.mu held.
+func (b *Breaker) admitsLocked(e *breakerEntry, now time.Time) (ok, probe bool) {
 	switch b.state(e, now) {
 	case StateClosed:
 		return true, false
