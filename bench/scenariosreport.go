@@ -209,6 +209,25 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
+// headlineRate is the rate a scenario is summed up at: where round_robin
+// saturates, or for gateways-N (compared past saturation) its highest.
+func headlineRate(q *QualityResult, name string) float64 {
+	if rs := q.rates(name); strings.HasPrefix(name, "gateways") && len(rs) > 0 {
+		return rs[len(rs)-1]
+	}
+	return q.satRate(name)
+}
+
+// comparedPolicy is what precise routing is set against in a scenario's
+// summary: the approximate tier, or for bursts the same policy without
+// speculative entries.
+func comparedPolicy(qw QualityWorkload) string {
+	if qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
+		return "llm-nospec"
+	}
+	return "llm-approx"
+}
+
 // renderScenarioHeadline is the headline's table of the scenarios: each
 // at the rate where round_robin saturates (gateways-N at its highest
 // rate), precise against approximate routing and round_robin.
@@ -217,15 +236,8 @@ func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
 	w("Where only the engines know what they hold (section 2: real Caddy, %d engines of a 32B-like cost model; hit rate and TTFT p90 in simulated seconds):\n\n", q.Params.Engines)
 	w("| scenario | rate | `llm` (precise) | `llm-approx` | `round_robin` |\n|---|---:|---:|---:|---:|\n")
 	for _, qw := range q.Workloads {
-		name := qw.Spec.Name
-		x := q.satRate(name)
-		if rs := q.rates(name); strings.HasPrefix(name, "gateways") && len(rs) > 0 {
-			x = rs[len(rs)-1]
-		}
+		name, x := qw.Spec.Name, headlineRate(q, qw.Spec.Name)
 		cell := func(policy string) string {
-			if policy == "llm-approx" && qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
-				policy = "llm-nospec"
-			}
 			r := q.at(name, policy, x)
 			if r == nil {
 				return "–"
@@ -240,7 +252,7 @@ func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
 		if llm == nil {
 			continue
 		}
-		w("| %s | %.1f/s (%g×) | %s | %s | %s |\n", name, llm.Rate, x, cell("llm"), cell("llm-approx"), cell("round_robin"))
+		w("| %s | %.1f/s (%g×) | %s | %s | %s |\n", name, llm.Rate, x, cell("llm"), cell(comparedPolicy(qw)), cell("round_robin"))
 	}
 	w("\n")
 }
@@ -250,16 +262,8 @@ func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
 func scenarioFinding(q *QualityResult) string {
 	var parts []string
 	for _, qw := range q.Workloads {
-		name := qw.Spec.Name
-		x := q.satRate(name)
-		if rs := q.rates(name); strings.HasPrefix(name, "gateways") && len(rs) > 0 {
-			x = rs[len(rs)-1]
-		}
-		other := "llm-approx"
-		if qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
-			other = "llm-nospec"
-		}
-		llm, ap := q.at(name, "llm", x), q.at(name, other, x)
+		name, x := qw.Spec.Name, headlineRate(q, qw.Spec.Name)
+		llm, ap := q.at(name, "llm", x), q.at(name, comparedPolicy(qw), x)
 		if llm == nil || ap == nil {
 			continue
 		}
