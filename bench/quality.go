@@ -347,7 +347,7 @@ func (p QualityParams) measure(ctx context.Context, env *Env, run *QualityRun, m
 		RequestTimeout: env.RunDeadline,
 		Stream:         true,
 		Seed:           m.seed + 7,
-		TargetFor:      sessionTargets(m.sc, m.targets, m.fleet, m.targets[0].Client, m.seed+11),
+		TargetFor:      sessionTargets(m.sc, m.targets, m.fleet, len(m.sessions), m.seed+11),
 	}
 	var restartEvery time.Duration
 	if sc := m.sc; sc != nil {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -134,33 +133,24 @@ func cpuOf(pids []int) (time.Duration, error) {
 	return total, nil
 }
 
-// sessionTargets chooses each session's target: the gateways in turn,
-// or with the plan's BypassShare (a seeded draw per session) a random
-// engine directly.
-func sessionTargets(sc *ScenarioOptions, gateways []Target, fleet *SimFleet, client *http.Client, seed uint64) func(int) Target {
+// sessionTargets chooses each of n sessions' target: the gateways in
+// turn, or with the plan's BypassShare (a seeded draw per session, made
+// up front in session order, so a run's split does not depend on the
+// order its sessions start in) a random engine directly.
+func sessionTargets(sc *ScenarioOptions, gateways []Target, fleet *SimFleet, n int, seed uint64) func(int) Target {
 	if sc == nil || (sc.gateways() == 1 && sc.BypassShare == 0) {
 		return nil
 	}
-	direct := make([]Target, len(fleet.Engines))
-	for i, e := range fleet.Engines {
-		direct[i] = Target{URL: e.URL() + "/v1/chat/completions", Model: gateways[0].Model, Client: client, Direct: true}
-	}
-	var mu sync.Mutex
-	picks := map[int]Target{}
+	picks := make([]Target, n)
 	rng := rand.New(rand.NewPCG(seed, 0x627970617373))
-	return func(session int) Target {
-		mu.Lock()
-		defer mu.Unlock()
-		if t, ok := picks[session]; ok {
-			return t
-		}
-		t := gateways[session%len(gateways)]
+	for i := range picks {
+		picks[i] = gateways[i%len(gateways)]
 		if sc.BypassShare > 0 && rng.Float64() < sc.BypassShare {
-			t = direct[rng.IntN(len(direct))]
+			e := fleet.Engines[rng.IntN(len(fleet.Engines))]
+			picks[i] = Target{URL: e.URL() + "/v1/chat/completions", Model: gateways[0].Model, Client: gateways[0].Client, Direct: true}
 		}
-		picks[session] = t
-		return t
 	}
+	return func(session int) Target { return picks[session] }
 }
 
 // warmFleet sends every group's system prompt, with a short question of
