@@ -34,6 +34,7 @@ var soakOutcomes = []soakOutcome{
 	{"http_502", "502", "no engine could take the request: the chosen ones were down (restarting) and the retries were spent", true},
 	{"http_503", "503", "admission refused it: the park queue was full, or it waited longer than max_park", true},
 	{"keepalive_race", "keep-alive race", "a config reload closed the idle keep-alive connection the request was sent on before the server read it; HTTP clients retry these", true},
+	{"reload_reset", "reset by a reload", "a new connection reset or closed before any response while a config reload ran: Caddy binds each config's listener anew (SO_REUSEPORT) and the kernel resets connections queued on the old one; plain Caddy does the same, and clients retry these", true},
 	{"shutdown", "cut at the end", "still in flight when the soak's time ran out", true},
 	{"transport_error", "transport error", "the connection failed with no injected fault to explain it", false},
 	{"stream_cut", "stream cut", "the stream's connection broke without an `event: error`", false},
