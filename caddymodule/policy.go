@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/internal/readahead"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -391,21 +392,21 @@ func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	// and stop waiting at bodyWait. (The server's read deadline cannot
 	// serve: when it fires, net/http cancels the request's context, and
 	// the request could only be failed.)
-	ab := readAhead(r.Body, p.MaxBody+1, r.ContentLength)
+	ab := readahead.New(r.Body, p.MaxBody+1, r.ContentLength)
 	wait := time.NewTimer(p.bodyWait)
 	defer wait.Stop()
 	select {
-	case <-ab.done:
+	case <-ab.Done():
 	case <-wait.C:
 		p.logger.Debug("request body not received in time; routing on load alone",
-			zap.Duration("waited", p.bodyWait), zap.Int("bytes_read", ab.buffered()))
+			zap.Duration("waited", p.bodyWait), zap.Int("bytes_read", ab.Buffered()))
 		r.Body = ab // what was read, then the rest as it comes
 		return nil
 	case <-r.Context().Done():
 		r.Body = ab
 		return nil
 	}
-	body, err := ab.buf, ab.err // the reader is done with them
+	body, err := ab.Result()
 	if err != io.EOF || int64(len(body)) > p.MaxBody {
 		// A read error, or over max_body: give the proxy back what was
 		// read, followed by the rest.

@@ -237,7 +237,7 @@ func (r *bodyRecorder) body(id string) ([]byte, error) {
 func aheadGoroutines() int {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "caddymodule.(*aheadBody).run")
+	return strings.Count(string(buf), "readahead.(*Body).run")
 }
 
 // TestPolicyBodyReadStalledClients: through Caddy, lb_policy llm without
