@@ -26,6 +26,10 @@ type bpeModel struct {
 	// asciiIDs holds the ids of single ASCII characters, -1 where absent.
 	asciiIDs [128]int32
 	cache    *wordCache
+	// boundarySplit and crossers let long words be cut before ▁ (see
+	// bpe_split.go).
+	boundarySplit bool
+	crossers      []crosser
 }
 
 // pairKey packs two ids into a merges key.
@@ -67,6 +71,14 @@ func (m *bpeModel) idOr(tok string) int32 {
 // appendWord appends the ids of one pre-token. raw says the piece is still
 // plain text that stands for its byte-level form.
 func (m *bpeModel) appendWord(dst []int, word string, raw bool, sc *scratch) []int {
+	if m.boundarySplit && !raw && len(word) > maxCachedWordLen {
+		return m.appendSplitWord(dst, word, sc)
+	}
+	return m.appendPart(dst, word, raw, sc)
+}
+
+// appendPart encodes one word, through the cache when it is short.
+func (m *bpeModel) appendPart(dst []int, word string, raw bool, sc *scratch) []int {
 	if word == "" {
 		return dst
 	}

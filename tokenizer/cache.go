@@ -12,11 +12,11 @@ const (
 	cacheShards = 32
 	// cacheShardEntries bounds each shard; a full shard is cleared, which
 	// keeps the bound without LRU bookkeeping on the read path.
-	cacheShardEntries = 4096
+	cacheShardEntries = 2048
 	// maxCachedWordLen leaves long pieces (a whole sentence for
 	// tokenizers without pre-tokenizer) out of the cache: they rarely
 	// repeat and would crowd out the words.
-	maxCachedWordLen = 64
+	maxCachedWordLen = 256
 )
 
 // wordCache maps a pre-token to its ids. It is safe for concurrent use.

@@ -41,6 +41,7 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 		return nil, err
 	}
 	m.lookupTables()
+	m.setupBoundarySplit()
 	return m, nil
 }
 
