@@ -3,6 +3,7 @@ module github.com/llmgw/caddy-llmgw
 go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/dustin/go-humanize v1.1.0
