@@ -1,0 +1,136 @@
+package tokenizer
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// realFilesDir returns the directory named by LLMGW_TOKENIZER_FILES, which
+// holds <name>/tokenizer.json for real models, or skips the test.
+func realFilesDir(tb testing.TB) string {
+	dir := os.Getenv("LLMGW_TOKENIZER_FILES")
+	if dir == "" {
+		tb.Skip("LLMGW_TOKENIZER_FILES is not set")
+	}
+	return dir
+}
+
+// loadReal loads a real tokenizer, skipping when it is not present.
+func loadReal(tb testing.TB, name string) *Tokenizer {
+	path := filepath.Join(realFilesDir(tb), name, "tokenizer.json")
+	if _, err := os.Stat(path); err != nil {
+		tb.Skipf("no %s", path)
+	}
+	tk, err := LoadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tk
+}
+
+// benchPrompt returns the ~8k-token chat prompt of testdata, repeated
+// copies times with a distinct header each so that the text is not one
+// block repeated verbatim.
+func benchPrompt(tb testing.TB, copies int) string {
+	b, err := os.ReadFile("testdata/prompt_8k.txt")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := range copies {
+		fmt.Fprintf(&sb, "\n\n## Part %d of %d\n\n", i+1, copies)
+		sb.Write(b)
+	}
+	return sb.String()
+}
+
+var realNames = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"}
+
+// BenchmarkEncode encodes the 8k-token and 128k-token prompts with each real
+// tokenizer. The word cache is warm after the first iteration, as it is in
+// a running gateway.
+func BenchmarkEncode(b *testing.B) {
+	for _, size := range []struct {
+		name   string
+		copies int
+	}{{"8k", 1}, {"128k", 16}} {
+		text := benchPrompt(b, size.copies)
+		for _, name := range realNames {
+			b.Run(name+"/"+size.name, func(b *testing.B) {
+				tk := loadReal(b, name)
+				dst := tk.Encode(text, true)
+				b.SetBytes(int64(len(text)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					dst = tk.AppendEncode(dst[:0], text, true)
+				}
+				b.ReportMetric(float64(len(dst)), "tokens")
+			})
+		}
+	}
+}
+
+// BenchmarkEncodeCold is BenchmarkEncode with an empty word cache each
+// time: the cost of a prompt full of words never seen before.
+func BenchmarkEncodeCold(b *testing.B) {
+	text := benchPrompt(b, 1)
+	for _, name := range realNames {
+		b.Run(name, func(b *testing.B) {
+			tk := loadReal(b, name)
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				tk.model.cache = newWordCache()
+				tk.Encode(text, true)
+			}
+		})
+	}
+}
+
+// BenchmarkLoad parses each real tokenizer.json.
+func BenchmarkLoad(b *testing.B) {
+	dir := realFilesDir(b)
+	for _, name := range realNames {
+		b.Run(name, func(b *testing.B) {
+			data, err := os.ReadFile(filepath.Join(dir, name, "tokenizer.json"))
+			if err != nil {
+				b.Skip(err)
+			}
+			for b.Loop() {
+				if _, err := Parse(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestEncodeLatency reports p50 and p99 encode times of the 8k prompt for
+// each real tokenizer (run with -v to see them).
+func TestEncodeLatency(t *testing.T) {
+	text := benchPrompt(t, 1)
+	for _, name := range realNames {
+		tk := loadReal(t, name)
+		tk.Encode(text, true) // warm the cache
+		times := make([]time.Duration, 51)
+		for i := range times {
+			start := time.Now()
+			tk.Encode(text, true)
+			times[i] = time.Since(start)
+		}
+		sortDurations(times)
+		t.Logf("%s: 8k prompt p50 %v p99 %v", name, times[len(times)/2], times[len(times)*99/100])
+	}
+}
+
+func sortDurations(d []time.Duration) {
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+}
