@@ -15,8 +15,12 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 	if mj.Dropout != nil && *mj.Dropout != 0 {
 		return nil, fmt.Errorf("tokenizer: BPE dropout %v is not supported (encoding would be random)", *mj.Dropout)
 	}
+	var vocab map[string]int64
+	if err := json.Unmarshal(mj.Vocab, &vocab); err != nil {
+		return nil, fmt.Errorf("tokenizer: model vocab: %w", err)
+	}
 	m := &bpeModel{
-		vocab:        make(map[string]int32, len(mj.Vocab)),
+		vocab:        make(map[string]int32, len(vocab)),
 		unkID:        -1,
 		fuseUnk:      mj.FuseUnk,
 		byteFallback: mj.ByteFallback,
@@ -29,7 +33,7 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 	if mj.EndOfWordSuffix != nil {
 		m.suffix = *mj.EndOfWordSuffix
 	}
-	if err := m.setVocab(mj.Vocab); err != nil {
+	if err := m.setVocab(vocab); err != nil {
 		return nil, err
 	}
 	if mj.UnkToken != nil {
