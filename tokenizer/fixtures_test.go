@@ -143,3 +143,32 @@ func TestTokenLookup(t *testing.T) {
 		t.Errorf("VocabSize() = %d, want 404", got)
 	}
 }
+
+// TestMetaspaceFixture covers a tokenizer in the style of HF's Rust
+// library that the JS reference cannot check (it ignores Metaspace's split
+// and the Punctuation behaviour), so the ids are worked out by hand:
+// NFKC, lowercase and strip; removal of line breaks; ▁ before the first
+// word only; digits and punctuation isolated.
+func TestMetaspaceFixture(t *testing.T) {
+	tk := loadFixture(t, "metaspace.json", nil)
+	tests := []struct {
+		text    string
+		special bool
+		want    []int
+	}{
+		{"  The WORLD, 42!\nthing ", false, []int{48, 56, 41, 3, 34, 32, 42, 23, 11, 51}},
+		{"  The WORLD, 42!\nthing ", true, []int{1, 48, 56, 41, 3, 34, 32, 42, 23, 11, 51, 2}},
+		{"a [MASK]b", false, []int{49, 100, 5}},
+		{"é€", false, []int{3, 0}},
+		{"ＴＨＥ", false, []int{48}},
+		{"", true, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		if got := tk.Encode(tt.text, tt.special); !slices.Equal(got, tt.want) {
+			t.Errorf("Encode(%q, %v) = %v, want %v", tt.text, tt.special, got, tt.want)
+		}
+	}
+	if got := tk.Decode([]int{1, 48, 56, 41, 2}, true); got != "the world," {
+		t.Errorf("Decode = %q", got)
+	}
+}
