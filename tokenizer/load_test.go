@@ -1,8 +1,11 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -89,4 +92,92 @@ func TestLoadFile(t *testing.T) {
 	if _, err := LoadFile("testdata/prompt_8k.txt"); err == nil || !strings.Contains(err.Error(), "prompt_8k.txt") {
 		t.Errorf("non-JSON file: %v", err)
 	}
+}
+
+// TestFastMerges checks the hand-written merges reader against
+// encoding/json on both formats and on the escapes it handles itself.
+func TestFastMerges(t *testing.T) {
+	tests := []struct {
+		raw    string
+		fastOK bool
+	}{
+		{`[]`, true},
+		{` [ "a b" , "c d" ] `, true},
+		{`[["a","b"],["Ġ","Ġ"]]`, true},
+		{`["a\nb c", "\"q\" \\", "x\/ y\t"]`, true},
+		{`[["a\r","\b\f"]]`, true},
+		{`["\u00e9 b", "\u0000 \uD83D\uDE00"]`, true},
+		{`["\uD83D b"]`, false}, // a lone surrogate goes to encoding/json
+		{`["\u00G0 b"]`, false},
+		{`["a b c"]`, false},
+		{`[["a"]]`, false},
+		{`["a b",]`, false},
+		{`["a b"] x`, false},
+		{"[\"a\tb c\"]", false}, // raw control characters are not JSON
+	}
+	for _, tt := range tests {
+		fast, ok := fastMerges([]byte(tt.raw))
+		if ok != tt.fastOK {
+			t.Errorf("fastMerges(%s) ok = %v, want %v", tt.raw, ok, tt.fastOK)
+			continue
+		}
+		slow, err := slowMerges([]byte(tt.raw))
+		if ok && (err != nil || !slices.Equal(fast, slow)) {
+			t.Errorf("fastMerges(%s) = %q, encoding/json gives %q, %v", tt.raw, fast, slow, err)
+		}
+	}
+	if pairs, err := parseMerges([]byte(`["\uDE00 b"]`)); err != nil || pairs[0] != [2]string{"\uFFFD", "b"} {
+		t.Errorf("fallback: %q, %v", pairs, err)
+	}
+}
+
+// TestFastVocab checks the hand-written vocab reader against encoding/json.
+func TestFastVocab(t *testing.T) {
+	tests := []struct {
+		raw    string
+		fastOK bool
+	}{
+		{`{}`, true},
+		{` { "a" : 0 , "Ġb\n" : 17 } `, true},
+		{`{"a": -1}`, false},
+		{`{"a": 1.5}`, false},
+		{`{"a": 01}`, false},
+		{`{"a": 1e3}`, false},
+		{`{"a": 1,}`, false},
+		{`{"a" 1}`, false},
+	}
+	for _, tt := range tests {
+		fast, ok := fastVocab([]byte(tt.raw))
+		if ok != tt.fastOK {
+			t.Errorf("fastVocab(%s) ok = %v, want %v", tt.raw, ok, tt.fastOK)
+			continue
+		}
+		var slow map[string]int64
+		err := json.Unmarshal([]byte(tt.raw), &slow)
+		if ok && (err != nil || !maps.Equal(fast, slow)) {
+			t.Errorf("fastVocab(%s) = %v, encoding/json gives %v, %v", tt.raw, fast, slow, err)
+		}
+	}
+}
+
+// FuzzFastJSON checks that whenever the hand-written readers accept their
+// input, encoding/json reads the same thing.
+func FuzzFastJSON(f *testing.F) {
+	for _, s := range []string{`["a b"]`, `[["a","b"]]`, `{"a":1}`, `["\u00e9 \n"]`, `{"\uD83D\uDE00":0}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if fast, ok := fastMerges([]byte(s)); ok {
+			slow, err := slowMerges([]byte(s))
+			if err != nil || !slices.Equal(fast, slow) {
+				t.Fatalf("merges %q: fast %q, encoding/json %q, %v", s, fast, slow, err)
+			}
+		}
+		if fast, ok := fastVocab([]byte(s)); ok {
+			var slow map[string]int64
+			if err := json.Unmarshal([]byte(s), &slow); err != nil || !maps.Equal(fast, slow) {
+				t.Fatalf("vocab %q: fast %v, encoding/json %v, %v", s, fast, slow, err)
+			}
+		}
+	})
 }
