@@ -66,6 +66,10 @@
 //     Unicode versions (some 2024 emoji, CJK extension I) may split
 //     differently from an engine built on newer data: the JS reference on
 //     Node 20 uses Unicode 17.
+//   - golang.org/x/text's normalization follows the Stream-Safe Text Format
+//     and puts U+034F after every 30 combining marks in a row, which HF's
+//     engines do not; text with longer runs of marks ("zalgo" text) may get
+//     different ids under an NFC/NFD/NFKC/NFKD normalizer.
 //   - Invalid UTF-8 in the text is read as one U+FFFD per bad byte, the
 //     way a Go range loop sees it.
 //   - Decode skips ids that name no token. It applies no
