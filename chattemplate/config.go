@@ -39,7 +39,7 @@ type Config struct {
 // default template, and additional_chat_templates/NAME.jinja files add
 // named ones. Special tokens may be strings or AddedToken objects.
 func LoadDir(dir string) (*Config, error) {
-	raw, err := readLimited(filepath.Join(dir, "tokenizer_config.json"))
+	raw, err := readLimited(filepath.Join(dir, "tokenizer_config.json"), maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: load %s: %w", dir, err)
 	}
@@ -126,7 +126,7 @@ func templateSources(raw json.RawMessage) (map[string]string, error) {
 // fileTemplates overlays the template files transformers reads beside
 // tokenizer_config.json.
 func fileTemplates(dir string, sources map[string]string) error {
-	src, err := readLimited(filepath.Join(dir, "chat_template.jinja"))
+	src, err := readLimited(filepath.Join(dir, "chat_template.jinja"), maxConfigBytes)
 	switch {
 	case err == nil:
 		sources["default"] = string(src)
@@ -145,7 +145,7 @@ func fileTemplates(dir string, sources map[string]string) error {
 		if !ok || e.IsDir() {
 			continue
 		}
-		src, err := readLimited(filepath.Join(extra, e.Name()))
+		src, err := readLimited(filepath.Join(extra, e.Name()), maxConfigBytes)
 		if err != nil {
 			return err
 		}
@@ -187,19 +187,19 @@ func tokenContent(raw json.RawMessage) string {
 	return ""
 }
 
-// readLimited reads a file of at most maxConfigBytes.
-func readLimited(path string) ([]byte, error) {
+// readLimited reads a file of at most limit bytes.
+func readLimited(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxConfigBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), maxConfigBytes)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), limit)
 	}
 	return data, nil
 }

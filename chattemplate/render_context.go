@@ -82,6 +82,7 @@ func renderContext(in Input, req request, conv []jinja.Value) (map[string]jinja.
 		return jinja.NewString(strftime(args[0].AsString(), now())), nil
 	})
 	data[tojsonName] = jinja.NewCallable("tojson", tojsonFilter)
+	data[strName] = jinja.NewCallable("str", printValue)
 	for k, v := range in.Special {
 		// special_tokens_map leaves out unset tokens, so they stay undefined.
 		if v != "" {
@@ -124,4 +125,15 @@ func tojsonFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 		return jinja.Undefined(), err
 	}
 	return jinja.NewString(s), nil
+}
+
+// printValue is the str() every {{ }} output goes through.
+func printValue(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 1 {
+		return jinja.Undefined(), errors.New("output expression must be one value")
+	}
+	if args[0].IsString() {
+		return args[0], nil
+	}
+	return jinja.NewString(pyStr(args[0])), nil
 }

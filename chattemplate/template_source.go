@@ -25,10 +25,21 @@ type preparedSource struct {
 	statements [][]exprToken // the tokens of each {% %} tag outside raw blocks
 }
 
-// prepareSource rewrites the expressions of src for the engine: Python
-// string-literal escapes the engine does not know (\x41, \u00e9, \r, ...)
-// are decoded, and `|tojson` calls are renamed to tojsonName.
+// strName is the function every {{ }} output is wrapped in: the engine
+// prints values the Go way (None as "", 1.0 as "1"), jinja2 with
+// Python's str().
+const strName = "llmgw_str"
+
+// prepareSource rewrites src for the engine so that it renders as jinja2
+// does for transformers: line endings become "\n" and one trailing
+// newline is dropped (jinja2's lexer with keep_trailing_newline off),
+// Python string-literal escapes the engine does not know (\x41, \u00e9,
+// \r, ...) are decoded, `|tojson` calls are renamed to tojsonName, and
+// each {{ }} output goes through strName.
 func prepareSource(src string) (preparedSource, error) {
+	src = strings.ReplaceAll(src, "\r\n", "\n")
+	src = strings.ReplaceAll(src, "\r", "\n")
+	src = strings.TrimSuffix(src, "\n")
 	var out strings.Builder
 	out.Grow(len(src) + 64)
 	var stmts [][]exprToken
@@ -64,6 +75,9 @@ func prepareSource(src string) (preparedSource, error) {
 			}
 			if !inRaw {
 				body = rewriteTag(body, off, toks)
+				if closer == "}}" && len(toks) > 0 {
+					body = wrapOutput(body)
+				}
 			}
 		}
 		out.WriteString(body)
@@ -169,6 +183,13 @@ func rewriteTag(tag string, off int, toks []exprToken) string {
 	}
 	b.WriteString(tag[last:])
 	return b.String()
+}
+
+// wrapOutput turns {{ expr }} into {{ strName((expr)) }}, keeping the
+// whitespace-control marks where they were.
+func wrapOutput(tag string) string {
+	content, off := tagContent(tag)
+	return tag[:off] + " " + strName + "((" + content + ")) " + tag[off+len(content):]
 }
 
 // isTojsonFilter reports whether toks[i] names the tojson filter.

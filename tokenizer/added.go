@@ -25,8 +25,7 @@ type section struct {
 // normalized text of what lies between, leftmost first and longest on ties.
 type addedVocab struct {
 	tokens []addedToken
-	// byContent maps content, and for normalized tokens also normalized
-	// content, to the token's index.
+	// byContent maps content to the token's index.
 	byContent map[string]int32
 	byID      map[int32]int32
 	raw       *tokenTrie // normalized=false tokens
@@ -168,15 +167,4 @@ func trimSpaceRight(s string, i int) int {
 		i += n
 	}
 	return i
-}
-
-// wholeToken returns the token whose content (or normalized content) is
-// exactly s. HF's JS port treats such a section as that token even where the
-// trie did not cut it out (after normalization, say), and so do we.
-func (av *addedVocab) wholeToken(s string) (int32, bool) {
-	if len(av.byContent) == 0 {
-		return -1, false
-	}
-	tok, ok := av.byContent[s]
-	return tok, ok
 }

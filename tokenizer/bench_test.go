@@ -134,3 +134,32 @@ func sortDurations(d []time.Duration) {
 		}
 	}
 }
+
+// BenchmarkEncodeFixture encodes the 8k prompt with the small fixtures, so
+// that it runs without the real files. The fixtures' vocabularies are tiny,
+// which makes BPE do more merging per word than a real model would.
+func BenchmarkEncodeFixture(b *testing.B) {
+	text := benchPrompt(b, 1)
+	for _, name := range fuzzFixtures {
+		b.Run(name, func(b *testing.B) {
+			tk := loadFixture(b, name, nil)
+			dst := tk.Encode(text, true)
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = tk.AppendEncode(dst[:0], text, true)
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeFixture decodes the 8k prompt's ids with the byte-level
+// fixture.
+func BenchmarkDecodeFixture(b *testing.B) {
+	tk := loadFixture(b, "bytelevel.json", nil)
+	ids := tk.Encode(benchPrompt(b, 1), false)
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Decode(ids, false)
+	}
+}

@@ -20,17 +20,22 @@ const maxTokenID = 1 << 24
 // LoadFile reads and parses a tokenizer.json file of at most MaxFileSize
 // bytes.
 func LoadFile(path string) (*Tokenizer, error) {
+	return loadFile(path, MaxFileSize)
+}
+
+// loadFile is LoadFile with the size limit as a parameter, for tests.
+func loadFile(path string, limit int64) (*Tokenizer, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: reading %s: %w", path, err)
 	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("tokenizer: %s is larger than %d bytes", path, MaxFileSize)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("tokenizer: %s is larger than %d bytes", path, limit)
 	}
 	t, err := Parse(data)
 	if err != nil {
@@ -61,16 +66,16 @@ type addedTokenJSON struct {
 }
 
 type modelJSON struct {
-	Type                    string           `json:"type"`
-	Dropout                 *float64         `json:"dropout"`
-	UnkToken                *string          `json:"unk_token"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
-	FuseUnk                 bool             `json:"fuse_unk"`
-	ByteFallback            bool             `json:"byte_fallback"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
-	Vocab                   map[string]int64 `json:"vocab"`
-	Merges                  json.RawMessage  `json:"merges"`
+	Type                    string          `json:"type"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	FuseUnk                 bool            `json:"fuse_unk"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
+	Vocab                   json.RawMessage `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
 }
 
 // componentJSON holds the fields of every normalizer, pre-tokenizer,

@@ -15,8 +15,14 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 	if mj.Dropout != nil && *mj.Dropout != 0 {
 		return nil, fmt.Errorf("tokenizer: BPE dropout %v is not supported (encoding would be random)", *mj.Dropout)
 	}
+	vocab, ok := fastVocab(mj.Vocab)
+	if !ok {
+		if err := json.Unmarshal(mj.Vocab, &vocab); err != nil {
+			return nil, fmt.Errorf("tokenizer: model vocab: %w", err)
+		}
+	}
 	m := &bpeModel{
-		vocab:        make(map[string]int32, len(mj.Vocab)),
+		vocab:        make(map[string]int32, len(vocab)),
 		unkID:        -1,
 		fuseUnk:      mj.FuseUnk,
 		byteFallback: mj.ByteFallback,
@@ -29,7 +35,7 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 	if mj.EndOfWordSuffix != nil {
 		m.suffix = *mj.EndOfWordSuffix
 	}
-	if err := m.setVocab(mj.Vocab); err != nil {
+	if err := m.setVocab(vocab); err != nil {
 		return nil, err
 	}
 	if mj.UnkToken != nil {
@@ -74,6 +80,7 @@ func (m *bpeModel) setMerges(raw json.RawMessage) error {
 		return err
 	}
 	m.merges = make(map[uint64]uint64, len(pairs))
+	var buf []byte
 	for rank, p := range pairs {
 		a, okA := m.vocab[p[0]]
 		b, okB := m.vocab[p[1]]
@@ -83,7 +90,8 @@ func (m *bpeModel) setMerges(raw json.RawMessage) error {
 		if !strings.HasPrefix(p[1], m.prefix) {
 			return fmt.Errorf("tokenizer: merge %d (%q %q): second token lacks the continuing_subword_prefix %q", rank, p[0], p[1], m.prefix)
 		}
-		merged, ok := m.vocab[p[0]+p[1][len(m.prefix):]]
+		buf = append(append(buf[:0], p[0]...), p[1][len(m.prefix):]...)
+		merged, ok := m.vocab[string(buf)]
 		if !ok {
 			return fmt.Errorf("tokenizer: merge %d (%q %q) makes a token that is not in the vocab", rank, p[0], p[1])
 		}
@@ -99,7 +107,16 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	inner := bytes.TrimSpace(bytes.TrimPrefix(raw, []byte("[")))
+	if pairs, ok := fastMerges(raw); ok {
+		return pairs, nil
+	}
+	return slowMerges(raw)
+}
+
+// slowMerges is parseMerges through encoding/json, for what fastMerges
+// does not handle and for its error messages.
+func slowMerges(raw json.RawMessage) ([][2]string, error) {
+	inner := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("[")))
 	if len(inner) > 0 && inner[0] == '[' {
 		var lists [][]string
 		if err := json.Unmarshal(raw, &lists); err != nil {

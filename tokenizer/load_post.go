@@ -42,9 +42,6 @@ func buildAdded(list []addedTokenJSON, n normalizer) (*addedVocab, error) {
 			content = n.normalize(content)
 		}
 		av.norm.add(content, idx)
-		if _, dup := av.byContent[content]; !dup {
-			av.byContent[content] = idx
-		}
 	}
 	return av, nil
 }

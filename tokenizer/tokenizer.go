@@ -55,9 +55,6 @@ func (t *Tokenizer) appendText(dst []int, text string, sc *scratch) []int {
 // appendSection normalizes a stretch of raw text, splits out the
 // normalized added tokens in it and encodes the rest.
 func (t *Tokenizer) appendSection(dst []int, s string, first bool, sc *scratch) []int {
-	if tok, ok := t.added.wholeToken(s); ok {
-		return append(dst, int(t.added.tokens[tok].id))
-	}
 	if t.normalizer != nil {
 		s = t.normalizer.normalize(s)
 	}
@@ -82,9 +79,6 @@ func (t *Tokenizer) appendSection(dst []int, s string, first bool, sc *scratch) 
 // appendNormalized pre-tokenizes normalized text and runs the model on
 // each piece.
 func (t *Tokenizer) appendNormalized(dst []int, s string, first bool, sc *scratch) []int {
-	if tok, ok := t.added.wholeToken(s); ok {
-		return append(dst, int(t.added.tokens[tok].id))
-	}
 	if t.pre == nil {
 		return t.model.appendWord(dst, s, t.rawPieces, sc)
 	}
@@ -127,7 +121,7 @@ func (t *Tokenizer) isSpecial(id int) bool {
 // TokenToID returns the id of a token of the vocabulary or an added token
 // (added tokens take precedence, as in HF).
 func (t *Tokenizer) TokenToID(token string) (int, bool) {
-	if idx, ok := t.added.byContent[token]; ok && t.added.tokens[idx].content == token {
+	if idx, ok := t.added.byContent[token]; ok {
 		return int(t.added.tokens[idx].id), true
 	}
 	if id, ok := t.model.vocab[token]; ok {
