@@ -1,0 +1,186 @@
+package localtok
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/chattemplate"
+	"github.com/llmgw/caddy-llmgw/tokenizer"
+)
+
+// ErrRemote is returned for a request that only the engine can tokenize
+// (see the package doc): the caller asks the engine's /tokenize.
+var ErrRemote = errors.New("localtok: the request needs the engine's own tokenizer")
+
+// Model is one model's tokenizer directory, loaded. It is safe for
+// concurrent use.
+type Model struct {
+	dir  string
+	tok  *tokenizer.Tokenizer
+	chat *chattemplate.Config // nil when the directory has no chat template
+}
+
+// Load reads a Hugging Face tokenizer directory: tokenizer.json (required)
+// and the chat template from tokenizer_config.json or chat_template.jinja.
+// A directory without a chat template still tokenizes completions prompts;
+// its chat requests go to the engine.
+func Load(dir string) (*Model, error) {
+	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("loading tokenizer %s: %w", dir, err)
+	}
+	m := &Model{dir: dir, tok: tok}
+	if hasTemplate(dir) {
+		if m.chat, err = chattemplate.LoadDir(dir); err != nil {
+			return nil, fmt.Errorf("loading chat template %s: %w", dir, err)
+		}
+	}
+	return m, nil
+}
+
+// hasTemplate reports whether dir holds a chat template: a
+// chat_template.jinja file, or a chat_template in tokenizer_config.json.
+func hasTemplate(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		return true
+	}
+	f, err := os.Open(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var cfg struct {
+		ChatTemplate json.RawMessage `json:"chat_template"`
+	}
+	const maxConfig = 16 << 20 // gemma3's is 1.1 MB, mostly its added tokens
+	if err := json.NewDecoder(io.LimitReader(f, maxConfig)).Decode(&cfg); err != nil {
+		return false
+	}
+	t := bytes.TrimSpace(cfg.ChatTemplate)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte(`""`))
+}
+
+// Dir is the directory the model was loaded from.
+func (m *Model) Dir() string { return m.dir }
+
+// Tokenize returns req's prompt token ids as vLLM computes them: a chat
+// request's messages rendered with the model's template and encoded
+// without special tokens (unless the request asks for them), a completions
+// prompt encoded with them (unless it asks not to). ErrRemote means the
+// engine must tokenize it; any other error is a request this model cannot
+// render (the engine would most likely reject it too).
+func (m *Model) Tokenize(req *admission.Request) ([]uint64, error) {
+	switch {
+	case len(req.Messages) > 0:
+		return m.chatTokens(req)
+	case len(req.Prompt) > 0:
+		return m.promptTokens(req)
+	}
+	return nil, ErrRemote
+}
+
+// promptTokens encodes a completions prompt given as a string or a list of
+// one string; token ids, and batches of prompts, are not rendered here.
+func (m *Model) promptTokens(req *admission.Request) ([]uint64, error) {
+	var text string
+	p := bytes.TrimSpace(req.Prompt)
+	switch {
+	case len(p) > 0 && p[0] == '"':
+		if err := json.Unmarshal(p, &text); err != nil {
+			return nil, fmt.Errorf("prompt: %w", err)
+		}
+	case len(p) > 0 && p[0] == '[':
+		var list []string
+		if err := json.Unmarshal(p, &list); err != nil || len(list) != 1 {
+			return nil, ErrRemote
+		}
+		text = list[0]
+	default:
+		return nil, ErrRemote
+	}
+	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+	return toUint64(m.tok.Encode(text, addSpecial)), nil
+}
+
+// chatTokens renders the messages with the model's template and encodes
+// the text. vLLM encodes a rendered chat with add_special_tokens=false by
+// default: the template writes BOS itself where the model wants it.
+func (m *Model) chatTokens(req *admission.Request) ([]uint64, error) {
+	if m.chat == nil || req.ChatTemplate != "" {
+		return nil, ErrRemote
+	}
+	in, err := chatInput(req)
+	if err != nil {
+		return nil, err
+	}
+	text, err := m.chat.Render(in)
+	if errors.Is(err, chattemplate.ErrUnsupportedContent) {
+		return nil, ErrRemote // images, audio: the engine's processor adds their tokens
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rendering the chat template: %w", err)
+	}
+	addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
+	return toUint64(m.tok.Encode(text, addSpecial)), nil
+}
+
+// chatInput decodes the request's template inputs, with vLLM's defaults
+// (add_generation_prompt true, continue_final_message false). Messages and
+// tools keep their key order (chattemplate.DecodeJSON): a template's tojson
+// writes a tool's schema in the request's order, as Python does.
+func chatInput(req *admission.Request) (chattemplate.Input, error) {
+	in := chattemplate.Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
+	in.ContinueFinalMessage = req.ContinueFinalMessage != nil && *req.ContinueFinalMessage
+	var err error
+	if in.Messages, err = decodeList(req.Messages, "messages"); err != nil {
+		return in, err
+	}
+	if in.Tools, err = decodeList(req.Tools, "tools"); err != nil {
+		return in, err
+	}
+	if present(req.ChatTemplateKwargs) {
+		v, err := chattemplate.DecodeJSON(req.ChatTemplateKwargs)
+		obj, ok := v.(chattemplate.Object)
+		if err != nil || !ok {
+			return in, fmt.Errorf("chat_template_kwargs must be an object")
+		}
+		in.Kwargs = obj.Values
+	}
+	return in, nil
+}
+
+// decodeList decodes a JSON array field, nil when absent or null.
+func decodeList(raw []byte, field string) ([]any, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	v, err := chattemplate.DecodeJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s must be a list", field)
+	}
+	return list, nil
+}
+
+// present reports whether a raw JSON field holds a value other than null.
+func present(raw []byte) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
+}
+
+func toUint64(ids []int) []uint64 {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = uint64(id)
+	}
+	return out
+}
