@@ -27,6 +27,7 @@ func init() {
 //
 //	GET  /llm/engines                  every engine: gauges, local accounting, KV mirror state
 //	GET  /llm/queue                    admission queues: depth and oldest wait per band
+//	GET  /llm/tokenizers               local tokenizers: use, checks against the engines, mismatches
 //	POST /llm/explain                  body: an inference request; the routing decision, without proxying
 //	POST /llm/engines/{dial}/drain     no new requests to the engine (in-flight ones finish)
 //	POST /llm/engines/{dial}/undrain
@@ -46,6 +47,7 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/llm/engines", Handler: caddy.AdminHandlerFunc(a.engines)},
 		{Pattern: "/llm/engines/", Handler: caddy.AdminHandlerFunc(a.engineAction)},
 		{Pattern: "/llm/queue", Handler: caddy.AdminHandlerFunc(a.queue)},
+		{Pattern: "/llm/tokenizers", Handler: caddy.AdminHandlerFunc(a.tokenizers)},
 		{Pattern: "/llm/explain", Handler: caddy.AdminHandlerFunc(a.explain)},
 	}
 }
@@ -92,6 +94,17 @@ func (adminAPI) queue(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, map[string]any{"pools": f.QueueReports()})
+}
+
+func (adminAPI) tokenizers(w http.ResponseWriter, r *http.Request) error {
+	if err := method(r, http.MethodGet); err != nil {
+		return err
+	}
+	f, err := runningFleet()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, map[string]any{"tokenizers": f.TokenizerStats()})
 }
 
 // explain routes a request body as the policy would and reports every

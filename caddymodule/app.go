@@ -85,6 +85,21 @@ type App struct {
 	// Default: 4096.
 	TokenizeCacheSize int `json:"tokenize_cache_size,omitempty"`
 
+	// Local tokenizers by model name: requests for these models are
+	// tokenized in the gateway from the model's Hugging Face tokenizer
+	// directory, never by a /tokenize call on the request's path.
+	// Default: none (every model asks the engines' /tokenize).
+	Tokenizers []*fleet.TokenizerConfig `json:"tokenizers,omitempty"`
+
+	// Share of local tokenizations checked against an engine's /tokenize
+	// in the background, 0 to 1; 0 disables. Default: 0.01.
+	TokenizerCheckSample *float64 `json:"tokenizer_check_sample,omitempty"`
+
+	// Mismatches after which a model's local tokenizer is set aside and
+	// its requests ask the engines' /tokenize again, until the next config
+	// load; 0 never. Default: 5.
+	TokenizerMismatchLimit *int `json:"tokenizer_mismatch_limit,omitempty"`
+
 	// The engines this gateway knows in advance. Others are discovered.
 	Engines []*fleet.EngineConfig `json:"engines,omitempty"`
 
@@ -151,6 +166,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("acquiring fleet state: %w", err)
 	}
 	a.fleet = val.(sharedFleet).Fleet
+	if err := a.fleet.LoadTokenizers(&cfg); err != nil {
+		return err
+	}
 	a.gen = a.fleet.NewGeneration(cfg, a.logger)
 	registerMetrics(ctx.GetMetricsRegistry(), a.fleet, a.logger)
 	return nil
@@ -159,18 +177,21 @@ func (a *App) Provision(ctx caddy.Context) error {
 // fleetConfig is the config the fleet follows while this generation runs.
 func (a *App) fleetConfig() fleet.Config {
 	return fleet.Config{
-		PollInterval:        time.Duration(a.PollInterval),
-		PollTimeout:         time.Duration(a.PollTimeout),
-		StaleAfter:          a.StaleAfter,
-		IdleTTL:             time.Duration(a.IdleTTL),
-		KVEventsPort:        a.KVEventsPort,
-		KVReplayPort:        a.KVReplayPort,
-		HashSeed:            a.HashSeed,
-		TokenizeTimeout:     time.Duration(a.TokenizeTimeout),
-		TokenizeConcurrency: a.TokenizeConcurrency,
-		TokenizeCacheSize:   a.TokenizeCacheSize,
-		SpeculativeTTL:      (*time.Duration)(a.SpeculativeTTL),
-		Engines:             a.Engines,
+		PollInterval:           time.Duration(a.PollInterval),
+		PollTimeout:            time.Duration(a.PollTimeout),
+		StaleAfter:             a.StaleAfter,
+		IdleTTL:                time.Duration(a.IdleTTL),
+		KVEventsPort:           a.KVEventsPort,
+		KVReplayPort:           a.KVReplayPort,
+		HashSeed:               a.HashSeed,
+		TokenizeTimeout:        time.Duration(a.TokenizeTimeout),
+		TokenizeConcurrency:    a.TokenizeConcurrency,
+		TokenizeCacheSize:      a.TokenizeCacheSize,
+		SpeculativeTTL:         (*time.Duration)(a.SpeculativeTTL),
+		Engines:                a.Engines,
+		Tokenizers:             a.Tokenizers,
+		TokenizerCheckSample:   a.TokenizerCheckSample,
+		TokenizerMismatchLimit: a.TokenizerMismatchLimit,
 	}
 }
 

@@ -52,6 +52,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    tokenize_concurrency <n>
 //	    tokenize_cache_size  <n>
 //	    speculative_ttl      <duration>
+//	    tokenizer <model|*> <dir|remote>
+//	    tokenizer_check_sample   <0..1>
+//	    tokenizer_mismatch_limit <n>
 //	    engine <dial> {
 //	        metrics      <url>
 //	        tokenize     <url>
@@ -96,6 +99,18 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "speculative_ttl":
 			a.SpeculativeTTL = new(caddy.Duration)
 			err = parseDuration(d, a.SpeculativeTTL)
+		case "tokenizer":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.ArgErr()
+			}
+			a.Tokenizers = append(a.Tokenizers, &fleet.TokenizerConfig{Model: args[0], Dir: args[1]})
+		case "tokenizer_check_sample":
+			a.TokenizerCheckSample = new(float64)
+			err = parseFloat(d, a.TokenizerCheckSample)
+		case "tokenizer_mismatch_limit":
+			a.TokenizerMismatchLimit = new(int)
+			err = parseInt(d, a.TokenizerMismatchLimit)
 		case "engine":
 			var e *fleet.EngineConfig
 			if e, err = parseEngine(d); err == nil {

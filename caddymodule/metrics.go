@@ -10,6 +10,7 @@ import (
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -84,20 +85,27 @@ var (
 		Name: "llmgw_tokenize_failures_total",
 		Help: "Tokenizations that failed or timed out; those requests were routed on the approximate tier.",
 	})
+	tokenizeLocalSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "llmgw_tokenize_local_duration_seconds",
+		Help:    "Duration of local tokenizations (chat template and tokenizer) made for routing.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+	})
 )
 
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
 		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
-		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures,
+		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds,
 	}
 }
 
-// observeTokenize counts a routing tokenization: a failure, a cache hit,
-// or the duration of a /tokenize call.
+// observeTokenize counts a routing tokenization: a local one's duration,
+// a failure, a cache hit, or the duration of a /tokenize call.
 func observeTokenize(t fleet.TokenizeResult) {
 	switch {
+	case t.Local:
+		tokenizeLocalSeconds.Observe(t.Took.Seconds())
 	case !t.Called:
 	case t.Err != nil:
 		tokenizeFailures.Inc()
@@ -156,6 +164,14 @@ var (
 		"Mirror resets per engine, by reason.", []string{"engine", "reason"}, nil)
 	descKVMismatch = prometheus.NewDesc("llmgw_kv_hash_mismatches_total",
 		"BlockStored hashes that did not match the exact vLLM recomputation (wrong PYTHONHASHSEED or block size).", []string{"engine"}, nil)
+	descTokLocal = prometheus.NewDesc("llmgw_tokenize_local_total",
+		"Requests of models with a local tokenizer, by outcome: local (tokenized in the gateway), remote (only the engine can render it: own chat_template, images), failed (the local template or tokenizer failed), fallback (the model fell back after mismatches).", []string{"model", "outcome"}, nil)
+	descTokChecks = prometheus.NewDesc("llmgw_tokenize_checks_total",
+		"Local tokenizations checked against an engine's /tokenize, by result: checked (the engine answered), error (it did not), dropped (sampled while the checker was busy).", []string{"model", "result"}, nil)
+	descTokMismatch = prometheus.NewDesc("llmgw_tokenize_mismatches_total",
+		"Checked local tokenizations whose ids differed from the engine's.", []string{"model"}, nil)
+	descTokFallback = prometheus.NewDesc("llmgw_tokenizer_fallback",
+		"1 while a model's local tokenizer is set aside after mismatches (its requests ask the engines' /tokenize).", []string{"model"}, nil)
 	descKVSpec = prometheus.NewDesc("llmgw_kv_speculative_blocks_total",
 		"Speculative KV-index entries (engine, block) inserted, and ended by outcome: confirmed, expired, dropped.", []string{"outcome"}, nil)
 )
@@ -167,7 +183,8 @@ type fleetCollector struct{ f *fleet.Fleet }
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
 		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
-		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec} {
+		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec,
+		descTokLocal, descTokChecks, descTokMismatch, descTokFallback} {
 		ch <- d
 	}
 }
@@ -193,6 +210,26 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	collectKV(ch, f.Index().Stats())
 	for outcome, n := range f.Index().PredictionStats().Outcomes() {
 		ch <- prometheus.MustNewConstMetric(descKVSpec, prometheus.CounterValue, float64(n), outcome)
+	}
+	collectTokenizers(ch, f.TokenizerStats())
+}
+
+// collectTokenizers emits the local tokenizers' counters.
+func collectTokenizers(ch chan<- prometheus.Metric, stats []localtok.Stats) {
+	counter := func(d *prometheus.Desc, n uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n), labels...)
+	}
+	for _, s := range stats {
+		m := s.Model
+		counter(descTokLocal, s.Local, m, "local")
+		counter(descTokLocal, s.Remote, m, "remote")
+		counter(descTokLocal, s.Failed, m, "failed")
+		counter(descTokLocal, s.FellBackRequests, m, "fallback")
+		counter(descTokChecks, s.Checked, m, "checked")
+		counter(descTokChecks, s.CheckErrors, m, "error")
+		counter(descTokChecks, s.Dropped, m, "dropped")
+		counter(descTokMismatch, s.Mismatches, m)
+		ch <- prometheus.MustNewConstMetric(descTokFallback, prometheus.GaugeValue, boolGauge(s.FellBack), m)
 	}
 }
 

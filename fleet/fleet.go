@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -30,7 +31,11 @@ type Fleet struct {
 	approxMatches atomic.Uint64
 	tokenizer     atomic.Pointer[upstreams.Tokenizer]
 	tokOpts       upstreams.TokenizerOptions // guarded by mu
-	breaker       *routing.Breaker           // guarded by mu; replaced when its config changes
+	// local is the running config's local tokenizers, nil without any;
+	// tokModels keeps loaded tokenizer directories across reloads.
+	local     atomic.Pointer[localtok.Set]
+	tokModels localtok.Cache
+	breaker   *routing.Breaker // guarded by mu; replaced when its config changes
 
 	now      func() time.Time // Options.Now
 	kick     chan struct{}
@@ -122,6 +127,9 @@ func (f *Fleet) Close() {
 	}
 	f.registry.Close()
 	f.tokenizer.Load().Close()
+	if s := f.local.Swap(nil); s != nil {
+		s.Close()
+	}
 }
 
 func (f *Fleet) onUpdate(dial string) {

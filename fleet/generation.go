@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -38,6 +39,17 @@ type Config struct {
 	// disables.
 	SpeculativeTTL *time.Duration
 	Engines        []*EngineConfig
+	// Tokenizers are the models tokenized in the gateway (the rest ask
+	// the engines' /tokenize); see TokenizerConfig.
+	Tokenizers []*TokenizerConfig
+	// TokenizerCheckSample is the share of local tokenizations checked
+	// against an engine's /tokenize (nil: localtok.DefaultSample, 0
+	// disables); TokenizerMismatchLimit the mismatches after which a model
+	// falls back to remote tokenization (nil: the default, 0 never).
+	TokenizerCheckSample   *float64
+	TokenizerMismatchLimit *int
+	// models are the loaded local tokenizers (LoadTokenizers).
+	models map[string]*localtok.Model
 }
 
 // DefaultSpeculativeTTL is the speculative entries' TTL unless configured:
@@ -95,6 +107,9 @@ func (c *Config) Validate() error {
 	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 ||
 		c.SpeculativeTTL != nil && *c.SpeculativeTTL < 0 {
 		return fmt.Errorf("durations must be positive")
+	}
+	if err := c.validateTokenizers(); err != nil {
+		return err
 	}
 	for _, p := range []int{c.KVEventsPort, c.KVReplayPort} {
 		if p < 0 || p > 65535 {
@@ -229,6 +244,7 @@ func (f *Fleet) apply(c Config) {
 	if reverify {
 		f.applyVerify()
 	}
+	f.applyTokenizers(c)
 	ttl := DefaultSpeculativeTTL
 	if c.SpeculativeTTL != nil {
 		ttl = *c.SpeculativeTTL

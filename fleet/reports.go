@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -41,6 +42,10 @@ type EngineReport struct {
 	Drained     bool      `json:"drained"`
 	Breaker     string    `json:"breaker"`
 	KV          *KVReport `json:"kv"`
+	// Tokenizer is the local tokenizer of the model the engine's pool
+	// serves (the model last seen in its requests), with its checks
+	// against the engines; nil when that model is tokenized remotely.
+	Tokenizer *localtok.Stats `json:"tokenizer,omitempty"`
 }
 
 // KVReport is an engine's KV subscription and mirror.
@@ -84,6 +89,7 @@ type VerifyReport struct {
 func (f *Fleet) EngineReports() []EngineReport {
 	now := time.Now()
 	b := f.Breaker()
+	toks := f.tokenizerByPool()
 	var out []EngineReport
 	for _, e := range f.registry.Engines() {
 		l, c := e.Load(), e.Config()
@@ -103,7 +109,32 @@ func (f *Fleet) EngineReports() []EngineReport {
 			r.Pool = upstreams.DefaultPool
 		}
 		r.KV = f.kvReport(e.Dial())
+		r.Tokenizer = toks[r.Pool]
 		out = append(out, r)
+	}
+	return out
+}
+
+// tokenizerByPool maps each pool to the stats of the local tokenizer of
+// the model it serves: the model's own, else the AnyModel entry's.
+func (f *Fleet) tokenizerByPool() map[string]*localtok.Stats {
+	stats := f.TokenizerStats()
+	if len(stats) == 0 {
+		return nil
+	}
+	byModel := make(map[string]*localtok.Stats, len(stats))
+	for i := range stats {
+		byModel[stats[i].Model] = &stats[i]
+	}
+	out := make(map[string]*localtok.Stats)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for pool, model := range f.poolModels {
+		if s := byModel[model]; s != nil {
+			out[pool] = s
+		} else if s := byModel[localtok.AnyModel]; s != nil {
+			out[pool] = s
+		}
 	}
 	return out
 }
@@ -246,7 +277,12 @@ type Explanation struct {
 	BlockSize     int              `json:"block_size"`
 	TookMs        float64          `json:"took_ms"`
 	TokenizeError string           `json:"tokenize_error,omitempty"`
-	Pick          *string          `json:"pick"`
+	// Tokenizer is where the prompt's token ids came from: "local" (the
+	// model's tokenizer in the gateway), "remote" (an engine's /tokenize),
+	// "remote_cached" (its answer, from the tokenize cache); "" when not
+	// tokenized (token ids given, a cache_key request, tokenize off).
+	Tokenizer string  `json:"tokenizer,omitempty"`
+	Pick      *string `json:"pick"`
 	// Admission is how cache-aware admission weighs the request now;
 	// nil when the pool is not routed by lb_policy llm.
 	Admission *PlacementReport `json:"admission,omitempty"`
@@ -267,6 +303,14 @@ func (f *Fleet) Explain(ctx context.Context, req *admission.Request, pool string
 		Pool: pool, Candidates: d.Scored, Tier: d.Tier, Outcome: d.Outcome, Share: d.Share,
 		Tokens: d.Tokens, BlockSize: d.BlockSize, Tokenize: d.Tokenize,
 		TookMs: float64(time.Since(start).Microseconds()) / 1000,
+	}
+	switch t := d.Tokenize; {
+	case t.Local:
+		out.Tokenizer = "local"
+	case t.Called && t.Cached:
+		out.Tokenizer = "remote_cached"
+	case t.Called:
+		out.Tokenizer = "remote"
 	}
 	if d.Tokenize.Err != nil {
 		out.TokenizeError = d.Tokenize.Err.Error()

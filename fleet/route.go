@@ -73,6 +73,7 @@ type Decision struct {
 
 // TokenizeResult says how the prompt's token ids were had.
 type TokenizeResult struct {
+	Local  bool          // by the model's local tokenizer (Took is its time)
 	Called bool          // a /tokenize call was made or answered from the cache
 	Cached bool          // answered from the tokenize cache
 	Took   time.Duration // the call's duration (not for cache hits)
@@ -321,8 +322,10 @@ func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) (tokens, keys
 	return f.tokenizeKeyed(ctx, q.Request, v)
 }
 
-// tokenizeKeyed asks the least busy healthy engine to tokenize the
-// prompt exactly as it will render it, and has the prompt's block keys at
+// tokenizeKeyed tokenizes the prompt with the model's local tokenizer
+// when it has one, else asks the least busy healthy engine to tokenize the
+// prompt exactly as it will render it (that engine also answers the local
+// tokenizer's sampled checks), and has the prompt's block keys at
 // v.blockSize when some candidate's events are live (nil otherwise, or
 // when they cannot be had): they are kept in the tokenize cache entry
 // with the ids, so that a repeated prompt is neither tokenized nor hashed
@@ -341,6 +344,16 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 	cfg := v.engines[pick].Config()
 	tk, treq := f.tokenizer.Load(), tokenizeRequest(req)
 	start := time.Now()
+	if tokens, ok := f.localTokens(req, func(ctx context.Context) ([]uint64, error) {
+		toks, _, err := tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
+		return toks, err
+	}); ok {
+		tr := TokenizeResult{Local: true, Took: time.Since(start)}
+		if !f.anyLive(v) {
+			return tokens, nil, tr
+		}
+		return tokens, blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt), tr
+	}
 	var tokens, keys []uint64
 	var cached bool
 	var err error

@@ -1,0 +1,123 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/localtok"
+)
+
+// TokenizerConfig names one model's tokenizer: a local Hugging Face
+// tokenizer directory, or the engines' /tokenize.
+type TokenizerConfig struct {
+	// The model name requests carry in "model" (vLLM's served model
+	// name), or "*" for every model without an entry of its own.
+	// Required.
+	Model string `json:"model"`
+
+	// A directory holding the model's tokenizer.json and
+	// tokenizer_config.json (optionally chat_template.jinja), as
+	// published with the model; or "remote" to ask the engines' /tokenize,
+	// which is what models without an entry get. Required.
+	Dir string `json:"dir"`
+}
+
+// RemoteTokenizer is TokenizerConfig.Dir's value for the engines'
+// /tokenize.
+const RemoteTokenizer = "remote"
+
+// validateTokenizers checks the tokenizer entries and the check settings.
+func (c *Config) validateTokenizers() error {
+	seen := map[string]bool{}
+	for i, t := range c.Tokenizers {
+		switch {
+		case t == nil || t.Model == "":
+			return fmt.Errorf("tokenizer %d: model name is required", i)
+		case t.Dir == "":
+			return fmt.Errorf("tokenizer for model %q: a directory or %q is required", t.Model, RemoteTokenizer)
+		case seen[t.Model]:
+			return fmt.Errorf("tokenizer for model %q listed twice", t.Model)
+		}
+		seen[t.Model] = true
+	}
+	if s := c.TokenizerCheckSample; s != nil && (*s < 0 || *s > 1) {
+		return fmt.Errorf("tokenizer check sample %g must be between 0 and 1", *s)
+	}
+	if l := c.TokenizerMismatchLimit; l != nil && *l < 0 {
+		return fmt.Errorf("tokenizer mismatch limit must not be negative, got %d", *l)
+	}
+	return nil
+}
+
+// LoadTokenizers loads the local tokenizers c names (a directory whose
+// files are unchanged since the last config is not parsed again), so that
+// a missing or malformed directory fails the config before it starts.
+func (f *Fleet) LoadTokenizers(c *Config) error {
+	models := make(map[string]*localtok.Model)
+	for _, t := range c.Tokenizers {
+		if t == nil || t.Dir == RemoteTokenizer {
+			continue
+		}
+		m, err := f.tokModels.Load(t.Dir)
+		if err != nil {
+			return fmt.Errorf("tokenizer for model %q: %w", t.Model, err)
+		}
+		models[t.Model] = m
+	}
+	c.models = models
+	return nil
+}
+
+// applyTokenizers replaces the set of local tokenizers with c's. The
+// checks' counters carry over; a model that fell back to remote
+// tokenization tries its local tokenizer again.
+func (f *Fleet) applyTokenizers(c Config) {
+	if c.models == nil {
+		if err := f.LoadTokenizers(&c); err != nil {
+			f.logger.Error("local tokenizers not loaded; their models use the engines' /tokenize", zap.Error(err))
+		}
+	}
+	dirs := make([]string, 0, len(c.models))
+	for _, m := range c.models {
+		dirs = append(dirs, m.Dir())
+	}
+	f.tokModels.Retain(dirs)
+	var next *localtok.Set
+	if len(c.models) > 0 {
+		o := localtok.Options{Sample: localtok.DefaultSample, MismatchLimit: localtok.DefaultMismatchLimit,
+			Logger: f.logger.Named("tokenizer")}
+		if c.TokenizerCheckSample != nil {
+			o.Sample = *c.TokenizerCheckSample
+		}
+		if c.TokenizerMismatchLimit != nil {
+			o.MismatchLimit = *c.TokenizerMismatchLimit
+		}
+		next = localtok.NewSet(c.models, o, f.local.Load())
+	}
+	if old := f.local.Swap(next); old != nil {
+		old.Close()
+	}
+}
+
+// TokenizerStats reports what each local tokenizer did, nil when none is
+// configured.
+func (f *Fleet) TokenizerStats() []localtok.Stats {
+	if s := f.local.Load(); s != nil {
+		return s.Stats()
+	}
+	return nil
+}
+
+// localTokens tokenizes req with its model's local tokenizer, when it has
+// one that can; ok false sends it to the engines' /tokenize. remote is
+// the /tokenize call a sampled check compares with.
+func (f *Fleet) localTokens(req *admission.Request, remote func(context.Context) ([]uint64, error)) (tokens []uint64, ok bool) {
+	s := f.local.Load()
+	if s == nil {
+		return nil, false
+	}
+	return s.Tokenize(req, remote)
+}
