@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
 func main() {
@@ -67,6 +68,7 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		seed        = fs.String("seed", "0", "PYTHONHASHSEED used for block hashes")
 		topic       = fs.String("topic", "", "KV-event topic")
 		loras       = fs.String("lora-modules", "", "comma-separated LoRA adapter names served on top of -model (vLLM's --lora-modules, without paths)")
+		tokDir      = fs.String("tokenizer", "", "a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json): tokenize with that model's vocabulary and chat template instead of the word tokenizer")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +84,12 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		MaxNumSeqs: *maxSeqs, NumGPUBlocks: *blocks, BlockSize: *blockSize, MaxModelLen: *maxLen,
 		PrefillTokensPerSec: *prefillTPS, DecodeStepTime: *decodeStep, TimeScale: *timeScale, HashSeed: *seed,
 		LoRAModules: splitList(*loras),
+	}
+	if *tokDir != "" {
+		var err error
+		if cfg.Tokenizer, err = localtok.Load(*tokDir); err != nil {
+			return err
+		}
 	}
 	if *kvPort > 0 || *kvEndpoint != "" {
 		kv := &vllmsim.KVEventsConfig{Endpoint: *kvEndpoint, Topic: *topic, MapEvents: *mapEvents,

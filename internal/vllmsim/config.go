@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
 // Config describes one simulated vLLM engine (one data-parallel rank). Zero
@@ -37,6 +39,12 @@ type Config struct {
 	// output is the same as the base model's for the same prompt, and there
 	// is no --max-loras limit on adapters in one batch.
 	LoRAModules []string
+	// Tokenizer, when set, renders and tokenizes prompts with a real
+	// model's tokenizer and chat template (cmd/vllmsim -tokenizer <dir>),
+	// through the gateway's own localtok package, instead of the word
+	// tokenizer. Requests it cannot render (images, a request's own
+	// chat_template) are answered 400.
+	Tokenizer *localtok.Model
 }
 
 // KVEventsConfig mirrors vLLM's --kv-events-config for the ZMQ publisher.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
@@ -95,7 +96,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 type genRequest struct {
 	Model                string          `json:"model"`
 	Prompt               json.RawMessage `json:"prompt"`
-	Messages             []chatMessage   `json:"messages"`
+	Messages             json.RawMessage `json:"messages"` // decoded by messages()
 	Tools                json.RawMessage `json:"tools"`
 	MaxTokens            *int            `json:"max_tokens"`
 	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
@@ -105,6 +106,7 @@ type genRequest struct {
 	AddSpecialTokens     *bool           `json:"add_special_tokens"`
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
 	ContinueFinalMessage bool            `json:"continue_final_message"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"` // the real tokenizer's only
 	CacheSalt            *string         `json:"cache_salt"`
 }
 
@@ -131,11 +133,32 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// promptTokens renders and tokenizes a request exactly as /tokenize does.
+// messages decodes the request's chat messages; nil when there are none.
+func (r *genRequest) messages() ([]chatMessage, error) {
+	if t := bytes.TrimSpace(r.Messages); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil, nil
+	}
+	var msgs []chatMessage
+	if err := json.Unmarshal(r.Messages, &msgs); err != nil {
+		return nil, badRequest("messages: %v", err)
+	}
+	return msgs, nil
+}
+
+// promptTokens renders and tokenizes a request exactly as /tokenize does:
+// with the word tokenizer and its ChatML rendering, or with the real
+// tokenizer and chat template the engine was given.
 func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
+	if e.cfg.Tokenizer != nil {
+		return e.realTokens(req, chat)
+	}
 	if chat {
 		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-		text, err := renderChat(req.Messages, req.Tools, addGen, req.ContinueFinalMessage)
+		msgs, err := req.messages()
+		if err != nil {
+			return nil, err
+		}
+		text, err := renderChat(msgs, req.Tools, addGen, req.ContinueFinalMessage)
 		if err != nil {
 			return nil, err
 		}
@@ -174,6 +197,30 @@ func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
 		return nil, badRequest("prompt must be a string, a list of one string, or a list of token ids")
 	}
 	return nil, badRequest("prompt must be a string or a list of token ids")
+}
+
+// realTokens is promptTokens with the engine's real tokenizer: the request
+// is handed to the gateway's own local tokenizer package, which renders it
+// as vLLM does. A prompt given as token ids is taken as it is.
+func (e *Engine) realTokens(req *genRequest, chat bool) ([]uint64, error) {
+	areq := &admission.Request{Model: req.Model, Tools: req.Tools, AddSpecialTokens: req.AddSpecialTokens,
+		AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: &req.ContinueFinalMessage,
+		ChatTemplateKwargs: req.ChatTemplateKwargs}
+	if chat {
+		areq.Messages = req.Messages
+	} else {
+		p := bytes.TrimSpace(req.Prompt)
+		var ids []uint64
+		if len(p) > 0 && p[0] == '[' && json.Unmarshal(p, &ids) == nil && len(ids) > 0 {
+			return ids, nil
+		}
+		areq.Prompt = p
+	}
+	ids, err := e.cfg.Tokenizer.Tokenize(areq)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	return ids, nil
 }
 
 // servedModel is what a request's "model" names: the base model or one of
@@ -299,8 +346,8 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 	if req.N != nil && *req.N != 1 {
 		return nil, badRequest("n must be 1 in this simulator")
 	}
-	if chat && len(req.Messages) == 0 {
-		return nil, badRequest("messages is required")
+	if msgs, err := req.messages(); chat && (err != nil || len(msgs) == 0) {
+		return nil, badRequest("messages is required, a non-empty list")
 	}
 	prompt, err := e.promptTokens(req, chat)
 	if err != nil {
@@ -613,11 +660,12 @@ func loraPath(name string) string { return "/sim/lora/" + name }
 type tokenizeRequest struct {
 	Model                string          `json:"model"`
 	Prompt               *string         `json:"prompt"`
-	Messages             []chatMessage   `json:"messages"`
+	Messages             json.RawMessage `json:"messages"`
 	Tools                json.RawMessage `json:"tools"`
 	AddSpecialTokens     *bool           `json:"add_special_tokens"`
 	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
 	ContinueFinalMessage bool            `json:"continue_final_message"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 }
 
 type tokenizeResponse struct {
@@ -660,7 +708,8 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.Messages != nil:
 		g := genRequest{Messages: req.Messages, Tools: req.Tools, AddSpecialTokens: req.AddSpecialTokens,
-			AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: req.ContinueFinalMessage}
+			AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: req.ContinueFinalMessage,
+			ChatTemplateKwargs: req.ChatTemplateKwargs}
 		var err error
 		if toks, err = e.promptTokens(&g, true); err != nil {
 			writeReqError(w, err)
@@ -671,8 +720,12 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "prompt is too long")
 			return
 		}
-		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
-		toks = tokenize(nil, *req.Prompt, addSpecial)
+		p, _ := json.Marshal(*req.Prompt)
+		var err error
+		if toks, err = e.promptTokens(&genRequest{Prompt: p, AddSpecialTokens: req.AddSpecialTokens}, false); err != nil {
+			writeReqError(w, err)
+			return
+		}
 	default:
 		writeError(w, http.StatusBadRequest, "either prompt or messages is required")
 		return
