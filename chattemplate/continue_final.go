@@ -8,65 +8,49 @@ import (
 	"github.com/ardanlabs/jinja"
 )
 
-// continueTag is the sentinel transformers appends to the final message
-// when continue_final_message is set (render_jinja_template in
-// transformers/utils/chat_template_utils.py): the template renders the
-// conversation as usual, with add_generation_prompt off, and the output
-// is cut where the sentinel lands, dropping whatever the template writes
-// to close the message.
-const continueTag = "CONTINUE_FINAL_MESSAGE_TAG "
+// continue_final_message follows transformers 4.x (render_jinja_template
+// in transformers/utils/chat_template_utils.py), the major version vLLM
+// pins (transformers >= 4.56, < 5): the template renders the conversation
+// as usual, with add_generation_prompt off, and the output is cut right
+// after the last occurrence of the final message's text, stripped of
+// surrounding white space, dropping whatever the template writes to close
+// the message. (Transformers 5 marks the message with a sentinel instead,
+// which keeps trailing white space the message had; when vLLM moves to it,
+// so must this.)
 
-// markFinalMessage appends continueTag to the final message's content, or
-// to its last part that has a "text" member, and returns the text it
-// extended. Like transformers, it refuses a template whose source never
-// mentions "content", a final message without content, and a content
-// list with no text part.
-func markFinalMessage(conv []jinja.Value, src string) (string, error) {
+// finalText is the text continue_final_message continues: the final
+// message's content, or its last part that has a "text" member. Like
+// transformers, it refuses a final message without such text.
+func finalText(conv []jinja.Value) (string, error) {
 	if len(conv) == 0 {
 		return "", fmt.Errorf("%w: continue_final_message needs a final message", ErrInvalidInput)
-	}
-	if !strings.Contains(src, "content") {
-		return "", fmt.Errorf("%w: continue_final_message is set but the template has no \"content\" field", ErrInvalidInput)
 	}
 	final := conv[len(conv)-1].AsDict()
 	content := final.Data["content"]
 	switch {
 	case content.IsString():
-		final.Set("content", jinja.NewString(content.AsString()+continueTag))
 		return content.AsString(), nil
 	case content.IsList():
 		items := content.AsList().Items
 		for i := len(items) - 1; i >= 0; i-- {
-			text, ok := dictGet(items[i], "text")
-			if !ok {
-				continue
+			if text, ok := dictGet(items[i], "text"); ok && text.IsString() {
+				return text.AsString(), nil
 			}
-			if !text.IsString() {
-				break
-			}
-			items[i].AsDict().Set("text", jinja.NewString(text.AsString()+continueTag))
-			return text.AsString(), nil
 		}
 		return "", fmt.Errorf("%w: continue_final_message is set but the final message has no text to continue", ErrInvalidInput)
 	}
 	return "", fmt.Errorf("%w: continue_final_message is set but the final message has no content", ErrInvalidInput)
 }
 
-// cutAtContinueTag cuts the rendered conversation at the last sentinel.
-// When the template kept the sentinel's trailing space the cut is exact;
-// otherwise the template trimmed the message, and trailing whitespace
-// before the sentinel goes too. Both the stripped final text and the
-// stripped sentinel must appear in the output.
-func cutAtContinueTag(rendered, final string) (string, error) {
-	bare := strings.TrimFunc(continueTag, pyIsSpace)
-	if !strings.Contains(rendered, strings.TrimFunc(final, pyIsSpace)) || !strings.Contains(rendered, bare) {
+// cutAfterFinal cuts the rendered conversation right after the last
+// occurrence of the stripped final text, which must appear in it.
+func cutAfterFinal(rendered, final string) (string, error) {
+	stripped := strings.TrimFunc(final, pyIsSpace)
+	loc := strings.LastIndex(rendered, stripped)
+	if loc < 0 {
 		return "", fmt.Errorf("%w: continue_final_message is set but the final message does not appear in the rendered chat", ErrInvalidInput)
 	}
-	loc := strings.LastIndex(rendered, bare)
-	if strings.HasPrefix(rendered[loc:], continueTag) {
-		return rendered[:loc], nil
-	}
-	return strings.TrimRightFunc(rendered[:loc], pyIsSpace), nil
+	return rendered[:loc+len(stripped)], nil
 }
 
 // pyIsSpace is Python's str.isspace for one character: Unicode white

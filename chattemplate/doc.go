@@ -40,10 +40,10 @@
 // From transformers (apply_chat_template, render_jinja_template): the
 // special tokens (bos_token, eos_token, ..., and extra_special_tokens) are
 // in the context unless unset, tools and documents are None when absent,
-// the kwargs come last, and continue_final_message appends a sentinel to
-// the final message's text and cuts the output at it (trimming trailing
-// white space when the template trimmed the message). Both prompts at
-// once are refused.
+// the kwargs come last, and continue_final_message cuts the output right
+// after the last occurrence of the final message's stripped text, as
+// transformers 4.x does (vLLM pins transformers < 5; transformers 5 uses a
+// sentinel instead). Both prompts at once are refused.
 //
 // # Key order
 //

@@ -84,7 +84,7 @@ func (t *Template) render(in Input) (string, error) {
 	}
 	var final string
 	if req.continueFinal {
-		if final, err = markFinalMessage(conv, t.src); err != nil {
+		if final, err = finalText(conv); err != nil {
 			return "", err
 		}
 	}
@@ -97,7 +97,7 @@ func (t *Template) render(in Input) (string, error) {
 		return "", err
 	}
 	if req.continueFinal {
-		return cutAtContinueTag(out, final)
+		return cutAfterFinal(out, final)
 	}
 	return out, nil
 }

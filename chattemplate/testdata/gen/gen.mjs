@@ -18,7 +18,6 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const testdata = path.join(here, "..");
-const CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG ";
 const SPECIAL = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
 const MEDIA = ["image_url", "input_image", "image_embeds", "image_pil", "audio_url", "input_audio", "audio_embeds", "video_url", "prompt_embeds"];
 const TEXT_FIELD = { text: "text", input_text: "text", output_text: "text", refusal: "refusal", thinking: "thinking" };
@@ -27,7 +26,6 @@ const TEXT_FIELD = { text: "text", input_text: "text", output_text: "text", refu
 // has U+FEFF and lacks U+001C-U+001F and U+0085).
 const PY_SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
 const pyStrip = (s) => s.replace(new RegExp(`^${PY_SPACE}+|${PY_SPACE}+$`, "g"), "");
-const pyRstrip = (s) => s.replace(new RegExp(`${PY_SPACE}+$`), "");
 
 function tokenContent(v) {
   if (typeof v === "string") return v;
@@ -125,12 +123,10 @@ function prepare(cfg, format, c) {
     const last = messages[messages.length - 1];
     if (typeof last.content === "string") {
       final = last.content;
-      last.content += CONTINUE_TAG;
     } else {
       const block = [...last.content].reverse().find((b) => "text" in b);
       if (!block) throw new Error("no text to continue");
       final = block.text;
-      block.text += CONTINUE_TAG;
     }
   }
   const template = pickTemplate(cfg, c.tools !== undefined);
@@ -138,13 +134,14 @@ function prepare(cfg, format, c) {
   return { template, context, final };
 }
 
-// cut is transformers' continue_final_message truncation.
+// cut is transformers 4.x's continue_final_message truncation (vLLM pins
+// transformers < 5): right after the last occurrence of the stripped final
+// text.
 function cut(rendered, final) {
-  const bare = pyStrip(CONTINUE_TAG);
-  if (!rendered.includes(pyStrip(final)) || !rendered.includes(bare)) throw new Error("final message does not appear in the chat");
-  const loc = rendered.lastIndexOf(bare);
-  if (rendered.startsWith(CONTINUE_TAG, loc)) return rendered.slice(0, loc);
-  return pyRstrip(rendered.slice(0, loc));
+  const stripped = pyStrip(final);
+  const loc = rendered.lastIndexOf(stripped);
+  if (loc < 0) throw new Error("final message does not appear in the chat");
+  return rendered.slice(0, loc + stripped.length);
 }
 
 function render(prep) {
