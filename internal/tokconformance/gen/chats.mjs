@@ -1,7 +1,7 @@
 // The chat conversations of the conformance vectors: a seeded builder per
-// chat template family, each making inputs the way vLLM hands them to the
-// template (messages as dicts; tools as vLLM's model_dump() of the request's
-// tools, so {type, function: {name, description, parameters}} in that order).
+// chat template family, each making an OpenAI chat request's messages and
+// tools (what a client sends the gateway). gen.mjs reshapes them the way
+// vLLM does (vllm.mjs) before the template sees them.
 import { prose, code, cjk, rtl, indic, emoji, contractions, oddities, specialLike } from "./corpus.mjs";
 
 const systems = [
@@ -97,10 +97,9 @@ export const tools = [
       },
     },
   },
-  {
-    type: "function",
-    function: { name: "get_time", description: null, parameters: null },
-  },
+  // Members out of vLLM's order, no description: vLLM's model_dump puts
+  // type first and writes "description": null.
+  { function: { parameters: { type: "object", properties: {} }, name: "get_time" }, type: "function" },
 ];
 
 const callArgs = {
@@ -123,6 +122,18 @@ function userText(rng) {
   return rng.int(3) === 0 ? rng.choice(rng.choice(mixedPools)) : rng.choice(userAsks);
 }
 
+// maybeParts sometimes sends a text as a list of text parts (vLLM joins
+// them with "\n" for a template that takes string content).
+function maybeParts(rng, text, kinds) {
+  if (rng.int(5) !== 0) return text;
+  kinds.push("parts");
+  const out = [{ type: "text", text }];
+  if (rng.int(2) === 0) out.push({ type: "text", text: rng.choice(userAsks) });
+  return out;
+}
+
+// toolCall makes an assistant tool call; OpenAI clients send arguments as a
+// JSON string (vLLM parses it), some send an object.
 function toolCall(rng, toolList, argsAsString) {
   const t = rng.choice(toolList).function;
   const args = rng.choice(callArgs[t.name]);
@@ -161,25 +172,30 @@ function qwen3Chat(rng, i) {
   }
   const turns = 1 + rng.int(4);
   for (let t = 0; t < turns; t++) {
-    messages.push({ role: "user", content: userText(rng) });
+    messages.push({ role: "user", content: maybeParts(rng, userText(rng), kinds) });
     if (t === turns - 1 && rng.int(2) === 0) break;
     if (useTools && rng.int(2) === 0) {
       const n = 1 + rng.int(2);
       const calls = [];
-      for (let k = 0; k < n; k++) calls.push(toolCall(rng, conv.tools, rng.int(3) === 0));
-      const msg = { role: "assistant", content: rng.int(2) === 0 ? "" : "Let me check that.", tool_calls: calls };
-      if (rng.int(3) === 0) msg.reasoning_content = rng.choice(reasonings);
+      for (let k = 0; k < n; k++) calls.push(toolCall(rng, conv.tools, rng.int(3) !== 0));
+      const msg = { role: "assistant", content: rng.int(3) === 0 ? null : rng.int(2) === 0 ? "" : "Let me check that.", tool_calls: calls };
+      if (rng.int(3) === 0) msg.reasoning = rng.choice(reasonings);
       messages.push(msg);
       for (const c of calls) {
-        messages.push({ role: "tool", tool_call_id: c.id, content: rng.choice(toolResults[c.function.name]) });
+        const result = rng.choice(toolResults[c.function.name]);
+        messages.push({ role: "tool", tool_call_id: c.id, content: rng.int(4) === 0 ? [{ type: "text", text: result }] : result });
       }
       kinds.push("tool_calls");
     }
     const reply = { role: "assistant", content: rng.choice(assistantReplies) };
-    const r = rng.int(5);
+    const r = rng.int(6);
     if (r === 0) {
+      reply.reasoning = rng.choice(reasonings);
+      kinds.push("reasoning");
+    } else if (r === 5) {
+      // vLLM reads a request's "reasoning", not "reasoning_content": dropped.
       reply.reasoning_content = rng.choice(reasonings);
-      kinds.push("reasoning_content");
+      kinds.push("reasoning_content_dropped");
     } else if (r === 1) {
       reply.content = "<think>\n" + rng.choice(reasonings) + "\n</think>\n\n" + reply.content;
       kinds.push("think_in_content");
@@ -208,7 +224,7 @@ function llama3Chat(rng, i) {
   if (rng.int(2) === 0) messages.push({ role: "system", content: rng.choice(systems) });
   const turns = 1 + rng.int(4);
   for (let t = 0; t < turns; t++) {
-    messages.push({ role: "user", content: userText(rng) });
+    messages.push({ role: "user", content: maybeParts(rng, userText(rng), kinds) });
     if (t === turns - 1 && rng.int(2) === 0) break;
     messages.push({ role: "assistant", content: rng.choice(assistantReplies) });
   }
@@ -220,7 +236,7 @@ function llama3Chat(rng, i) {
     messages.push({ role: "ipython", content: rng.choice(toolResults.get_weather) });
     kinds.push("ipython_role");
   }
-  conv.kind = kinds.join("+") || "plain";
+  conv.kind = [...new Set(kinds)].join("+") || "plain";
   return finish(rng, messages, conv);
 }
 
@@ -233,13 +249,16 @@ function deepseekChat(rng, i) {
   const ns = rng.int(4);
   for (let s = 0; s < (ns === 3 ? 2 : ns === 0 ? 0 : 1); s++) messages.push({ role: "system", content: rng.choice(systems) });
   if (ns === 3) kinds.push("two_systems");
-  const useTools = rng.int(3) === 0 || i % 7 === 3;
+  // vLLM parses tool-call arguments into dicts, and this template then adds
+  // a dict to a string: Python's Jinja2 raises (so vLLM answers 400), so
+  // these conversations are few.
+  const useTools = i % 10 === 3;
   if (useTools) conv.tools = tools.slice(0, 3);
   const turns = 1 + rng.int(3);
   for (let t = 0; t < turns; t++) {
-    messages.push({ role: "user", content: userText(rng) });
+    messages.push({ role: "user", content: maybeParts(rng, userText(rng), kinds) });
     if (t === turns - 1 && rng.int(2) === 0) break;
-    if (useTools && rng.int(2) === 0) {
+    if (useTools) {
       const n = 1 + rng.int(2);
       const calls = [];
       for (let k = 0; k < n; k++) calls.push(toolCall(rng, conv.tools, true));
@@ -255,7 +274,8 @@ function deepseekChat(rng, i) {
 }
 
 // Gemma 3: optional system folded into the first user turn, strict
-// user/model alternation, content as a string or a list of parts.
+// user/model alternation, content as a string or a list of text parts (the
+// template loops over content, so vLLM hands it parts either way).
 function gemmaChat(rng, i) {
   const conv = { kind: "", tools: null, kwargs: {} };
   const kinds = [];
@@ -263,14 +283,9 @@ function gemmaChat(rng, i) {
   const parts = (text) => {
     const out = [{ type: "text", text }];
     if (rng.int(3) === 0) out.push({ type: "text", text: rng.choice(userAsks) });
-    if (rng.int(4) === 0) {
-      out.splice(rng.int(out.length + 1), 0, { type: "image" });
-      kinds.push("image_part");
-    }
     return out;
   };
   const content = (text) => (rng.int(3) === 0 ? (kinds.push("parts"), parts(text)) : text);
-  // The template reads a system message's first part as text.
   if (rng.int(2) === 0) {
     const text = rng.choice(systems);
     messages.push({ role: "system", content: rng.int(3) === 0 ? (kinds.push("parts"), [{ type: "text", text }]) : text });

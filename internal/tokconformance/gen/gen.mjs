@@ -19,6 +19,7 @@ import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
 import { fixedTexts, mixedText } from "./corpus.mjs";
 import { builders } from "./chats.mjs";
+import { contentFormat, vllmConversation, vllmTools } from "./vllm.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pkgDir = path.resolve(here, "..");
@@ -165,17 +166,26 @@ function continueFinal(rendered, messages) {
   return rendered.slice(0, loc + stripped.length);
 }
 
-function renderChat(template, special, conv) {
+// renderChat renders a request as vLLM would: the messages and tools
+// reshaped by vllm.mjs, transformers' template variables, then the
+// continue_final_message cut.
+function renderChat(template, format, special, conv, v) {
+  const messages = vllmConversation(conv.messages, format);
+  const tools = vllmTools(conv.tools);
+  v.template_input = { messages: structuredClone(messages), tools: structuredClone(tools) };
   const vars = {
     ...special,
     ...conv.kwargs,
-    messages: structuredClone(conv.messages),
-    tools: conv.tools === null ? null : structuredClone(conv.tools),
+    messages,
+    tools,
     add_generation_prompt: conv.add_generation_prompt,
     strftime_now: fixedStrftime,
   };
   let text = template.render(vars);
-  if (conv.continue_final_message) text = continueFinal(text, conv.messages);
+  // @huggingface/jinja turns a dict added to a string into "[object Map]";
+  // Python's Jinja2 raises TypeError there, and vLLM answers with an error.
+  if (/\[object (Map|Object)\]/.test(text)) throw new Error("the template adds a dict to a string (TypeError in Python's Jinja2)");
+  if (conv.continue_final_message) text = continueFinal(text, messages);
   return text;
 }
 
@@ -242,9 +252,11 @@ function generate(lockRow, refVersions, filesDir) {
     const build = builders[name];
     if (!build) throw new Error(`${name} has a chat template but gen/chats.mjs has no conversation builder for it`);
     const template = new Template(templateSrc);
+    const format = contentFormat(templateSrc);
     chatTemplate = {
       present: true,
       from: templateFrom,
+      content_format: format,
       sha256: crypto.createHash("sha256").update(templateSrc).digest("hex"),
       uses_strftime_now: templateSrc.includes("strftime_now"),
     };
@@ -260,7 +272,7 @@ function generate(lockRow, refVersions, filesDir) {
         kwargs: conv.kwargs,
       };
       try {
-        v.text = renderChat(template, special, conv);
+        v.text = renderChat(template, format, special, conv, v);
         v.ids = encode(v.text, false);
       } catch (e) {
         v.error = String(e.message);
@@ -281,7 +293,7 @@ function generate(lockRow, refVersions, filesDir) {
     chat_template: chatTemplate,
     rules: {
       texts: "ids = Tokenizer(tokenizer.json, tokenizer_config.json).encode(text, {add_special_tokens: false}).ids; ids_with_special with true",
-      chats: "text = Template(chat_template).render({...special, ...kwargs, messages, tools, add_generation_prompt, strftime_now: fixed at now}), then transformers' continue_final_message cut; ids = encode(text, {add_special_tokens: false}) (vLLM's rule for chat); error = the render threw",
+      chats: "messages and tools are an OpenAI chat request's; they are reshaped as vLLM does (gen/vllm.mjs: content by chat_template.content_format, reasoning, tool-call arguments parsed, tools model_dump'ed), text = Template(chat_template).render({...special, ...kwargs, messages, tools, add_generation_prompt, strftime_now: fixed at now}), then transformers' continue_final_message cut (template_input: the reshaped messages and tools, for debugging); ids = encode(text, {add_special_tokens: false}) (vLLM's rule for chat); error = the render failed (a template exception, or a dict added to a string, which Python's Jinja2 refuses)",
     },
     texts: textVectors,
     chats: chatVectors,

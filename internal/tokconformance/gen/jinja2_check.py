@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """jinja2_check.py renders every chat vector in ../testdata again with Python's
 Jinja2, set up the way transformers' apply_chat_template sets it up (what vLLM
-runs), and lists where @huggingface/jinja, the reference the vectors were made
-with, renders differently. It changes nothing; it says where the JS reference
+runs), from the vectors' template_input (the request as vLLM reshapes it), and
+lists where @huggingface/jinja, the reference the vectors were made with,
+renders differently. It changes nothing; it says where the JS reference
 and vLLM part.
 
     apt-get install python3-jinja2     # or any python3 with jinja2
@@ -69,11 +70,12 @@ def main():
         differ = 0
         for i, chat in enumerate(doc["chats"]):
             try:
+                given = chat["template_input"]
                 text = template.render(
-                    messages=chat["messages"], tools=chat["tools"], documents=None,
+                    messages=given["messages"], tools=given["tools"], documents=None,
                     add_generation_prompt=chat["add_generation_prompt"], **{**doc["special"], **chat["kwargs"]})
                 if chat["continue_final_message"]:
-                    text = continue_final(text, chat["messages"])
+                    text = continue_final(text, given["messages"])
                 error = None
             except Exception as e:  # noqa: BLE001 - a template error is a result here
                 text, error = None, str(e)
