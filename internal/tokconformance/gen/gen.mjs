@@ -147,10 +147,13 @@ Environment.prototype.set = function (name, value) {
 
 // ---- chat rendering ----------------------------------------------------------
 
-// continueFinal is transformers' apply_chat_template rule for
-// continue_final_message (vLLM calls it): cut the rendered text right after
-// the final message's content, so the model continues it. @huggingface/jinja
-// has no such option; this is the same code, in JS.
+// continueFinal is transformers 4.x's apply_chat_template rule for
+// continue_final_message (vLLM requires transformers >= 4.56, < 5): cut the
+// rendered text right after the last occurrence of the stripped final
+// message, keeping its trailing whitespace only where the template kept the
+// message whole. @huggingface/jinja has no such option; this is the same
+// code, in JS. (Transformers 5 appends a sentinel to the message instead and
+// cuts there, which keeps trailing whitespace the template did not trim.)
 function continueFinal(rendered, messages) {
   let final = messages[messages.length - 1].content;
   if (Array.isArray(final)) {
@@ -293,7 +296,7 @@ function generate(lockRow, refVersions, filesDir) {
     chat_template: chatTemplate,
     rules: {
       texts: "ids = Tokenizer(tokenizer.json, tokenizer_config.json).encode(text, {add_special_tokens: false}).ids; ids_with_special with true",
-      chats: "messages and tools are an OpenAI chat request's; they are reshaped as vLLM does (gen/vllm.mjs: content by chat_template.content_format, reasoning, tool-call arguments parsed, tools model_dump'ed), text = Template(chat_template).render({...special, ...kwargs, messages, tools, add_generation_prompt, strftime_now: fixed at now}), then transformers' continue_final_message cut (template_input: the reshaped messages and tools, for debugging); ids = encode(text, {add_special_tokens: false}) (vLLM's rule for chat); error = the render failed (a template exception, or a dict added to a string, which Python's Jinja2 refuses)",
+      chats: "messages and tools are an OpenAI chat request's; they are reshaped as vLLM does (gen/vllm.mjs: content by chat_template.content_format, reasoning, tool-call arguments parsed, tools model_dump'ed), text = Template(chat_template).render({...special, ...kwargs, messages, tools, add_generation_prompt, strftime_now: fixed at now}), then transformers 4.x's continue_final_message cut (template_input: the reshaped messages and tools, for debugging); ids = encode(text, {add_special_tokens: false}) (vLLM's rule for chat); error = the render failed (a template exception, or a dict added to a string, which Python's Jinja2 refuses)",
     },
     texts: textVectors,
     chats: chatVectors,
