@@ -336,11 +336,11 @@ func judge(t *testing.T, name string, total int, mm []mismatch) {
 	}
 	unexpected := 0
 	for _, m := range mm {
-		if exact[name] {
+		ex, ok := listed[exceptionKey{m.section, m.index}]
+		if exact[name] && !ok {
 			report(m, "")
 			continue
 		}
-		ex, ok := listed[exceptionKey{m.section, m.index}]
 		if !ok {
 			unexpected++
 			report(m, "not in the exceptions table: ")
@@ -355,16 +355,27 @@ func judge(t *testing.T, name string, total int, mm []mismatch) {
 	for _, ex := range listed {
 		t.Errorf("exception %s %s #%d (%q) matches now: remove it from exceptions_test.go", name, ex.section, ex.index, ex.text)
 	}
-	if len(mm) > 0 && (exact[name] || unexpected > 0) {
+	if len(mm) > len(exceptionsOf(name)) && exact[name] || unexpected > 0 {
 		t.Errorf("%s: %d mismatches in all", name, len(mm))
 	}
+}
+
+// exceptionsOf counts the exceptions listed for a model.
+func exceptionsOf(model string) []exception {
+	var out []exception
+	for _, ex := range exceptions {
+		if ex.model == model {
+			out = append(out, ex)
+		}
+	}
+	return out
 }
 
 func TestExceptionsTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, ex := range exceptions {
-		if exact[ex.model] {
-			t.Errorf("exception for %s, which must match exactly: fix the code instead", ex.model)
+		if exact[ex.model] && !(ex.referenceBug && ex.section == "chat render") {
+			t.Errorf("exception for %s, which must match exactly: fix the code instead (only a chat render where the reference is wrong against Jinja2 may be listed)", ex.model)
 		}
 		if ex.reason == "" || ex.text == "" {
 			t.Errorf("exception %s %s #%d needs its text and a reason", ex.model, ex.section, ex.index)
