@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -23,47 +22,26 @@ var ErrRemote = errors.New("localtok: the request needs the engine's own tokeniz
 type Model struct {
 	dir  string
 	tok  *tokenizer.Tokenizer
-	chat *chattemplate.Config // nil when the directory has no chat template
+	chat *chattemplate.Config // nil without tokenizer_config.json
 }
 
 // Load reads a Hugging Face tokenizer directory: tokenizer.json (required)
-// and the chat template from tokenizer_config.json or chat_template.jinja.
-// A directory without a chat template still tokenizes completions prompts;
-// its chat requests go to the engine.
+// and, when tokenizer_config.json is there, the chat templates it and the
+// files beside it name (chattemplate.LoadDir). A directory without a chat
+// template still tokenizes completions prompts; its chat requests go to
+// the engine.
 func Load(dir string) (*Model, error) {
 	tok, err := tokenizer.LoadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("loading tokenizer %s: %w", dir, err)
 	}
 	m := &Model{dir: dir, tok: tok}
-	if hasTemplate(dir) {
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer_config.json")); err == nil {
 		if m.chat, err = chattemplate.LoadDir(dir); err != nil {
 			return nil, fmt.Errorf("loading chat template %s: %w", dir, err)
 		}
 	}
 	return m, nil
-}
-
-// hasTemplate reports whether dir holds a chat template: a
-// chat_template.jinja file, or a chat_template in tokenizer_config.json.
-func hasTemplate(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
-		return true
-	}
-	f, err := os.Open(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var cfg struct {
-		ChatTemplate json.RawMessage `json:"chat_template"`
-	}
-	const maxConfig = 16 << 20 // gemma3's is 1.1 MB, mostly its added tokens
-	if err := json.NewDecoder(io.LimitReader(f, maxConfig)).Decode(&cfg); err != nil {
-		return false
-	}
-	t := bytes.TrimSpace(cfg.ChatTemplate)
-	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte(`""`))
 }
 
 // Dir is the directory the model was loaded from.
@@ -120,7 +98,10 @@ func (m *Model) chatTokens(req *admission.Request) ([]uint64, error) {
 		return nil, err
 	}
 	text, err := m.chat.Render(in)
-	if errors.Is(err, chattemplate.ErrUnsupportedContent) {
+	switch {
+	case errors.Is(err, chattemplate.ErrNoTemplate):
+		return nil, ErrRemote // the engine may be started with --chat-template
+	case errors.Is(err, chattemplate.ErrUnsupportedContent):
 		return nil, ErrRemote // images, audio: the engine's processor adds their tokens
 	}
 	if err != nil {

@@ -3,6 +3,8 @@ package localtok
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -113,5 +115,38 @@ func TestChatInputDecodesKwargsAndTools(t *testing.T) {
 	if string(b) != `{"kwargs":{"enable_thinking":false},"tools":[{"Keys":["type","function"],"Values":{"function":{"Keys":["name"],"Values":{"name":"f"}},"type":"function"}}]}` ||
 		!in.ContinueFinalMessage || in.AddGenerationPrompt {
 		t.Fatalf("input %s, continue %v, generation prompt %v", b, in.ContinueFinalMessage, in.AddGenerationPrompt)
+	}
+}
+
+// TestModelWithoutChatTemplate: a directory without tokenizer_config.json,
+// or whose config has no chat_template, tokenizes completions prompts and
+// sends chat requests to the engine.
+func TestModelWithoutChatTemplate(t *testing.T) {
+	tok, err := os.ReadFile("testdata/chatml/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, config := range map[string]string{"no config": "", "no template": `{"chat_template": null, "eos_token": "<|im_end|>"}`} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if config != "" {
+				if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := m.Tokenize(parse(t, `{"prompt":"hello world"}`)); err != nil || !slices.Equal(got, chatmlPromptIDs) {
+				t.Fatalf("prompt: %v %v", got, err)
+			}
+			if _, err := m.Tokenize(parse(t, `{"messages":[{"role":"user","content":"x"}]}`)); !errors.Is(err, ErrRemote) {
+				t.Fatalf("chat: err %v, want ErrRemote", err)
+			}
+		})
 	}
 }
