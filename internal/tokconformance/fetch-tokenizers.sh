@@ -18,6 +18,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 dest=${1:-$root/.cache/tokenizers}
+mkdir -p "$dest"
+# Absolute: the download below runs in a temporary directory.
+dest=$(cd "$dest" && pwd)
 lock="$here/tokenizers.lock"
 
 say() { printf 'fetch-tokenizers: %s\n' "$*" >&2; }
