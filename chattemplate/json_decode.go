@@ -1,11 +1,12 @@
 package chattemplate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // DecodeJSON decodes one JSON document the way Python's json.loads reads
@@ -16,56 +17,101 @@ import (
 // request's messages and tools when the template's tojson output must be
 // byte-exact.
 //
-// Python also accepts NaN and Infinity literals, which encoding/json
-// rejects; such documents are errors here.
+// Strings decode as encoding/json decodes them (invalid UTF-8 and lone
+// surrogates become U+FFFD). Python also accepts NaN and Infinity
+// literals, which JSON does not; such documents are errors here.
+//
+// It is a single pass over the bytes: this runs on every locally
+// tokenized chat request, where encoding/json's token stream cost as much
+// as encoding the prompt (FuzzDecodeJSON holds it to encoding/json).
 func DecodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	d := jsonDecoder{b: data}
+	v, err := d.value(0)
+	if err == nil {
+		d.space()
+		if d.i < len(d.b) {
+			err = d.errorf("extra data after the document")
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: decode JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("chattemplate: decode JSON: extra data after the document")
 	}
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			return decodeObject(dec, depth)
-		case '[':
-			return decodeArray(dec, depth)
+// jsonDecoder is DecodeJSON's cursor over one document.
+type jsonDecoder struct {
+	b []byte
+	i int
+}
+
+var errJSONEnd = errors.New("unexpected end of JSON input")
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: "+format, append([]any{d.i}, args...)...)
+}
+
+func (d *jsonDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
 		}
-		return nil, fmt.Errorf("unexpected %q", rune(t))
-	default:
-		// string, json.Number, bool or nil.
-		return t, nil
 	}
 }
 
-func decodeObject(dec *json.Decoder, depth int) (any, error) {
+func (d *jsonDecoder) value(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("nested deeper than %d levels", maxDepth)
+	}
+	d.space()
+	if d.i >= len(d.b) {
+		return nil, errJSONEnd
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.object(depth)
+	case c == '[':
+		return d.array(depth)
+	case c == '"':
+		return d.str()
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	}
+	for _, lit := range []struct {
+		text string
+		v    any
+	}{{"true", true}, {"false", false}, {"null", nil}} {
+		if len(d.b)-d.i >= len(lit.text) && string(d.b[d.i:d.i+len(lit.text)]) == lit.text {
+			d.i += len(lit.text)
+			return lit.v, nil
+		}
+	}
+	return nil, d.errorf("invalid character %q looking for a value", d.b[d.i])
+}
+
+func (d *jsonDecoder) object(depth int) (any, error) {
+	d.i++ // '{'
 	obj := Object{Values: map[string]any{}}
-	for dec.More() {
-		tok, err := dec.Token()
+	if d.space(); d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return obj, nil
+	}
+	for {
+		if d.space(); d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, d.expected("an object key")
+		}
+		key, err := d.str()
 		if err != nil {
 			return nil, err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, fmt.Errorf("object key is %T, not a string", tok)
+		if d.space(); d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, d.expected("':' after an object key")
 		}
-		v, err := decodeValue(dec, depth+1)
+		d.i++
+		v, err := d.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
@@ -73,24 +119,196 @@ func decodeObject(dec *json.Decoder, depth int) (any, error) {
 			obj.Keys = append(obj.Keys, key)
 		}
 		obj.Values[key] = v
+		if done, err := d.next('}'); done || err != nil {
+			return obj, err
+		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return nil, err
-	}
-	return obj, nil
 }
 
-func decodeArray(dec *json.Decoder, depth int) (any, error) {
+func (d *jsonDecoder) array(depth int) (any, error) {
+	d.i++ // '['
 	items := []any{}
-	for dec.More() {
-		v, err := decodeValue(dec, depth+1)
+	if d.space(); d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return items, nil
+	}
+	for {
+		v, err := d.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
 		items = append(items, v)
+		if done, err := d.next(']'); done || err != nil {
+			return items, err
+		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing ']'
+}
+
+// next reads the ',' between members, or the closing byte (done).
+func (d *jsonDecoder) next(closing byte) (done bool, err error) {
+	d.space()
+	switch {
+	case d.i >= len(d.b):
+		return false, errJSONEnd
+	case d.b[d.i] == ',':
+		d.i++
+		return false, nil
+	case d.b[d.i] == closing:
+		d.i++
+		return true, nil
+	}
+	return false, d.expected(fmt.Sprintf("',' or '%c'", closing))
+}
+
+func (d *jsonDecoder) expected(what string) error {
+	if d.i >= len(d.b) {
+		return errJSONEnd
+	}
+	return d.errorf("invalid character %q, expected %s", d.b[d.i], what)
+}
+
+// number reads a number with JSON's grammar and keeps its text.
+func (d *jsonDecoder) number() (any, error) {
+	start := d.i
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	switch {
+	case d.i < len(d.b) && d.b[d.i] == '0':
+		d.i++
+	case d.digits() == 0:
+		return nil, d.expected("a digit")
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if d.digits() == 0 {
+			return nil, d.expected("a digit after '.'")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if d.digits() == 0 {
+			return nil, d.expected("a digit in the exponent")
+		}
+	}
+	return json.Number(d.b[start:d.i]), nil
+}
+
+func (d *jsonDecoder) digits() int {
+	start := d.i
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	return d.i - start
+}
+
+// str reads a string. Most strings hold no escape and are valid UTF-8:
+// those are one copy of their bytes.
+func (d *jsonDecoder) str() (string, error) {
+	d.i++ // '"'
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := string(d.b[start:d.i])
+			d.i++
+			return s, nil
+		case c == '\\' || c >= utf8.RuneSelf:
+			return d.slowStr(start)
+		case c < 0x20:
+			return "", d.errorf("control character %#x in a string", c)
+		}
+		d.i++
+	}
+	return "", errJSONEnd
+}
+
+// slowStr finishes a string holding escapes or non-ASCII bytes, from
+// start (after the opening quote); d.i is at the first such byte. Runs of
+// bytes that decode to themselves (ASCII, valid UTF-8) are copied whole.
+func (d *jsonDecoder) slowStr(start int) (string, error) {
+	out := make([]byte, 0, d.i-start+64)
+	run := start
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			out = append(out, d.b[run:d.i]...)
+			d.i++
+			return string(out), nil
+		case c == '\\':
+			var err error
+			if out, err = d.escape(append(out, d.b[run:d.i]...)); err != nil {
+				return "", err
+			}
+			run = d.i
+		case c < 0x20:
+			return "", d.errorf("control character %#x in a string", c)
+		case c < utf8.RuneSelf:
+			d.i++
+		default:
+			r, size := utf8.DecodeRune(d.b[d.i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(append(out, d.b[run:d.i]...), r) // U+FFFD, as encoding/json
+				run = d.i + 1
+			}
+			d.i += size
+		}
+	}
+	return "", errJSONEnd
+}
+
+// escape decodes the escape at d.i onto out.
+func (d *jsonDecoder) escape(out []byte) ([]byte, error) {
+	if d.i+1 >= len(d.b) {
+		return nil, errJSONEnd
+	}
+	c := d.b[d.i+1]
+	if simple, ok := simpleEscapes[c]; ok {
+		d.i += 2
+		return append(out, simple), nil
+	}
+	if c != 'u' {
+		return nil, d.errorf("invalid escape '\\%c' in a string", c)
+	}
+	r, err := d.hex4(d.i + 2)
+	if err != nil {
 		return nil, err
 	}
-	return items, nil
+	d.i += 6
+	if utf16.IsSurrogate(r) {
+		// A pair is two escapes; anything else leaves U+FFFD, and the
+		// second escape (if any) is read on its own.
+		r2 := rune(-1)
+		if d.i+1 < len(d.b) && d.b[d.i] == '\\' && d.b[d.i+1] == 'u' {
+			if r2, err = d.hex4(d.i + 2); err != nil {
+				return nil, err
+			}
+		}
+		if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+			d.i += 6
+			r = pair
+		} else {
+			r = utf8.RuneError
+		}
+	}
+	return utf8.AppendRune(out, r), nil
+}
+
+var simpleEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// hex4 reads the four hex digits of a \u escape at i.
+func (d *jsonDecoder) hex4(i int) (rune, error) {
+	if i+4 > len(d.b) {
+		return 0, errJSONEnd
+	}
+	v, err := strconv.ParseUint(string(d.b[i:i+4]), 16, 16)
+	if err != nil {
+		return 0, d.errorf("invalid \\u escape %q", d.b[i:i+4])
+	}
+	return rune(v), nil
 }
