@@ -88,8 +88,12 @@ func TestQuickSmoke(t *testing.T) {
 			t.Errorf("fleet llm: decisions %d, event batches %d, mirror problems %d", r.DecisionNs.N, r.EventBatches, r.MirrorProblems)
 		}
 	}
-	if len(l.overhead.Stats) != 3 {
-		t.Fatalf("overhead stats = %d, want 3", len(l.overhead.Stats))
+	wantTargets := 3 // plain, llm, direct
+	if l.overhead.Params.Tokenizer != "" {
+		wantTargets = 4 // and llm-local
+	}
+	if len(l.overhead.Stats) != wantTargets {
+		t.Fatalf("overhead stats = %d, want %d", len(l.overhead.Stats), wantTargets)
 	}
 	for _, s := range l.overhead.Stats {
 		if s.Requests == 0 || s.Latency.P50 <= 0 {
@@ -138,6 +142,11 @@ func smokePlan() Plan {
 	ov := overheadParams(true)
 	ov.Engines, ov.Concurrency, ov.Phase, ov.Warmup = 2, 4, 0.5, 0.2
 	ov.Bodies = ov.Bodies[:1]
+	// llm-local needs the real tokenizer files, which ./xcaddy.sh test
+	// fetches (and CI requires); a bare go test runs without it.
+	if os.Getenv("LLMGW_TOKENIZER_FILES") == "" {
+		ov.Tokenizer = ""
+	}
 	sc := scenarioParams(true)
 	sc.Engines = 2
 	return Plan{Quality: q, Scenarios: sc, Fleet: f, Overhead: ov}

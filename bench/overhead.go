@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
 // The overhead section: what the gateway costs per request. Two Caddy
@@ -38,6 +40,12 @@ type OverheadParams struct {
 	Warmup      float64        `json:"warmup_seconds"`
 	TimeScale   float64        `json:"time_scale"`
 	Bodies      []OverheadBody `json:"bodies"`
+	// Tokenizer names a real tokenizer (realTokenizer: qwen3, llama3_1,
+	// ...). The engines then tokenize with it, bodies are sized in its
+	// tokens, and a third gateway, "llm-local", runs the llm path with
+	// the same files as its local tokenizer. "" = the simulator's word
+	// tokenizer and no llm-local.
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // OverheadBody is one request shape.
@@ -74,13 +82,24 @@ type OverheadStat struct {
 type OverheadResult struct {
 	Params OverheadParams `json:"params"`
 	Stats  []OverheadStat `json:"stats"`
+	// PromptTokens is each body's prompt length in the engines' tokens
+	// (its first base prompt), by body name.
+	PromptTokens map[string]int `json:"prompt_tokens,omitempty"`
 }
 
 func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResult, error) {
-	res := &OverheadResult{Params: p}
+	res := &OverheadResult{Params: p, PromptTokens: map[string]int{}}
 	cfg := vllmsim.Config{
 		MaxNumSeqs: 256, NumGPUBlocks: 1 << 16, PrefillTokensPerSec: 1e6, TimeScale: p.TimeScale,
 		KVEvents: &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+	}
+	var tokDir string
+	if p.Tokenizer != "" {
+		dir, m, err := realTokenizer(ctx, env.Root, p.Tokenizer)
+		if err != nil {
+			return nil, err
+		}
+		tokDir, cfg.Tokenizer = dir, m
 	}
 	fleet := &SimFleet{Config: cfg}
 	defer fleet.Close()
@@ -94,30 +113,10 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 		}
 		fleet.Engines = append(fleet.Engines, e)
 	}
-	dir := filepath.Join(env.Out, "runs", "overhead")
-	llm, err := startGateway(ctx, env.Caddy, filepath.Join(dir, "llm"), GatewayConfig{
-		Engines: fleet.Refs(true), Policy: "llm", Admission: true, PollInterval: 250 * time.Millisecond,
-	}, true)
+	targets, stop, err := startOverheadTargets(ctx, env, fleet, tokDir)
+	defer stop()
 	if err != nil {
 		return nil, err
-	}
-	defer llm.Stop()
-	plain, err := startGateway(ctx, env.Caddy, filepath.Join(dir, "plain"), GatewayConfig{
-		Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true,
-	}, false)
-	if err != nil {
-		return nil, err
-	}
-	defer plain.Stop()
-
-	type target struct {
-		name, url string
-		pid       int
-	}
-	targets := []target{
-		{"plain", plain.URL, plain.Pid()},
-		{"llm", llm.URL, llm.Pid()},
-		{"direct", "", 0},
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -125,7 +124,11 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 	phase := time.Duration(p.Phase * float64(time.Second))
 
 	for _, body := range p.Bodies {
-		gen := newBodyGen(body)
+		gen, err := newBodyGen(body, cfg.Tokenizer)
+		if err != nil {
+			return nil, err
+		}
+		res.PromptTokens[body.Name] = gen.tokens
 		acc := map[string]*overheadAcc{}
 		for _, t := range targets {
 			acc[t.name] = &overheadAcc{}
@@ -146,9 +149,11 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 					cpu0, _ = procCPU(t.pid)
 				}
 				var prof chan []string
-				if round == 0 && t.name == "llm" && env.Profile {
+				if round == 0 && t.gw != nil && t.name != "plain" && env.Profile {
 					prof = make(chan []string, 1)
-					go func() { prof <- profileTop(ctx, llm, phase, filepath.Join(dir, "llm-"+body.Name+".pprof")) }()
+					go func() {
+						prof <- profileTop(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".pprof"))
+					}()
 				}
 				h := hammer(ctx, client, urls, gen, p.Concurrency, phase)
 				a := acc[t.name]
@@ -184,6 +189,59 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 	return res, nil
 }
 
+// overheadTarget is one thing the clients drive: a gateway, or the
+// engines directly (gw nil, pid 0).
+type overheadTarget struct {
+	name, url string
+	pid       int
+	gw        *Gateway
+}
+
+// startOverheadTargets starts the gateways in front of fleet: plain Caddy,
+// llm, and, when tokDir names a tokenizer directory, llm-local. stop
+// stops every gateway started, also after an error.
+func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir string) ([]overheadTarget, func(), error) {
+	var gws []*Gateway
+	stop := func() {
+		for _, g := range gws {
+			g.Stop()
+		}
+	}
+	dir := filepath.Join(env.Out, "runs", "overhead")
+	start := func(name string, cfg GatewayConfig, llm bool) (overheadTarget, error) {
+		g, err := startGateway(ctx, env.Caddy, filepath.Join(dir, name), cfg, llm)
+		if err != nil {
+			return overheadTarget{}, fmt.Errorf("starting the %s gateway: %w", name, err)
+		}
+		gws = append(gws, g)
+		return overheadTarget{name: name, url: g.URL, pid: g.Pid(), gw: g}, nil
+	}
+	llmCfg := GatewayConfig{Engines: fleet.Refs(true), Policy: "llm", Admission: true, PollInterval: 250 * time.Millisecond}
+	type spec struct {
+		name string
+		cfg  GatewayConfig
+		llm  bool // the gateway has the llm app (its metrics are read)
+	}
+	configs := []spec{
+		{"plain", GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true}, false},
+		{"llm", llmCfg, true},
+	}
+	if tokDir != "" {
+		local := llmCfg
+		local.AppBody = fmt.Sprintf("tokenizer sim-model %q\n", tokDir)
+		configs = append(configs, spec{"llm-local", local, true})
+	}
+	var targets []overheadTarget
+	for _, c := range configs {
+		t, err := start(c.name, c.cfg, c.llm)
+		if err != nil {
+			return nil, stop, err
+		}
+		targets = append(targets, t)
+	}
+	return append(targets, overheadTarget{name: "direct"}), stop, nil
+}
+
 type overheadAcc struct {
 	profile []string
 	lat     []float64
@@ -208,23 +266,42 @@ func urlsFor(gw string, fleet *SimFleet) []string {
 // bodyGen makes unique request bodies cheaply: a pre-encoded JSON prefix
 // holding a base prompt, a unique word, a pre-encoded tail.
 type bodyGen struct {
-	heads [][]byte
-	tail  []byte
-	n     atomic.Int64
+	heads  [][]byte
+	tail   []byte
+	n      atomic.Int64
+	tokens int // the first base prompt's length in the engines' tokens
 }
 
-func newBodyGen(b OverheadBody) *bodyGen {
-	g := &bodyGen{}
-	rng := rand.New(rand.NewPCG(uint64(b.PromptTokens), 9))
-	for i := 0; i < max(1, b.Bases); i++ {
-		text := words(rng, "base"+strconv.Itoa(i), b.PromptTokens)
-		enc, _ := json.Marshal(text) // a quoted JSON string
-		head := []byte(`{"model":"sim-model","messages":[{"role":"user","content":`)
-		head = append(head, enc[:len(enc)-1]...) // without the closing quote
-		g.heads = append(g.heads, head)
+// newBodyGen makes b's base prompts. With a real tokenizer (tok not nil)
+// the simulator's words are not one token each, so the word count is
+// scaled until the chat prompt has about b.PromptTokens of tok's tokens.
+func newBodyGen(b OverheadBody, tok *localtok.Model) (*bodyGen, error) {
+	g := &bodyGen{tail: []byte(fmt.Sprintf(`"}],"max_tokens":%d,"stream":false}`, b.MaxTokens))}
+	nwords := b.PromptTokens
+	for attempt := 0; ; attempt++ {
+		g.heads = g.heads[:0]
+		rng := rand.New(rand.NewPCG(uint64(b.PromptTokens), 9))
+		for i := 0; i < max(1, b.Bases); i++ {
+			text := words(rng, "base"+strconv.Itoa(i), nwords)
+			enc, _ := json.Marshal(text) // a quoted JSON string
+			head := []byte(`{"model":"sim-model","messages":[{"role":"user","content":`)
+			head = append(head, enc[:len(enc)-1]...) // without the closing quote
+			g.heads = append(g.heads, head)
+		}
+		g.tokens = nwords
+		if tok == nil {
+			return g, nil
+		}
+		n, err := chatTokens(tok, append(append([]byte{}, g.heads[0]...), g.tail...))
+		if err != nil {
+			return nil, fmt.Errorf("tokenizing the %s body: %w", b.Name, err)
+		}
+		g.tokens = n
+		if attempt == 3 || math.Abs(float64(n-b.PromptTokens)) <= 0.02*float64(b.PromptTokens) {
+			return g, nil
+		}
+		nwords = max(1, nwords*b.PromptTokens/n)
 	}
-	g.tail = []byte(fmt.Sprintf(`"}],"max_tokens":%d,"stream":false}`, b.MaxTokens))
-	return g
 }
 
 func (g *bodyGen) next() []byte {

@@ -183,6 +183,15 @@ func overheadParams(quick bool) OverheadParams {
 			{Name: "small", PromptTokens: 32, MaxTokens: 4, Bases: 64},
 			{Name: "8k", PromptTokens: 8192, MaxTokens: 4, Bases: 8},
 		},
+		// A real vocabulary, so that llm-local measures the local
+		// tokenizer on a real model's files; BENCH_TOKENIZER=word runs on
+		// the simulator's word tokenizer without llm-local.
+		Tokenizer: "qwen3",
+	}
+	if v := os.Getenv("BENCH_TOKENIZER"); v == "word" {
+		p.Tokenizer = ""
+	} else if v != "" {
+		p.Tokenizer = v
 	}
 	if quick {
 		p.Phase, p.Rounds, p.Warmup = 1, 1, 0.5

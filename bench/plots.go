@@ -103,7 +103,7 @@ func plotOverhead(dir, ext string, o *OverheadResult) ([]string, error) {
 	for _, b := range o.Params.Bodies {
 		bodies = append(bodies, b.Name)
 	}
-	targets := []string{"direct", "plain", "llm"}
+	targets := o.targets()
 	find := func(body, target string) *OverheadStat {
 		for i := range o.Stats {
 			if o.Stats[i].Body == body && o.Stats[i].Target == target {
@@ -137,7 +137,7 @@ func plotOverhead(dir, ext string, o *OverheadResult) ([]string, error) {
 		}
 		bc.Color = plotutil.Color(i + 5)
 		bc.LineStyle.Width = 0
-		bc.Offset = width * vg.Length(float64(i)-1)
+		bc.Offset = width * vg.Length(float64(i)-float64(len(targets)-1)/2)
 		lat.Add(bc)
 		lat.Legend.Add(t, bc)
 	}
@@ -165,7 +165,7 @@ func plotOverhead(dir, ext string, o *OverheadResult) ([]string, error) {
 		}
 		bc.Color = plotutil.Color(i + 6)
 		bc.LineStyle.Width = 0
-		bc.Offset = width * 1.5 * vg.Length(float64(i)-0.5)
+		bc.Offset = width * 1.5 * vg.Length(float64(i)-float64(len(targets)-2)/2)
 		cpu.Add(bc)
 		cpu.Legend.Add(t, bc)
 	}

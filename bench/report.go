@@ -208,16 +208,19 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 	}
 	if o := l.overhead; o != nil {
 		w("Gateway overhead (same run, alternating phases, closed loop of %d clients; CPU of the Caddy process only):\n\n", o.Params.Concurrency)
-		w("| request | `llm` CPU/request vs plain Caddy | `llm` added latency p50 / p99 vs plain | `llm` req/s vs plain |\n|---|---:|---:|---:|\n")
+		w("| request | gateway | CPU/request vs plain Caddy | added latency p50 / p99 vs plain | req/s vs plain |\n|---|---|---:|---:|---:|\n")
 		for _, body := range o.Params.Bodies {
-			llm, plain := o.find(body.Name, "llm"), o.find(body.Name, "plain")
-			if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 {
-				continue
+			plain := o.find(body.Name, "plain")
+			for _, t := range o.targets()[2:] {
+				llm := o.find(body.Name, t)
+				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 {
+					continue
+				}
+				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
+					llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq,
+					(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000,
+					llm.ReqPerSec, plain.ReqPerSec, llm.ReqPerSec/plain.ReqPerSec)
 			}
-			w("| %s | %.0f µs vs %.0f µs (**%.2f×**) | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", body.label(),
-				llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq,
-				(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000,
-				llm.ReqPerSec, plain.ReqPerSec, llm.ReqPerSec/plain.ReqPerSec)
 		}
 		w("\n")
 	}
@@ -291,13 +294,16 @@ func renderFindings(b *strings.Builder, l *loaded) {
 	if o := l.overhead; o != nil {
 		var parts []string
 		for _, body := range o.Params.Bodies {
-			llm, plain := o.find(body.Name, "llm"), o.find(body.Name, "plain")
-			if llm != nil && plain != nil && plain.CPUPerReq > 0 {
-				parts = append(parts, fmt.Sprintf("%.1f× plain Caddy's CPU per request on %s requests (%.0f vs %.0f µs), RSS %.0f vs %.0f MiB", llm.CPUPerReq/plain.CPUPerReq, body.Name, llm.CPUPerReq, plain.CPUPerReq, float64(llm.RSS)/(1<<20), float64(plain.RSS)/(1<<20)))
+			plain := o.find(body.Name, "plain")
+			for _, t := range o.targets()[2:] {
+				llm := o.find(body.Name, t)
+				if llm != nil && plain != nil && plain.CPUPerReq > 0 {
+					parts = append(parts, fmt.Sprintf("`%s` %.1f× plain Caddy's CPU per request on %s requests (%.0f vs %.0f µs), RSS %.0f vs %.0f MiB", t, llm.CPUPerReq/plain.CPUPerReq, body.Name, llm.CPUPerReq, plain.CPUPerReq, float64(llm.RSS)/(1<<20), float64(plain.RSS)/(1<<20)))
+				}
 			}
 		}
 		if len(parts) > 0 {
-			w("- **What it costs:** %s; most of it is tokenizing the prompt through an engine's `/tokenize` (profile in section 4).\n", strings.Join(parts, "; "))
+			w("- **What it costs:** %s; where it goes is in section 4's profiles.\n", strings.Join(parts, "; "))
 		}
 	}
 	if s := l.soak; s != nil {
@@ -339,6 +345,39 @@ func (o *OverheadResult) find(body, target string) *OverheadStat {
 
 func (b OverheadBody) label() string {
 	return fmt.Sprintf("%s (%d-token prompt, %d output tokens, non-streaming)", b.Name, b.PromptTokens, b.MaxTokens)
+}
+
+// overheadIntro is section 4's description of the run.
+func overheadIntro(o *OverheadResult) string {
+	p := o.Params
+	gateways, rotation, local, tok := "Two Caddy processes run", "plain → llm → direct", "", "the simulator's word tokenizer (one word, one token)"
+	if p.Tokenizer != "" {
+		gateways, rotation = "Three Caddy processes run", "plain → llm → llm-local → direct"
+		local = fmt.Sprintf("; **llm-local** = the same with `tokenizer sim-model <dir>` in the llm app: the engines' own %s tokenizer files, read by the gateway (chat template rendered and prompt encoded in-process, no `/tokenize`; the default 1%% of requests still checked against an engine's `/tokenize` in the background)", p.Tokenizer)
+		tok = fmt.Sprintf("the real %s tokenizer and chat template (vllmsim's Config.Tokenizer), and bodies are sized in its tokens", p.Tokenizer)
+	}
+	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
+		gateways, p.Engines, p.TimeScale, tok, local, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup)
+}
+
+// targets are the section's targets in the order of its tables: the
+// engines directly, plain Caddy, the llm gateway, and llm-local when the
+// run had a real tokenizer.
+func (o *OverheadResult) targets() []string {
+	t := []string{"direct", "plain", "llm"}
+	if o.Params.Tokenizer != "" {
+		t = append(t, "llm-local")
+	}
+	return t
+}
+
+// bodyLabel is a body's label, with its length in the real tokenizer's
+// tokens when the run had one.
+func (o *OverheadResult) bodyLabel(b OverheadBody) string {
+	if n := o.PromptTokens[b.Name]; o.Params.Tokenizer != "" && n > 0 {
+		return fmt.Sprintf("%s (%d %s tokens, %d output tokens, non-streaming)", b.Name, n, o.Params.Tokenizer, b.MaxTokens)
+	}
+	return b.label()
 }
 
 func secs(v float64) string {
@@ -599,33 +638,34 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 	p := o.Params
 	w("## 4. Gateway overhead: `llm_admission` + `lb_policy llm` vs plain Caddy\n\n")
 	w("Command: `%s` (%s of this run).\n\n", sf.rerun("overhead"), time.Duration(sf.Seconds*float64(time.Second)).Round(time.Second))
-	w("Two Caddy processes run side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond): **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep), **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating plain → llm → direct, %d rounds (after a %.0f s warm-up each), so machine noise hits all three alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
-		p.Engines, p.TimeScale, p.Concurrency, p.Phase, p.Rounds, p.Warmup)
+	w("%s", overheadIntro(o))
 	for _, pl := range plots {
 		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
 	}
 	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | Caddy CPU/request | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, body := range p.Bodies {
 		plain := o.find(body.Name, "plain")
-		for _, t := range []string{"direct", "plain", "llm"} {
+		for _, t := range o.targets() {
 			s := o.find(body.Name, t)
 			if s == nil {
 				continue
 			}
 			added, cpu, rss := "", "–", "–"
-			if t == "llm" && plain != nil {
+			if strings.HasPrefix(t, "llm") && plain != nil {
 				added = fmt.Sprintf("%+.2f / %+.2f ms", (s.Latency.P50-plain.Latency.P50)*1000, (s.Latency.P99-plain.Latency.P99)*1000)
 			}
 			if t != "direct" {
 				cpu = fmt.Sprintf("%.0f µs", s.CPUPerReq)
 				rss = fmt.Sprintf("%.0f MiB (%.0f)", float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20))
 			}
-			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %d |\n", body.label(), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, cpu, rss, s.Errors)
+			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, cpu, rss, s.Errors)
 		}
 	}
 	for _, body := range p.Bodies {
-		if s := o.find(body.Name, "llm"); s != nil && len(s.Profile) > 0 {
-			w("\nWhere the `llm` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", body.Name, strings.Join(s.Profile, "\n"))
+		for _, t := range o.targets()[2:] {
+			if s := o.find(body.Name, t); s != nil && len(s.Profile) > 0 {
+				w("\nWhere the `%s` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", t, body.Name, strings.Join(s.Profile, "\n"))
+			}
 		}
 	}
 	w("\nOn %s the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n", plural(sf.Machine.CPUs, "shared core"))
