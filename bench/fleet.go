@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
 // SimFleet is the simulated vLLM fleet of a routing-quality run: N
@@ -85,8 +86,8 @@ func (m EngineModel) KVBlocks(w WorkloadSpec, engines int, rho float64) (blocks 
 }
 
 // startSimFleet starts n engines of the model with the given KV cache
-// size and time scale.
-func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64) (*SimFleet, error) {
+// size and time scale, tokenizing with tok (nil: the word tokenizer).
+func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64, tok *localtok.Model) (*SimFleet, error) {
 	cfg := vllmsim.Config{
 		MaxNumSeqs:          m.MaxNumSeqs,
 		NumGPUBlocks:        kvBlocks + 1, // block 0 is vLLM's null block
@@ -96,6 +97,7 @@ func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, time
 		DecodeStepTime:      time.Duration(m.DecodeStepSeconds * float64(m.tokenScale()) * float64(time.Second)),
 		TimeScale:           timeScale,
 		KVEvents:            &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+		Tokenizer:           tok,
 	}
 	f := &SimFleet{Config: cfg}
 	for i := 0; i < n; i++ {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,12 @@ func qualityParams(quick bool) QualityParams {
 	}
 	if v, err := strconv.ParseFloat(os.Getenv("BENCH_TIMESCALE"), 64); err == nil && v > 0 {
 		p.TimeScale = v
+	}
+	// BENCH_QUALITY_TOKENIZER=qwen3 runs the engines on a real tokenizer
+	// and adds llm-local; the workloads' token counts are then the word
+	// tokenizer's (a word is one to a few real tokens).
+	if p.Tokenizer = os.Getenv("BENCH_QUALITY_TOKENIZER"); p.Tokenizer == "" {
+		p.Policies = slices.DeleteFunc(p.Policies, func(s PolicySpec) bool { return s.LocalTokenizer })
 	}
 	p.Policies = keepNamed(p.Policies, "BENCH_POLICIES", func(s PolicySpec) string { return s.Name })
 	if quick {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
 // The routing-quality section: the same workload and arrival rates through
@@ -35,13 +37,17 @@ type PolicySpec struct {
 	InflightX float64 `json:"inflight_x,omitempty"`
 	// AppBody holds extra lines inside the llm app's block.
 	AppBody string `json:"app_body,omitempty"`
-	Desc    string `json:"desc"`
+	// LocalTokenizer gives the gateway the engines' real tokenizer
+	// (QualityParams.Tokenizer) as its local tokenizer.
+	LocalTokenizer bool   `json:"local_tokenizer,omitempty"`
+	Desc           string `json:"desc"`
 }
 
 // qualityPolicies are the five configurations compared.
 func qualityPolicies() []PolicySpec {
 	return []PolicySpec{
 		{Name: "llm", Policy: "llm", Body: "debug_headers", KV: true, Desc: "lb_policy llm, KV events (precise)"},
+		{Name: "llm-local", Policy: "llm", Body: "debug_headers", KV: true, LocalTokenizer: true, Desc: "lb_policy llm, KV events, the engines' tokenizer files read by the gateway (no /tokenize)"},
 		{Name: "llm-approx", Policy: "llm", Body: "debug_headers", Desc: "lb_policy llm, no kv_events (approximate prefix tree)"},
 		{Name: "llm-queue2x", Policy: "llm", Body: "debug_headers", KV: true, InflightX: 2, Desc: "lb_policy llm, KV events, max_inflight 2 × max_num_seqs (engines may queue)"},
 		{Name: "llm-cachekey", Policy: "llm", Body: "cache_key_header X-Session-ID\ndebug_headers", KV: true, KeyHeader: "X-Session-ID", Desc: "lb_policy llm with cache_key_header (client key per group/session)"},
@@ -80,6 +86,14 @@ type QualityParams struct {
 	RetryWindow float64       `json:"retry_window_seconds"`
 	Plans       []QualityPlan `json:"plans"`
 	Policies    []PolicySpec  `json:"policies"`
+	// Tokenizer names a real tokenizer (realTokenizer) the engines
+	// tokenize with, which llm-local's gateway reads too; "" = the
+	// simulator's word tokenizer, on which the workloads' token counts
+	// are exact, and no llm-local.
+	Tokenizer string `json:"tokenizer,omitempty"`
+
+	tokDir string          // Tokenizer's directory, once resolved
+	tok    *localtok.Model // and loaded
 }
 
 // QualityRun is one (workload, policy, rate) result.
@@ -173,6 +187,12 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 	retries := 0
 	sectionStart := time.Now()
 	section := p
+	if p.Tokenizer != "" {
+		var err error
+		if section.tokDir, section.tok, err = realTokenizer(ctx, env.Root, p.Tokenizer); err != nil {
+			return nil, err
+		}
+	}
 	for _, plan := range section.Plans {
 		p := plan.Scenario.apply(section)
 		qw := p.derive(plan.Workload)
@@ -226,7 +246,7 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
 	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
 	sc := qw.Scenario
-	fleet, err := startSimFleet(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale)
+	fleet, err := startSimFleet(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok)
 	if err != nil {
 		return run, err
 	}
@@ -297,11 +317,15 @@ func (p QualityParams) gatewayConfig(fleet *SimFleet, pol PolicySpec) GatewayCon
 			refs[i].MaxInflight = int(pol.InflightX * float64(refs[i].MaxInflight))
 		}
 	}
+	appBody := pol.AppBody
+	if pol.LocalTokenizer {
+		appBody += fmt.Sprintf("\ntokenizer sim-model %q\n", p.tokDir)
+	}
 	return GatewayConfig{
 		Engines:       refs,
 		Policy:        pol.Policy,
 		PolicyBody:    pol.Body,
-		AppBody:       pol.AppBody,
+		AppBody:       appBody,
 		Admission:     true,
 		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
 		PollInterval:  p.PollInterval,
