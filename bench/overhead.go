@@ -46,6 +46,13 @@ type OverheadParams struct {
 	// the same files as its local tokenizer. "" = the simulator's word
 	// tokenizer and no llm-local.
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// SerialPhase, when positive, follows each target's phase with one of
+	// this many seconds driven by a single client: with the machine's
+	// cores not saturated, the latency it adds is the gateway's own
+	// time on the request's path rather than its CPU cost queueing
+	// behind the other clients (the closed loop of Concurrency clients
+	// saturates a 2-core host).
+	SerialPhase float64 `json:"serial_phase_seconds,omitempty"`
 }
 
 // OverheadBody is one request shape.
@@ -68,6 +75,8 @@ type OverheadStat struct {
 	Errors    int     `json:"errors"`
 	ReqPerSec float64 `json:"req_per_sec"`
 	Latency   Pcts    `json:"latency"` // seconds, wall
+	// SerialLatency is the latency with one client (SerialPhase).
+	SerialLatency Pcts `json:"serial_latency"`
 	// CPUPerReq is the Caddy process's user+system CPU per request, in
 	// microseconds (0 for the direct target).
 	CPUPerReq float64 `json:"cpu_us_per_request"`
@@ -167,6 +176,11 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				a.lat = append(a.lat, h.lat...)
 				a.errs += h.errs
 				a.wall += h.wall
+				if p.SerialPhase > 0 {
+					sh := hammer(ctx, client, urls, gen, 1, time.Duration(p.SerialPhase*float64(time.Second)))
+					a.serial = append(a.serial, sh.lat...)
+					a.errs += sh.errs
+				}
 			}
 		}
 		for _, t := range targets {
@@ -179,10 +193,10 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				st.CPUPerReq = float64(a.cpu.Microseconds()) / float64(len(a.lat))
 				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
 			}
-			st.Latency = percentiles(a.lat)
+			st.Latency, st.SerialLatency = percentiles(a.lat), percentiles(a.serial)
 			st.Profile = a.profile
-			log.Printf("overhead %-6s %-6s: %6.0f req/s, p50 %.2fms p99 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
-				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
+			log.Printf("overhead %-6s %-9s: %6.0f req/s, p50 %.2fms p99 %.2fms, 1 client p50 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
+				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.SerialLatency.P50*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
 			res.Stats = append(res.Stats, st)
 		}
 	}
@@ -245,6 +259,7 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 type overheadAcc struct {
 	profile []string
 	lat     []float64
+	serial  []float64 // one client's latencies
 	errs    int
 	cpu     time.Duration
 	wall    time.Duration

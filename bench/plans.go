@@ -185,7 +185,7 @@ func fleetScenarios() []FleetScenario {
 
 func overheadParams(quick bool) OverheadParams {
 	p := OverheadParams{
-		Engines: 4, Concurrency: 16, Phase: 5, Rounds: 3, Warmup: 2, TimeScale: 1000,
+		Engines: 4, Concurrency: 16, Phase: 5, Rounds: 3, Warmup: 2, TimeScale: 1000, SerialPhase: 2,
 		Bodies: []OverheadBody{
 			{Name: "small", PromptTokens: 32, MaxTokens: 4, Bases: 64},
 			{Name: "8k", PromptTokens: 8192, MaxTokens: 4, Bases: 8},
@@ -201,7 +201,7 @@ func overheadParams(quick bool) OverheadParams {
 		p.Tokenizer = v
 	}
 	if quick {
-		p.Phase, p.Rounds, p.Warmup = 1, 1, 0.5
+		p.Phase, p.Rounds, p.Warmup, p.SerialPhase = 1, 1, 0.5, 0.5
 	}
 	return p
 }

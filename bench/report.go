@@ -356,8 +356,15 @@ func overheadIntro(o *OverheadResult) string {
 		local = fmt.Sprintf("; **llm-local** = the same with `tokenizer sim-model <dir>` in the llm app: the engines' own %s tokenizer files, read by the gateway (chat template rendered and prompt encoded in-process, no `/tokenize`; the default 1%% of requests still checked against an engine's `/tokenize` in the background)", p.Tokenizer)
 		tok = fmt.Sprintf("the real %s tokenizer and chat template (vllmsim's Config.Tokenizer), and bodies are sized in its tokens", p.Tokenizer)
 	}
-	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).\n\n",
-		gateways, p.Engines, p.TimeScale, tok, local, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup)
+	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
+		gateways, p.Engines, p.TimeScale, tok, local, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
+}
+
+func serialNote(p OverheadParams) string {
+	if p.SerialPhase <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" After each phase one client alone drives the same target for %.0f s (**1 client** column): %d clients saturate these cores, so their added latency is mostly the gateway's CPU cost queueing behind the others; with one client the difference to plain Caddy is the time the gateway adds on the request's own path.", p.SerialPhase, p.Concurrency)
 }
 
 // targets are the section's targets in the order of its tables: the
@@ -642,7 +649,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 	for _, pl := range plots {
 		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
 	}
-	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | Caddy CPU/request | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | 1 client: p50 (added) | Caddy CPU/request | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, body := range p.Bodies {
 		plain := o.find(body.Name, "plain")
 		for _, t := range o.targets() {
@@ -654,11 +661,18 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			if strings.HasPrefix(t, "llm") && plain != nil {
 				added = fmt.Sprintf("%+.2f / %+.2f ms", (s.Latency.P50-plain.Latency.P50)*1000, (s.Latency.P99-plain.Latency.P99)*1000)
 			}
+			serial := "–"
+			if s.SerialLatency.N > 0 {
+				serial = fmt.Sprintf("%.2f ms", s.SerialLatency.P50*1000)
+				if strings.HasPrefix(t, "llm") && plain != nil && plain.SerialLatency.N > 0 {
+					serial += fmt.Sprintf(" (%+.2f)", (s.SerialLatency.P50-plain.SerialLatency.P50)*1000)
+				}
+			}
 			if t != "direct" {
 				cpu = fmt.Sprintf("%.0f µs", s.CPUPerReq)
 				rss = fmt.Sprintf("%.0f MiB (%.0f)", float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20))
 			}
-			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, cpu, rss, s.Errors)
+			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, serial, cpu, rss, s.Errors)
 		}
 	}
 	for _, body := range p.Bodies {
