@@ -31,6 +31,12 @@ type Config struct {
 	Templates map[string]*Template
 	// Special holds the named special tokens, such as bos_token.
 	Special map[string]string
+	// TokenizerClass, AddBOSToken and AddEOSToken are the file's
+	// tokenizer_class, add_bos_token and add_eos_token (nil when absent):
+	// some transformers tokenizer classes rebuild their post-processor
+	// from them (see localtok).
+	TokenizerClass           string
+	AddBOSToken, AddEOSToken *bool
 }
 
 // LoadDir reads dir/tokenizer_config.json as transformers does for the
@@ -44,15 +50,19 @@ func LoadDir(dir string) (*Config, error) {
 		return nil, fmt.Errorf("chattemplate: load %s: %w", dir, err)
 	}
 	var tc struct {
-		ChatTemplate json.RawMessage            `json:"chat_template"`
-		Extra        map[string]json.RawMessage `json:"extra_special_tokens"`
+		ChatTemplate   json.RawMessage            `json:"chat_template"`
+		Extra          map[string]json.RawMessage `json:"extra_special_tokens"`
+		TokenizerClass string                     `json:"tokenizer_class"`
+		AddBOS         *bool                      `json:"add_bos_token"`
+		AddEOS         *bool                      `json:"add_eos_token"`
 	}
 	if err := json.Unmarshal(raw, &tc); err != nil {
 		return nil, fmt.Errorf("chattemplate: load %s: tokenizer_config.json: %w", dir, err)
 	}
 	var fields map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &fields) // same document, already known to be valid
-	cfg := &Config{Templates: map[string]*Template{}, Special: specialTokens(fields, tc.Extra)}
+	cfg := &Config{Templates: map[string]*Template{}, Special: specialTokens(fields, tc.Extra),
+		TokenizerClass: tc.TokenizerClass, AddBOSToken: tc.AddBOS, AddEOSToken: tc.AddEOS}
 	sources, err := templateSources(tc.ChatTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: load %s: %w", dir, err)

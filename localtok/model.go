@@ -40,8 +40,44 @@ func Load(dir string) (*Model, error) {
 		if m.chat, err = chattemplate.LoadDir(dir); err != nil {
 			return nil, fmt.Errorf("loading chat template %s: %w", dir, err)
 		}
+		if m.tok, err = classPostProcessor(tok, m.chat); err != nil {
+			return nil, fmt.Errorf("loading tokenizer %s: %w", dir, err)
+		}
 	}
 	return m, nil
+}
+
+// rebuildsPostProcessor are the tokenizer classes (as tokenizer_config.json
+// names them; AutoTokenizer loads the fast class either way, as vLLM does)
+// whose constructor replaces tokenizer.json's post-processor with
+// [bos] text [eos] from add_bos_token (default true) and add_eos_token
+// (default false): transformers' LlamaTokenizerFast and GemmaTokenizerFast
+// (update_post_processor). DeepSeek V3 ships a ByteLevel post-processor
+// with tokenizer_class LlamaTokenizerFast, so its completions prompts get
+// a BOS that tokenizer.json alone does not give.
+var rebuildsPostProcessor = map[string]bool{
+	"LlamaTokenizer": true, "LlamaTokenizerFast": true,
+	"GemmaTokenizer": true, "GemmaTokenizerFast": true,
+}
+
+// classPostProcessor applies the tokenizer class's post-processor rule to
+// tok, or returns tok as it is for other classes.
+func classPostProcessor(tok *tokenizer.Tokenizer, cfg *chattemplate.Config) (*tokenizer.Tokenizer, error) {
+	if !rebuildsPostProcessor[cfg.TokenizerClass] {
+		return tok, nil
+	}
+	var bos, eos string
+	if cfg.AddBOSToken == nil || *cfg.AddBOSToken {
+		if bos = cfg.Special["bos_token"]; bos == "" {
+			return nil, fmt.Errorf("%s with add_bos_token needs a bos_token", cfg.TokenizerClass)
+		}
+	}
+	if cfg.AddEOSToken != nil && *cfg.AddEOSToken {
+		if eos = cfg.Special["eos_token"]; eos == "" {
+			return nil, fmt.Errorf("%s with add_eos_token needs an eos_token", cfg.TokenizerClass)
+		}
+	}
+	return tok.WithBOSEOS(bos, eos)
 }
 
 // Dir is the directory the model was loaded from.

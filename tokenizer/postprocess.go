@@ -1,5 +1,7 @@
 package tokenizer
 
+import "fmt"
+
 // templateItem is one element of a single-sequence template: either fixed
 // ids (a special token, which may stand for several ids) or the encoded
 // text itself.
@@ -48,4 +50,29 @@ func (t template) apply(dst []int, encode func([]int) []int) []int {
 		dst = append(dst, dst[first:firstEnd]...)
 	}
 	return dst
+}
+
+// WithBOSEOS returns a tokenizer that shares t's vocabulary and caches but
+// whose addSpecialTokens template is bos, the text, eos, where an empty
+// name adds nothing: the post-processor transformers' LlamaTokenizerFast
+// and GemmaTokenizerFast build at load time from tokenizer_config.json's
+// add_bos_token and add_eos_token, replacing tokenizer.json's own. Both
+// tokens must be in the vocabulary.
+func (t *Tokenizer) WithBOSEOS(bos, eos string) (*Tokenizer, error) {
+	tmpl := template{}
+	for _, part := range []struct{ name, role string }{{bos, "bos"}, {"", ""}, {eos, "eos"}} {
+		switch {
+		case part.role == "":
+			tmpl = append(tmpl, templateItem{seq: true})
+		case part.name != "":
+			id, ok := t.TokenToID(part.name)
+			if !ok {
+				return nil, fmt.Errorf("tokenizer: %s token %q is not in the vocabulary", part.role, part.name)
+			}
+			tmpl = append(tmpl, templateItem{ids: []int{id}})
+		}
+	}
+	c := *t
+	c.template = tmpl
+	return &c, nil
 }
