@@ -231,6 +231,11 @@ func TestSoakSmoke(t *testing.T) {
 	}
 	t.Logf("%d requests, %v; %d restarts, %d stream-cut episodes, %d reloads; goroutines %.0f → %.0f (limit %.0f), RSS %.1f → %.1f MiB (limit %.1f)",
 		r.Requests, r.Outcomes, r.Restarts, r.Cuts, r.Reloads, first.Goroutines, last.Goroutines, lim.Goroutines, first.RSSMiB, last.RSSMiB, lim.RSSMiB)
+	if len(first.Held) == 0 || len(last.Held) == 0 {
+		t.Errorf("no goroutine dump before (%d entry functions) or after (%d) the load", len(first.Held), len(last.Held))
+	} else {
+		t.Log(heldFinding(first.Held, last.Held))
+	}
 
 	p.Test = "TestNoSuchSoak"
 	res, err = runSoak(ctx, env, p, tmp)

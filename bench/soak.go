@@ -147,6 +147,9 @@ type SoakGauge struct {
 	At         string  `json:"at"` // since the load started, a Go duration
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
+	// Held counts goroutines by entry function, before and after the
+	// load (caddymodule's goroutineEntries).
+	Held map[string]int `json:"held,omitempty"`
 }
 
 // maxSoakJSON bounds the test's JSON: a 10-minute soak writes a few KiB.

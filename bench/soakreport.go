@@ -309,7 +309,46 @@ func soakDrift(r *SoakRun) string {
 	}
 	fmt.Fprintf(&b, " (at most %.0f and %.1f MiB in any gauge), and %.0f and %.1f MiB at %s, once the load had stopped and the clients had closed their connections: goroutines %+.0f and RSS %+.1f MiB over the whole soak.",
 		peakG, peakR, last.Goroutines, last.RSSMiB, last.At, last.Goroutines-first.Goroutines, last.RSSMiB-first.RSSMiB)
+	if first.Held != nil && last.Held != nil {
+		b.WriteString(" " + heldFinding(first.Held, last.Held))
+	}
 	return b.String()
+}
+
+// keepAliveEntries are the entry functions of an open HTTP connection's
+// goroutines (as in caddymodule's soak test).
+var keepAliveEntries = map[string]bool{
+	"net/http.(*persistConn).readLoop": true, "net/http.(*persistConn).writeLoop": true, "net/http.(*conn).serve": true,
+}
+
+// heldFinding says what holds the goroutines the gateway had after the
+// load and not before it, by entry function.
+func heldFinding(before, after map[string]int) string {
+	var conns, others int
+	var parts []string
+	fns := make([]string, 0, len(after)+len(before))
+	for fn := range after {
+		fns = append(fns, fn)
+	}
+	for fn := range before {
+		if _, ok := after[fn]; !ok {
+			fns = append(fns, fn)
+		}
+	}
+	sort.Strings(fns)
+	for _, fn := range fns {
+		d := after[fn] - before[fn]
+		if d == 0 {
+			continue
+		}
+		if keepAliveEntries[fn] {
+			conns += d
+		} else {
+			others += d
+		}
+		parts = append(parts, fmt.Sprintf("%+d `%s`", d, fn))
+	}
+	return fmt.Sprintf("By entry function (a goroutine dump before and after), the difference is %+d goroutines of open HTTP connections (idle keep-alive connections to the engines, kept up to 2 minutes by Caddy's transport and 90 s by `/tokenize`'s, each a read and a write loop) and %+d others: %s.", conns, others, strings.Join(parts, ", "))
 }
 
 // plotSoak draws TTFT p50 and p99 per minute, and the gateway's RSS at

@@ -61,6 +61,9 @@ type soakGauge struct {
 	At         string  `json:"at"`
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
+	// Held counts the goroutines by entry function (goroutineEntries),
+	// in the gauges before and after the load.
+	Held map[string]int `json:"held,omitempty"`
 }
 
 func pct(d []time.Duration, p float64) float64 {
@@ -361,6 +364,7 @@ func TestReliabilitySoak(t *testing.T) {
 	s.external = s.bin != ""
 	s.startGateway()
 	base := soakGaugeNow(t, s.external, time.Now())
+	base.Held = s.held()
 	s.gauges = append(s.gauges, base)
 	s.setup.Limits = soakLimitsFor(base, s.setup, s.external)
 	s.run()
@@ -509,7 +513,18 @@ func (s *soak) settle() {
 	client.CloseIdleConnections()
 	time.Sleep(5 * time.Second)
 	runtime.GC() // the in-process gateway's; a Caddy process collects on its own
-	s.gauges = append(s.gauges, s.gaugeNow())
+	g := s.gaugeNow()
+	g.Held = s.held()
+	s.gauges = append(s.gauges, g)
+}
+
+// held is soakHeld, failing the test on error.
+func (s *soak) held() map[string]int {
+	h, err := soakHeld(s.external)
+	if err != nil {
+		s.t.Fatalf("reading the gateway's goroutines: %v", err)
+	}
+	return h
 }
 
 // The bounds of soakLimitsFor. Once the load has stopped, a healthy
@@ -697,6 +712,14 @@ func (s *soak) verdicts(outcomes map[string]int) {
 	base, last, lim := s.gauges[0], s.gauges[len(s.gauges)-1], s.setup.Limits
 	if last.Goroutines > lim.Goroutines {
 		t.Errorf("goroutines: %.0f before the load, %.0f after it (at most %.0f allowed)", base.Goroutines, last.Goroutines, lim.Goroutines)
+	}
+	// The gateway's own process holds nothing but keep-alive connections
+	// more than before (in-process, the engines' and clients' goroutines
+	// are counted too, and only the bound above applies).
+	lines, others := heldDiff(base.Held, last.Held)
+	t.Logf("goroutines after the load − before it, by entry function: %s", strings.Join(lines, ", "))
+	if s.external && (others > soakHeldSlack || others < -soakHeldSlack) {
+		t.Errorf("%+d goroutines other than keep-alive connections after the load (at most ±%d): %s", others, soakHeldSlack, strings.Join(lines, ", "))
 	}
 	if last.RSSMiB > lim.RSSMiB {
 		t.Errorf("RSS: %.1f MiB before the load, %.1f MiB after it (at most %.1f MiB allowed)", base.RSSMiB, last.RSSMiB, lim.RSSMiB)
