@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/internal/earlyreject"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -51,6 +52,9 @@ const (
 // EXPERIMENTAL: Subject to change.
 type Admission struct {
 	// Largest request body read, in bytes. Larger bodies get 413.
+	// After a 413, 408 or 400 on HTTP/1.x the rest of the body is read and
+	// discarded, up to 4 × max_body (within 1–64 MiB) for at most 5s, so
+	// that clients sending the whole body first read the answer.
 	// Default: 1 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
@@ -266,7 +270,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.Request, *followingBody, error) {
 	body, status, err := h.readBody(w, r)
 	if err != nil {
-		return nil, nil, writeJSONError(w, status, err.Error())
+		// The client may still be sending its body: earlyreject drains it,
+		// bounded, after the answer so that the client can read it.
+		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
+		return nil, nil, nil
 	}
 	req, err := admission.ParseRequest(body)
 	if err != nil {
