@@ -60,6 +60,21 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
+// startOTLP starts a receiver and points Caddy's tracing at it. The
+// variables are read when the tracing handler creates its provider, at
+// the config load that follows.
+func startOTLP(t *testing.T) *otlpReceiver {
+	t.Helper()
+	recv := &otlpReceiver{}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20") // ms: export at once
+	return recv
+}
+
 // span is the received span of trace id, nil until it arrives.
 func (o *otlpReceiver) span(id []byte) *tracepb.Span {
 	o.mu.Lock()
@@ -86,14 +101,7 @@ func otlpAttrs(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 // GenAI request attributes and the admission and routing decisions — the
 // same tier and pick the debug headers report.
 func TestTracingSpanCarriesDecisions(t *testing.T) {
-	recv := &otlpReceiver{}
-	srv := httptest.NewServer(recv)
-	defer srv.Close()
-	// Read when the tracing handler creates its provider, at config load.
-	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20") // ms: export at once
+	recv := startOTLP(t)
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 50})
 	gateway{patient: true, engines: kvEngines(engines...), siteExtra: "\ttracing\n", policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
 	t.Cleanup(func() { resetGateway(t) })
@@ -136,15 +144,20 @@ func TestTracingSpanCarriesDecisions(t *testing.T) {
 	if events != 1 {
 		t.Errorf("%d %s events, want 1 (one attempt)", events, spanattr.RouteEvent)
 	}
+}
 
-	// A refusal is on the span too: admission failing closed on engines
-	// whose state is unknown (nothing listens at the dial address).
+// TestTracingSpanCarriesRefusal: a refused request's span says why —
+// admission failing closed on engines whose state is unknown (nothing
+// listens at the dial address) — and names no pick.
+func TestTracingSpanCarriesRefusal(t *testing.T) {
+	recv := startOTLP(t)
 	gateway{engines: dialEngines("127.0.0.1:1"), siteExtra: "\ttracing\n", admission: "\t\tfail_closed\n"}.loadFresh(t)
-	r, traceID = tracedSend(t, chatBody(false, "refused"), nil)
+	t.Cleanup(func() { resetGateway(t) })
+	r, traceID := tracedSend(t, chatBody(false, "refused"), nil)
 	if r.status != http.StatusServiceUnavailable {
 		t.Fatalf("fail_closed on an unknown engine: %d %s", r.status, r.body)
 	}
-	attrs = otlpAttrs(recv.await(t, traceID).Attributes)
+	attrs := otlpAttrs(recv.await(t, traceID).Attributes)
 	if got := attrs[string(spanattr.AdmissionOutcome)].GetStringValue(); got != "state_unknown" {
 		t.Errorf("refused request's admission outcome %q, want state_unknown", got)
 	}
