@@ -55,8 +55,9 @@ func Limit(maxBody int64) int64 {
 
 // Result says what Refuse did after writing the answer.
 type Result struct {
-	// Skipped is why nothing was drained ("" when it was tried): "http2"
-	// (any protocol but HTTP/1.x), "no body", "expect-continue" (the
+	// Skipped is why nothing was drained ("" when it was tried):
+	// "multiplexed" (HTTP/2 or HTTP/3: the stream is reset on its own,
+	// without harm to the answer), "no body", "expect-continue" (the
 	// client waits for 100 Continue and has sent no body), or "no
 	// deadline" (the connection's read deadline cannot be set, and an
 	// unbounded drain is worse than a reset).
@@ -71,7 +72,8 @@ type Result struct {
 
 // Refuse answers r with write (which writes a complete error response,
 // e.g. a JSON 413), then on HTTP/1.x drains the rest of r's body within
-// [Limit](maxBody) bytes and [Deadline]. It sets Connection: close before
+// [Limit](maxBody) bytes (and one more, when the limit is reached, to see
+// whether the body ends there) and [Deadline]. It sets Connection: close before
 // write: the connection is not reused after a refusal. It must be called
 // before anything of the response was written, instead of plain write.
 //
@@ -90,7 +92,7 @@ func Refuse(w http.ResponseWriter, r *http.Request, maxBody int64, write func())
 
 func refuse(w http.ResponseWriter, r *http.Request, maxBody, limit int64, d time.Duration, write func()) Result {
 	skip := skipReason(r, maxBody)
-	if skip != "http2" {
+	if skip != "multiplexed" {
 		// Whatever the drain does, this connection ends with the answer.
 		w.Header().Set("Connection", "close")
 	}
@@ -121,7 +123,7 @@ func refuse(w http.ResponseWriter, r *http.Request, maxBody, limit int64, d time
 func skipReason(r *http.Request, maxBody int64) string {
 	switch {
 	case r.ProtoMajor != 1:
-		return "http2"
+		return "multiplexed"
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
 		return "no body"
 	case strings.EqualFold(r.Header.Get("Expect"), "100-continue") && r.ContentLength > maxBody:

@@ -159,8 +159,8 @@ func TestRefuseHTTP2(t *testing.T) {
 	if res.Header.Get("Connection") != "" {
 		t.Errorf("Connection header over HTTP/2: %q", res.Header.Get("Connection"))
 	}
-	if r := <-results; r.Skipped != "http2" {
-		t.Errorf("result %+v, want skipped for http2", r)
+	if r := <-results; r.Skipped != "multiplexed" {
+		t.Errorf("result %+v, want skipped as multiplexed", r)
 	}
 }
 
