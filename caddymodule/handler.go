@@ -12,11 +12,14 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/internal/earlyreject"
+	"github.com/llmgw/caddy-llmgw/internal/spanattr"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -51,6 +54,9 @@ const (
 // EXPERIMENTAL: Subject to change.
 type Admission struct {
 	// Largest request body read, in bytes. Larger bodies get 413.
+	// After a 413, 408 or 400 on HTTP/1.x the rest of the body is read and
+	// discarded, up to 4 × max_body (within 1–64 MiB) for at most 5s, so
+	// that clients sending the whole body first read the answer.
 	// Default: 1 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
@@ -234,6 +240,8 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req)
+	spanattr.SetAdmission(trace.SpanFromContext(r.Context()), spanattr.Admission{Request: req, Pool: h.Pool, Band: band.String(),
+		Outcome: a.outcome, Order: a.order.String(), Parked: a.waited, FailOpen: a.failOpen, Placement: a.place})
 	if done {
 		return nil
 	}
@@ -266,7 +274,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.Request, *followingBody, error) {
 	body, status, err := h.readBody(w, r)
 	if err != nil {
-		return nil, nil, writeJSONError(w, status, err.Error())
+		// The client may still be sending its body: earlyreject drains it,
+		// bounded, after the answer so that the client can read it.
+		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
+		return nil, nil, nil
 	}
 	req, err := admission.ParseRequest(body)
 	if err != nil {
@@ -396,6 +407,13 @@ type admitted struct {
 	sseSent  bool                   // parked as a stream: the SSE 200 is out
 	waited   time.Duration
 	order    admission.Order // how the gate admitted it
+	outcome  string          // "" when admitted, else why not (for the span)
+}
+
+// refused counts a request not admitted, for its reason.
+func (a *admitted) refused(band admission.Band, reason string) {
+	a.outcome = reason
+	rejectedTotal.WithLabelValues(band.String(), reason).Inc()
 }
 
 // admit passes the request through the pool's gate, parking it while no
@@ -406,7 +424,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	lim := h.limits()
 	if lim.FailClosed && !h.fleet.AnyKnown(dials) {
 		// Nothing to wait for: parking would only delay the same answer.
-		rejectedTotal.WithLabelValues(band.String(), "state_unknown").Inc()
+		a.refused(band, "state_unknown")
 		h.reject(w, nil, band, 1, "state_unknown")
 		return a, true
 	}
@@ -424,11 +442,12 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	gate := h.fleet.Gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
 	waiter, err := enterGate(gate, band, a.place != nil, try)
 	if errors.Is(err, admission.ErrQueueFull) {
-		rejectedTotal.WithLabelValues(band.String(), "queue_full").Inc()
+		a.refused(band, "queue_full")
 		h.reject(w, gate, band, 0, "queue_full")
 		return a, true
 	}
 	if err != nil {
+		a.outcome = "error"
 		_ = writeJSONError(w, http.StatusInternalServerError, err.Error())
 		return a, true
 	}
@@ -447,13 +466,13 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		a.order = waiter.Order()
 		return a, false
 	case parkClientGone:
-		rejectedTotal.WithLabelValues(band.String(), "client_gone").Inc()
+		a.refused(band, "client_gone")
 		if a.res != nil {
 			a.res.Done() // admitted as the client left: hand the room back
 		}
 		return a, true
 	}
-	rejectedTotal.WithLabelValues(band.String(), "max_park").Inc()
+	a.refused(band, "max_park")
 	if sseSent {
 		_, _ = w.Write(admission.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
 		flush(w)

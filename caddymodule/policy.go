@@ -13,11 +13,13 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/readahead"
+	"github.com/llmgw/caddy-llmgw/internal/spanattr"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -221,6 +223,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		return nil
 	}
 	prefixDecisions.WithLabelValues(d.Tier.String(), d.Outcome.String()).Inc()
+	spanattr.SetRoute(trace.SpanFromContext(ctx), req, d, chosen.Dial)
 	p.fleet.Routed(req, d, chosen.Dial)
 	st.mu.Lock()
 	st.tried[chosen.Dial] = true
