@@ -63,6 +63,9 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	g := gateway{
 		engines: ges,
 		policy:  "\t\t\tdebug_headers\n",
+		// A loaded machine must not time scrapes out (stale gauges fail
+		// open: the request meant to park would be admitted) nor /tokenize.
+		patient: true,
 		// The other model's tokenizer: every sampled check mismatches and
 		// the model falls back after 3.
 		appExtra: fmt.Sprintf("\t\ttokenizer sim-model %s\n\t\ttokenizer_check_sample 1\n\t\ttokenizer_mismatch_limit 3\n", absDir(t, chatmlOtherDir)),
