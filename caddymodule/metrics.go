@@ -90,13 +90,18 @@ var (
 		Help:    "Duration of local tokenizations (chat template and tokenizer) made for routing.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
 	})
+	decisionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgw_route_decision_duration_seconds",
+		Help:    "Time lb_policy llm took to choose an upstream (tokenizing, index match, load), by tier.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
+	}, []string{"tier"})
 )
 
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
 		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
-		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds,
+		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds, decisionSeconds,
 	}
 }
 
@@ -162,6 +167,10 @@ var (
 		"Blocks the gateway's mirror holds per engine.", []string{"engine"}, nil)
 	descKVResyncs = prometheus.NewDesc("llmgw_kv_resyncs_total",
 		"Mirror resets per engine, by reason.", []string{"engine", "reason"}, nil)
+	descKVConnected = prometheus.NewDesc("llmgw_kv_connected",
+		"1 while the gateway's KV-event subscription to the engine is connected.", []string{"engine"}, nil)
+	descKVLag = prometheus.NewDesc("llmgw_kv_event_lag_seconds",
+		"How late the engine's last KV-event batch was applied: its arrival minus the engine's timestamp on it.", []string{"engine"}, nil)
 	descKVMismatch = prometheus.NewDesc("llmgw_kv_hash_mismatches_total",
 		"BlockStored hashes that did not match the exact vLLM recomputation (wrong PYTHONHASHSEED or block size).", []string{"engine"}, nil)
 	descTokLocal = prometheus.NewDesc("llmgw_tokenize_local_total",
@@ -183,7 +192,7 @@ type fleetCollector struct{ f *fleet.Fleet }
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
 		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
-		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec,
+		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec, descKVConnected, descKVLag,
 		descTokLocal, descTokChecks, descTokMismatch, descTokFallback} {
 		ch <- d
 	}
@@ -261,6 +270,10 @@ func collectKV(ch chan<- prometheus.Metric, stats []kvindex.MirrorStats) {
 			ch <- prometheus.MustNewConstMetric(descKVResyncs, prometheus.CounterValue, float64(n), e, reason)
 		}
 		ch <- prometheus.MustNewConstMetric(descKVMismatch, prometheus.CounterValue, float64(s.Verify.Mismatched), e)
+		ch <- prometheus.MustNewConstMetric(descKVConnected, prometheus.GaugeValue, boolGauge(s.Connected), e)
+		if s.LastLag != 0 {
+			ch <- prometheus.MustNewConstMetric(descKVLag, prometheus.GaugeValue, s.LastLag.Seconds(), e)
+		}
 	}
 }
 

@@ -203,6 +203,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
+	t0 := time.Now()
 	chosen, d := p.choose(r, req, cands, res, place)
 	if chosen == nil {
 		// No request to route on, or every candidate excluded (saturated,
@@ -222,6 +223,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	if chosen == nil {
 		return nil
 	}
+	decisionSeconds.WithLabelValues(d.Tier.String()).Observe(time.Since(t0).Seconds())
 	prefixDecisions.WithLabelValues(d.Tier.String(), d.Outcome.String()).Inc()
 	spanattr.SetRoute(trace.SpanFromContext(ctx), req, d, chosen.Dial)
 	p.fleet.Routed(req, d, chosen.Dial)

@@ -683,3 +683,22 @@ func TestFeedGapBeyondMaxReplay(t *testing.T) {
 		t.Fatalf("calls %d, stats %+v", log.calls, st)
 	}
 }
+
+// TestFeedLastLag: the mirror reports how late the last batch was
+// applied, from the batch's ts; a batch without one reports 0.
+func TestFeedLastLag(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	m, f := newTestFeed(t, ix, "e1", nil)
+	e := newEngineSim(t, "0", 16)
+	p := prompt(32, 1)
+	published := time.Now().Add(-1500 * time.Millisecond)
+	f.Message([]byte("kv"), 0, payload(arr{float64(published.UnixNano()) / 1e9, arr{e.stored(p, nil, 0, 1)}, 0}))
+	before := time.Since(published)
+	if lag := m.Stats().LastLag; lag < 1500*time.Millisecond || lag > before+time.Second {
+		t.Fatalf("LastLag %v, want about 1.5s (at most %v)", lag, before)
+	}
+	f.Message([]byte("kv"), 1, payload(arr{0.0, arr{e.stored(p, nil, 1, 2)}, 0}))
+	if lag := m.Stats().LastLag; lag != 0 {
+		t.Fatalf("LastLag %v after a batch without ts, want 0", lag)
+	}
+}

@@ -81,6 +81,11 @@ type MirrorStats struct {
 	LastSeq     uint64
 	HasSeq      bool
 	LastMessage time.Time
+	// LastLag is how late the last batch was applied: the time it was
+	// applied minus its ts, the engine's clock when it published it (so
+	// it includes any clock skew between the hosts); 0 for a batch
+	// without a ts.
+	LastLag time.Duration
 	// Blocks is the number of distinct blocks held; Capacity the bound
 	// they are evicted at; BlockSize the block size of group 0 (or of the
 	// lowest group seen), 0 until a BlockStored arrives.
@@ -284,6 +289,10 @@ func (m *Mirror) apply(seq uint64, b *Batch) {
 	ix := m.ix
 	ix.mu.Lock()
 	m.st.LastSeq, m.st.HasSeq, m.st.LastMessage = seq, true, m.now()
+	m.st.LastLag = 0
+	if b.TS > 0 && b.TS < 1e11 { // seconds since 1970, before the year 5138
+		m.st.LastLag = m.st.LastMessage.Sub(time.Unix(0, int64(b.TS*1e9)))
+	}
 	m.st.Unknown += uint64(b.Unknown)
 	for i := range b.Events {
 		ev := &b.Events[i]
