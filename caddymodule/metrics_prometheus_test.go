@@ -99,7 +99,10 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	eventually(t, 10*time.Second, "the KV disconnect in the metrics", func() bool {
 		return metricValue(t, "llmgw_kv_resyncs_total", `reason="disconnect"`, `engine="`+engines[1].Addr()+`"`) >= 1
 	})
-	prom.waitScrapedAfter(t, time.Now())
+	// The queries read the state of this scrape: on a loaded machine a
+	// later scrape may time out, and its staleness markers would empty
+	// every instant selector queried after it.
+	prom.at = prom.waitScrapedAfter(t, time.Now())
 	prom.waitRulesEvaluatedAfter(t, time.Now())
 
 	instance, model := metricsAddr, "sim-model"
@@ -252,19 +255,20 @@ func driveDashboardTraffic(t *testing.T, engines []*vllmsim.Engine, sys string, 
 
 // prometheusServer is a prometheus process the test started.
 type prometheusServer struct {
-	base string // http://127.0.0.1:port
+	base string    // http://127.0.0.1:port
+	at   time.Time // when set, the time instant queries are evaluated at
 }
 
 // startPrometheus starts Debian's prometheus on a free loopback port with a
-// temporary TSDB, scraping target every 250ms and evaluating the rules
+// temporary TSDB, scraping target every 500ms and evaluating the rules
 // file as often, and stops it when the test ends. The port is probed
 // free, not reserved, so a start that loses it is retried on another.
 func startPrometheus(t *testing.T, binary, target, rules string) *prometheusServer {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
-  scrape_interval: 250ms
-  scrape_timeout: 250ms
+  scrape_interval: 500ms
+  scrape_timeout: 500ms
   evaluation_interval: 250ms
 rule_files:
   - %q
@@ -372,8 +376,9 @@ func (p *prometheusServer) api(t testing.TB, path string, params url.Values, v a
 }
 
 // waitScrapedAfter waits until the target is up and was last scraped
-// (the scrape began) after since, so Prometheus holds the state of then.
-func (p *prometheusServer) waitScrapedAfter(t testing.TB, since time.Time) {
+// (the scrape began) after since, so Prometheus holds the state of then,
+// and returns when that scrape ended.
+func (p *prometheusServer) waitScrapedAfter(t testing.TB, since time.Time) time.Time {
 	t.Helper()
 	var last string
 	for w := newWait(t, 15*time.Second, "a scrape of the gateway").pace(20 * time.Millisecond); ; w.tick(last) {
@@ -381,6 +386,7 @@ func (p *prometheusServer) waitScrapedAfter(t testing.TB, since time.Time) {
 			ActiveTargets []struct {
 				Health     string    `json:"health"`
 				LastScrape time.Time `json:"lastScrape"`
+				Duration   float64   `json:"lastScrapeDuration"`
 				LastError  string    `json:"lastError"`
 			} `json:"activeTargets"`
 		}
@@ -388,7 +394,7 @@ func (p *prometheusServer) waitScrapedAfter(t testing.TB, since time.Time) {
 		if len(d.ActiveTargets) == 1 {
 			tg := d.ActiveTargets[0]
 			if tg.Health == "up" && tg.LastScrape.After(since) {
-				return
+				return tg.LastScrape.Add(time.Duration(tg.Duration*float64(time.Second)) + time.Millisecond)
 			}
 			last = fmt.Sprintf("%+v", tg)
 		}
@@ -455,7 +461,7 @@ type sample struct {
 	Value  [2]any            `json:"value"`
 }
 
-// query runs an instant query now and returns its vector; a scalar result
+// query runs an instant query (at p.at when set, else now) and returns its vector; a scalar result
 // is one sample without labels.
 func (p *prometheusServer) query(t testing.TB, expr string) []sample {
 	t.Helper()
@@ -463,7 +469,11 @@ func (p *prometheusServer) query(t testing.TB, expr string) []sample {
 		ResultType string          `json:"resultType"`
 		Result     json.RawMessage `json:"result"`
 	}
-	p.api(t, "/api/v1/query", url.Values{"query": {expr}}, &d)
+	params := url.Values{"query": {expr}}
+	if !p.at.IsZero() {
+		params.Set("time", strconv.FormatFloat(float64(p.at.UnixNano())/1e9, 'f', 3, 64))
+	}
+	p.api(t, "/api/v1/query", params, &d)
 	switch d.ResultType {
 	case "vector":
 		var v []sample
