@@ -61,7 +61,7 @@ func BenchmarkEncode(b *testing.B) {
 		text := benchPrompt(b, size.copies)
 		for _, name := range realNames {
 			b.Run(name+"/"+size.name, func(b *testing.B) {
-				tk := loadReal(b, name)
+				tk := withoutSections(loadReal(b, name)) // the encoding, not the section cache
 				dst := tk.Encode(text, true)
 				b.SetBytes(int64(len(text)))
 				b.ReportAllocs()
@@ -81,7 +81,7 @@ func BenchmarkEncodeCold(b *testing.B) {
 	text := benchPrompt(b, 1)
 	for _, name := range realNames {
 		b.Run(name, func(b *testing.B) {
-			tk := loadReal(b, name)
+			tk := withoutSections(loadReal(b, name))
 			b.SetBytes(int64(len(text)))
 			for b.Loop() {
 				tk.model.cache = newWordCache()
@@ -114,8 +114,8 @@ func BenchmarkLoad(b *testing.B) {
 func TestEncodeLatency(t *testing.T) {
 	text := benchPrompt(t, 1)
 	for _, name := range realNames {
-		tk := loadReal(t, name)
-		tk.Encode(text, true) // warm the cache
+		tk := withoutSections(loadReal(t, name))
+		tk.Encode(text, true) // warm the word cache
 		times := make([]time.Duration, 51)
 		for i := range times {
 			start := time.Now()
@@ -142,7 +142,7 @@ func BenchmarkEncodeFixture(b *testing.B) {
 	text := benchPrompt(b, 1)
 	for _, name := range fuzzFixtures {
 		b.Run(name, func(b *testing.B) {
-			tk := loadFixture(b, name, nil)
+			tk := withoutSections(loadFixture(b, name, nil))
 			dst := tk.Encode(text, true)
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()

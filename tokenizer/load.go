@@ -160,7 +160,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if f.Model == nil {
 		return nil, errors.New("tokenizer: tokenizer.json has no model")
 	}
-	t := &Tokenizer{}
+	t := &Tokenizer{sections: newSectionCache()}
 	var err error
 	if t.model, err = buildModel(f.Model); err != nil {
 		return nil, err

@@ -15,6 +15,9 @@ type Tokenizer struct {
 	model     *bpeModel
 	template  template
 	decoder   decoder // nil: tokens are joined with spaces, as HF does
+	// sections caches the ids of long stretches between added tokens
+	// (section_cache.go); nil disables it.
+	sections *sectionCache
 }
 
 // Encode returns the ids of text. With addSpecialTokens the post-processor's
@@ -45,7 +48,7 @@ func (t *Tokenizer) appendText(dst []int, text string, sc *scratch) []int {
 			dst = append(dst, int(t.added.tokens[sec.token].id))
 			continue
 		}
-		dst = t.appendSection(dst, text[sec.start:sec.end], sec.start == 0, sc)
+		dst = t.appendCachedSection(dst, text[sec.start:sec.end], sec.start == 0, sc)
 	}
 	clear(secs)
 	sc.sections = secs[:0]
