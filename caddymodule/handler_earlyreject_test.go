@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testdep"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -135,13 +136,9 @@ func TestEarlyRejectRawClients(t *testing.T) {
 func TestEarlyRejectPythonUrllib(t *testing.T) {
 	py := "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
-		if p, lerr := exec.LookPath("python3"); lerr == nil {
-			py = p
-		} else if os.Getenv("CI") != "" {
-			t.Fatal("python3 is required under CI")
-		} else {
-			t.Skip("python3 not installed")
-		}
+		var lerr error
+		py, lerr = exec.LookPath("python3")
+		testdep.Dep{What: "python3", Hint: "apt-get install python3"}.Require(t, lerr)
 	}
 	loadEarlyReject(t, gateway{})
 	const script = `import sys, urllib.request, urllib.error

@@ -6,16 +6,17 @@
 // Without them a developer's run skips those tests with a loud message, but
 // a CI run (environment variable CI non-empty) fails: a silent skip there
 // would let a renamed metric or label break the dashboard and the alerts
-// while the run stays green. The same rule as internal/pyzmq.
+// while the run stays green (internal/testdep).
 package prombin
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmgw/caddy-llmgw/internal/testdep"
 )
 
 // Binaries are the Prometheus programs the tests run.
@@ -47,28 +48,11 @@ var probe = sync.OnceValues(func() (Binaries, error) {
 })
 
 // Require returns the paths of prometheus and promtool if both are
-// installed. Otherwise it fails the test when the environment variable CI
-// is non-empty and skips it loudly when not.
+// installed. Otherwise it fails the test under CI and skips it loudly
+// elsewhere (testdep).
 func Require(t testing.TB) Binaries {
 	t.Helper()
 	b, err := probe()
-	if fatal, msg := verdict(os.Getenv("CI") != "", err); msg != "" {
-		if fatal {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	testdep.Dep{What: "prometheus/promtool", Hint: installHint}.Require(t, err)
 	return b
-}
-
-// verdict decides what missing binaries mean: nothing (msg empty) when the
-// probe succeeded, else a failure under CI and a skip elsewhere.
-func verdict(ci bool, probeErr error) (fatal bool, msg string) {
-	if probeErr == nil {
-		return false, ""
-	}
-	if ci {
-		return true, fmt.Sprintf("prometheus/promtool missing under CI (%v); %s", probeErr, installHint)
-	}
-	return false, fmt.Sprintf("SKIPPING Prometheus test: prometheus/promtool missing (%v); %s (under CI=true this fails)", probeErr, installHint)
 }

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+
+	"github.com/llmgw/caddy-llmgw/internal/testdep"
 )
 
 // Python is the interpreter the interop tests run: Debian's, whose
@@ -36,27 +38,9 @@ var probe = sync.OnceValue(func() error {
 })
 
 // Require returns Python if it can import zmq and msgpack. Otherwise it
-// fails the test when the environment variable CI is non-empty and skips it
-// loudly when not.
+// fails the test under CI and skips it loudly elsewhere (testdep).
 func Require(t testing.TB) string {
 	t.Helper()
-	if fatal, msg := verdict(os.Getenv("CI") != "", probe()); msg != "" {
-		if fatal {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	testdep.Dep{What: "libzmq interop peer (" + Python + " with zmq and msgpack)", Hint: installHint}.Require(t, probe())
 	return Python
-}
-
-// verdict decides what a missing peer means: nothing (msg empty) when the
-// probe succeeded, else a failure under CI and a skip elsewhere.
-func verdict(ci bool, probeErr error) (fatal bool, msg string) {
-	if probeErr == nil {
-		return false, ""
-	}
-	if ci {
-		return true, fmt.Sprintf("libzmq interop peer missing under CI: %s lacks zmq or msgpack (%v); %s", Python, probeErr, installHint)
-	}
-	return false, fmt.Sprintf("SKIPPING libzmq interop test: %s lacks zmq or msgpack (%v); %s (under CI=true this fails)", Python, probeErr, installHint)
 }

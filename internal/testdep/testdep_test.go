@@ -1,4 +1,4 @@
-package prombin
+package testdep
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestVerdict(t *testing.T) {
-	missing := errors.New(`exec: "promtool": executable file not found in $PATH`)
+	missing := errors.New("No module named 'zmq'")
 	for _, c := range []struct {
 		name      string
 		ci        bool
@@ -20,7 +20,7 @@ func TestVerdict(t *testing.T) {
 		{"missing, CI", true, missing, true, "missing under CI"},
 		{"missing, local", false, missing, false, "SKIPPING"},
 	} {
-		fatal, msg := verdict(c.ci, c.err)
+		fatal, msg := Dep{What: "the peer", Hint: "apt-get install it"}.verdict(c.ci, c.err)
 		if fatal != c.wantFatal || (c.wantMsg == "") != (msg == "") || !strings.Contains(msg, c.wantMsg) {
 			t.Errorf("%s: verdict = %v %q, want fatal %v and a message containing %q", c.name, fatal, msg, c.wantFatal, c.wantMsg)
 		}
