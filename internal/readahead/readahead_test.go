@@ -112,3 +112,70 @@ func TestBodyAllocatesNoMoreThanArrives(t *testing.T) {
 		t.Fatalf("allocated %d bytes for a 4-byte body", cap(got))
 	}
 }
+
+// chunkedReader hands out its data in reads of the sizes given, cycling,
+// as a client's body arrives in packets.
+type chunkedReader struct {
+	data  []byte
+	sizes []byte
+	i     int
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := 1 + int(c.sizes[c.i%len(c.sizes)])
+	c.i++
+	n = min(n, len(p), len(c.data))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+func (c *chunkedReader) Close() error { return nil }
+
+// FuzzBody: whatever the body, the limit, the declared length and the way
+// the bytes arrive, Result holds the body's first min(limit, len) bytes
+// (io.EOF when that was all of it), and reading the Body, in reads of any
+// size, yields the body byte for byte: what the upstream gets.
+func FuzzBody(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":"text"}`), int64(8), int64(-1), []byte{3, 0, 7}, uint8(5))
+	f.Add([]byte("x"), int64(1), int64(1), []byte{0}, uint8(0))
+	f.Add([]byte{}, int64(4), int64(0), []byte{1}, uint8(1))
+	f.Fuzz(func(t *testing.T, body []byte, limit, declared int64, sizes []byte, readSize uint8) {
+		if limit <= 0 || limit > 1<<20 {
+			limit = 1 << 10
+		}
+		if declared < -1 || declared > 1<<20 {
+			declared = -1
+		}
+		if len(sizes) == 0 {
+			sizes = []byte{0}
+		}
+		b := New(&chunkedReader{data: body, sizes: sizes}, limit, declared)
+		got, err := b.Result()
+		want := body[:min(int64(len(body)), limit)]
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Result %q, want the first %d bytes %q", got, len(want), want)
+		}
+		if int64(len(body)) < limit && err != io.EOF {
+			t.Fatalf("Result error %v for a body shorter than the limit, want io.EOF", err)
+		}
+		var all []byte
+		p := make([]byte, 1+int(readSize))
+		for {
+			n, err := b.Read(p)
+			all = append(all, p[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(all, body) {
+			t.Fatalf("read %q, want the body %q", all, body)
+		}
+	})
+}
