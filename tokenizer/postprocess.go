@@ -59,18 +59,21 @@ func (t template) apply(dst []int, encode func([]int) []int) []int {
 // add_bos_token and add_eos_token, replacing tokenizer.json's own. Both
 // tokens must be in the vocabulary.
 func (t *Tokenizer) WithBOSEOS(bos, eos string) (*Tokenizer, error) {
-	tmpl := template{}
-	for _, part := range []struct{ name, role string }{{bos, "bos"}, {"", ""}, {eos, "eos"}} {
-		switch {
-		case part.role == "":
-			tmpl = append(tmpl, templateItem{seq: true})
-		case part.name != "":
-			id, ok := t.TokenToID(part.name)
-			if !ok {
-				return nil, fmt.Errorf("tokenizer: %s token %q is not in the vocabulary", part.role, part.name)
-			}
-			tmpl = append(tmpl, templateItem{ids: []int{id}})
+	var tmpl template
+	if bos != "" {
+		id, ok := t.TokenToID(bos)
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: bos token %q is not in the vocabulary", bos)
 		}
+		tmpl = append(tmpl, templateItem{ids: []int{id}})
+	}
+	tmpl = append(tmpl, templateItem{seq: true})
+	if eos != "" {
+		id, ok := t.TokenToID(eos)
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: eos token %q is not in the vocabulary", eos)
+		}
+		tmpl = append(tmpl, templateItem{ids: []int{id}})
 	}
 	c := *t
 	c.template = tmpl
