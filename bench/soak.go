@@ -148,7 +148,7 @@ type SoakGauge struct {
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
 	// Held counts goroutines by entry function, before and after the
-	// load (caddymodule's goroutineEntries).
+	// load (internal/goroutines).
 	Held map[string]int `json:"held,omitempty"`
 }
 

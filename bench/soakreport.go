@@ -13,6 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/llmgw/caddy-llmgw/internal/goroutines"
 )
 
 // The soak's part of the report: section 5, its line in the findings and
@@ -315,38 +317,13 @@ func soakDrift(r *SoakRun) string {
 	return b.String()
 }
 
-// keepAliveEntries are the entry functions of an open HTTP connection's
-// goroutines (as in caddymodule's soak test).
-var keepAliveEntries = map[string]bool{
-	"net/http.(*persistConn).readLoop": true, "net/http.(*persistConn).writeLoop": true, "net/http.(*conn).serve": true,
-}
-
 // heldFinding says what holds the goroutines the gateway had after the
 // load and not before it, by entry function.
 func heldFinding(before, after map[string]int) string {
-	var conns, others int
-	var parts []string
-	fns := make([]string, 0, len(after)+len(before))
-	for fn := range after {
-		fns = append(fns, fn)
-	}
-	for fn := range before {
-		if _, ok := after[fn]; !ok {
-			fns = append(fns, fn)
-		}
-	}
-	sort.Strings(fns)
-	for _, fn := range fns {
-		d := after[fn] - before[fn]
-		if d == 0 {
-			continue
-		}
-		if keepAliveEntries[fn] {
-			conns += d
-		} else {
-			others += d
-		}
-		parts = append(parts, fmt.Sprintf("%+d `%s`", d, fn))
+	changes, conns, others := goroutines.Diff(before, after)
+	parts := make([]string, len(changes))
+	for i, c := range changes {
+		parts[i] = fmt.Sprintf("%+d `%s`", c.N, c.Fn)
 	}
 	return fmt.Sprintf("By entry function (a goroutine dump before and after), the difference is %+d goroutines of open HTTP connections (idle keep-alive connections to the engines, kept up to 2 minutes by Caddy's transport and 90 s by `/tokenize`'s, each a read and a write loop) and %+d others: %s.", conns, others, strings.Join(parts, ", "))
 }

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/goroutines"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
@@ -61,7 +62,7 @@ type soakGauge struct {
 	At         string  `json:"at"`
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
-	// Held counts the goroutines by entry function (goroutineEntries),
+	// Held counts the goroutines by entry function (internal/goroutines),
 	// in the gauges before and after the load.
 	Held map[string]int `json:"held,omitempty"`
 }
@@ -716,10 +717,10 @@ func (s *soak) verdicts(outcomes map[string]int) {
 	// The gateway's own process holds nothing but keep-alive connections
 	// more than before (in-process, the engines' and clients' goroutines
 	// are counted too, and only the bound above applies).
-	lines, others := heldDiff(base.Held, last.Held)
-	t.Logf("goroutines after the load − before it, by entry function: %s", strings.Join(lines, ", "))
+	changes, _, others := goroutines.Diff(base.Held, last.Held)
+	t.Logf("goroutines after the load − before it, by entry function: %v", changes)
 	if s.external && (others > soakHeldSlack || others < -soakHeldSlack) {
-		t.Errorf("%+d goroutines other than keep-alive connections after the load (at most ±%d): %s", others, soakHeldSlack, strings.Join(lines, ", "))
+		t.Errorf("%+d goroutines other than keep-alive connections after the load (at most ±%d): %v", others, soakHeldSlack, changes)
 	}
 	if last.RSSMiB > lim.RSSMiB {
 		t.Errorf("RSS: %.1f MiB before the load, %.1f MiB after it (at most %.1f MiB allowed)", base.RSSMiB, last.RSSMiB, lim.RSSMiB)
