@@ -95,45 +95,42 @@ ensure_test_deps() {
 	ensure_tokenizer_files
 }
 
+# ensure_pyzmq: Debian's python3-zmq and python3-msgpack, the real libzmq
+# peer of the interop tests.
 ensure_pyzmq() {
-	if /usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null; then
-		return
-	fi
-	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		log "installing python3-zmq python3-msgpack (libzmq interop tests)"
-		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-zmq python3-msgpack >/dev/null
-	else
-		if [[ -n "${CI:-}" ]]; then
-			log "WARNING: python3-zmq/python3-msgpack missing and not root: under CI the libzmq interop tests will FAIL"
-		else
-			log "WARNING: python3-zmq/python3-msgpack missing and not root: the libzmq interop tests will be SKIPPED"
-		fi
-		log "         install them with: sudo apt-get install python3-zmq python3-msgpack"
-	fi
+	/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null ||
+		ensure_apt "the libzmq interop tests" python3-zmq python3-msgpack
 }
 
-# ensure_prometheus installs Debian's prometheus package (prometheus and
-# promtool): the tests check the alert rules with promtool and run every
-# dashboard query against a real Prometheus scraping a real gateway. Only the
+# ensure_prometheus: Debian's prometheus package (prometheus and promtool):
+# the tests check the alert rules with promtool and run every dashboard
+# query against a real Prometheus scraping a real gateway. Only the
 # binaries are used; the package's own service does not matter (the tests
 # start their own prometheus on a free port).
 ensure_prometheus() {
-	if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+	{ command -v prometheus && command -v promtool; } >/dev/null ||
+		ensure_apt "the dashboard and alert rule tests" prometheus
+}
+
+# ensure_apt installs Debian packages $2... that the tests named $1 need,
+# when running as root; otherwise it says those tests will be skipped
+# (failed under CI, where the Go tests refuse to skip).
+ensure_apt() {
+	local what=$1 pkgs
+	shift
+	pkgs="$*"
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		log "installing $pkgs ($what)"
+		apt-get update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 		return
 	fi
-	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		log "installing prometheus (dashboard and alert rule tests)"
-		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+	if [[ -n "${CI:-}" ]]; then
+		log "WARNING: ${pkgs// //} missing and not root: under CI $what will FAIL"
 	else
-		if [[ -n "${CI:-}" ]]; then
-			log "WARNING: prometheus/promtool missing and not root: under CI the dashboard and alert rule tests will FAIL"
-		else
-			log "WARNING: prometheus/promtool missing and not root: the dashboard and alert rule tests will be SKIPPED"
-		fi
-		log "         install them with: sudo apt-get install prometheus"
+		log "WARNING: ${pkgs// //} missing and not root: $what will be SKIPPED"
 	fi
+	log "         install them with: sudo apt-get install $pkgs"
 }
 
 # ensure_tokenizer_files fetches the real tokenizer files that the tokenizer
