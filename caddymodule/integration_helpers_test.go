@@ -925,6 +925,21 @@ func waitBlocks(t testing.TB, dial string, n int) fleet.EngineReport {
 	return r
 }
 
+// waitIdle waits until the gateway's gauges of dial show nothing running
+// or waiting. A request sent straight to an engine (direct) stays in its
+// gauges until the next scrape sees it end, and so does one of the
+// gateway's own that ended while a scrape was in flight (upstreams'
+// Reservation.Done: the safe side). Routing rightly weighs a holder that
+// looks busy against the prefill it saves — with no max_inflight, one
+// waiting request makes an engine full — so a test that asserts prefix
+// routing for back-to-back requests waits for this before each.
+func waitIdle(t testing.TB, dial string) {
+	t.Helper()
+	waitGauges(t, dial, dial+" idle in the gateway's gauges", func(r fleet.EngineReport) bool {
+		return r.Running == 0 && r.Waiting == 0
+	})
+}
+
 // waitGauges waits until the gateway's view of dial satisfies cond.
 func waitGauges(t testing.TB, dial, what string, cond func(fleet.EngineReport) bool) {
 	t.Helper()

@@ -70,6 +70,7 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	route := func(phase string) {
 		t.Helper()
 		for i := range 10 {
+			waitIdle(t, holder.Addr()) // the previous request's end scraped
 			r := mustSend(t, "", chat{system: prefix, user: fmt.Sprintf("%s %d", phase, i), maxTokens: 2}.body(), nil)
 			if r.upstream != holder.Addr() || r.tier != "precise" {
 				t.Fatalf("%s request %d: %s on %q, want %s on precise", phase, i, r.upstream, r.tier, holder.Addr())

@@ -42,6 +42,7 @@ func TestPolicyLoRAPrecise(t *testing.T) {
 	}{
 		{"sql-lora", loraHolder}, {"sim-model", baseHolder}, {"sql-lora", loraHolder}, {"sim-model", baseHolder},
 	} {
+		waitIdle(t, c.want.Addr()) // the warm-up's or the last request's end scraped
 		before := c.want.Stats()
 		body := asModel(chat{system: prefix, user: "list the tables", maxTokens: 2}.body(), c.model)
 		r := send(context.Background(), "", body, nil)

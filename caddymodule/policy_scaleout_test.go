@@ -102,6 +102,18 @@ func TestPolicyScaleOut(t *testing.T) {
 	s := second.PolicySettings("default")
 	for i, e := range engines {
 		for j := range 3 {
+			// Until both gateways' scrapes see the previous request (or
+			// the warm-up) end, e may look busy and rightly lose the
+			// prefix to an idle engine (see waitIdle).
+			waitIdle(t, e.Addr())
+			eventually(t, 10*time.Second, "second gateway's gauges of "+e.Addr()+" idle", func() bool {
+				for _, r := range second.EngineReports() {
+					if r.Dial == e.Addr() {
+						return r.Running == 0 && r.Waiting == 0
+					}
+				}
+				return false
+			})
 			body := chat{system: prefixes[i], user: fmt.Sprintf("question %d", j), maxTokens: 2}.body()
 			r := mustSend(t, "", body, nil)
 			if r.upstream != e.Addr() || r.tier != "precise" {
