@@ -1,10 +1,12 @@
 package chattemplate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -230,30 +232,42 @@ func (d *jsonDecoder) str() (string, error) {
 // slowStr finishes a string holding escapes or non-ASCII bytes, from
 // start (after the opening quote); d.i is at the first such byte. Runs of
 // bytes that decode to themselves (ASCII, valid UTF-8) are copied whole.
+// The output is sized once, to the raw string's length (decoding only
+// shortens it, but for invalid bytes, which grow to U+FFFD), and becomes
+// the string without a copy: a long message is most of a request.
 func (d *jsonDecoder) slowStr(start int) (string, error) {
-	out := make([]byte, 0, d.i-start+64)
+	var sb strings.Builder
+	sb.Grow(closingQuote(d.b, d.i) - start)
+	out := make([]byte, 0, 64)
 	run := start
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
-		case c == '"':
-			out = append(out, d.b[run:d.i]...)
+		case plainASCII[c]:
 			d.i++
-			return string(out), nil
+		case c == '"':
+			sb.Write(out)
+			sb.Write(d.b[run:d.i])
+			d.i++
+			return sb.String(), nil
 		case c == '\\':
+			// Escapes decode through the small buffer, flushed at each
+			// so that runs go to the builder directly.
+			sb.Write(d.b[run:d.i])
 			var err error
-			if out, err = d.escape(append(out, d.b[run:d.i]...)); err != nil {
+			if out, err = d.escape(out[:0]); err != nil {
 				return "", err
 			}
+			sb.Write(out)
+			out = out[:0]
 			run = d.i
 		case c < 0x20:
 			return "", d.errorf("control character %#x in a string", c)
-		case c < utf8.RuneSelf:
-			d.i++
 		default:
 			r, size := utf8.DecodeRune(d.b[d.i:])
 			if r == utf8.RuneError && size == 1 {
-				out = utf8.AppendRune(append(out, d.b[run:d.i]...), r) // U+FFFD, as encoding/json
+				sb.Write(d.b[run:d.i])
+				sb.WriteRune(r) // U+FFFD, as encoding/json
 				run = d.i + 1
 			}
 			d.i += size
@@ -268,7 +282,7 @@ func (d *jsonDecoder) escape(out []byte) ([]byte, error) {
 		return nil, errJSONEnd
 	}
 	c := d.b[d.i+1]
-	if simple, ok := simpleEscapes[c]; ok {
+	if simple := simpleEscapes[c]; simple != 0 {
 		d.i += 2
 		return append(out, simple), nil
 	}
@@ -299,7 +313,39 @@ func (d *jsonDecoder) escape(out []byte) ([]byte, error) {
 	return utf8.AppendRune(out, r), nil
 }
 
-var simpleEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+// simpleEscapes maps the byte after a backslash to what it stands for; 0
+// marks no simple escape.
+var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// plainASCII marks the bytes a JSON string holds as themselves: ASCII
+// but for the quote, the backslash and control characters.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// closingQuote returns the index of the quote that ends the string whose
+// text continues at b[i:] (len(b) when there is none): the first quote
+// after an even run of backslashes.
+func closingQuote(b []byte, i int) int {
+	for {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return len(b)
+		}
+		q := i + k
+		n := 0
+		for n < q && b[q-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
+}
 
 // hex4 reads the four hex digits of a \u escape at i.
 func (d *jsonDecoder) hex4(i int) (rune, error) {
