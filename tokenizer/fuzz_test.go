@@ -9,7 +9,8 @@ import (
 var fuzzFixtures = []string{"bytelevel.json", "sentencepiece.json", "metaspace.json"}
 
 // FuzzEncode feeds arbitrary bytes to every fixture: nothing may panic,
-// every id must decode, the section cache must not change them, and on the byte-level fixture (which has no
+// every id must decode, the section and prefix caches must not change
+// them, and on the byte-level fixture (which has no
 // normalizer and no stripping added tokens) decoding must give back the
 // text exactly.
 func FuzzEncode(f *testing.F) {
@@ -35,6 +36,7 @@ func FuzzEncode(f *testing.F) {
 			tk.Decode(ids, true)
 			checkSectionCache(t, name, tk, s)
 		}
+		checkPrefixFuzz(t, tks["bytelevel.json"], s)
 		if !utf8.ValidString(s) {
 			return
 		}

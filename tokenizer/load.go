@@ -172,6 +172,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.rawPieces = markRawByteLevel(t.pre)
+	if resumablePre(t.pre) {
+		t.prefixes = newPrefixCache()
+	}
 	if t.added, err = buildAdded(f.AddedTokens, t.normalizer); err != nil {
 		return nil, err
 	}

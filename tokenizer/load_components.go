@@ -184,7 +184,7 @@ func buildSplit(c *componentJSON) (preTokenizer, error) {
 		s.find = literalFinder{*c.Pattern.String}
 	case c.Pattern.Regex != nil:
 		if m, ok := knownPatterns[*c.Pattern.Regex]; ok {
-			s.find = matchFinder{m}
+			s.find, s.known = matchFinder{m}, true
 		} else if s.find, err = compileRegex(*c.Pattern.Regex); err != nil {
 			return nil, fmt.Errorf("tokenizer: pre_tokenizer Split: %w", err)
 		}

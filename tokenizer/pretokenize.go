@@ -122,6 +122,7 @@ type splitter struct {
 	find     finder
 	behavior splitBehavior
 	invert   bool
+	known    bool // find is a scanner of knownPatterns
 }
 
 func (p *splitter) appendPieces(dst []string, s string, _ bool, sc *scratch) []string {

@@ -17,6 +17,9 @@ type scratch struct {
 	heap     []mergeCandidate
 	ids      []int32
 	buf      []byte
+	// hashes and checkpoints serve the prefix cache.
+	hashes      []uint64
+	checkpoints []checkpoint
 }
 
 // scratchPool is the package's only shared mutable state: a pool of scratch

@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// withoutSections is tk with the section cache off; withSections has one
-// that caches every section, however short.
+// withoutSections is tk with the section and prefix caches off;
+// withSections has a section cache that caches every section, however
+// short.
 func withoutSections(tk *Tokenizer) *Tokenizer {
 	c := *tk
-	c.sections = nil
+	c.sections, c.prefixes = nil, nil
 	return &c
 }
 

@@ -18,6 +18,10 @@ type Tokenizer struct {
 	// sections caches the ids of long stretches between added tokens
 	// (section_cache.go); nil disables it.
 	sections *sectionCache
+	// prefixes caches the ids of long sections up to checkpoints, for
+	// sections that share a prefix with a stored one (prefix_cache.go);
+	// nil when the pre-tokenizer cannot resume mid-text, or disabled.
+	prefixes *prefixCache
 }
 
 // Encode returns the ids of text. With addSpecialTokens the post-processor's
@@ -84,6 +88,9 @@ func (t *Tokenizer) appendSection(dst []int, s string, first bool, sc *scratch) 
 func (t *Tokenizer) appendNormalized(dst []int, s string, first bool, sc *scratch) []int {
 	if t.pre == nil {
 		return t.model.appendWord(dst, s, t.rawPieces, sc)
+	}
+	if t.prefixes != nil && len(s) >= minPrefixBytes {
+		return t.appendPrefixed(dst, s, first, sc)
 	}
 	pieces := t.pre.appendPieces(sc.takePieces(), s, first, sc)
 	for _, p := range pieces {

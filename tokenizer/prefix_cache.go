@@ -1,0 +1,230 @@
+package tokenizer
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Long prompts often differ only at their end: a document or a few-shot
+// block with a new question after it, in one message. The section cache
+// (section_cache.go) cannot help there, as no section repeats whole. The
+// prefix cache keeps, for the normalized text of a long section, the ids
+// of its pieces up to checkpoints every prefixStride bytes, so a section
+// that shares a stored one's first n bytes is encoded from near n on.
+//
+// Resuming is exact only at a fence: a piece boundary b where the text
+// reads ASCII letter or digit, space, ASCII letter (s[b-1], s[b], s[b+1]).
+// With the split patterns of knownPatterns and byte-level pieces (see
+// resumablePre), every match that starts before b ends at or before it and
+// looks at nothing past s[b]: letter, digit and punctuation runs all stop
+// at the space, contractions are at most three characters, and the
+// whitespace alternatives cannot start before b since s[b-1] is no space.
+// So two texts that share s[:b+2] have the same pieces before b, and the
+// pieces from b on are those of s[b:] alone, the scanners being without
+// look-behind. A checkpoint at n resumes from the last fence at least
+// fenceMargin bytes before n.
+const (
+	// prefixStride is the spacing of checkpoints in the normalized text.
+	prefixStride = 1024
+	// minPrefixBytes leaves shorter sections to the section and word
+	// caches: what the prefix cache could save there is not worth the
+	// hashing.
+	minPrefixBytes = 4 * prefixStride
+	// fenceMargin keeps a checkpoint's fence clear of its end.
+	fenceMargin = 8
+	// prefixCacheBudget bounds the cache: the stored texts' bytes, 4 per
+	// id and an entry's overhead per checkpoint. Past it the cache is
+	// emptied, as the section cache is.
+	prefixCacheBudget = 16 << 20
+	// prefixEntryBytes is the cost counted per checkpoint entry.
+	prefixEntryBytes = 64
+)
+
+// prefixEntry is one checkpoint of a stored section: text[:n] is the
+// prefix it stands for, ids[:nids] the ids of its pieces before fence.
+type prefixEntry struct {
+	text  string // the stored section, shared by all its checkpoints
+	n     int
+	fence int
+	ids   []int32 // the stored section's ids, shared likewise
+	nids  int
+}
+
+// prefixCache maps the hash of a checkpoint's prefix (with the section's
+// first flag) to its entry. A section is stored when one of its prefixes
+// was seen before: the first request with a new document is most often
+// the only one, and storing each would churn the cache. It is safe for
+// concurrent use.
+type prefixCache struct {
+	seed  maphash.Seed
+	mu    sync.RWMutex
+	m     map[uint64]prefixEntry
+	seen  map[uint64]struct{} // checkpoint hashes of sections not stored
+	bytes int
+	hits  atomic.Int64 // encodings resumed from a checkpoint
+}
+
+func newPrefixCache() *prefixCache {
+	return &prefixCache{seed: maphash.MakeSeed(), m: map[uint64]prefixEntry{}, seen: map[uint64]struct{}{}}
+}
+
+// hashes appends the hash of (first, s[:k*prefixStride]) for every k ≥ 1
+// that fits in s.
+func (c *prefixCache) hashes(dst []uint64, s string, first bool) []uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	if first {
+		_ = h.WriteByte(1)
+	} else {
+		_ = h.WriteByte(0)
+	}
+	for n := prefixStride; n <= len(s); n += prefixStride {
+		_, _ = h.WriteString(s[n-prefixStride : n])
+		dst = append(dst, h.Sum64())
+	}
+	return dst
+}
+
+// longest returns the entry of the longest stored prefix of s, by its
+// checkpoint hashes hs; the text is compared, so a hash collision costs
+// nothing but the comparison.
+func (c *prefixCache) longest(hs []uint64, s string) (prefixEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for k := len(hs); k > 0; k-- {
+		e, ok := c.m[hs[k-1]]
+		if ok && e.n == k*prefixStride && e.text[:e.n] == s[:e.n] {
+			c.hits.Add(1)
+			return e, true
+		}
+	}
+	return prefixEntry{}, false
+}
+
+// checkpoint is where encoding a section may resume for one checkpoint:
+// at fence, after nids of its ids.
+type checkpoint struct{ fence, nids int }
+
+// put stores s's checkpoints past the prefix already stored (from, in
+// bytes) when any of them was seen before; otherwise it marks them seen.
+// cps[k] belongs to hs[k]; a zero fence marks a checkpoint without one.
+func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []checkpoint, ids []int) {
+	k0 := from / prefixStride
+	if k0 >= len(hs) {
+		return
+	}
+	cost := len(s) + 4*len(ids) + prefixEntryBytes*(len(hs)-k0)
+	if cost > prefixCacheBudget/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	again := false
+	for _, h := range hs[k0:] {
+		if _, ok := c.seen[h]; ok {
+			again = true
+			break
+		}
+	}
+	if !again {
+		if len(c.seen)+len(hs) > maxSeenSections {
+			clear(c.seen)
+		}
+		for _, h := range hs[k0:] {
+			c.seen[h] = struct{}{}
+		}
+		return
+	}
+	if c.bytes+cost > prefixCacheBudget {
+		clear(c.m)
+		c.bytes = 0
+	}
+	text, stored := strings.Clone(s), make([]int32, len(ids)) // do not pin the request's text
+	for i, id := range ids {
+		stored[i] = int32(id)
+	}
+	for k := k0; k < len(hs); k++ {
+		if cps[k].fence > 0 {
+			c.m[hs[k]] = prefixEntry{text: text, n: (k + 1) * prefixStride, fence: cps[k].fence, ids: stored, nids: cps[k].nids}
+		}
+	}
+	c.bytes += cost
+}
+
+// isFence reports whether a piece starting at s[i:] is a fence (see above).
+func isFence(s string, i int) bool {
+	return i > 0 && i+1 < len(s) && s[i] == ' ' && isASCIILetter(s[i+1]) &&
+		(isASCIILetter(s[i-1]) || s[i-1] >= '0' && s[i-1] <= '9')
+}
+
+// resumablePre reports whether p is made only of the steps the fence
+// argument above holds for: Isolated splits with a known pattern and
+// byte-level steps that neither add a prefix space nor map the pieces.
+func resumablePre(p preTokenizer) bool {
+	switch p := p.(type) {
+	case *splitter:
+		return p.known && p.behavior == behaviorIsolated && !p.invert
+	case *byteLevelPre:
+		return !p.addPrefixSpace && !p.mapBytes
+	case *sequencePre:
+		for _, s := range p.steps {
+			if !resumablePre(s) {
+				return false
+			}
+		}
+		return len(p.steps) > 0
+	}
+	return false
+}
+
+// appendPrefixed is appendNormalized for a long section through the
+// prefix cache: the ids of the longest stored prefix, then the pieces
+// from its fence on; what was not stored yet is offered to the cache.
+func (t *Tokenizer) appendPrefixed(dst []int, s string, first bool, sc *scratch) []int {
+	c := t.prefixes
+	hs := c.hashes(sc.hashes[:0], s, first)
+	sc.hashes = hs
+	start, from := len(dst), 0
+	if e, ok := c.longest(hs, s); ok {
+		dst = appendIDs(dst, e.ids[:e.nids])
+		from = e.fence
+	}
+	cps := sc.checkpoints[:0]
+	for range hs {
+		cps = append(cps, checkpoint{})
+	}
+	dst, ok := t.appendFenced(dst, s, from, start, cps, sc)
+	sc.checkpoints = cps[:0]
+	if ok && len(s)-from >= 2*prefixStride {
+		c.put(s, first, from, hs, cps, dst[start:])
+	}
+	return dst
+}
+
+// appendFenced encodes s[from:] piece by piece (from is 0 or a fence) and
+// records in cps, for each checkpoint past from, the last fence at least
+// fenceMargin bytes before it and the ids (counted from base in dst)
+// before that fence. It reports false when the pieces do not cover s[from:]
+// exactly, which would make their offsets wrong: nothing may be stored.
+func (t *Tokenizer) appendFenced(dst []int, s string, from, base int, cps []checkpoint, sc *scratch) ([]int, bool) {
+	pieces := t.pre.appendPieces(sc.takePieces(), s[from:], false, sc)
+	k, last, off := from/prefixStride, checkpoint{}, from
+	for _, p := range pieces {
+		if isFence(s, off) {
+			for k < len(cps) && off+fenceMargin > (k+1)*prefixStride {
+				cps[k] = last
+				k++
+			}
+			last = checkpoint{fence: off, nids: len(dst) - base}
+		}
+		dst = t.model.appendWord(dst, p, t.rawPieces, sc)
+		off += len(p)
+	}
+	for ; k < len(cps) && last.fence+fenceMargin <= (k+1)*prefixStride; k++ {
+		cps[k] = last
+	}
+	sc.givePieces(pieces)
+	return dst, off == len(s)
+}
