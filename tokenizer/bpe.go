@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -96,8 +97,10 @@ func (m *bpeModel) appendPart(dst []int, word string, raw bool, sc *scratch) []i
 }
 
 func appendIDs(dst []int, ids []int32) []int {
-	for _, id := range ids {
-		dst = append(dst, int(id))
+	n := len(dst)
+	dst = slices.Grow(dst, len(ids))[:n+len(ids)]
+	for i, id := range ids {
+		dst[n+i] = int(id)
 	}
 	return dst
 }
