@@ -157,6 +157,9 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				if t.pid != 0 {
 					cpu0, _ = procCPU(t.pid)
 				}
+				if round == 1 && t.gw != nil && env.Profile {
+					go saveAllocs(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".allocs.pprof"))
+				}
 				var prof chan []string
 				if round == 0 && t.gw != nil && t.name != "plain" && env.Profile {
 					prof = make(chan []string, 1)
@@ -390,6 +393,28 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// saveAllocs records what the gateway allocated during d (a delta of its
+// allocs profile, through the admin API) into path, for `go tool pprof
+// -sample_index=alloc_space`: a diagnostic, so failures are only logged.
+func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) {
+	secs := max(1, int(d.Seconds()))
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", gw.AdminBase, secs))
+	if err != nil {
+		log.Printf("allocation profile of the gateway: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		log.Printf("allocation profile of the gateway: %v", err)
+	}
 }
 
 // profileTop records a CPU profile of the gateway for d through its admin
