@@ -96,6 +96,7 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 	v := f.view(q.Dials, q.Settings)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d := f.decide(q, v, tokens, keys)
+	releaseTokens(tokens, tr)
 	d.Tokenize = tr
 	return d
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -91,61 +92,67 @@ func (m *Model) Dir() string { return m.dir }
 // engine must tokenize it; any other error is a request this model cannot
 // render (the engine would most likely reject it too).
 func (m *Model) Tokenize(req *admission.Request) ([]uint64, error) {
+	return m.AppendTokenize(nil, req)
+}
+
+// AppendTokenize is Tokenize appending the ids to dst, so that a caller
+// can reuse a buffer; on error dst is returned as it was.
+func (m *Model) AppendTokenize(dst []uint64, req *admission.Request) ([]uint64, error) {
 	switch {
 	case len(req.Messages) > 0:
-		return m.chatTokens(req)
+		return m.chatTokens(dst, req)
 	case len(req.Prompt) > 0:
-		return m.promptTokens(req)
+		return m.promptTokens(dst, req)
 	}
-	return nil, ErrRemote
+	return dst, ErrRemote
 }
 
 // promptTokens encodes a completions prompt given as a string or a list of
 // one string; token ids, and batches of prompts, are not rendered here.
-func (m *Model) promptTokens(req *admission.Request) ([]uint64, error) {
+func (m *Model) promptTokens(dst []uint64, req *admission.Request) ([]uint64, error) {
 	var text string
 	p := bytes.TrimSpace(req.Prompt)
 	switch {
 	case len(p) > 0 && p[0] == '"':
 		if err := json.Unmarshal(p, &text); err != nil {
-			return nil, fmt.Errorf("prompt: %w", err)
+			return dst, fmt.Errorf("prompt: %w", err)
 		}
 	case len(p) > 0 && p[0] == '[':
 		var list []string
 		if err := json.Unmarshal(p, &list); err != nil || len(list) != 1 {
-			return nil, ErrRemote
+			return dst, ErrRemote
 		}
 		text = list[0]
 	default:
-		return nil, ErrRemote
+		return dst, ErrRemote
 	}
 	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
-	return m.encode(text, addSpecial), nil
+	return m.encode(dst, text, addSpecial), nil
 }
 
 // chatTokens renders the messages with the model's template and encodes
 // the text. vLLM encodes a rendered chat with add_special_tokens=false by
 // default: the template writes BOS itself where the model wants it.
-func (m *Model) chatTokens(req *admission.Request) ([]uint64, error) {
+func (m *Model) chatTokens(dst []uint64, req *admission.Request) ([]uint64, error) {
 	if m.chat == nil || req.ChatTemplate != "" {
-		return nil, ErrRemote
+		return dst, ErrRemote
 	}
 	in, err := chatInput(req)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	text, err := m.chat.Render(in)
 	switch {
 	case errors.Is(err, chattemplate.ErrNoTemplate):
-		return nil, ErrRemote // the engine may be started with --chat-template
+		return dst, ErrRemote // the engine may be started with --chat-template
 	case errors.Is(err, chattemplate.ErrUnsupportedContent):
-		return nil, ErrRemote // images, audio: the engine's processor adds their tokens
+		return dst, ErrRemote // images, audio: the engine's processor adds their tokens
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rendering the chat template: %w", err)
+		return dst, fmt.Errorf("rendering the chat template: %w", err)
 	}
 	addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
-	return m.encode(text, addSpecial), nil
+	return m.encode(dst, text, addSpecial), nil
 }
 
 // chatInput decodes the request's template inputs, with vLLM's defaults
@@ -204,11 +211,11 @@ var idBuffers = sync.Pool{New: func() any { return new([]int) }}
 
 const maxPooledIDs = 1 << 17
 
-// encode is the tokenizer's Encode through a pooled buffer.
-func (m *Model) encode(text string, addSpecial bool) []uint64 {
+// encode appends the ids of text to dst, through a pooled buffer.
+func (m *Model) encode(dst []uint64, text string, addSpecial bool) []uint64 {
 	bp := idBuffers.Get().(*[]int)
 	ids := m.tok.AppendEncode((*bp)[:0], text, addSpecial)
-	out := toUint64(ids)
+	out := appendUint64(dst, ids)
 	if cap(ids) <= maxPooledIDs {
 		*bp = ids
 		idBuffers.Put(bp)
@@ -216,10 +223,11 @@ func (m *Model) encode(text string, addSpecial bool) []uint64 {
 	return out
 }
 
-func toUint64(ids []int) []uint64 {
-	out := make([]uint64, len(ids))
+func appendUint64(dst []uint64, ids []int) []uint64 {
+	n := len(dst)
+	dst = slices.Grow(dst, len(ids))[:n+len(ids)]
 	for i, id := range ids {
-		out[i] = uint64(id)
+		dst[n+i] = uint64(id)
 	}
-	return out
+	return dst
 }

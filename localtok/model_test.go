@@ -83,6 +83,21 @@ func TestModelTokenize(t *testing.T) {
 	}
 }
 
+// TestModelAppendTokenize: ids are appended after what dst holds, and an
+// error leaves dst as it was.
+func TestModelAppendTokenize(t *testing.T) {
+	m := loadFixture(t, "chatml")
+	dst := append(make([]uint64, 0, 4), 7, 8)
+	got, err := m.AppendTokenize(dst, parse(t, `{"prompt":"hello world"}`))
+	if err != nil || !slices.Equal(got, append([]uint64{7, 8}, chatmlPromptIDs...)) {
+		t.Fatalf("AppendTokenize = %v, %v; want 7 8 then %v", got, err, chatmlPromptIDs)
+	}
+	got, err = m.AppendTokenize(dst, parse(t, `{"prompt":[1,2]}`))
+	if !errors.Is(err, ErrRemote) || !slices.Equal(got, []uint64{7, 8}) {
+		t.Fatalf("AppendTokenize of ids = %v, %v; want dst and ErrRemote", got, err)
+	}
+}
+
 func TestModelSpecialTokensRule(t *testing.T) {
 	// vLLM: chat is encoded without special tokens unless asked, a
 	// completions prompt with them unless asked not to. The fixture's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -125,27 +126,34 @@ func (s *Set) lookup(model string) *entry {
 // local results is checked against remote, an engine's /tokenize for the
 // same request, in the background; remote nil skips the check.
 func (s *Set) Tokenize(req *admission.Request, remote RemoteFunc) (ids []uint64, ok bool) {
+	return s.AppendTokenize(nil, req, remote)
+}
+
+// AppendTokenize is Tokenize appending the ids to dst, so that a caller
+// can reuse a buffer (a sampled check keeps a copy of its own). Without
+// local ids it returns dst as it was and false.
+func (s *Set) AppendTokenize(dst []uint64, req *admission.Request, remote RemoteFunc) (ids []uint64, ok bool) {
 	e := s.lookup(req.Model)
 	if e == nil {
-		return nil, false
+		return dst, false
 	}
 	if e.fallback.Load() {
 		e.c.fellBack.Add(1)
-		return nil, false
+		return dst, false
 	}
-	ids, err := e.model.Tokenize(req)
+	ids, err := e.model.AppendTokenize(dst, req)
 	switch {
 	case errors.Is(err, ErrRemote):
 		e.c.remote.Add(1)
-		return nil, false
+		return dst, false
 	case err != nil:
 		e.c.failed.Add(1)
-		return nil, false
+		return dst, false
 	}
 	e.c.local.Add(1)
 	if remote != nil && s.opts.Sample > 0 && rand.Float64() < s.opts.Sample {
 		select {
-		case s.jobs <- check{e: e, remote: remote, local: ids}:
+		case s.jobs <- check{e: e, remote: remote, local: slices.Clone(ids[len(dst):])}:
 		default:
 			e.c.dropped.Add(1) // the checker is behind: a sample, not a queue
 		}

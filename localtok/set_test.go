@@ -100,6 +100,28 @@ func TestSetMatchingEngine(t *testing.T) {
 	}
 }
 
+// TestSetCheckOwnsItsIDs: a caller that reuses its buffer at once (as
+// the fleet does) does not change what a sampled check compares.
+func TestSetCheckOwnsItsIDs(t *testing.T) {
+	s := NewSet(map[string]*Model{"m": loadFixture(t, "chatml")}, Options{Sample: 1, MismatchLimit: 1}, nil)
+	defer s.Close()
+	req := parse(t, `{"model":"m","prompt":"hello world"}`)
+	buf := make([]uint64, 0, 64)
+	for range 20 {
+		ids, ok := s.AppendTokenize(buf[:0], req, engineSays(chatmlPromptIDs))
+		if !ok || !slices.Equal(ids, chatmlPromptIDs) {
+			t.Fatalf("AppendTokenize = %v, %v", ids, ok)
+		}
+		for i := range ids {
+			ids[i] = 999 // the next request's ids
+		}
+	}
+	waitFor(t, "20 checks", func() bool { st := statsOf(t, s, "m"); return st.Checked+st.Dropped == 20 })
+	if st := statsOf(t, s, "m"); st.Mismatches != 0 || st.Checked == 0 {
+		t.Fatalf("stats %+v: the checks saw the reused buffer", st)
+	}
+}
+
 // TestSetChecksAreBounded: a slow engine never holds requests; samples
 // beyond the checker's queue are dropped, and a failing engine counts
 // errors, not mismatches.
