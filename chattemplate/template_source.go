@@ -76,7 +76,7 @@ func prepareSource(src string) (preparedSource, error) {
 			if !inRaw {
 				body = rewriteTag(body, off, toks)
 				if closer == "}}" && len(toks) > 0 {
-					body = wrapOutput(body)
+					body = splitOutput(body)
 				}
 			}
 		}
@@ -184,6 +184,61 @@ func rewriteTag(tag string, off int, toks []exprToken) string {
 	b.WriteString(tag[last:])
 	return b.String()
 }
+
+// splitOutput wraps an output tag (wrapOutput), first splitting a
+// concatenation that starts with a string literal, {{ 'a' + x + y }},
+// into one output per operand, {{ 'a' }}{{ x }}{{ y }}. Chat templates
+// write each message that way, and the engine builds every partial sum:
+// a long message was copied once per + after it, most of what rendering
+// allocated. The two print the same whenever jinja2 renders the first
+// at all (its + on a str and a non-str raises; strName prints each
+// string as itself). Anything but + at the top level — a conditional, a
+// boolean or comparison operator, ~, arithmetic — leaves the tag whole.
+func splitOutput(tag string) string {
+	content, off := tagContent(tag)
+	toks, err := tokenizeExpr(content)
+	if err != nil || len(toks) < 3 || toks[0].kind != tokString {
+		return wrapOutput(tag)
+	}
+	var cuts []int // offsets in content of the top-level +
+	depth := 0
+	for _, t := range toks {
+		depth += nesting(t)
+		if depth > 0 || nesting(t) != 0 {
+			continue
+		}
+		switch {
+		case isOp(t, "+"):
+			cuts = append(cuts, t.start)
+		case t.kind == tokOp && t.text != "." && t.text != "|":
+			return wrapOutput(tag)
+		case t.kind == tokName && splitStoppers[t.text]:
+			return wrapOutput(tag)
+		}
+	}
+	if len(cuts) == 0 || depth != 0 {
+		return wrapOutput(tag)
+	}
+	open, end := tag[:off], tag[off+len(content):]
+	var b strings.Builder
+	prev := 0
+	for i, c := range append(cuts, len(content)) {
+		left, right := "{{", "}}"
+		if i == 0 {
+			left = open
+		}
+		if i == len(cuts) {
+			right = end
+		}
+		b.WriteString(left + " " + strName + "((" + content[prev:c] + ")) " + right)
+		prev = c + 1
+	}
+	return b.String()
+}
+
+// splitStoppers are the keywords that bind looser than + (or are no part
+// of a plain sum): an output using them is not split.
+var splitStoppers = map[string]bool{"if": true, "else": true, "and": true, "or": true, "not": true, "in": true, "is": true}
 
 // wrapOutput turns {{ expr }} into {{ strName((expr)) }}, keeping the
 // whitespace-control marks where they were.

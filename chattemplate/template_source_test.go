@@ -23,6 +23,16 @@ func TestPrepareSource(t *testing.T) {
 		{"a\r\nb\rc\n", "a\nb\nc"},
 		{"{{ '}}' }}", "{{ llmgw_str(( '}}' )) }}"},
 		{"{ not a tag }", "{ not a tag }"},
+		// A sum that starts with a string is printed operand by operand.
+		{"{{- '<a>' + m.role + '\\n' + m['content'] | trim + f(x, y + 1) -}}",
+			"{{- llmgw_str(( '<a>' )) }}{{ llmgw_str(( m.role )) }}{{ llmgw_str(( '\\n' )) }}{{ llmgw_str(( m['content'] | trim )) }}{{ llmgw_str(( f(x, y + 1) )) -}}"},
+		// Anything else at the top level keeps the tag whole.
+		{"{{ 'a' + x if c else 'b' }}", "{{ llmgw_str(( 'a' + x if c else 'b' )) }}"},
+		{"{{ 'a' + x ~ y }}", "{{ llmgw_str(( 'a' + x ~ y )) }}"},
+		{"{{ 'a' + x - 1 }}", "{{ llmgw_str(( 'a' + x - 1 )) }}"},
+		{"{{ 'a' + x or y }}", "{{ llmgw_str(( 'a' + x or y )) }}"},
+		{"{{ x + 'a' }}", "{{ llmgw_str(( x + 'a' )) }}"},
+		{"{{ ('a' + x) }}", "{{ llmgw_str(( ('a' + x) )) }}"},
 	}
 	for _, c := range cases {
 		got, err := prepareSource(c.src)
