@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
@@ -446,12 +447,19 @@ func approxKey(req *admission.Request, lora string) (key string, nsLen int) {
 	if len(req.Messages) > 0 {
 		raw = req.Messages
 	}
-	text := string(raw[:min(len(raw), approxMaxBytes)])
+	raw = raw[:min(len(raw), approxMaxBytes)]
 	if lora == "" && req.CacheSalt == "" {
-		return text, 0
+		if len(raw) == 0 {
+			return "", 0
+		}
+		// The request's own bytes, not a copy (16 KiB per long request):
+		// nothing writes to a parsed request's body, the tree hashes a
+		// key and keeps none of it, and the key lives in the request's
+		// Decision, no longer than the body it points into.
+		return unsafe.String(unsafe.SliceData(raw), len(raw)), 0
 	}
 	ns := "\x00lora:" + lora + "\x00salt:" + req.CacheSalt + "\x00"
-	return ns + text, len(ns)
+	return ns + string(raw), len(ns)
 }
 
 // promptIDs returns the prompt of a completion request given as token ids
