@@ -395,24 +395,29 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// saveAllocs records what the gateway allocated during d (a delta of its
-// allocs profile, through the admin API) into path, for `go tool pprof
-// -sample_index=alloc_space`: a diagnostic, so failures are only logged.
-func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) {
+// saveProfile fetches the gateway's pprof profile kind (profile, allocs)
+// over d through its admin API into path.
+func saveProfile(ctx context.Context, gw *Gateway, kind string, d time.Duration, path string) error {
 	secs := max(1, int(d.Seconds()))
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", gw.AdminBase, secs))
+	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", gw.AdminBase, kind, secs))
 	if err != nil {
-		log.Printf("allocation profile of the gateway: %v", err)
-		return
+		return err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err == nil {
-		err = os.WriteFile(path, b, 0o644)
-	}
 	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// saveAllocs records what the gateway allocated during d (a delta of its
+// allocs profile) into path, for `go tool pprof -sample_index=alloc_space`:
+// a diagnostic, so failures are only logged.
+func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) {
+	if err := saveProfile(ctx, gw, "allocs", d, path); err != nil {
 		log.Printf("allocation profile of the gateway: %v", err)
 	}
 }
@@ -422,21 +427,8 @@ func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) 
 // module or encoding/json, or nothing when either step fails (the
 // profile is a diagnostic, not a result).
 func profileTop(ctx context.Context, gw *Gateway, d time.Duration, path string) []string {
-	secs := max(1, int(d.Seconds()))
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
-	defer cancel()
-	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", gw.AdminBase, secs))
-	if err != nil {
+	if err := saveProfile(ctx, gw, "profile", d, path); err != nil {
 		log.Printf("profiling the gateway: %v", err)
-		return nil
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	resp.Body.Close()
-	if err != nil {
-		log.Printf("profiling the gateway: %v", err)
-		return nil
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return nil
 	}
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path).Output()
