@@ -347,8 +347,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 	tk, treq := f.tokenizer.Load(), tokenizeRequest(req)
 	start := time.Now()
 	if tokens, ok := f.localTokens(req, func(ctx context.Context) ([]uint64, error) {
-		toks, _, err := tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
-		return toks, err
+		return tk.TokenizeFresh(ctx, cfg.TokenizeURL, cfg.Header, treq)
 	}); ok {
 		tr := TokenizeResult{Local: true, Took: time.Since(start)}
 		if !f.anyLive(v) {

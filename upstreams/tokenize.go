@@ -335,6 +335,41 @@ func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req
 	return tokens, cached, err
 }
 
+// TokenizeFresh is Tokenize without the cache: the engine answers, within
+// the same bound on concurrent calls, and the answer is not kept. A local
+// tokenizer's drift check wants the engine's ids of now, for a prompt no
+// other request is likely to send: answered from the cache it could
+// compare with a stale answer, and kept it would fill the cache with
+// sampled prompts.
+func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header, req TokenizeRequest) ([]uint64, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	w := req.wire()
+	body, err := w.body()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case t.sem <- struct{}{}:
+	default:
+		t.rejected.Add(1)
+		return nil, ErrTokenizerBusy
+	}
+	defer func() { <-t.sem }()
+	t.misses.Add(1)
+	t.inflight.Add(1)
+	toks, err := t.fetch(ctx, url, h, body)
+	t.inflight.Add(-1)
+	if t.closed.Load() {
+		t.client.CloseIdleConnections() // as in lead
+	}
+	if err != nil {
+		t.errs.Add(1)
+	}
+	return toks, err
+}
+
 // tokenize is Tokenize that also returns the request's cache key.
 func (t *Tokenizer) tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, key cacheKey, cached bool, err error) {
 	if err := req.validate(); err != nil {

@@ -262,6 +262,48 @@ func TestTokenizeCache(t *testing.T) {
 	}
 }
 
+// TestTokenizeFresh: a fresh call asks the engine every time, keeps
+// nothing, does not answer from what Tokenize cached, and is bounded like
+// the others.
+func TestTokenizeFresh(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxConcurrent: 1})
+	defer tk.Close()
+	ctx := context.Background()
+	req := TokenizeRequest{Model: "m", Prompt: json.RawMessage(`"fresh"`)}
+	if _, _, err := tk.Tokenize(ctx, f.url(), nil, req); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		toks, err := tk.TokenizeFresh(ctx, f.url(), nil, req)
+		if err != nil || !equalTokens(toks, expectTokens("fresh")) {
+			t.Fatalf("fresh call %d: %v %v", i, toks, err)
+		}
+	}
+	if got := f.calls.Load(); got != 3 {
+		t.Fatalf("the engine saw %d calls, want 3 (one cached, two fresh)", got)
+	}
+	if st := tk.Stats(); st.Entries != 1 || st.Misses != 3 || st.InFlight != 0 {
+		t.Fatalf("stats %+v: fresh calls must not enter the cache", st)
+	}
+	if _, err := tk.TokenizeFresh(ctx, f.url(), nil, TokenizeRequest{}); err == nil {
+		t.Fatal("an empty request was sent")
+	}
+	f.mu.Lock()
+	f.gate, f.arrived = make(chan struct{}), make(chan struct{}, 1)
+	f.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { _, err := tk.TokenizeFresh(ctx, f.url(), nil, req); done <- err }()
+	<-f.arrived
+	if _, err := tk.TokenizeFresh(ctx, f.url(), nil, req); !errors.Is(err, ErrTokenizerBusy) {
+		t.Fatalf("over the concurrency bound: %v, want ErrTokenizerBusy", err)
+	}
+	close(f.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTokenizeLRUEviction(t *testing.T) {
 	f := newFakeTokenizer(t)
 	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: 2})
