@@ -187,6 +187,14 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 			}
 		}
 		for _, t := range targets {
+			if t.gw != nil && env.Profile {
+				// What the gateway holds after the body's phases, beside RSS.
+				if err := saveProfile(ctx, t.gw, "heap", 0, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".heap.pprof")); err != nil {
+					log.Printf("heap profile of the gateway: %v", err)
+				}
+			}
+		}
+		for _, t := range targets {
 			a := acc[t.name]
 			st := OverheadStat{Body: body.Name, Target: t.name, Requests: len(a.lat), Errors: a.errs}
 			if a.wall > 0 {
@@ -395,13 +403,17 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// saveProfile fetches the gateway's pprof profile kind (profile, allocs)
-// over d through its admin API into path.
+// saveProfile fetches the gateway's pprof profile kind (profile, allocs,
+// heap) over d through its admin API into path; d 0 takes the profile as
+// it stands (the heap in use now).
 func saveProfile(ctx context.Context, gw *Gateway, kind string, d time.Duration, path string) error {
-	secs := max(1, int(d.Seconds()))
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	resp, err := getOK(ctx, http.DefaultClient, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", gw.AdminBase, kind, secs))
+	u := fmt.Sprintf("%s/debug/pprof/%s", gw.AdminBase, kind)
+	if d > 0 {
+		u += fmt.Sprintf("?seconds=%d", max(1, int(d.Seconds())))
+	}
+	resp, err := getOK(ctx, http.DefaultClient, u)
 	if err != nil {
 		return err
 	}
