@@ -141,10 +141,7 @@ func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []che
 		clear(c.m)
 		c.bytes = 0
 	}
-	text, stored := strings.Clone(s), make([]int32, len(ids)) // do not pin the request's text
-	for i, id := range ids {
-		stored[i] = int32(id)
-	}
+	text, stored := strings.Clone(s), toInt32(ids) // do not pin the request's text
 	for k := k0; k < len(hs); k++ {
 		if cps[k].fence > 0 {
 			c.m[hs[k]] = prefixEntry{text: text, n: (k + 1) * prefixStride, fence: cps[k].fence, ids: stored, nids: cps[k].nids}
@@ -186,31 +183,41 @@ func (t *Tokenizer) appendPrefixed(dst []int, s string, first bool, sc *scratch)
 	c := t.prefixes
 	hs := c.hashes(sc.hashes[:0], s, first)
 	sc.hashes = hs
-	start, from := len(dst), 0
+	r := resume{base: len(dst), first: first}
 	if e, ok := c.longest(hs, s); ok {
 		dst = appendIDs(dst, e.ids[:e.nids])
-		from = e.fence
+		r.from = e.fence
 	}
 	cps := sc.checkpoints[:0]
 	for range hs {
 		cps = append(cps, checkpoint{})
 	}
-	dst, ok := t.appendFenced(dst, s, from, start, cps, sc)
-	sc.checkpoints = cps[:0]
-	if ok && len(s)-from >= 2*prefixStride {
-		c.put(s, first, from, hs, cps, dst[start:])
+	sc.checkpoints = cps
+	dst, ok := t.appendFenced(dst, s, r, sc)
+	if ok && len(s)-r.from >= 2*prefixStride {
+		c.put(s, first, r.from, hs, cps, dst[r.base:])
 	}
+	sc.checkpoints = cps[:0]
 	return dst
 }
 
-// appendFenced encodes s[from:] piece by piece (from is 0 or a fence) and
-// records in cps, for each checkpoint past from, the last fence at least
-// fenceMargin bytes before it and the ids (counted from base in dst)
-// before that fence. It reports false when the pieces do not cover s[from:]
-// exactly, which would make their offsets wrong: nothing may be stored.
-func (t *Tokenizer) appendFenced(dst []int, s string, from, base int, cps []checkpoint, sc *scratch) ([]int, bool) {
-	pieces := t.pre.appendPieces(sc.takePieces(), s[from:], false, sc)
-	k, last, off := from/prefixStride, checkpoint{}, from
+// resume is where appendFenced starts encoding a section.
+type resume struct {
+	from  int  // offset in the section: 0, or a fence
+	base  int  // where the section's ids start in dst
+	first bool // the section starts the input
+}
+
+// appendFenced encodes s[r.from:] piece by piece and records in
+// sc.checkpoints, for each checkpoint past r.from, the last fence at least
+// fenceMargin bytes before it and the ids (counted from r.base in dst)
+// before that fence. It reports false when the pieces do not cover
+// s[r.from:] exactly, which would make their offsets wrong: nothing may be
+// stored.
+func (t *Tokenizer) appendFenced(dst []int, s string, r resume, sc *scratch) ([]int, bool) {
+	pieces := t.pre.appendPieces(sc.takePieces(), s[r.from:], r.first && r.from == 0, sc)
+	cps, base := sc.checkpoints, r.base
+	k, last, off := r.from/prefixStride, checkpoint{}, r.from
 	for _, p := range pieces {
 		if isFence(s, off) {
 			for k < len(cps) && off+fenceMargin > (k+1)*prefixStride {

@@ -80,16 +80,23 @@ func (c *sectionCache) put(s string, first bool, ids []int) {
 	if _, ok := c.m[key]; ok {
 		return
 	}
-	stored := make([]int32, len(ids))
-	for i, id := range ids {
-		stored[i] = int32(id)
-	}
+	stored := toInt32(ids)
 	if c.bytes+cost > sectionCacheBudget {
 		clear(c.m)
 		c.bytes = 0
 	}
 	c.m[key] = stored
 	c.bytes += cost
+}
+
+// toInt32 is a copy of ids as the caches keep them, at half the size
+// (token ids fit in 32 bits).
+func toInt32(ids []int) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
 }
 
 // appendCachedSection is appendSection through the section cache.
