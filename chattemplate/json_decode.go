@@ -246,7 +246,6 @@ func (d *jsonDecoder) slowStr(start int) (string, error) {
 		case plainASCII[c]:
 			d.i++
 		case c == '"':
-			sb.Write(out)
 			sb.Write(d.b[run:d.i])
 			d.i++
 			return sb.String(), nil
