@@ -357,12 +357,21 @@ func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header
 		return nil, ErrTokenizerBusy
 	}
 	defer func() { <-t.sem }()
+	return t.call(ctx, url, h, body)
+}
+
+// call makes one /tokenize call, counted in the stats; the caller holds a
+// slot of t.sem.
+func (t *Tokenizer) call(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
 	t.misses.Add(1)
 	t.inflight.Add(1)
 	toks, err := t.fetch(ctx, url, h, body)
 	t.inflight.Add(-1)
 	if t.closed.Load() {
-		t.client.CloseIdleConnections() // as in lead
+		// Close ran while this call held its connection, which has
+		// just gone back to the idle pool: close it (fetch returned
+		// after putting it there, so this sees it).
+		t.client.CloseIdleConnections()
 	}
 	if err != nil {
 		t.errs.Add(1)
@@ -427,21 +436,12 @@ func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, 
 func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
 	if body, err := w.body(); err != nil {
 		c.err = err
+		t.errs.Add(1)
 	} else {
-		t.misses.Add(1)
-		t.inflight.Add(1)
-		c.tokens, c.err = t.fetch(ctx, url, h, body)
-		t.inflight.Add(-1)
-		if t.closed.Load() {
-			// Close ran while this call held its connection, which has
-			// just gone back to the idle pool: close it (fetch returned
-			// after putting it there, so this sees it).
-			t.client.CloseIdleConnections()
-		}
+		c.tokens, c.err = t.call(ctx, url, h, body)
 	}
 	<-t.sem
 	if c.err != nil {
-		t.errs.Add(1)
 		c.retry = ctx.Err() != nil
 	}
 	if c.err == nil && cap(c.tokens) > len(c.tokens) && t.cacheable(c.tokens) {
