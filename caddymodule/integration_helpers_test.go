@@ -935,10 +935,11 @@ func waitBlocks(t testing.TB, dial string, n int) fleet.EngineReport {
 // routing for back-to-back requests waits for this before each.
 func waitIdle(t testing.TB, dial string) {
 	t.Helper()
-	waitGauges(t, dial, dial+" idle in the gateway's gauges", func(r fleet.EngineReport) bool {
-		return r.Running == 0 && r.Waiting == 0
-	})
+	waitGauges(t, dial, dial+" idle in the gateway's gauges", idle)
 }
+
+// idle reports whether an engine's gauges show nothing running or waiting.
+func idle(r fleet.EngineReport) bool { return r.Running == 0 && r.Waiting == 0 }
 
 // waitGauges waits until the gateway's view of dial satisfies cond.
 func waitGauges(t testing.TB, dial, what string, cond func(fleet.EngineReport) bool) {

@@ -109,7 +109,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			eventually(t, 10*time.Second, "second gateway's gauges of "+e.Addr()+" idle", func() bool {
 				for _, r := range second.EngineReports() {
 					if r.Dial == e.Addr() {
-						return r.Running == 0 && r.Waiting == 0
+						return idle(r)
 					}
 				}
 				return false
