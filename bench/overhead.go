@@ -157,8 +157,13 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				if t.pid != 0 {
 					cpu0, _ = procCPU(t.pid)
 				}
+				var allocs chan struct{}
 				if round == 1 && t.gw != nil && env.Profile {
-					go saveAllocs(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".allocs.pprof"))
+					allocs = make(chan struct{})
+					go func() {
+						defer close(allocs)
+						saveAllocs(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".allocs.pprof"))
+					}()
 				}
 				var prof chan []string
 				if round == 0 && t.gw != nil && t.name != "plain" && env.Profile {
@@ -171,6 +176,9 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				a := acc[t.name]
 				if prof != nil {
 					a.profile = <-prof
+				}
+				if allocs != nil {
+					<-allocs
 				}
 				if t.pid != 0 {
 					cpu1, _ := procCPU(t.pid)
@@ -189,7 +197,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 		for _, t := range targets {
 			if t.gw != nil && env.Profile {
 				// What the gateway holds after the body's phases, beside RSS.
-				if err := saveProfile(ctx, t.gw, "heap", 0, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".heap.pprof")); err != nil {
+				if err := saveProfile(ctx, t.gw, profileSpec{kind: "heap", path: filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".heap.pprof")}); err != nil {
 					log.Printf("heap profile of the gateway: %v", err)
 				}
 			}
@@ -403,15 +411,21 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// saveProfile fetches the gateway's pprof profile kind (profile, allocs,
-// heap) over d through its admin API into path; d 0 takes the profile as
-// it stands (the heap in use now).
-func saveProfile(ctx context.Context, gw *Gateway, kind string, d time.Duration, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+// profileSpec is one pprof profile to take of a gateway.
+type profileSpec struct {
+	kind string        // profile, allocs, heap
+	over time.Duration // the delta or CPU window; 0 takes it as it stands (the heap in use now)
+	path string        // where it is written
+}
+
+// saveProfile fetches the profile p of the gateway through its admin API
+// and writes it to p.path.
+func saveProfile(ctx context.Context, gw *Gateway, p profileSpec) error {
+	ctx, cancel := context.WithTimeout(ctx, p.over+30*time.Second)
 	defer cancel()
-	u := fmt.Sprintf("%s/debug/pprof/%s", gw.AdminBase, kind)
-	if d > 0 {
-		u += fmt.Sprintf("?seconds=%d", max(1, int(d.Seconds())))
+	u := fmt.Sprintf("%s/debug/pprof/%s", gw.AdminBase, p.kind)
+	if p.over > 0 {
+		u += fmt.Sprintf("?seconds=%d", max(1, int(p.over.Seconds())))
 	}
 	resp, err := getOK(ctx, http.DefaultClient, u)
 	if err != nil {
@@ -422,14 +436,14 @@ func saveProfile(ctx context.Context, gw *Gateway, kind string, d time.Duration,
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return os.WriteFile(p.path, b, 0o644)
 }
 
 // saveAllocs records what the gateway allocated during d (a delta of its
 // allocs profile) into path, for `go tool pprof -sample_index=alloc_space`:
 // a diagnostic, so failures are only logged.
 func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) {
-	if err := saveProfile(ctx, gw, "allocs", d, path); err != nil {
+	if err := saveProfile(ctx, gw, profileSpec{kind: "allocs", over: d, path: path}); err != nil {
 		log.Printf("allocation profile of the gateway: %v", err)
 	}
 }
@@ -439,7 +453,7 @@ func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) 
 // module or encoding/json, or nothing when either step fails (the
 // profile is a diagnostic, not a result).
 func profileTop(ctx context.Context, gw *Gateway, d time.Duration, path string) []string {
-	if err := saveProfile(ctx, gw, "profile", d, path); err != nil {
+	if err := saveProfile(ctx, gw, profileSpec{kind: "profile", over: d, path: path}); err != nil {
 		log.Printf("profiling the gateway: %v", err)
 		return nil
 	}
