@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // addedToken is an entry of tokenizer.json's added_tokens.
 type addedToken struct {
@@ -34,9 +37,11 @@ type addedVocab struct {
 
 // tokenTrie is a byte trie over token contents.
 type tokenTrie struct {
-	first [256]bool        // bytes some token starts with
-	edges map[uint32]int32 // node<<8|byte -> child node
-	term  []int32          // per node: token index ending here, or -1
+	first  [256]bool        // bytes some token starts with
+	nfirst int              // how many distinct bytes first holds
+	lead   byte             // the one byte first holds, when nfirst is 1
+	edges  map[uint32]int32 // node<<8|byte -> child node
+	term   []int32          // per node: token index ending here, or -1
 }
 
 func newTokenTrie() *tokenTrie {
@@ -47,7 +52,11 @@ func (t *tokenTrie) add(content string, token int32) {
 	if content == "" {
 		return
 	}
-	t.first[content[0]] = true
+	if !t.first[content[0]] {
+		t.first[content[0]] = true
+		t.nfirst++
+		t.lead = content[0]
+	}
 	node := int32(0)
 	for i := 0; i < len(content); i++ {
 		key := uint32(node)<<8 | uint32(content[i])
@@ -71,7 +80,17 @@ func (t *tokenTrie) find(s string, from int) (start, end int, token int32) {
 		return 0, 0, -1
 	}
 	for i := from; i < len(s); i++ {
-		if !t.first[s[i]] {
+		if t.nfirst == 1 {
+			// Most vocabularies' added tokens all start with '<':
+			// IndexByte's vectorized search skips to the next one, where
+			// the table test below costs a load and a branch per byte
+			// of a long prompt.
+			j := strings.IndexByte(s[i:], t.lead)
+			if j < 0 {
+				break
+			}
+			i += j
+		} else if !t.first[s[i]] {
 			continue
 		}
 		node, best, bestTok := int32(0), -1, int32(-1)
