@@ -12,6 +12,8 @@ func TestNormalizers(t *testing.T) {
 		config, in, want string
 	}{
 		{`{"type":"NFC"}`, "e\u0301", "é"},
+		{`{"type":"NFC"}`, strings.Repeat("plain ASCII text ", 3) + "e\u0301", strings.Repeat("plain ASCII text ", 3) + "é"},
+		{`{"type":"NFKC"}`, strings.Repeat("ascii only, 32 bytes or more... ", 2), strings.Repeat("ascii only, 32 bytes or more... ", 2)},
 		{`{"type":"NFD"}`, "é", "e\u0301"},
 		{`{"type":"NFKC"}`, "ﬁ①", "fi1"},
 		{`{"type":"NFKD"}`, "ﬁé", "fie\u0301"},

@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"encoding/binary"
 	"strings"
 	"unicode"
+	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -17,7 +19,36 @@ type normalizer interface {
 // case and costs no allocation.
 type unicodeNorm struct{ form norm.Form }
 
-func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }
+func (n unicodeNorm) normalize(s string) string {
+	if isASCII(s) {
+		// Every form maps ASCII to itself. The check reads eight bytes
+		// at a time, norm's quick check one: on a long English prompt
+		// this is most of the normalizer's cost.
+		return s
+	}
+	return n.form.String(s)
+}
+
+// isASCII reports whether s holds only bytes below 0x80.
+func isASCII(s string) bool {
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	var acc uint64
+	i := 0
+	for ; i+32 <= len(b); i += 32 {
+		acc |= binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
+			binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
+		if acc&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i+8 <= len(b); i += 8 {
+		acc |= binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(b); i++ {
+		acc |= uint64(b[i])
+	}
+	return acc&0x8080808080808080 == 0
+}
 
 // lowercaseNorm lowercases rune by rune, as Rust's char::to_lowercase does:
 // İ becomes "i̇" and there is no final-sigma rule.
