@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // DecodeJSON decodes one JSON document the way Python's json.loads reads
@@ -27,7 +29,19 @@ import (
 // tokenized chat request, where encoding/json's token stream cost as much
 // as encoding the prompt (FuzzDecodeJSON holds it to encoding/json).
 func DecodeJSON(data []byte) (any, error) {
-	d := jsonDecoder{b: data}
+	return decodeJSON(jsonDecoder{b: data})
+}
+
+// DecodeJSONShared is DecodeJSON for a document that nothing changes while
+// the result is in use, such as a parsed request's body: strings without
+// escapes or non-ASCII bytes are views of data's bytes, not copies. A
+// long message is usually such a string, and copying it was most of the
+// decoder's cost and an allocation the size of the request.
+func DecodeJSONShared(data []byte) (any, error) {
+	return decodeJSON(jsonDecoder{b: data, share: true})
+}
+
+func decodeJSON(d jsonDecoder) (any, error) {
 	v, err := d.value(0)
 	if err == nil {
 		d.space()
@@ -43,8 +57,9 @@ func DecodeJSON(data []byte) (any, error) {
 
 // jsonDecoder is DecodeJSON's cursor over one document.
 type jsonDecoder struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	share bool // strings may point into b (DecodeJSONShared)
 }
 
 var errJSONEnd = errors.New("unexpected end of JSON input")
@@ -208,10 +223,18 @@ func (d *jsonDecoder) digits() int {
 }
 
 // str reads a string. Most strings hold no escape and are valid UTF-8:
-// those are one copy of their bytes.
+// those are one copy of their bytes, or none when the decoder shares the
+// document's memory (DecodeJSONShared).
 func (d *jsonDecoder) str() (string, error) {
 	d.i++ // '"'
 	start := d.i
+	if end, ok := plainRun(d.b, start); ok {
+		d.i = end + 1
+		if d.share {
+			return unsafe.String(unsafe.SliceData(d.b[start:end]), end-start), nil
+		}
+		return string(d.b[start:end]), nil
+	}
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
@@ -227,6 +250,40 @@ func (d *jsonDecoder) str() (string, error) {
 		d.i++
 	}
 	return "", errJSONEnd
+}
+
+// plainRun finds the quote ending the string whose text begins at b[i:]
+// when all of that text is plain ASCII (no escape, no control character,
+// nothing above 0x7F), and reports ok; anything else is left to str's byte
+// loop, which decodes or rejects it. The quote and the backslash are found
+// by IndexByte's vectorized search and the rest is checked eight bytes at
+// a time: a long message is most of a request.
+func plainRun(b []byte, i int) (end int, ok bool) {
+	k := bytes.IndexByte(b[i:], '"')
+	if k < 0 {
+		return 0, false
+	}
+	run := b[i : i+k]
+	if bytes.IndexByte(run, '\\') >= 0 {
+		return 0, false
+	}
+	const lows, highs = 0x2020202020202020, 0x8080808080808080
+	j := 0
+	for ; j+8 <= len(run); j += 8 {
+		// A byte of w is below 0x20 exactly when subtracting 0x20 from
+		// it sets its high bit, as it does for bytes from 0x80; a
+		// borrow into the next byte only follows a byte so flagged.
+		w := binary.LittleEndian.Uint64(run[j:])
+		if (w-lows|w)&highs != 0 {
+			return 0, false
+		}
+	}
+	for ; j < len(run); j++ {
+		if run[j] < 0x20 || run[j] >= utf8.RuneSelf {
+			return 0, false
+		}
+	}
+	return i + k, true
 }
 
 // slowStr finishes a string holding escapes or non-ASCII bytes, from

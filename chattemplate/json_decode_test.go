@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // jsonDecodeCases are documents DecodeJSON and encoding/json must read
@@ -43,6 +44,63 @@ func checkDecodeAgainstReference(t *testing.T, doc []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("DecodeJSON(%q)\n got %#v\nwant %#v", doc, got, want)
+	}
+	shared, sharedErr := DecodeJSONShared(doc)
+	if (sharedErr != nil) != (err != nil) || !reflect.DeepEqual(shared, got) {
+		t.Fatalf("DecodeJSONShared(%q) = %#v, %v; DecodeJSON gave %#v, %v", doc, shared, sharedErr, got, err)
+	}
+}
+
+// TestDecodeJSONSharedViews: the shared decoder's plain strings point into
+// the document, and strings it had to decode do not.
+func TestDecodeJSONSharedViews(t *testing.T) {
+	long := strings.Repeat("words and more words ", 100)
+	doc := []byte(`[{"content":"` + long + `"},"caf\u00e9","tab\there"]`)
+	v, err := DecodeJSONShared(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := v.([]any)
+	content := list[0].(Object).Values["content"].(string)
+	inside := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(doc)))
+		return p >= lo && p < lo+uintptr(len(doc))
+	}
+	if content != long || !inside(content) {
+		t.Fatalf("content: equal %v, a view of the document %v", content == long, inside(content))
+	}
+	for _, x := range list[1:] {
+		if s := x.(string); inside(s) {
+			t.Fatalf("%q, which needed decoding, points into the document", s)
+		}
+	}
+	plain, _ := DecodeJSON(doc)
+	if inside(plain.([]any)[0].(Object).Values["content"].(string)) {
+		t.Fatal("DecodeJSON returned a view of the document")
+	}
+}
+
+// TestPlainRun: the eight-byte check finds a control character, a high
+// byte or a backslash at any position, which the byte loop then handles.
+func TestPlainRun(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		base := []byte(strings.Repeat("a", n) + `"`)
+		if end, ok := plainRun(base, 0); !ok || end != n {
+			t.Fatalf("%d plain bytes: end %d ok %v", n, end, ok)
+		}
+		for i := 0; i < n; i++ {
+			for _, c := range []byte{0x00, 0x1F, '\\', 0x7F + 1, 0xFF} {
+				b := append([]byte(nil), base...)
+				b[i] = c
+				if _, ok := plainRun(b, 0); ok {
+					t.Fatalf("byte %#x at %d of %d taken as plain", c, i, n)
+				}
+			}
+		}
+	}
+	if _, ok := plainRun([]byte("no quote"), 0); ok {
+		t.Fatal("a string with no closing quote taken as plain")
 	}
 }
 

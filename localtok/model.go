@@ -185,7 +185,9 @@ func decodeList(raw []byte, field string) ([]any, error) {
 	if !present(raw) {
 		return nil, nil
 	}
-	v, err := chattemplate.DecodeJSON(raw)
+	// raw is a slice of the request's body, which nothing changes: the
+	// decoded strings may be views of it.
+	v, err := chattemplate.DecodeJSONShared(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
