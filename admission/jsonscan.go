@@ -2,10 +2,11 @@ package admission
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 )
 
 // maxDepth bounds the nesting of any JSON this package walks. encoding/json
@@ -202,7 +203,7 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 			bs = indexFrom(b, i, q, '\\')
 		}
 		var h uint64
-		i, h = controlFrom(b, i, bs)
+		i, h = bytescan.ControlFrom(b, i, bs)
 		high |= h
 		s.i = i
 		if i >= len(b) {
@@ -261,48 +262,6 @@ func indexFrom(b []byte, i, end int, c byte) int {
 	}
 	return end
 }
-
-// controlFrom returns the offset of the first control byte (below 0x20) in
-// b[i:end], or end: 32 bytes a step while there is none, the common case.
-// high has the high bit of every byte before it set in some byte of high,
-// so it is 0 iff they are ASCII: the same pass spares the caller a UTF-8
-// check of them. Plain ASCII, most text, takes the cheapest test.
-func controlFrom(b []byte, i, end int) (_ int, high uint64) {
-	const ctl = lsb * 0x20
-	for ; i+32 <= end; i += 32 {
-		w := b[i : i+32]
-		x0, x1 := binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:])
-		x2, x3 := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
-		// Without a byte below 0x20 nothing borrows, so a high bit
-		// here is a byte of 0x80 or more: zero iff ASCII, no control.
-		if ((x0-ctl)|x0|(x1-ctl)|x1|(x2-ctl)|x2|(x3-ctl)|x3)&msb == 0 {
-			continue
-		}
-		if (hasLess(x0, 0x20) | hasLess(x1, 0x20) | hasLess(x2, 0x20) | hasLess(x3, 0x20)) != 0 {
-			break
-		}
-		high |= x0 | x1 | x2 | x3
-	}
-	for ; i+8 <= end; i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if hasLess(x, 0x20) != 0 {
-			break
-		}
-		high |= x
-	}
-	for ; i < end && b[i] >= 0x20; i++ {
-		high |= uint64(b[i])
-	}
-	return i, high & msb
-}
-
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// hasLess is non-zero iff some byte of x is below n (n <= 128).
-func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'

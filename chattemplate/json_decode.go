@@ -2,7 +2,6 @@ package chattemplate
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 )
 
 // DecodeJSON decodes one JSON document the way Python's json.loads reads
@@ -267,21 +268,8 @@ func plainRun(b []byte, i int) (end int, ok bool) {
 	if bytes.IndexByte(run, '\\') >= 0 {
 		return 0, false
 	}
-	const lows, highs = 0x2020202020202020, 0x8080808080808080
-	j := 0
-	for ; j+8 <= len(run); j += 8 {
-		// A byte of w is below 0x20 exactly when subtracting 0x20 from
-		// it sets its high bit, as it does for bytes from 0x80; a
-		// borrow into the next byte only follows a byte so flagged.
-		w := binary.LittleEndian.Uint64(run[j:])
-		if (w-lows|w)&highs != 0 {
-			return 0, false
-		}
-	}
-	for ; j < len(run); j++ {
-		if run[j] < 0x20 || run[j] >= utf8.RuneSelf {
-			return 0, false
-		}
+	if end, high := bytescan.ControlFrom(run, 0, len(run)); end < len(run) || high != 0 {
+		return 0, false
 	}
 	return i + k, true
 }
@@ -297,7 +285,21 @@ func (d *jsonDecoder) slowStr(start int) (string, error) {
 	sb.Grow(closingQuote(d.b, d.i) - start)
 	out := make([]byte, 0, 64)
 	run := start
+	var seg segmenter
 	for d.i < len(d.b) {
+		if d.i >= seg.end {
+			// The text up to the next quote or backslash decodes to
+			// itself when it holds no control character and is valid
+			// UTF-8: it is skipped whole, as the cases below would
+			// step over it. Text that fails the check is stepped
+			// byte by byte, to its end, by those cases.
+			if clean := seg.next(d.b, d.i); clean {
+				d.i = seg.end
+				if d.i >= len(d.b) {
+					break
+				}
+			}
+		}
 		c := d.b[d.i]
 		switch {
 		case plainASCII[c]:
@@ -330,6 +332,33 @@ func (d *jsonDecoder) slowStr(start int) (string, error) {
 		}
 	}
 	return "", errJSONEnd
+}
+
+// segmenter cuts a string's text into the stretches between quotes and
+// backslashes for slowStr. The next quote is remembered until the cursor
+// passes it, so that a text with many escapes is not searched to its
+// closing quote once per escape.
+type segmenter struct {
+	end   int // where the current stretch ends
+	quote int // the next quote at or after the stretch (len(b) when none); both 0 before the first
+}
+
+// next moves to the stretch beginning at i and reports whether its bytes
+// all decode to themselves.
+func (s *segmenter) next(b []byte, i int) bool {
+	if s.end == 0 || s.quote < i {
+		s.quote = len(b)
+		if k := bytes.IndexByte(b[i:], '"'); k >= 0 {
+			s.quote = i + k
+		}
+	}
+	s.end = s.quote
+	if k := bytes.IndexByte(b[i:s.quote], '\\'); k >= 0 {
+		s.end = i + k
+	}
+	run := b[i:s.end]
+	end, _ := bytescan.ControlFrom(run, 0, len(run))
+	return end == len(run) && utf8.Valid(run)
 }
 
 // escape decodes the escape at d.i onto out.

@@ -1,12 +1,13 @@
 package tokenizer
 
 import (
-	"encoding/binary"
 	"strings"
 	"unicode"
 	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 )
 
 // normalizer rewrites a section of text before pre-tokenization.
@@ -31,23 +32,7 @@ func (n unicodeNorm) normalize(s string) string {
 
 // isASCII reports whether s holds only bytes below 0x80.
 func isASCII(s string) bool {
-	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
-	var acc uint64
-	i := 0
-	for ; i+32 <= len(b); i += 32 {
-		acc |= binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
-			binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
-		if acc&0x8080808080808080 != 0 {
-			return false
-		}
-	}
-	for ; i+8 <= len(b); i += 8 {
-		acc |= binary.LittleEndian.Uint64(b[i:])
-	}
-	for ; i < len(b); i++ {
-		acc |= uint64(b[i])
-	}
-	return acc&0x8080808080808080 == 0
+	return bytescan.IsASCII(unsafe.Slice(unsafe.StringData(s), len(s))) // read only
 }
 
 // lowercaseNorm lowercases rune by rune, as Rust's char::to_lowercase does:

@@ -1,0 +1,69 @@
+// Package bytescan holds the word-at-a-time byte tests that the JSON
+// scanners (admission's request parser, chattemplate's decoder) and the
+// tokenizer's normalizers run over long prompts: read eight bytes at once,
+// they cost a fraction of a per-byte loop.
+package bytescan
+
+import "encoding/binary"
+
+// ControlFrom returns the offset of the first control byte (below 0x20) in
+// b[i:end], or end: 32 bytes a step while there is none, the common case.
+// high has the high bit of every byte before it set in some byte of high,
+// so it is 0 iff they are ASCII: the same pass spares the caller a UTF-8
+// check of them. Plain ASCII, most text, takes the cheapest test.
+func ControlFrom(b []byte, i, end int) (_ int, high uint64) {
+	const ctl = lsb * 0x20
+	for ; i+32 <= end; i += 32 {
+		w := b[i : i+32]
+		x0, x1 := binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:])
+		x2, x3 := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		// Without a byte below 0x20 nothing borrows, so a high bit
+		// here is a byte of 0x80 or more: zero iff ASCII, no control.
+		if ((x0-ctl)|x0|(x1-ctl)|x1|(x2-ctl)|x2|(x3-ctl)|x3)&msb == 0 {
+			continue
+		}
+		if (hasLess(x0, 0x20) | hasLess(x1, 0x20) | hasLess(x2, 0x20) | hasLess(x3, 0x20)) != 0 {
+			break
+		}
+		high |= x0 | x1 | x2 | x3
+	}
+	for ; i+8 <= end; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasLess(x, 0x20) != 0 {
+			break
+		}
+		high |= x
+	}
+	for ; i < end && b[i] >= 0x20; i++ {
+		high |= uint64(b[i])
+	}
+	return i, high & msb
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasLess is non-zero iff some byte of x is below n (n <= 128).
+func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }
+
+// IsASCII reports whether b holds only bytes below 0x80.
+func IsASCII(b []byte) bool {
+	var acc uint64
+	i := 0
+	for ; i+32 <= len(b); i += 32 {
+		acc |= binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
+			binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
+		if acc&msb != 0 {
+			return false
+		}
+	}
+	for ; i+8 <= len(b); i += 8 {
+		acc |= binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(b); i++ {
+		acc |= uint64(b[i])
+	}
+	return acc&msb == 0
+}

@@ -1,0 +1,53 @@
+package bytescan
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestControlFrom: the first byte below 0x20 is found at any position,
+// behind high bytes, which must not hide it; high is zero iff the bytes
+// before it are ASCII.
+func TestControlFrom(t *testing.T) {
+	for n := 0; n <= 70; n++ {
+		for _, fill := range []string{"a", "\xff", "é"} {
+			base := []byte(strings.Repeat(fill, n)[:n])
+			if end, high := ControlFrom(base, 0, n); end != n || (high == 0) != (fill == "a" || n == 0) {
+				t.Fatalf("%d bytes of %q: end %d, high %#x", n, fill, end, high)
+			}
+			for i := 0; i < n; i++ {
+				for c := 0; c < 256; c++ {
+					b := append([]byte(nil), base...)
+					b[i] = byte(c)
+					want := n
+					if c < 0x20 {
+						want = i
+					}
+					if end, _ := ControlFrom(b, 0, n); end != want {
+						t.Fatalf("byte %#x at %d of %d %q: end %d, want %d", c, i, n, fill, end, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestIsASCII puts one non-ASCII byte at every position of strings around
+// the word and block sizes the check reads at once.
+func TestIsASCII(t *testing.T) {
+	for n := 0; n <= 70; n++ {
+		b := []byte(strings.Repeat("a", n))
+		if !IsASCII(b) {
+			t.Fatalf("%d ASCII bytes reported as not ASCII", n)
+		}
+		for i := 0; i < n; i++ {
+			for _, c := range []byte{0x80, 0xC3, 0xFF} {
+				x := append([]byte(nil), b...)
+				x[i] = c
+				if IsASCII(x) {
+					t.Fatalf("byte %#x at %d of %d reported as ASCII", c, i, n)
+				}
+			}
+		}
+	}
+}
