@@ -223,9 +223,9 @@ func (d *jsonDecoder) digits() int {
 	return d.i - start
 }
 
-// str reads a string. Most strings hold no escape and are valid UTF-8:
-// those are one copy of their bytes, or none when the decoder shares the
-// document's memory (DecodeJSONShared).
+// str reads a string. Most strings are plain ASCII without escapes: those
+// are one copy of their bytes, or none when the decoder shares the
+// document's memory (DecodeJSONShared). The rest go to slowStr.
 func (d *jsonDecoder) str() (string, error) {
 	d.i++ // '"'
 	start := d.i
@@ -236,27 +236,13 @@ func (d *jsonDecoder) str() (string, error) {
 		}
 		return string(d.b[start:end]), nil
 	}
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			s := string(d.b[start:d.i])
-			d.i++
-			return s, nil
-		case c == '\\' || c >= utf8.RuneSelf:
-			return d.slowStr(start)
-		case c < 0x20:
-			return "", d.errorf("control character %#x in a string", c)
-		}
-		d.i++
-	}
-	return "", errJSONEnd
+	return d.slowStr(start)
 }
 
 // plainRun finds the quote ending the string whose text begins at b[i:]
 // when all of that text is plain ASCII (no escape, no control character,
-// nothing above 0x7F), and reports ok; anything else is left to str's byte
-// loop, which decodes or rejects it. The quote and the backslash are found
+// nothing above 0x7F), and reports ok; anything else is left to slowStr,
+// which decodes or rejects it. The quote and the backslash are found
 // by IndexByte's vectorized search and the rest is checked eight bytes at
 // a time: a long message is most of a request.
 func plainRun(b []byte, i int) (end int, ok bool) {
@@ -274,8 +260,9 @@ func plainRun(b []byte, i int) (end int, ok bool) {
 	return i + k, true
 }
 
-// slowStr finishes a string holding escapes or non-ASCII bytes, from
-// start (after the opening quote); d.i is at the first such byte. Runs of
+// slowStr reads a string holding escapes, non-ASCII or control bytes (an
+// error), or no closing quote, from start (after the opening quote), where
+// d.i is. Runs of
 // bytes that decode to themselves (ASCII, valid UTF-8) are copied whole.
 // The output is sized once, to the raw string's length (decoding only
 // shortens it, but for invalid bytes, which grow to U+FFFD), and becomes
