@@ -53,6 +53,13 @@ type OverheadParams struct {
 	// behind the other clients (the closed loop of Concurrency clients
 	// saturates a 2-core host).
 	SerialPhase float64 `json:"serial_phase_seconds,omitempty"`
+	// Before, when set, is a Caddy binary built from an earlier commit:
+	// every llm gateway then runs a second time on it ("llm@before",
+	// "llm-local@before"), right after its counterpart in each rotation,
+	// so a change is measured before and after in one alternating run
+	// rather than in two runs on a machine whose speed drifts. Set by
+	// BENCH_BEFORE_CADDY.
+	Before string `json:"before_caddy,omitempty"`
 }
 
 // OverheadBody is one request shape.
@@ -122,7 +129,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 		}
 		fleet.Engines = append(fleet.Engines, e)
 	}
-	targets, stop, err := startOverheadTargets(ctx, env, fleet, tokDir)
+	targets, stop, err := startOverheadTargets(ctx, env, fleet, tokDir, p.Before)
 	defer stop()
 	if err != nil {
 		return nil, err
@@ -233,7 +240,7 @@ type overheadTarget struct {
 // startOverheadTargets starts the gateways in front of fleet: plain Caddy,
 // llm, and, when tokDir names a tokenizer directory, llm-local. stop
 // stops every gateway started, also after an error.
-func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir string) ([]overheadTarget, func(), error) {
+func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir, before string) ([]overheadTarget, func(), error) {
 	var gws []*Gateway
 	stop := func() {
 		for _, g := range gws {
@@ -241,8 +248,8 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 		}
 	}
 	dir := filepath.Join(env.Out, "runs", "overhead")
-	start := func(name string, cfg GatewayConfig, llm bool) (overheadTarget, error) {
-		g, err := startGateway(ctx, env.Caddy, filepath.Join(dir, name), cfg, llm)
+	start := func(bin, name string, cfg GatewayConfig, llm bool) (overheadTarget, error) {
+		g, err := startGateway(ctx, bin, filepath.Join(dir, name), cfg, llm)
 		if err != nil {
 			return overheadTarget{}, fmt.Errorf("starting the %s gateway: %w", name, err)
 		}
@@ -266,11 +273,18 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 	}
 	var targets []overheadTarget
 	for _, c := range configs {
-		t, err := start(c.name, c.cfg, c.llm)
+		t, err := start(env.Caddy, c.name, c.cfg, c.llm)
 		if err != nil {
 			return nil, stop, err
 		}
 		targets = append(targets, t)
+		if before != "" && c.llm {
+			t, err := start(before, c.name+beforeSuffix, c.cfg, c.llm)
+			if err != nil {
+				return nil, stop, err
+			}
+			targets = append(targets, t)
+		}
 	}
 	return append(targets, overheadTarget{name: "direct"}), stop, nil
 }
@@ -283,6 +297,9 @@ type overheadAcc struct {
 	cpu     time.Duration
 	wall    time.Duration
 }
+
+// beforeSuffix marks a target run on OverheadParams.Before's binary.
+const beforeSuffix = "@before"
 
 // urlsFor is the gateway's URL, or every engine's for the direct target
 // (requests spread round robin, as the plain gateway does).

@@ -200,6 +200,7 @@ func overheadParams(quick bool) OverheadParams {
 	} else if v != "" {
 		p.Tokenizer = v
 	}
+	p.Before = os.Getenv("BENCH_BEFORE_CADDY")
 	if quick {
 		p.Phase, p.Rounds, p.Warmup, p.SerialPhase = 1, 1, 0.5, 0.5
 	}

@@ -369,11 +369,19 @@ func serialNote(p OverheadParams) string {
 
 // targets are the section's targets in the order of its tables: the
 // engines directly, plain Caddy, the llm gateway, and llm-local when the
-// run had a real tokenizer.
+// run had a real tokenizer; each llm gateway followed by its run on an
+// earlier build when the run had one (OverheadParams.Before).
 func (o *OverheadResult) targets() []string {
-	t := []string{"direct", "plain", "llm"}
+	t := []string{"direct", "plain"}
+	llm := []string{"llm"}
 	if o.Params.Tokenizer != "" {
-		t = append(t, "llm-local")
+		llm = append(llm, "llm-local")
+	}
+	for _, name := range llm {
+		t = append(t, name)
+		if o.Params.Before != "" {
+			t = append(t, name+beforeSuffix)
+		}
 	}
 	return t
 }

@@ -3,8 +3,12 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,25 +27,75 @@ import (
 //   - tokenize: the prompt's ids come from a /tokenize round trip to one
 //     of the engines (the simulator's own tokenizing runs in this process
 //     and is counted too);
+//   - canned: the /tokenize round trip goes to a loopback server that
+//     reads the request whole and answers with the prompt's ids, encoded
+//     once beforehand, as vLLM writes them: the gateway's share of the
+//     round trip (building the request, the HTTP exchange, decoding the
+//     ids) without the engine's tokenizing, which vLLM does in its own
+//     API server process;
 //   - known: the ids are given (Query.Tokens), the decision without the
 //     round trip.
 func BenchmarkDecision(b *testing.B) {
 	for _, prompt := range []int{2 << 10, 8 << 10, 32 << 10, 128 << 10} {
 		for _, n := range []int{8, 64} {
 			b.Run(fmt.Sprintf("prompt=%dk/engines=%d", prompt>>10, n), func(b *testing.B) {
-				ss := newSimSetup(b, n, prompt)
+				canned := newCannedTokenize(b)
+				sets := newSimSetups(b, n, prompt, "", canned.url)
+				canned.answer(sets[0].tokens)
 				head, tail := splitBody(b, simChat(simWords("bench", prompt), "and now the question #"))
 				for _, variant := range []struct {
 					name   string
+					ss     *simSetup
 					tokens []uint64
-				}{{"tokenize", nil}, {"known", ss.tokens}} {
+				}{{"tokenize", sets[0], nil}, {"canned", sets[1], nil}, {"known", sets[0], sets[0].tokens}} {
 					b.Run(variant.name, func(b *testing.B) {
-						benchDecision(b, ss, head, tail, variant.tokens)
+						benchDecision(b, variant.ss, head, tail, variant.tokens)
 					})
 				}
 			})
 		}
 	}
+}
+
+// cannedTokenize is a loopback /tokenize that answers every request with
+// the same ids, after reading the request's body as an engine would.
+type cannedTokenize struct {
+	url  string
+	body atomic.Pointer[[]byte]
+}
+
+func newCannedTokenize(tb testing.TB) *cannedTokenize {
+	c := &cannedTokenize{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20)); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body := c.body.Load()
+		if body == nil {
+			http.Error(w, "no answer yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(*body)))
+		_, _ = w.Write(*body)
+	}))
+	tb.Cleanup(srv.Close)
+	c.url = srv.URL + "/tokenize"
+	return c
+}
+
+// answer sets the ids the server answers with, in vLLM's answer shape.
+func (c *cannedTokenize) answer(ids []uint64) {
+	b := []byte(`{"count":` + strconv.Itoa(len(ids)) + `,"max_model_len":262144,"tokens":[`)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, id, 10)
+	}
+	b = append(b, `],"token_strs":null}`...)
+	c.body.Store(&b)
 }
 
 // splitBody splits body around its one '#', where each request's counter

@@ -65,44 +65,70 @@ func startSimEngines(tb testing.TB, n, promptTokens int) []*vllmsim.Engine {
 
 func newSimSetup(tb testing.TB, n, promptTokens int) *simSetup {
 	tb.Helper()
+	return newSimSetups(tb, n, promptTokens, "")[0]
+}
+
+// newSimSetups is newSimSetup for several fleets subscribed to the same
+// engines, one per tokenizeURL: "" asks each engine's own /tokenize,
+// another URL replaces every engine's. The first fleet must ask the
+// engines: its ids are every fleet's tokens, and only the fleets that ask
+// the engines are checked to route precisely here (another URL may only
+// answer once the caller knows those ids).
+func newSimSetups(tb testing.TB, n, promptTokens int, tokenizeURLs ...string) []*simSetup {
+	tb.Helper()
 	engines := startSimEngines(tb, n, promptTokens)
-	cfg := testConfig()
-	cfg.PollInterval, cfg.TokenizeTimeout = time.Second, 10*time.Second
 	dials := make([]string, n)
 	for i, e := range engines {
 		dials[i] = e.Addr()
-		cfg.Engines = append(cfg.Engines, &EngineConfig{Dial: e.Addr(), KVEvents: e.KVEndpoint()})
 	}
-	f := New(zap.NewNop(), Options{})
-	tb.Cleanup(f.Close)
-	f.Start(f.NewGeneration(cfg, zap.NewNop()))
+	var out []*simSetup
+	for _, url := range tokenizeURLs {
+		cfg := testConfig()
+		cfg.PollInterval, cfg.TokenizeTimeout = time.Second, 10*time.Second
+		for _, e := range engines {
+			cfg.Engines = append(cfg.Engines, &EngineConfig{Dial: e.Addr(), KVEvents: e.KVEndpoint(), Tokenize: url})
+		}
+		f := New(zap.NewNop(), Options{})
+		tb.Cleanup(f.Close)
+		f.Start(f.NewGeneration(cfg, zap.NewNop()))
+		out = append(out, &simSetup{f: f, dials: dials, s: f.PolicySettings("default")})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prefix := simWords("bench", promptTokens)
+	// Every fleet subscribes before the warm-up: an engine announces the
+	// blocks it stores once, and a cache hit stores none.
 	for i, e := range engines {
-		if err := e.WaitKVSubscribers(ctx, 1); err != nil {
+		if err := e.WaitKVSubscribers(ctx, len(out)); err != nil {
 			tb.Fatal(err)
 		}
 		simPost(tb, ctx, e.URL()+"/v1/chat/completions", simChat(prefix, "warm"))
-		waitFor(tb, ctx, dials[i]+" mirrored and gauged", func() bool {
-			m := f.index.Mirror(dials[i])
-			return m != nil && m.Stats().Blocks >= promptTokens/16 && m.Connected() && f.registry.Ensure(dials[i]).Load().Known
-		})
+		for _, ss := range out {
+			waitFor(tb, ctx, dials[i]+" mirrored and gauged", func() bool {
+				m := ss.f.index.Mirror(dials[i])
+				return m != nil && m.Stats().Blocks >= promptTokens/16 && m.Connected() && ss.f.registry.Ensure(dials[i]).Load().Known
+			})
+		}
 	}
 	req, err := admission.ParseRequest([]byte(simChat(prefix, "and now the question")))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ss := &simSetup{f: f, dials: dials, req: req, s: f.PolicySettings("default")}
-	d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: ss.s})
-	if d.Tokenize.Err != nil || d.Index < 0 || d.Tier != routing.Precise || d.Share < 0.99 {
-		tb.Fatalf("the setup does not route precisely: %+v (tokenize %v)", d.Decision, d.Tokenize.Err)
+	for i, ss := range out {
+		ss.req, ss.tokens = req, out[0].tokens
+		if tokenizeURLs[i] != "" {
+			continue
+		}
+		d := ss.f.Route(ctx, Query{Request: req, Dials: dials, Settings: ss.s})
+		if d.Tokenize.Err != nil || d.Index < 0 || d.Tier != routing.Precise || d.Share < 0.99 {
+			tb.Fatalf("the setup does not route precisely: %+v (tokenize %v)", d.Decision, d.Tokenize.Err)
+		}
+		var tr TokenizeResult
+		if ss.tokens, tr = ss.f.tokenize(ctx, req, ss.f.view(dials, ss.s)); tr.Err != nil || len(ss.tokens) < promptTokens {
+			tb.Fatalf("tokenizing: %d tokens, %v", len(ss.tokens), tr.Err)
+		}
 	}
-	var tr TokenizeResult
-	if ss.tokens, tr = f.tokenize(ctx, req, f.view(dials, ss.s)); tr.Err != nil || len(ss.tokens) < promptTokens {
-		tb.Fatalf("tokenizing: %d tokens, %v", len(ss.tokens), tr.Err)
-	}
-	return ss
+	return out
 }
 
 // tokenize is tokenizeKeyed without the keys, for tests that only want

@@ -239,6 +239,11 @@ type Tokenizer struct {
 	hits, misses, errs, shared, rejected atomic.Uint64
 	inflight                             atomic.Int64
 	derivations                          atomic.Uint64 // derive calls of TokenizeDerived
+
+	// resume keeps recent answers' ids so that an answer sharing their
+	// first bytes is decoded from where it differs (tokenize_resume.go);
+	// nil when the cache is off, which keeps nothing of the prompts.
+	resume *tokenResume
 }
 
 // NewTokenizer returns a Tokenizer; it starts no goroutines.
@@ -268,6 +273,9 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		items:  make(map[cacheKey]*list.Element),
 		flight: make(map[cacheKey]*call),
+	}
+	if o.CacheEntries >= 0 {
+		t.resume = newTokenResume()
 	}
 	if t.client == nil {
 		// Each idle keep-alive connection holds two goroutines (the
@@ -543,7 +551,7 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body [
 	if err != nil {
 		err = fmt.Errorf("tokenize: %w", err)
 	} else {
-		toks, err = decodeTokenizeResponse(raw, t.o.MaxTokens)
+		toks, err = decodeTokenizeResume(raw, t.o.MaxTokens, t.resume)
 	}
 	// The ids are in their own slice: nothing aliases raw any more.
 	if cap(raw) <= maxPooledResponse {

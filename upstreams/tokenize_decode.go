@@ -64,12 +64,38 @@ type tokenizeDecoder struct {
 	haveCount  bool
 	pending    error
 	typeErr    error
+
+	// With res, the ids an earlier answer shares are copied, not decoded
+	// (tokenize_resume.go): offs records where every res.stride-th id of
+	// the array being read starts, fresh how many ids were decoded, and
+	// arr, the last tokens array read whole (which a valid answer's ids
+	// come from).
+	res   *tokenResume
+	offs  []int32
+	fresh int
+	arr   []byte
 }
 
 // decodeTokenizeResponse decodes a /tokenize answer of at most maxTokens
 // ids. The result is never nil and does not alias raw.
 func decodeTokenizeResponse(raw []byte, maxTokens int) ([]uint64, error) {
-	d := tokenizeDecoder{b: raw, maxTokens: maxTokens}
+	return decodeTokenizeResume(raw, maxTokens, nil)
+}
+
+// decodeTokenizeResume is decodeTokenizeResponse resuming from the arrays
+// res keeps, and offering it this answer's; res nil keeps none. The
+// result is the same either way.
+func decodeTokenizeResume(raw []byte, maxTokens int, res *tokenResume) ([]uint64, error) {
+	d := tokenizeDecoder{b: raw, maxTokens: maxTokens, res: res}
+	toks, err := d.answer()
+	if err == nil && res != nil && d.arr != nil {
+		res.keep(d.arr, toks, d.offs, d.fresh)
+	}
+	return toks, err
+}
+
+// answer decodes the whole answer.
+func (d *tokenizeDecoder) answer() ([]uint64, error) {
 	d.ws()
 	if err := d.top(); err != nil {
 		return nil, err
@@ -290,6 +316,7 @@ func (d *tokenizeDecoder) tokenList() error {
 // later key can undo (too many ids for the bound).
 func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal bool) {
 	b := d.b
+	d.arr, d.offs, d.fresh = nil, d.offs[:0], 0 // set again once this array is read whole
 	switch d.peek() {
 	case '[':
 	case 'n':
@@ -297,14 +324,26 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 	default:
 		return out, errors.New("tokenize: decode response: tokens is not an array"), false
 	}
+	arr := d.i
 	i := skipJSONSpace(b, d.i+1)
 	if i < len(b) && b[i] == ']' {
 		d.i = i + 1
 		return out, nil, false
 	}
+	if d.res != nil {
+		if ids, offs, at := d.res.lookup(b[arr:]); len(ids) > 0 && len(out)+len(ids) <= d.maxTokens {
+			// at is where the kept array's next id starts, after any
+			// space past its comma; this one may have more space there.
+			out, d.offs, i = append(out, ids...), append(d.offs, offs...), skipJSONSpace(b, arr+at)
+		}
+	}
+	resumed := len(out)
 	for {
 		if len(out) >= d.maxTokens {
 			return out, fmt.Errorf("tokenize: response has more than %d tokens", d.maxTokens), true
+		}
+		if d.res != nil && len(out)%d.res.stride == 0 {
+			d.offs = append(d.offs, int32(i-arr))
 		}
 		start := i
 		var v uint64
@@ -330,6 +369,7 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 		out = append(out, v)
 		if b[i] == ']' {
 			d.i = i + 1
+			d.arr, d.fresh = b[arr:d.i], len(out)-resumed
 			return out, nil, false
 		}
 		if i++; i < len(b) && !isDigit(b[i]) {

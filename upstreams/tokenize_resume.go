@@ -1,0 +1,136 @@
+package upstreams
+
+import (
+	"bytes"
+	"hash/maphash"
+	"math"
+	"sort"
+	"sync"
+)
+
+// Prompts that share a long prefix (a system prompt, a document with a new
+// question after it, a conversation's history) get /tokenize answers that
+// share the same leading bytes: the same ids, written the same way.
+// Decoding those ids again costs about 12 ns an id (1.6 ms for a
+// 128k-token prompt), where comparing their bytes with an earlier answer's
+// costs well under 1 ns. tokenResume keeps the token arrays of recent
+// answers, so that the decoder copies the ids of the bytes a new answer
+// shares with a kept one and decodes only the rest.
+//
+// Exactness: a kept array was decoded whole, in an answer that was valid,
+// and offs[j] is where its id number j*stride starts. If a new array's
+// first offs[j] bytes equal the kept array's, they hold the same j*stride
+// ids, each followed by its comma: the same bytes decode the same way. The
+// decoder goes on from offs[j] exactly as it would have after reading them,
+// so what it accepts, rejects and returns is unchanged
+// (FuzzTokenizeResume checks that).
+
+// tokenResume is the set of kept arrays, one per hash of an array's first
+// keyBytes bytes: answers whose first ids agree share an entry, the last
+// one kept standing for them. It is safe for concurrent use.
+type tokenResume struct {
+	seed maphash.Seed
+	// minBytes: shorter arrays are neither kept nor looked up (they
+	// decode in a few microseconds). keyBytes: how much of an array keys
+	// its entry (≤ minBytes). stride: ids between two offsets.
+	minBytes, keyBytes, stride int
+	budget                     int // bytes held at most; past it all entries go
+
+	mu    sync.RWMutex
+	m     map[uint64]*resumeEntry
+	bytes int
+}
+
+// resumeEntry is one kept array. It is never changed once made: a newer
+// array replaces the entry whole.
+type resumeEntry struct {
+	raw  []byte   // the array, '[' to ']', a copy of the answer's bytes
+	ids  []uint64 // its ids (the decoder's result: nobody modifies it)
+	offs []int32  // offs[j]: where id j*stride starts in raw
+}
+
+// Production settings: arrays of 4 KiB and more (about 600 ids), keyed by
+// their first 512 bytes (about 75 ids), an offset every 256 ids, and
+// 8 MiB at most kept (four 128k-token answers; a hundred 8k ones).
+const (
+	resumeMinBytes = 4 << 10
+	resumeKeyBytes = 512
+	resumeStride   = 256
+	resumeBudget   = 8 << 20
+)
+
+func newTokenResume() *tokenResume {
+	return &tokenResume{seed: maphash.MakeSeed(), minBytes: resumeMinBytes, keyBytes: resumeKeyBytes,
+		stride: resumeStride, budget: resumeBudget, m: map[uint64]*resumeEntry{}}
+}
+
+// cost is what an entry counts against the budget.
+func (e *resumeEntry) cost() int { return len(e.raw) + 8*len(e.ids) + 4*len(e.offs) + 64 }
+
+// lookup returns the ids that the array starting arr (at its '[', running
+// to the end of the answer) shares with a kept one, as a whole number of
+// strides, and where the first id after them starts in arr. offs are the
+// kept offsets up to it, which the decoder's own record of arr takes over.
+// n 0: nothing to resume from.
+func (r *tokenResume) lookup(arr []byte) (ids []uint64, offs []int32, at int) {
+	if len(arr) < r.minBytes {
+		return nil, nil, 0
+	}
+	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
+	r.mu.RLock()
+	e := r.m[h]
+	r.mu.RUnlock()
+	if e == nil {
+		return nil, nil, 0
+	}
+	same := commonPrefix(e.raw, arr)
+	// The last offset within the shared bytes; offs[0] (id 0) resumes
+	// nothing.
+	j := sort.Search(len(e.offs), func(j int) bool { return int(e.offs[j]) > same }) - 1
+	if j <= 0 || j*r.stride > len(e.ids) {
+		return nil, nil, 0
+	}
+	return e.ids[:j*r.stride], e.offs[:j], int(e.offs[j])
+}
+
+// keep offers the array arr, decoded into ids with offsets offs, for
+// later lookups; fresh is how many of the ids were decoded rather than
+// resumed. An array is kept when most of it was new to the entry it
+// would replace: one that resumed all but its last quarter adds little,
+// and copying it would cost a third of what resuming saved.
+func (r *tokenResume) keep(arr []byte, ids []uint64, offs []int32, fresh int) {
+	if len(arr) < r.minBytes || len(arr) > math.MaxInt32 || 4*fresh < len(ids) {
+		return // short, beyond what the offsets hold, or mostly resumed
+	}
+	e := &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
+	if e.cost() > r.budget/4 {
+		return
+	}
+	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.m[h]; old != nil {
+		r.bytes -= old.cost()
+	}
+	if r.bytes+e.cost() > r.budget {
+		clear(r.m)
+		r.bytes = 0
+	}
+	r.m[h] = e
+	r.bytes += e.cost()
+}
+
+// commonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const block = 1 << 10
+	i := 0
+	for i+block <= n && bytes.Equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
