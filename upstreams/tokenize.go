@@ -136,6 +136,19 @@ func (w tokenizeWire) body() ([]byte, error) {
 	return b, nil
 }
 
+// sharedBody is body in a form the call can hand back when done: a pooled
+// buffer for a verbatim body (tokenize_reqbody.go). The caller releases it.
+func (w *tokenizeWire) sharedBody() (*sharedBody, error) {
+	if w.verbatim {
+		return newSharedBody(w.appendBody), nil
+	}
+	b, err := w.body()
+	if err != nil {
+		return nil, err
+	}
+	return plainBody(b), nil
+}
+
 // key hashes exactly the fields that are sent, each tagged and
 // length-prefixed, byte for byte: identical requests share a key whatever
 // the URL, and building it costs no JSON work on the cache-hit path. (JSON
@@ -354,10 +367,11 @@ func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header
 		return nil, err
 	}
 	w := req.wire()
-	body, err := w.body()
+	body, err := w.sharedBody()
 	if err != nil {
 		return nil, err
 	}
+	defer body.release()
 	select {
 	case t.sem <- struct{}{}:
 	default:
@@ -370,7 +384,7 @@ func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header
 
 // call makes one /tokenize call, counted in the stats; the caller holds a
 // slot of t.sem.
-func (t *Tokenizer) call(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
+func (t *Tokenizer) call(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
 	t.misses.Add(1)
 	t.inflight.Add(1)
 	toks, err := t.fetch(ctx, url, h, body)
@@ -442,11 +456,12 @@ func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, 
 
 // lead performs the shared call for key and publishes its result.
 func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
-	if body, err := w.body(); err != nil {
+	if body, err := w.sharedBody(); err != nil {
 		c.err = err
 		t.errs.Add(1)
 	} else {
 		c.tokens, c.err = t.call(ctx, url, h, body)
+		body.release()
 	}
 	<-t.sem
 	if c.err != nil {
@@ -508,13 +523,22 @@ func (t *Tokenizer) evictLocked() {
 	}
 }
 
-func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body []byte) ([]uint64, error) {
+func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	rd, err := body.reader()
 	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
+	if err != nil {
+		rd.Close()
 		return nil, fmt.Errorf("tokenize: request: %w", err)
 	}
+	// The body is not a *bytes.Reader: its length and a way to read it
+	// again (a retry on a new connection, a redirect) are given here.
+	req.ContentLength = int64(len(body.b))
+	req.GetBody = body.reader
 	for k, v := range h {
 		req.Header[k] = v
 	}
