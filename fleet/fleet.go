@@ -29,8 +29,11 @@ type Fleet struct {
 	// pin that a fleet whose events are all live skips the walk); it is
 	// not exported as a metric.
 	approxMatches atomic.Uint64
-	tokenizer     atomic.Pointer[upstreams.Tokenizer]
-	tokOpts       upstreams.TokenizerOptions // guarded by mu
+	// keys keeps recent prompts' block keys, so that a prompt sharing
+	// their first blocks hashes only the rest (keys.go).
+	keys      *keyKeep
+	tokenizer atomic.Pointer[upstreams.Tokenizer]
+	tokOpts   upstreams.TokenizerOptions // guarded by mu
 	// local is the running config's local tokenizers, nil without any;
 	// tokModels keeps loaded tokenizer directories across reloads.
 	local     atomic.Pointer[localtok.Set]
@@ -87,6 +90,7 @@ func New(logger *zap.Logger, o Options) *Fleet {
 	f := &Fleet{
 		index:   kvindex.NewIndex(o.Index),
 		approx:  kvindex.NewApproxTree(kvindex.ApproxConfig{}),
+		keys:    newKeyKeep(),
 		breaker: routing.NewBreaker(routing.BreakerConfig{}),
 		kick:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),

@@ -240,7 +240,7 @@ func (f *Fleet) preciseMatches(tokens, keys []uint64, blockSize int, lora, salt 
 	predicting := f.index.PredictTTL() > 0
 	if keys == nil && predicting {
 		// Hashed once, for Match and for Predict.
-		keys = blockKeys(tokens, blockSize, lora, salt)
+		keys = f.keys.blockKeys(tokens, blockSize, lora, salt, false)
 	}
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize
@@ -261,19 +261,6 @@ func (f *Fleet) preciseMatches(tokens, keys []uint64, blockSize int, lora, salt 
 		return m, nil
 	}
 	return m, q.Keys
-}
-
-// blockKeys are the prompt's block keys at blockSize for an adapter and
-// salt (nil when they cannot be had), in a slice of exactly their number.
-func blockKeys(tokens []uint64, blockSize int, lora, salt string) []uint64 {
-	if blockSize <= 0 {
-		return nil
-	}
-	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, blockSize, 0, lora, salt)
-	if err != nil {
-		return nil
-	}
-	return keys
 }
 
 // candidate is one engine's load as routing.Pick weighs it.
@@ -353,7 +340,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 		if !f.anyLive(v) {
 			return tokens, nil, tr
 		}
-		return tokens, blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt), tr
+		return tokens, f.keys.blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt, false), tr
 	}
 	var tokens, keys []uint64
 	var cached bool
@@ -362,7 +349,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
 		tokens, keys, cached, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
-			func(tokens []uint64) []uint64 { return blockKeys(tokens, bs, lora, salt) })
+			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt, true) })
 	} else {
 		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
 	}

@@ -168,14 +168,34 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 // LoRA adapter and cache salt (see RequestExtraKeys), without
 // materialising them per block.
 func RequestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
+	return requestKeysFrom(dst, 0, tokens, blockSize, group, loraName, cacheSalt)
+}
+
+// ContinueRequestKeys is RequestKeys for a prompt whose first len(known)
+// block keys are known already (those of a prompt with the same first
+// len(known)*blockSize tokens, adapter and salt): it appends the keys of
+// the blocks after them to known, hashing only those.
+func ContinueRequestKeys(known, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
+	if blockSize > 0 && len(known) > len(tokens)/blockSize {
+		return known, fmt.Errorf("kvindex: %d keys known for a prompt of %d blocks", len(known), len(tokens)/blockSize)
+	}
+	return requestKeysFrom(known, len(known), tokens, blockSize, group, loraName, cacheSalt)
+}
+
+// requestKeysFrom appends to dst the keys of tokens' blocks from block
+// from on, dst ending with block from-1's key when from > 0.
+func requestKeysFrom(dst []uint64, from int, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
 	if blockSize <= 0 {
 		return dst, errBlockSize
 	}
 	first, rest := RequestBlockExtraKeys(loraName, cacheSalt)
 	var h keyHasher
 	key := rootKey(group)
+	if from > 0 {
+		key = dst[len(dst)-1]
+	}
 	n := len(tokens) / blockSize
-	for i := 0; i < n; i++ {
+	for i := from; i < n; i++ {
 		e := rest
 		if i == 0 {
 			e = first

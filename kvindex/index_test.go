@@ -72,6 +72,19 @@ func TestKeys(t *testing.T) {
 	if got := RequestExtraKeys("", "", 3); got != nil {
 		t.Fatalf("RequestExtraKeys without lora or salt = %v", got)
 	}
+	// Continuing from any number of known keys gives the whole prompt's.
+	for _, c := range [][2]string{{"", ""}, {"l", "s"}} {
+		whole, _ := RequestKeys(nil, p, 8, 2, c[0], c[1])
+		for k := 0; k <= len(whole); k++ {
+			got, err := ContinueRequestKeys(append([]uint64(nil), whole[:k]...), p, 8, 2, c[0], c[1])
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(whole) {
+				t.Fatalf("%v from %d known keys: %v, %v; want %v", c, k, got, err, whole)
+			}
+		}
+		if _, err := ContinueRequestKeys(append(whole, 1), p, 8, 2, c[0], c[1]); err == nil {
+			t.Fatalf("%v: more keys known than the prompt has blocks was accepted", c)
+		}
+	}
 }
 
 // modelEngine is the reference a mirror must agree with: the set of

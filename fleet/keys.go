@@ -1,0 +1,131 @@
+package fleet
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+)
+
+// A block key is a hash chained over every token before the block's end,
+// so a prompt's keys are hashed in order, all of them, for every request:
+// 512 blocks for an 8k-token prompt, 8192 for 128k (about 0.2 ms). Prompts
+// that share their first blocks (a system prompt, a document with a new
+// question after it, a conversation's history) share those blocks' keys,
+// so the fleet keeps recent prompts' ids and keys: a prompt whose first
+// block matches a kept one's takes the keys of the whole blocks the two
+// share, found by comparing ids, and hashes only the blocks after them.
+// Exact by construction: equal ids under the same block size, adapter and
+// salt hash to equal keys.
+
+// keyKeep is the set of kept prompts, one per first block key (which names
+// the block size, adapter and salt too: they are in its hash or its
+// length; the entry also records them, so a hash collision costs nothing
+// but a miss). It is safe for concurrent use.
+type keyKeep struct {
+	minBlocks int // shorter prompts are hashed whole and not kept
+	budget    int // bytes held at most; past it every entry goes
+
+	mu    sync.RWMutex
+	m     map[uint64]*keptKeys
+	bytes int
+}
+
+// keptKeys is one kept prompt; never changed once made.
+type keptKeys struct {
+	blockSize   int
+	lora, salt  string
+	tokens     []uint64 // its ids in whole blocks (a copy, or a slice nobody modifies)
+	keys       []uint64 // its block keys (shared with decisions: nobody modifies them)
+}
+
+// Production settings: prompts of 32 blocks and more (512 tokens at 16),
+// 8 MiB kept at most (four 128k-token prompts, sixty 8k ones).
+const (
+	keyKeepMinBlocks = 32
+	keyKeepBudget    = 8 << 20
+)
+
+func newKeyKeep() *keyKeep {
+	return &keyKeep{minBlocks: keyKeepMinBlocks, budget: keyKeepBudget, m: map[uint64]*keptKeys{}}
+}
+
+func (e *keptKeys) cost() int { return 8*len(e.keys) + 8*len(e.tokens) + len(e.lora) + len(e.salt) + 96 }
+
+// blockKeys are the prompt's block keys at blockSize for an adapter and
+// salt, in a slice of exactly their number (nil when they cannot be had):
+// the keys of the blocks it shares with a kept prompt copied, the rest
+// hashed. stable says tokens will not change after the call (the
+// tokenize cache's ids); otherwise (a pooled buffer) a kept prompt keeps a
+// copy of them. The returned keys must not be modified.
+func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, stable bool) []uint64 {
+	if blockSize <= 0 {
+		return nil
+	}
+	n := len(tokens) / blockSize
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, n), tokens[:min(len(tokens), blockSize)], blockSize, 0, lora, salt)
+	if err != nil {
+		return nil
+	}
+	if n < k.minBlocks {
+		if keys, err = kvindex.ContinueRequestKeys(keys, tokens, blockSize, 0, lora, salt); err != nil {
+			return nil
+		}
+		return keys
+	}
+	reused := 0
+	k.mu.RLock()
+	e := k.m[keys[0]]
+	k.mu.RUnlock()
+	if e != nil && e.blockSize == blockSize && e.lora == lora && e.salt == salt {
+		// keys[0] equals e.keys[0]: the first block's ids are the
+		// same (but for a hash collision, which the comparison finds).
+		if shared := min(commonIDs(e.tokens, tokens)/blockSize, len(e.keys)); shared > 1 {
+			keys, reused = append(keys[:0], e.keys[:shared]...), shared
+		}
+	}
+	if keys, err = kvindex.ContinueRequestKeys(keys, tokens, blockSize, 0, lora, salt); err != nil {
+		return nil
+	}
+	if 4*(n-reused) >= n {
+		// Mostly new to the kept prompt it would replace: keep it.
+		k.keep(&keptKeys{blockSize: blockSize, lora: lora, salt: salt, tokens: tokens[:n*blockSize], keys: keys}, stable)
+	}
+	return keys
+}
+
+// keep stores e under its first key, with a copy of its ids unless they
+// are stable.
+func (k *keyKeep) keep(e *keptKeys, stable bool) {
+	if e.cost() > k.budget/4 {
+		return
+	}
+	if !stable {
+		e.tokens = slices.Clone(e.tokens)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if old := k.m[e.keys[0]]; old != nil {
+		k.bytes -= old.cost()
+	}
+	if k.bytes+e.cost() > k.budget {
+		clear(k.m)
+		k.bytes = 0
+	}
+	k.m[e.keys[0]] = e
+	k.bytes += e.cost()
+}
+
+// commonIDs is the length of the longest common prefix of a and b.
+func commonIDs(a, b []uint64) int {
+	n := min(len(a), len(b))
+	const block = 128
+	i := 0
+	for i+block <= n && slices.Equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
