@@ -33,8 +33,8 @@ type keyKeep struct {
 
 // keptKeys is one kept prompt; never changed once made.
 type keptKeys struct {
-	blockSize   int
-	lora, salt  string
+	blockSize  int
+	lora, salt string
 	tokens     []uint64 // its ids in whole blocks (a copy, or a slice nobody modifies)
 	keys       []uint64 // its block keys (shared with decisions: nobody modifies them)
 }
@@ -50,7 +50,9 @@ func newKeyKeep() *keyKeep {
 	return &keyKeep{minBlocks: keyKeepMinBlocks, budget: keyKeepBudget, m: map[uint64]*keptKeys{}}
 }
 
-func (e *keptKeys) cost() int { return 8*len(e.keys) + 8*len(e.tokens) + len(e.lora) + len(e.salt) + 96 }
+func (e *keptKeys) cost() int {
+	return 8*len(e.keys) + 8*len(e.tokens) + len(e.lora) + len(e.salt) + 96
+}
 
 // blockKeys are the prompt's block keys at blockSize for an adapter and
 // salt, in a slice of exactly their number (nil when they cannot be had):
