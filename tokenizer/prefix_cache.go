@@ -2,6 +2,9 @@ package tokenizer
 
 import (
 	"hash/maphash"
+	"math"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,13 +47,26 @@ const (
 
 // prefixEntry is one checkpoint of a stored section: text[:n] is the
 // prefix it stands for, ids[:nids] the ids of its pieces before fence.
+// fences are more places to resume from, in the whole section: a text
+// found by the checkpoint is compared on past it, and resumes from the
+// last fence before where it differs rather than from the checkpoint's.
 type prefixEntry struct {
-	text  string // the stored section, shared by all its checkpoints
-	n     int
-	fence int
-	ids   []int32 // the stored section's ids, shared likewise
-	nids  int
+	text   string // the stored section, shared by all its checkpoints
+	n      int
+	fence  int
+	ids    []int32 // the stored section's ids, shared likewise
+	nids   int
+	fences []fencePos // shared likewise; nil for a section too long to hold them
 }
+
+// fencePos is a fence of a stored section and the ids before it; one is
+// recorded per fenceSpacing bytes at most.
+type fencePos struct{ off, nids int32 }
+
+// fenceSpacing is the least distance between recorded fences: a resumed
+// encoding starts at most about this far (plus fenceMargin and the word
+// the fence sits in) before where the texts differ.
+const fenceSpacing = 64
 
 // prefixCache maps the hash of a checkpoint's prefix (with the section's
 // first flag) to its entry. A section is stored when one of its prefixes
@@ -89,7 +105,10 @@ func (c *prefixCache) hashes(dst []uint64, s string, first bool) []uint64 {
 
 // longest returns the entry of the longest stored prefix of s, by its
 // checkpoint hashes hs; the text is compared, so a hash collision costs
-// nothing but the comparison.
+// nothing but the comparison. The entry's fence and nids are moved to the
+// last recorded fence that s shares with the stored text, fenceMargin
+// bytes and more before they differ (at or past the checkpoint's own);
+// its fences are cut to those before it.
 func (c *prefixCache) longest(hs []uint64, s string) (prefixEntry, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -97,10 +116,31 @@ func (c *prefixCache) longest(hs []uint64, s string) (prefixEntry, bool) {
 		e, ok := c.m[hs[k-1]]
 		if ok && e.n == k*prefixStride && e.text[:e.n] == s[:e.n] {
 			c.hits.Add(1)
+			same := e.n + commonPrefix(e.text[e.n:], s[e.n:])
+			j := sort.Search(len(e.fences), func(j int) bool { return int(e.fences[j].off)+fenceMargin > same }) - 1
+			if j >= 0 && int(e.fences[j].off) > e.fence {
+				e.fence, e.nids = int(e.fences[j].off), int(e.fences[j].nids)
+			}
+			e.fences = e.fences[:sort.Search(len(e.fences), func(j int) bool { return int(e.fences[j].off) >= e.fence })]
 			return e, true
 		}
 	}
 	return prefixEntry{}, false
+}
+
+// commonPrefix is the length of the longest common prefix of a and b,
+// compared a block at a time.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	const block = 256
+	i := 0
+	for i+block <= n && a[i:i+block] == b[i:i+block] {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // checkpoint is where encoding a section may resume for one checkpoint:
@@ -110,12 +150,12 @@ type checkpoint struct{ fence, nids int }
 // put stores s's checkpoints past the prefix already stored (from, in
 // bytes) when any of them was seen before; otherwise it marks them seen.
 // cps[k] belongs to hs[k]; a zero fence marks a checkpoint without one.
-func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []checkpoint, ids []int) {
+func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []checkpoint, fences []fencePos, ids []int) {
 	k0 := from / prefixStride
 	if k0 >= len(hs) {
 		return
 	}
-	cost := len(s) + 4*len(ids) + prefixEntryBytes*(len(hs)-k0)
+	cost := len(s) + 4*len(ids) + prefixEntryBytes*(len(hs)-k0) + 8*len(fences)
 	if cost > prefixCacheBudget/4 {
 		return
 	}
@@ -142,9 +182,13 @@ func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []che
 		c.bytes = 0
 	}
 	text, stored := strings.Clone(s), toInt32(ids) // do not pin the request's text
+	var fs []fencePos
+	if len(fences) > 0 {
+		fs = slices.Clone(fences)
+	}
 	for k := k0; k < len(hs); k++ {
 		if cps[k].fence > 0 {
-			c.m[hs[k]] = prefixEntry{text: text, n: (k + 1) * prefixStride, fence: cps[k].fence, ids: stored, nids: cps[k].nids}
+			c.m[hs[k]] = prefixEntry{text: text, n: (k + 1) * prefixStride, fence: cps[k].fence, ids: stored, nids: cps[k].nids, fences: fs}
 		}
 	}
 	c.bytes += cost
@@ -184,9 +228,11 @@ func (t *Tokenizer) appendPrefixed(dst []int, s string, first bool, sc *scratch)
 	hs := c.hashes(sc.hashes[:0], s, first)
 	sc.hashes = hs
 	r := resume{base: len(dst), first: first}
+	sc.fences = sc.fences[:0]
 	if e, ok := c.longest(hs, s); ok {
 		dst = appendIDs(dst, e.ids[:e.nids])
 		r.from = e.fence
+		sc.fences = append(sc.fences, e.fences...) // those before r.from
 	}
 	cps := sc.checkpoints[:0]
 	for range hs {
@@ -195,9 +241,11 @@ func (t *Tokenizer) appendPrefixed(dst []int, s string, first bool, sc *scratch)
 	sc.checkpoints = cps
 	dst, ok := t.appendFenced(dst, s, r, sc)
 	if ok && len(s)-r.from >= 2*prefixStride {
-		c.put(s, first, r.from, hs, cps, dst[r.base:])
+		// (A section beyond what a fencePos holds has none recorded: it
+		// resumes from checkpoints only.)
+		c.put(s, first, r.from, hs, cps, sc.fences, dst[r.base:])
 	}
-	sc.checkpoints = cps[:0]
+	sc.checkpoints, sc.fences = cps[:0], sc.fences[:0]
 	return dst
 }
 
@@ -218,6 +266,10 @@ func (t *Tokenizer) appendFenced(dst []int, s string, r resume, sc *scratch) ([]
 	pieces := t.pre.appendPieces(sc.takePieces(), s[r.from:], r.first && r.from == 0, sc)
 	cps, base := sc.checkpoints, r.base
 	k, last, off := r.from/prefixStride, checkpoint{}, r.from
+	nextFence := 0 // where the next fence may be recorded
+	if n := len(sc.fences); n > 0 {
+		nextFence = int(sc.fences[n-1].off) + fenceSpacing
+	}
 	for _, p := range pieces {
 		if isFence(s, off) {
 			for k < len(cps) && off+fenceMargin > (k+1)*prefixStride {
@@ -225,6 +277,10 @@ func (t *Tokenizer) appendFenced(dst []int, s string, r resume, sc *scratch) ([]
 				k++
 			}
 			last = checkpoint{fence: off, nids: len(dst) - base}
+			if off >= nextFence && len(s) <= math.MaxInt32 {
+				sc.fences = append(sc.fences, fencePos{off: int32(off), nids: int32(len(dst) - base)})
+				nextFence = off + fenceSpacing
+			}
 		}
 		dst = t.model.appendWord(dst, p, t.rawPieces, sc)
 		off += len(p)

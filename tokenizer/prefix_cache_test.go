@@ -154,8 +154,17 @@ func TestPrefixCacheStores(t *testing.T) {
 		t.Fatal("a section sharing a seen prefix was not stored")
 	}
 	e, ok := c.longest(c.hashes(nil, doc+" three", true), doc+" three")
-	if !ok || e.n != len(doc)/prefixStride*prefixStride || e.fence > e.n-fenceMargin || !isFence(doc, e.fence) {
-		t.Fatalf("longest = %+v, %v; want the last checkpoint of the document, on a fence", e, ok)
+	// Found by the document's last checkpoint, resumed from a recorded
+	// fence near where " two" and " three" differ: fenceMargin bytes or
+	// more before it, no more than fenceSpacing and a word further back.
+	same := len(doc) + len(" t")
+	if !ok || e.n != len(doc)/prefixStride*prefixStride || !isFence(doc, e.fence) ||
+		e.fence+fenceMargin > same || e.fence < same-fenceMargin-fenceSpacing-len("gamma ") {
+		t.Fatalf("longest: n %d, fence %d, ok %v; want the last checkpoint of the document, resuming on a fence in [%d, %d]",
+			e.n, e.fence, ok, same-fenceMargin-fenceSpacing-len("gamma "), same-fenceMargin)
+	}
+	if want := tk.Encode(doc[:e.fence], false); e.nids != len(want) || !slices.Equal(toInt32(want), e.ids[:e.nids]) {
+		t.Fatalf("the %d ids before the fence are not the encoding of the text before it (%d ids)", e.nids, len(want))
 	}
 	if _, ok := c.longest(c.hashes(nil, doc, false), doc); ok {
 		t.Error("a checkpoint stored for the first section is found for a later one")

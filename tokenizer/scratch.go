@@ -17,9 +17,10 @@ type scratch struct {
 	heap     []mergeCandidate
 	ids      []int32
 	buf      []byte
-	// hashes and checkpoints serve the prefix cache.
+	// hashes, checkpoints and fences serve the prefix cache.
 	hashes      []uint64
 	checkpoints []checkpoint
+	fences      []fencePos
 }
 
 // scratchPool is the package's only shared mutable state: a pool of scratch
