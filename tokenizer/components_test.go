@@ -1,9 +1,12 @@
 package tokenizer
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 func TestNormalizers(t *testing.T) {
@@ -176,6 +179,33 @@ func TestAddedTokenFlags(t *testing.T) {
 	for _, tt := range tests {
 		if got := tk.Encode(tt.text, false); !slices.Equal(got, tt.want) {
 			t.Errorf("Encode(%q) = %v, want %v", tt.text, got, tt.want)
+		}
+	}
+}
+
+// TestUnicodeNormSkipsASCII: the forms, which check only the non-ASCII
+// stretches of a text (with the ASCII byte before each), give exactly
+// what norm gives for the whole text, on texts that mix ASCII with marks
+// that compose with the letter before them, Hangul jamo, compatibility
+// characters, invalid UTF-8 and runs around the sizes read at once.
+func TestUnicodeNormSkipsASCII(t *testing.T) {
+	pieces := []string{"a", "e", " ", "plain ascii text of some length, ", "\u0301", "\u0308\u0301", "é", "e\u0301",
+		"\u1100", "\u1161", "\u11a8", "가", "ﬁ", "①", "Ａ", "Å", "\u212b", "你好", "\xff", "\xe4\xbd", "\u0345", "ᾳ", "ṩ", "s\u0323\u0307", "🙂", "\u200d", "x"}
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, form := range []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD} {
+		n := unicodeNorm{form: form}
+		for range 3000 {
+			var b strings.Builder
+			for range rng.IntN(24) {
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+				if rng.IntN(4) == 0 {
+					b.WriteString(strings.Repeat("z", rng.IntN(70)))
+				}
+			}
+			s := b.String()
+			if got, want := n.normalize(s), form.String(s); got != want {
+				t.Fatalf("form %v, %q: %q, want %q", form, s, got, want)
+			}
 		}
 	}
 }

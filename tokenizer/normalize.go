@@ -21,18 +21,34 @@ type normalizer interface {
 type unicodeNorm struct{ form norm.Form }
 
 func (n unicodeNorm) normalize(s string) string {
-	if isASCII(s) {
-		// Every form maps ASCII to itself. The check reads eight bytes
-		// at a time, norm's quick check one: on a long English prompt
-		// this is most of the normalizer's cost.
+	if n.isNormal(s) {
 		return s
 	}
 	return n.form.String(s)
 }
 
-// isASCII reports whether s holds only bytes below 0x80.
-func isASCII(s string) bool {
-	return bytescan.IsASCII(unsafe.Slice(unsafe.StringData(s), len(s))) // read only
+// isNormal reports whether s is normalized already, checking only the
+// stretches of non-ASCII text with the ASCII byte before each. Every form
+// maps ASCII to itself, and an ASCII character is a boundary: a starter
+// that nothing before it composes with. So the text splits before every
+// ASCII byte into pieces normalized on their own, and a piece of ASCII
+// alone is normalized. The ASCII runs are skipped eight bytes at a time;
+// norm's own check reads them one by one, which on a long prompt that is
+// mostly English was most of the normalizer's cost. A stretch norm's quick
+// check cannot vouch for (it answers "maybe" for some) reports false, and
+// the caller normalizes the whole text: exact either way.
+func (n unicodeNorm) isNormal(s string) bool {
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	for i := bytescan.NonASCIIFrom(b, 0); i < len(b); i = bytescan.NonASCIIFrom(b, i) {
+		start := max(i-1, 0) // a mark may compose with the ASCII letter before it
+		for i < len(b) && b[i] >= 0x80 {
+			i++
+		}
+		if seg := s[start:i]; n.form.QuickSpanString(seg) != len(seg) {
+			return false
+		}
+	}
+	return true
 }
 
 // lowercaseNorm lowercases rune by rune, as Rust's char::to_lowercase does:

@@ -49,21 +49,23 @@ const (
 func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }
 
 // IsASCII reports whether b holds only bytes below 0x80.
-func IsASCII(b []byte) bool {
-	var acc uint64
-	i := 0
+func IsASCII(b []byte) bool { return NonASCIIFrom(b, 0) == len(b) }
+
+// NonASCIIFrom returns the offset of the first byte of 0x80 or more in
+// b[i:], or len(b): 32 bytes a step while there is none.
+func NonASCIIFrom(b []byte, i int) int {
 	for ; i+32 <= len(b); i += 32 {
-		acc |= binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
-			binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
-		if acc&msb != 0 {
-			return false
+		if (binary.LittleEndian.Uint64(b[i:])|binary.LittleEndian.Uint64(b[i+8:])|
+			binary.LittleEndian.Uint64(b[i+16:])|binary.LittleEndian.Uint64(b[i+24:]))&msb != 0 {
+			break
 		}
 	}
 	for ; i+8 <= len(b); i += 8 {
-		acc |= binary.LittleEndian.Uint64(b[i:])
+		if binary.LittleEndian.Uint64(b[i:])&msb != 0 {
+			break
+		}
 	}
-	for ; i < len(b); i++ {
-		acc |= uint64(b[i])
+	for ; i < len(b) && b[i] < 0x80; i++ {
 	}
-	return acc&msb == 0
+	return i
 }

@@ -51,3 +51,36 @@ func TestIsASCII(t *testing.T) {
 		}
 	}
 }
+
+// TestNonASCIIFrom puts one or two non-ASCII bytes at every position of
+// strings around the word and block sizes, and starts the search at
+// every offset.
+func TestNonASCIIFrom(t *testing.T) {
+	for n := 0; n <= 70; n++ {
+		b := []byte(strings.Repeat("a", n))
+		for from := 0; from <= n; from++ {
+			if got := NonASCIIFrom(b, from); got != n {
+				t.Fatalf("%d ASCII bytes from %d: %d, want %d", n, from, got, n)
+			}
+		}
+		for i := 0; i < n; i++ {
+			x := append([]byte(nil), b...)
+			x[i] = 0x80
+			if i+5 < n {
+				x[i+5] = 0xFF
+			}
+			for from := 0; from <= n; from++ {
+				want := n
+				switch {
+				case from <= i:
+					want = i
+				case i+5 < n && from <= i+5:
+					want = i + 5
+				}
+				if got := NonASCIIFrom(x, from); got != want {
+					t.Fatalf("non-ASCII at %d (and %d) of %d, from %d: %d, want %d", i, i+5, n, from, got, want)
+				}
+			}
+		}
+	}
+}
