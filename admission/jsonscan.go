@@ -182,28 +182,31 @@ func (s *scanner) array(elem func() error) error {
 // str consumes a string at the cursor and returns the bounds of its
 // contents (without quotes) and whether it has escapes.
 //
-// Most of a request body is message text, one string of up to megabytes,
-// so the plain run is found with bytes.IndexByte (vectorised) for the
-// closing quote and the first backslash, and only control bytes are looked
-// for a word at a time. q and bs are kept across escapes so that each byte
-// is searched a bounded number of times: a string with many escapes stays
-// linear.
+// Most of a request body is message text, one string of up to megabytes.
+// Without escapes it is found with bytes.IndexByte (vectorised) for the
+// closing quote and a backslash, and only control bytes are looked for a
+// word at a time. Text with escapes (a newline every line) goes from
+// escape to escape with one pass over each stretch
+// (bytescan.StringEndFrom), each byte read once.
 func (s *scanner) str() (start, end int, escaped bool, err error) {
 	s.i++ // opening quote
 	start = s.i
 	b := s.b
-	q, bs := -1, -1 // the next quote and backslash at or after the cursor
+	if q := indexFrom(b, start, len(b), '"'); q < len(b) && indexFrom(b, start, q, '\\') == q {
+		// No escape, the common case: the quote and the backslash are
+		// found by vectorized search, the bytes between checked 32 at a
+		// time.
+		if i, high := bytescan.ControlFrom(b, start, q); i == q {
+			s.i = q + 1
+			s.noteASCII(start, q, high)
+			return start, q, false, nil
+		}
+	}
+	// Escapes (or an error): from stop to stop, quote, backslash or
+	// control byte, each found in one pass over the text before it.
 	var high uint64 // the high bits of the bytes looked at: 0 while ASCII
 	for {
-		i := s.i
-		if q < i {
-			q = indexFrom(b, i, len(b), '"')
-		}
-		if bs < i {
-			bs = indexFrom(b, i, q, '\\')
-		}
-		var h uint64
-		i, h = bytescan.ControlFrom(b, i, bs)
+		i, h := bytescan.StringEndFrom(b, s.i)
 		high |= h
 		s.i = i
 		if i >= len(b) {
@@ -212,9 +215,7 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		switch b[i] {
 		case '"':
 			s.i++
-			if high == 0 && i-start > s.asciiHi-s.asciiLo {
-				s.asciiLo, s.asciiHi = start, i
-			}
+			s.noteASCII(start, i, high)
 			return start, i, escaped, nil
 		case '\\':
 			escaped = true
@@ -224,6 +225,14 @@ func (s *scanner) str() (start, end int, escaped bool, err error) {
 		default: // control character
 			return 0, 0, false, s.unexpected("in string literal")
 		}
+	}
+}
+
+// noteASCII keeps b[start:end], a string's text, as the longest ASCII one
+// so far when it is (high, the high bits of its bytes, is 0).
+func (s *scanner) noteASCII(start, end int, high uint64) {
+	if high == 0 && end-start > s.asciiHi-s.asciiLo {
+		s.asciiLo, s.asciiHi = start, end
 	}
 }
 

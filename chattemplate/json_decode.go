@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -262,90 +261,55 @@ func plainRun(b []byte, i int) (end int, ok bool) {
 
 // slowStr reads a string holding escapes, non-ASCII or control bytes (an
 // error), or no closing quote, from start (after the opening quote), where
-// d.i is. Runs of
-// bytes that decode to themselves (ASCII, valid UTF-8) are copied whole.
-// The output is sized once, to the raw string's length (decoding only
+// d.i is. It goes from stop to stop (bytescan.StringEndFrom: quote,
+// backslash, control byte), copying the text between them whole when it
+// is ASCII or valid UTF-8; only a stretch with invalid bytes is decoded
+// rune by rune (each invalid byte becomes U+FFFD, as encoding/json). The
+// output is sized once, to the raw string's length (decoding only
 // shortens it, but for invalid bytes, which grow to U+FFFD), and becomes
 // the string without a copy: a long message is most of a request.
 func (d *jsonDecoder) slowStr(start int) (string, error) {
-	var sb strings.Builder
-	sb.Grow(closingQuote(d.b, d.i) - start)
-	out := make([]byte, 0, 64)
-	run := start
-	var seg segmenter
-	for d.i < len(d.b) {
-		if d.i >= seg.end {
-			// The text up to the next quote or backslash decodes to
-			// itself when it holds no control character and is valid
-			// UTF-8: it is skipped whole, as the cases below would
-			// step over it. Text that fails the check is stepped
-			// byte by byte, to its end, by those cases.
-			if clean := seg.next(d.b, d.i); clean {
-				d.i = seg.end
-				if d.i >= len(d.b) {
-					break
-				}
-			}
+	b := d.b
+	out := make([]byte, 0, closingQuote(b, d.i)-start)
+	for {
+		j, high := bytescan.StringEndFrom(b, d.i)
+		if run := b[d.i:j]; high == 0 || utf8.Valid(run) {
+			out = append(out, run...)
+		} else {
+			out = appendInvalid(out, run)
 		}
-		c := d.b[d.i]
-		switch {
-		case plainASCII[c]:
+		d.i = j
+		if j >= len(b) {
+			return "", errJSONEnd
+		}
+		switch c := b[j]; c {
+		case '"':
 			d.i++
-		case c == '"':
-			sb.Write(d.b[run:d.i])
-			d.i++
-			return sb.String(), nil
-		case c == '\\':
-			// Escapes decode through the small buffer, flushed at each
-			// so that runs go to the builder directly.
-			sb.Write(d.b[run:d.i])
+			return unsafe.String(unsafe.SliceData(out), len(out)), nil
+		case '\\':
 			var err error
-			if out, err = d.escape(out[:0]); err != nil {
+			if out, err = d.escape(out); err != nil {
 				return "", err
 			}
-			sb.Write(out)
-			out = out[:0]
-			run = d.i
-		case c < 0x20:
-			return "", d.errorf("control character %#x in a string", c)
 		default:
-			r, size := utf8.DecodeRune(d.b[d.i:])
-			if r == utf8.RuneError && size == 1 {
-				sb.Write(d.b[run:d.i])
-				sb.WriteRune(r) // U+FFFD, as encoding/json
-				run = d.i + 1
-			}
-			d.i += size
+			return "", d.errorf("control character %#x in a string", c)
 		}
 	}
-	return "", errJSONEnd
 }
 
-// segmenter cuts a string's text into the stretches between quotes and
-// backslashes for slowStr. The next quote is remembered until the cursor
-// passes it, so that a text with many escapes is not searched to its
-// closing quote once per escape.
-type segmenter struct {
-	end   int // where the current stretch ends
-	quote int // the next quote at or after the stretch (len(b) when none); both 0 before the first
-}
-
-// next moves to the stretch beginning at i and reports whether its bytes
-// all decode to themselves.
-func (s *segmenter) next(b []byte, i int) bool {
-	if s.end == 0 || s.quote < i {
-		s.quote = len(b)
-		if k := bytes.IndexByte(b[i:], '"'); k >= 0 {
-			s.quote = i + k
+// appendInvalid appends run, text that is not valid UTF-8, rune by rune,
+// each invalid byte as U+FFFD.
+func appendInvalid(out, run []byte) []byte {
+	for len(run) > 0 {
+		r, size := utf8.DecodeRune(run)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, r)
+		} else {
+			out = append(out, run[:size]...)
 		}
+		run = run[size:]
 	}
-	s.end = s.quote
-	if k := bytes.IndexByte(b[i:s.quote], '\\'); k >= 0 {
-		s.end = i + k
-	}
-	run := b[i:s.end]
-	end, _ := bytescan.ControlFrom(run, 0, len(run))
-	return end == len(run) && utf8.Valid(run)
+	return out
 }
 
 // escape decodes the escape at d.i onto out.
@@ -388,15 +352,6 @@ func (d *jsonDecoder) escape(out []byte) ([]byte, error) {
 // simpleEscapes maps the byte after a backslash to what it stands for; 0
 // marks no simple escape.
 var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
-
-// plainASCII marks the bytes a JSON string holds as themselves: ASCII
-// but for the quote, the backslash and control characters.
-var plainASCII = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
 
 // closingQuote returns the index of the quote that ends the string whose
 // text continues at b[i:] (len(b) when there is none): the first quote

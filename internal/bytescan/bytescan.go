@@ -4,7 +4,10 @@
 // they cost a fraction of a per-byte loop.
 package bytescan
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // ControlFrom returns the offset of the first control byte (below 0x20) in
 // b[i:end], or end: 32 bytes a step while there is none, the common case.
@@ -47,6 +50,46 @@ const (
 
 // hasLess is non-zero iff some byte of x is below n (n <= 128).
 func hasLess(x uint64, n uint64) uint64 { return (x - lsb*n) & ^x & msb }
+
+// StringEndFrom returns the offset of the first quote, backslash or
+// control byte (below 0x20) in b[i:], or len(b): where a JSON string's
+// plain text stops. high has the high bit of every byte before it set in
+// some byte of high, so it is 0 iff they are ASCII. Eight bytes a step
+// while there is none. Each test below flags its byte's high bit; a
+// borrow may flag bytes after a flagged one, never before it, so the
+// first flag is exact.
+func StringEndFrom(b []byte, i int) (_ int, high uint64) {
+	const quote, backslash = lsb * '"', lsb * '\\'
+	stops := func(x uint64) uint64 { return (hasZero(x^quote) | hasZero(x^backslash) | hasLess(x, 0x20)) & msb }
+	for ; i+32 <= len(b); i += 32 {
+		w := b[i : i+32]
+		x0, x1 := binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:])
+		x2, x3 := binary.LittleEndian.Uint64(w[16:]), binary.LittleEndian.Uint64(w[24:])
+		if stops(x0)|stops(x1)|stops(x2)|stops(x3) != 0 {
+			break // found in the word loop below
+		}
+		high |= x0 | x1 | x2 | x3
+	}
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := stops(x); m != 0 {
+			n := bits.TrailingZeros64(m) / 8
+			return i + n, (high | x&(1<<(8*n)-1)) & msb
+		}
+		high |= x
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+		high |= uint64(c)
+	}
+	return i, high & msb
+}
+
+// hasZero is non-zero iff some byte of x is zero.
+func hasZero(x uint64) uint64 { return (x - lsb) & ^x & msb }
 
 // IsASCII reports whether b holds only bytes below 0x80.
 func IsASCII(b []byte) bool { return NonASCIIFrom(b, 0) == len(b) }

@@ -84,3 +84,41 @@ func TestNonASCIIFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestStringEndFrom puts each kind of stop byte, and bytes next to them
+// that are no stop, at every position of strings around the word size,
+// behind every kind of byte, and compares the offset and whether the bytes
+// before it are ASCII with a byte-by-byte search.
+func TestStringEndFrom(t *testing.T) {
+	stop := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	want := func(b []byte, i int) (int, bool) {
+		ascii := true
+		for ; i < len(b) && !stop(b[i]); i++ {
+			ascii = ascii && b[i] < 0x80
+		}
+		return i, ascii
+	}
+	probes := []byte{'"', '\\', 0, 0x1f, 0x7f, 0x80, 0xff, 0x20, 0x21, 0x23, 0x5b, 0x5d, 0xa2, 0xdc, 'a'}
+	for n := 0; n <= 40; n++ {
+		for i := 0; i < n; i++ {
+			for _, c := range probes {
+				for _, other := range []byte{'a', 0x01, 0x80, '"'} {
+					for _, at := range []int{i - 1, i + 1, i + 9} {
+						b := []byte(strings.Repeat("x", n))
+						b[i] = c
+						if at >= 0 && at < n {
+							b[at] = other
+						}
+						for from := 0; from <= n; from++ {
+							end, high := StringEndFrom(b, from)
+							wend, ascii := want(b, from)
+							if end != wend || (high == 0) != ascii {
+								t.Fatalf("%q from %d: %d, ascii %v; want %d, %v", b, from, end, high == 0, wend, ascii)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
