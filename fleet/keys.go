@@ -29,7 +29,15 @@ type keyKeep struct {
 	mu    sync.RWMutex
 	m     map[uint64]*keptKeys
 	bytes int
+	// seen holds the first keys of prompts offered once: a prompt is kept
+	// when its first block was seen before, so that traffic sharing no
+	// prefix costs a map entry a prompt, not a copy of its ids.
+	seen map[uint64]struct{}
 }
+
+// maxSeenPrompts bounds keyKeep.seen (8 bytes and a map slot each); past
+// it the set starts again.
+const maxSeenPrompts = 1 << 16
 
 // keptKeys is one kept prompt; never changed once made.
 type keptKeys struct {
@@ -47,7 +55,7 @@ const (
 )
 
 func newKeyKeep() *keyKeep {
-	return &keyKeep{minBlocks: keyKeepMinBlocks, budget: keyKeepBudget, m: map[uint64]*keptKeys{}}
+	return &keyKeep{minBlocks: keyKeepMinBlocks, budget: keyKeepBudget, m: map[uint64]*keptKeys{}, seen: map[uint64]struct{}{}}
 }
 
 func (e *keptKeys) cost() int {
@@ -97,9 +105,9 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, s
 }
 
 // keep stores e under its first key, with a copy of its ids unless they
-// are stable.
+// are stable, when a prompt with that first block was offered before.
 func (k *keyKeep) keep(e *keptKeys, stable bool) {
-	if e.cost() > k.budget/4 {
+	if e.cost() > k.budget/4 || !k.seenBefore(e.keys[0]) {
 		return
 	}
 	if !stable {
@@ -116,6 +124,21 @@ func (k *keyKeep) keep(e *keptKeys, stable bool) {
 	}
 	k.m[e.keys[0]] = e
 	k.bytes += e.cost()
+}
+
+// seenBefore reports whether a prompt with first key was offered before,
+// and notes that one was.
+func (k *keyKeep) seenBefore(first uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.seen[first]; ok {
+		return true
+	}
+	if len(k.seen) >= maxSeenPrompts {
+		clear(k.seen)
+	}
+	k.seen[first] = struct{}{}
+	return false
 }
 
 // commonIDs is the length of the longest common prefix of a and b.

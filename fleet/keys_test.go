@@ -58,6 +58,7 @@ func TestKeyKeep(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			k := newKeyKeep()
 			_ = k.blockKeys(base, 16, "", "", true)
+			_ = k.blockKeys(base, 16, "", "", true) // kept from its second sighting
 			if r := reusedBlocks(k, c.tokens, c.bs, c.lora, c.salt); r != c.reused {
 				t.Fatalf("%d blocks come from the kept prompt, want %d", r, c.reused)
 			}
@@ -97,6 +98,10 @@ func TestKeyKeepCopiesPooledIDs(t *testing.T) {
 	}
 	k := newKeyKeep()
 	_ = k.blockKeys(buf, 16, "", "", false)
+	_ = k.blockKeys(buf, 16, "", "", false)
+	if len(k.m) != 1 {
+		t.Fatalf("%d prompts kept after two sightings, want 1", len(k.m))
+	}
 	want := blockKeys(buf, 16, "", "")
 	for i := 16; i < len(buf); i++ {
 		buf[i] += 1000 // the caller reuses its buffer for another prompt
@@ -114,6 +119,23 @@ func TestKeyKeepCopiesPooledIDs(t *testing.T) {
 	}
 }
 
+// TestKeyKeepSecondSighting: a prompt is kept only once a prompt with
+// its first block was offered before: prompts sharing no prefix copy
+// nothing.
+func TestKeyKeepSecondSighting(t *testing.T) {
+	k := newKeyKeep()
+	for i := range 20 {
+		p := make([]uint64, 16*64)
+		for j := range p {
+			p[j] = uint64(i*100000 + j)
+		}
+		_ = k.blockKeys(p, 16, "", "", false)
+	}
+	if len(k.m) != 0 || k.bytes != 0 {
+		t.Fatalf("distinct prompts offered once: %d kept (%d bytes)", len(k.m), k.bytes)
+	}
+}
+
 // TestKeyKeepBudget: what is kept stays within the budget.
 func TestKeyKeepBudget(t *testing.T) {
 	k := newKeyKeep()
@@ -125,8 +147,10 @@ func TestKeyKeepBudget(t *testing.T) {
 			p[j] = rng.Uint64N(150000)
 		}
 		want := blockKeys(p, 16, "", fmt.Sprint(i%3))
-		if got := k.blockKeys(p, 16, "", fmt.Sprint(i%3), i%2 == 0); !slices.Equal(got, want) {
-			t.Fatalf("prompt %d: keys differ", i)
+		for range 2 {
+			if got := k.blockKeys(p, 16, "", fmt.Sprint(i%3), i%2 == 0); !slices.Equal(got, want) {
+				t.Fatalf("prompt %d: keys differ", i)
+			}
 		}
 		if k.bytes > k.budget {
 			t.Fatalf("after %d prompts %d bytes kept, budget %d", i+1, k.bytes, k.budget)
@@ -148,6 +172,7 @@ func BenchmarkKeyKeep8k(b *testing.B) {
 	})
 	b.Run("kept", func(b *testing.B) {
 		k := newKeyKeep()
+		_ = k.blockKeys(p, 16, "", "", true)
 		_ = k.blockKeys(p, 16, "", "", true)
 		q := slices.Clone(p)
 		i := 0

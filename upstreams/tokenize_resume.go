@@ -39,7 +39,14 @@ type tokenResume struct {
 	mu    sync.RWMutex
 	m     map[uint64]*resumeEntry
 	bytes int
+	// seen holds the keys of arrays offered once: an array is kept when
+	// its key was seen before, so that answers sharing no prefix cost a
+	// map entry each, not a copy of their bytes.
+	seen map[uint64]struct{}
 }
+
+// maxSeenArrays bounds tokenResume.seen; past it the set starts again.
+const maxSeenArrays = 1 << 16
 
 // resumeEntry is one kept array. It is never changed once made: a newer
 // array replaces the entry whole.
@@ -61,7 +68,7 @@ const (
 
 func newTokenResume() *tokenResume {
 	return &tokenResume{seed: maphash.MakeSeed(), minBytes: resumeMinBytes, keyBytes: resumeKeyBytes,
-		stride: resumeStride, budget: resumeBudget, m: map[uint64]*resumeEntry{}}
+		stride: resumeStride, budget: resumeBudget, m: map[uint64]*resumeEntry{}, seen: map[uint64]struct{}{}}
 }
 
 // cost is what an entry counts against the budget.
@@ -96,17 +103,21 @@ func (r *tokenResume) lookup(arr []byte) (ids []uint64, offs []int32, at int) {
 // keep offers the array arr, decoded into ids with offsets offs, for
 // later lookups; fresh is how many of the ids were decoded rather than
 // resumed. An array is kept when most of it was new to the entry it
-// would replace: one that resumed all but its last quarter adds little,
-// and copying it would cost a third of what resuming saved.
+// would replace (one that resumed all but its last quarter adds little,
+// and copying it would cost a third of what resuming saved), and only
+// once its key was offered before.
 func (r *tokenResume) keep(arr []byte, ids []uint64, offs []int32, fresh int) {
 	if len(arr) < r.minBytes || len(arr) > math.MaxInt32 || 4*fresh < len(ids) {
 		return // short, beyond what the offsets hold, or mostly resumed
 	}
-	e := &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
-	if e.cost() > r.budget/4 {
+	if len(arr)+8*len(ids)+4*len(offs)+64 > r.budget/4 {
 		return
 	}
 	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
+	if !r.seenBefore(h) {
+		return
+	}
+	e := &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old := r.m[h]; old != nil {
@@ -118,6 +129,21 @@ func (r *tokenResume) keep(arr []byte, ids []uint64, offs []int32, fresh int) {
 	}
 	r.m[h] = e
 	r.bytes += e.cost()
+}
+
+// seenBefore reports whether an array with key h was offered before,
+// and notes that one was.
+func (r *tokenResume) seenBefore(h uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.seen[h]; ok {
+		return true
+	}
+	if len(r.seen) >= maxSeenArrays {
+		clear(r.seen)
+	}
+	r.seen[h] = struct{}{}
+	return false
 }
 
 // commonPrefix is the length of the longest common prefix of a and b,

@@ -77,8 +77,10 @@ func TestTokenizeResume(t *testing.T) {
 				max = c.max
 			}
 			r := newTokenResume()
-			if _, _, err := resumeDecode(idAnswer(base, ","), DefaultMaxTokenizeTokens, r); err != nil {
-				t.Fatal(err)
+			for range 2 { // kept from its second sighting
+				if _, _, err := resumeDecode(idAnswer(base, ","), DefaultMaxTokenizeTokens, r); err != nil {
+					t.Fatal(err)
+				}
 			}
 			want, wantErr := decodeTokenizeResponse(c.b, max)
 			got, fresh, err := resumeDecode(c.b, max, r)
@@ -117,6 +119,7 @@ func TestTokenizeResumeKeepsOnlyWholeArrays(t *testing.T) {
 	} {
 		r := newTokenResume()
 		_, _, _ = resumeDecode([]byte(raw), DefaultMaxTokenizeTokens, r)
+		_, _, _ = resumeDecode([]byte(raw), DefaultMaxTokenizeTokens, r)
 		if len(r.m) != 0 {
 			t.Errorf("%.40q…: kept an array", raw)
 		}
@@ -128,6 +131,27 @@ func TestTokenizeResumeKeepsOnlyWholeArrays(t *testing.T) {
 	}
 }
 
+// TestTokenizeResumeSecondSighting: an array is kept only once its key
+// was offered before, so that answers sharing no prefix copy nothing; the
+// set of keys offered once is bounded.
+func TestTokenizeResumeSecondSighting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	r := newTokenResume()
+	a := idAnswer(randomIDs(rng, 3000), ",")
+	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || len(r.m) != 0 {
+		t.Fatalf("after one sighting: %d kept, %v", len(r.m), err)
+	}
+	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || len(r.m) != 1 {
+		t.Fatalf("after two sightings: %d kept, %v", len(r.m), err)
+	}
+	for i := range maxSeenArrays + 10 {
+		r.seenBefore(uint64(i) << 20)
+	}
+	if len(r.seen) > maxSeenArrays {
+		t.Fatalf("%d keys noted, bound %d", len(r.seen), maxSeenArrays)
+	}
+}
+
 // TestTokenizeResumeBudget: the kept arrays stay within the budget, and
 // an answer too large for a quarter of it is not kept.
 func TestTokenizeResumeBudget(t *testing.T) {
@@ -136,8 +160,10 @@ func TestTokenizeResumeBudget(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 40 {
 		ids := append([]uint64{uint64(i)}, randomIDs(rng, 3000)...) // a key of its own
-		if _, _, err := resumeDecode(idAnswer(ids, ","), DefaultMaxTokenizeTokens, r); err != nil {
-			t.Fatal(err)
+		for range 2 {
+			if _, _, err := resumeDecode(idAnswer(ids, ","), DefaultMaxTokenizeTokens, r); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if r.bytes > r.budget {
 			t.Fatalf("after %d answers %d bytes kept, budget %d", i+1, r.bytes, r.budget)
@@ -145,8 +171,11 @@ func TestTokenizeResumeBudget(t *testing.T) {
 	}
 	r = newTokenResume()
 	r.budget = 1 << 20
-	if _, _, err := resumeDecode(idAnswer(randomIDs(rng, 40000), ","), DefaultMaxTokenizeTokens, r); err != nil {
-		t.Fatal(err)
+	big := idAnswer(randomIDs(rng, 40000), ",")
+	for range 2 {
+		if _, _, err := resumeDecode(big, DefaultMaxTokenizeTokens, r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if len(r.m) != 0 {
 		t.Fatalf("an answer over a quarter of the budget was kept (%d bytes)", r.bytes)
@@ -171,6 +200,7 @@ func FuzzTokenizeResume(f *testing.F) {
 		r.minBytes, r.keyBytes, r.stride, r.budget = 8, 4, 2, 1<<16
 		for _, max := range []int{DefaultMaxTokenizeTokens, 3} {
 			_, _, _ = resumeDecode(a, max, r)
+			_, _, _ = resumeDecode(a, max, r) // kept from its second sighting
 			want, wantErr := decodeTokenizeResponse(b, max)
 			for round := range 2 { // then again, from b's own kept array
 				got, _, err := resumeDecode(b, max, r)
