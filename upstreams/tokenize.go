@@ -137,10 +137,14 @@ func (w tokenizeWire) body() ([]byte, error) {
 }
 
 // sharedBody is body in a form the call can hand back when done: a pooled
-// buffer for a verbatim body (tokenize_reqbody.go). The caller releases it.
+// buffer for a long verbatim body (tokenize_reqbody.go). The caller
+// releases it.
 func (w *tokenizeWire) sharedBody() (*sharedBody, error) {
-	if w.verbatim {
+	if w.verbatim && w.bodySize() >= minPooledRequest {
 		return newSharedBody(w.appendBody), nil
+	}
+	if w.verbatim {
+		return plainBody(w.appendBody(nil)), nil
 	}
 	b, err := w.body()
 	if err != nil {
@@ -526,19 +530,10 @@ func (t *Tokenizer) evictLocked() {
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
-	rd, err := body.reader()
+	req, err := body.request(ctx, url)
 	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
-	if err != nil {
-		rd.Close()
 		return nil, fmt.Errorf("tokenize: request: %w", err)
 	}
-	// The body is not a *bytes.Reader: its length and a way to read it
-	// again (a retry on a new connection, a redirect) are given here.
-	req.ContentLength = int64(len(body.b))
-	req.GetBody = body.reader
 	for k, v := range h {
 		req.Header[k] = v
 	}

@@ -10,7 +10,7 @@ import (
 // order, as encoding/json writes for tokenizeWire. The size is summed
 // first so that the body, as long as the prompt, is allocated once.
 func (w *tokenizeWire) appendBody(dst []byte) []byte {
-	size := 256 + len(w.Model) + len(w.Prompt) + len(w.Messages) + len(w.ChatTemplate) + len(w.ChatTemplateKwargs) + len(w.Tools)
+	size := w.bodySize()
 	if cap(dst)-len(dst) < size {
 		dst = append(make([]byte, 0, len(dst)+size+size/16), dst...)
 	}
@@ -43,6 +43,12 @@ func (w *tokenizeWire) appendBody(dst []byte) []byte {
 		},
 	})
 	return append(dst, '}')
+}
+
+// bodySize bounds the verbatim body's length from above (but for string
+// fields that grow when escaped, which append handles).
+func (w *tokenizeWire) bodySize() int {
+	return 256 + len(w.Model) + len(w.Prompt) + len(w.Messages) + len(w.ChatTemplate) + len(w.ChatTemplateKwargs) + len(w.Tools)
 }
 
 // wireFields are what eachField calls for each field, by kind: raw JSON,

@@ -2,8 +2,10 @@ package upstreams
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 )
@@ -17,6 +19,13 @@ import (
 // goroutine even after RoundTrip returns"), and may take more readers of
 // it through GetBody for a retry. So the buffer counts its users: the
 // caller that made it, and every reader handed out, until it is closed.
+
+// Only long bodies are pooled. A body the transport does not know to be
+// in memory (a *bytes.Reader, say) has the request's headers flushed on
+// their own before it, one more write and TCP segment per call, which
+// costs more than allocating a short body; a long body takes several
+// writes anyway, and its allocation is what costs.
+const minPooledRequest = 64 << 10
 
 // requestBufs are the pooled body buffers.
 var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
@@ -50,6 +59,27 @@ func plainBody(b []byte) *sharedBody {
 	s := &sharedBody{b: b}
 	s.refs.Store(1)
 	return s
+}
+
+// request is a POST of the body to url. A pooled body gets readers of
+// its own, with its length and GetBody for a retry or a redirect; a
+// plain one is a *bytes.Reader, for which net/http sets both.
+func (s *sharedBody) request(ctx context.Context, url string) (*http.Request, error) {
+	if s.buf == nil {
+		return http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(s.b))
+	}
+	rd, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
+	if err != nil {
+		rd.Close()
+		return nil, err
+	}
+	req.ContentLength = int64(len(s.b))
+	req.GetBody = s.reader
+	return req, nil
 }
 
 // reader returns a reader of the body, counted as a user until its

@@ -1,9 +1,13 @@
 package upstreams
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestSharedBodyUsers: the buffer goes back only when its maker and every
@@ -41,5 +45,35 @@ func TestSharedBodyUsers(t *testing.T) {
 	}
 	if _, err := s.reader(); !errors.Is(err, errBodyClosed) {
 		t.Fatalf("a reader after every user was gone: %v", err)
+	}
+}
+
+// TestTokenizeLongBodyPooled: a prompt long enough for a pooled body
+// reaches the engine whole, through the cache's call and a fresh call,
+// and calls after it reuse the buffer without mixing bodies.
+func TestTokenizeLongBodyPooled(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
+	defer tk.Close()
+	ctx := context.Background()
+	for i, n := range []int{minPooledRequest, 3 * minPooledRequest, minPooledRequest + 7} {
+		text := strings.Repeat(string(rune('a'+i)), n)
+		prompt, _ := json.Marshal(text)
+		req := TokenizeRequest{Model: "m", Prompt: prompt, Verbatim: true}
+		if w := req.wire(); w.bodySize() < minPooledRequest {
+			t.Fatalf("a body of %d bytes is not pooled", w.bodySize())
+		}
+		for _, fresh := range []bool{false, true} {
+			var toks []uint64
+			var err error
+			if fresh {
+				toks, err = tk.TokenizeFresh(ctx, f.url(), nil, req)
+			} else {
+				toks, _, err = tk.Tokenize(ctx, f.url(), nil, req)
+			}
+			if err != nil || !equalTokens(toks, expectTokens(text)) {
+				t.Fatalf("prompt %d (fresh %v): %d ids, %v", i, fresh, len(toks), err)
+			}
+		}
 	}
 }
