@@ -2,8 +2,8 @@ package fleet
 
 import (
 	"slices"
-	"sync"
 
+	"github.com/llmgw/caddy-llmgw/internal/sighting"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
@@ -21,22 +21,16 @@ import (
 // keyKeep is the set of kept prompts, one per first block key (which names
 // the block size, adapter and salt too: they are in its hash or its
 // length; the entry also records them, so a hash collision costs nothing
-// but a miss). It is safe for concurrent use.
+// but a miss). A prompt is kept from its first block's second sighting,
+// so that traffic sharing no prefix costs a record a prompt, not a copy of
+// its ids. It is safe for concurrent use.
 type keyKeep struct {
 	minBlocks int // shorter prompts are hashed whole and not kept
-	budget    int // bytes held at most; past it every entry goes
-
-	mu    sync.RWMutex
-	m     map[uint64]*keptKeys
-	bytes int
-	// seen holds the first keys of prompts offered once: a prompt is kept
-	// when its first block was seen before, so that traffic sharing no
-	// prefix costs a map entry a prompt, not a copy of its ids.
-	seen map[uint64]struct{}
+	kept      *sighting.Keep[*keptKeys]
 }
 
-// maxSeenPrompts bounds keyKeep.seen (8 bytes and a map slot each); past
-// it the set starts again.
+// maxSeenPrompts bounds the first keys recorded as offered once (8 bytes
+// and a map slot each).
 const maxSeenPrompts = 1 << 16
 
 // keptKeys is one kept prompt; never changed once made.
@@ -55,7 +49,7 @@ const (
 )
 
 func newKeyKeep() *keyKeep {
-	return &keyKeep{minBlocks: keyKeepMinBlocks, budget: keyKeepBudget, m: map[uint64]*keptKeys{}, seen: map[uint64]struct{}{}}
+	return &keyKeep{minBlocks: keyKeepMinBlocks, kept: sighting.NewKeep[*keptKeys](keyKeepBudget, maxSeenPrompts)}
 }
 
 func (e *keptKeys) cost() int {
@@ -84,13 +78,10 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, s
 		return keys
 	}
 	reused := 0
-	k.mu.RLock()
-	e := k.m[keys[0]]
-	k.mu.RUnlock()
-	if e != nil && e.blockSize == blockSize && e.lora == lora && e.salt == salt {
+	if e, ok := k.kept.Get(keys[0]); ok && e.blockSize == blockSize && e.lora == lora && e.salt == salt {
 		// keys[0] equals e.keys[0]: the first block's ids are the
 		// same (but for a hash collision, which the comparison finds).
-		if shared := min(commonIDs(e.tokens, tokens)/blockSize, len(e.keys)); shared > 1 {
+		if shared := min(sighting.CommonPrefix(e.tokens, tokens)/blockSize, len(e.keys)); shared > 1 {
 			keys, reused = append(keys[:0], e.keys[:shared]...), shared
 		}
 	}
@@ -104,53 +95,13 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, s
 	return keys
 }
 
-// keep stores e under its first key, with a copy of its ids unless they
-// are stable, when a prompt with that first block was offered before.
+// keep offers e under its first key, with a copy of its ids unless they
+// are stable.
 func (k *keyKeep) keep(e *keptKeys, stable bool) {
-	if e.cost() > k.budget/4 || !k.seenBefore(e.keys[0]) {
-		return
-	}
-	if !stable {
-		e.tokens = slices.Clone(e.tokens)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if old := k.m[e.keys[0]]; old != nil {
-		k.bytes -= old.cost()
-	}
-	if k.bytes+e.cost() > k.budget {
-		clear(k.m)
-		k.bytes = 0
-	}
-	k.m[e.keys[0]] = e
-	k.bytes += e.cost()
-}
-
-// seenBefore reports whether a prompt with first key was offered before,
-// and notes that one was.
-func (k *keyKeep) seenBefore(first uint64) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, ok := k.seen[first]; ok {
-		return true
-	}
-	if len(k.seen) >= maxSeenPrompts {
-		clear(k.seen)
-	}
-	k.seen[first] = struct{}{}
-	return false
-}
-
-// commonIDs is the length of the longest common prefix of a and b.
-func commonIDs(a, b []uint64) int {
-	n := min(len(a), len(b))
-	const block = 128
-	i := 0
-	for i+block <= n && slices.Equal(a[i:i+block], b[i:i+block]) {
-		i += block
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
+	k.kept.Offer(e.keys[0], e.cost(), func() *keptKeys {
+		if !stable {
+			e.tokens = slices.Clone(e.tokens)
+		}
+		return e
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/llmgw/caddy-llmgw/internal/sighting"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 )
 
@@ -76,13 +77,11 @@ func TestKeyKeep(t *testing.T) {
 // block is hashed, not copied).
 func reusedBlocks(k *keyKeep, tokens []uint64, bs int, lora, salt string) int {
 	first := blockKeys(tokens[:bs], bs, lora, salt)
-	k.mu.RLock()
-	e := k.m[first[0]]
-	k.mu.RUnlock()
-	if e == nil || e.blockSize != bs || e.lora != lora || e.salt != salt {
+	e, ok := k.kept.Get(first[0])
+	if !ok || e.blockSize != bs || e.lora != lora || e.salt != salt {
 		return 0
 	}
-	if n := min(commonIDs(e.tokens, tokens)/bs, len(e.keys)); n > 1 {
+	if n := min(sighting.CommonPrefix(e.tokens, tokens)/bs, len(e.keys)); n > 1 {
 		return n
 	}
 	return 0
@@ -99,8 +98,8 @@ func TestKeyKeepCopiesPooledIDs(t *testing.T) {
 	k := newKeyKeep()
 	_ = k.blockKeys(buf, 16, "", "", false)
 	_ = k.blockKeys(buf, 16, "", "", false)
-	if len(k.m) != 1 {
-		t.Fatalf("%d prompts kept after two sightings, want 1", len(k.m))
+	if k.kept.Len() != 1 {
+		t.Fatalf("%d prompts kept after two sightings, want 1", k.kept.Len())
 	}
 	want := blockKeys(buf, 16, "", "")
 	for i := 16; i < len(buf); i++ {
@@ -131,15 +130,16 @@ func TestKeyKeepSecondSighting(t *testing.T) {
 		}
 		_ = k.blockKeys(p, 16, "", "", false)
 	}
-	if len(k.m) != 0 || k.bytes != 0 {
-		t.Fatalf("distinct prompts offered once: %d kept (%d bytes)", len(k.m), k.bytes)
+	if k.kept.Len() != 0 || k.kept.Bytes() != 0 {
+		t.Fatalf("distinct prompts offered once: %d kept (%d bytes)", k.kept.Len(), k.kept.Bytes())
 	}
 }
 
 // TestKeyKeepBudget: what is kept stays within the budget.
 func TestKeyKeepBudget(t *testing.T) {
+	const budget = 256 << 10
 	k := newKeyKeep()
-	k.budget = 256 << 10
+	k.kept = sighting.NewKeep[*keptKeys](budget, maxSeenPrompts)
 	rng := rand.New(rand.NewPCG(2, 2))
 	for i := range 50 {
 		p := make([]uint64, 16*(32+rng.IntN(400)))
@@ -152,8 +152,8 @@ func TestKeyKeepBudget(t *testing.T) {
 				t.Fatalf("prompt %d: keys differ", i)
 			}
 		}
-		if k.bytes > k.budget {
-			t.Fatalf("after %d prompts %d bytes kept, budget %d", i+1, k.bytes, k.budget)
+		if k.kept.Bytes() > budget {
+			t.Fatalf("after %d prompts %d bytes kept, budget %d", i+1, k.kept.Bytes(), budget)
 		}
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"hash/maphash"
 	"math"
 	"sort"
-	"sync"
+
+	"github.com/llmgw/caddy-llmgw/internal/sighting"
 )
 
 // Prompts that share a long prefix (a system prompt, a document with a new
@@ -27,25 +28,19 @@ import (
 
 // tokenResume is the set of kept arrays, one per hash of an array's first
 // keyBytes bytes: answers whose first ids agree share an entry, the last
-// one kept standing for them. It is safe for concurrent use.
+// one kept standing for them. An array is kept from its key's second
+// sighting, so that answers sharing no prefix cost a record each, not a
+// copy of their bytes. It is safe for concurrent use.
 type tokenResume struct {
 	seed maphash.Seed
 	// minBytes: shorter arrays are neither kept nor looked up (they
 	// decode in a few microseconds). keyBytes: how much of an array keys
 	// its entry (≤ minBytes). stride: ids between two offsets.
 	minBytes, keyBytes, stride int
-	budget                     int // bytes held at most; past it all entries go
-
-	mu    sync.RWMutex
-	m     map[uint64]*resumeEntry
-	bytes int
-	// seen holds the keys of arrays offered once: an array is kept when
-	// its key was seen before, so that answers sharing no prefix cost a
-	// map entry each, not a copy of their bytes.
-	seen map[uint64]struct{}
+	kept                       *sighting.Keep[*resumeEntry]
 }
 
-// maxSeenArrays bounds tokenResume.seen; past it the set starts again.
+// maxSeenArrays bounds the keys recorded as offered once.
 const maxSeenArrays = 1 << 16
 
 // resumeEntry is one kept array. It is never changed once made: a newer
@@ -68,11 +63,8 @@ const (
 
 func newTokenResume() *tokenResume {
 	return &tokenResume{seed: maphash.MakeSeed(), minBytes: resumeMinBytes, keyBytes: resumeKeyBytes,
-		stride: resumeStride, budget: resumeBudget, m: map[uint64]*resumeEntry{}, seen: map[uint64]struct{}{}}
+		stride: resumeStride, kept: sighting.NewKeep[*resumeEntry](resumeBudget, maxSeenArrays)}
 }
-
-// cost is what an entry counts against the budget.
-func (e *resumeEntry) cost() int { return len(e.raw) + 8*len(e.ids) + 4*len(e.offs) + 64 }
 
 // lookup returns the ids that the array starting arr (at its '[', running
 // to the end of the answer) shares with a kept one, as a whole number of
@@ -84,13 +76,11 @@ func (r *tokenResume) lookup(arr []byte) (ids []uint64, offs []int32, at int) {
 		return nil, nil, 0
 	}
 	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
-	r.mu.RLock()
-	e := r.m[h]
-	r.mu.RUnlock()
-	if e == nil {
+	e, ok := r.kept.Get(h)
+	if !ok {
 		return nil, nil, 0
 	}
-	same := commonPrefix(e.raw, arr)
+	same := sighting.CommonPrefix(e.raw, arr)
 	// The last offset within the shared bytes; offs[0] (id 0) resumes
 	// nothing.
 	j := sort.Search(len(e.offs), func(j int) bool { return int(e.offs[j]) > same }) - 1
@@ -110,53 +100,8 @@ func (r *tokenResume) keep(arr []byte, ids []uint64, offs []int32, fresh int) {
 	if len(arr) < r.minBytes || len(arr) > math.MaxInt32 || 4*fresh < len(ids) {
 		return // short, beyond what the offsets hold, or mostly resumed
 	}
-	if len(arr)+8*len(ids)+4*len(offs)+64 > r.budget/4 {
-		return
-	}
 	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
-	if !r.seenBefore(h) {
-		return
-	}
-	e := &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if old := r.m[h]; old != nil {
-		r.bytes -= old.cost()
-	}
-	if r.bytes+e.cost() > r.budget {
-		clear(r.m)
-		r.bytes = 0
-	}
-	r.m[h] = e
-	r.bytes += e.cost()
-}
-
-// seenBefore reports whether an array with key h was offered before,
-// and notes that one was.
-func (r *tokenResume) seenBefore(h uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.seen[h]; ok {
-		return true
-	}
-	if len(r.seen) >= maxSeenArrays {
-		clear(r.seen)
-	}
-	r.seen[h] = struct{}{}
-	return false
-}
-
-// commonPrefix is the length of the longest common prefix of a and b,
-// compared a block at a time.
-func commonPrefix(a, b []byte) int {
-	n := min(len(a), len(b))
-	const block = 1 << 10
-	i := 0
-	for i+block <= n && bytes.Equal(a[i:i+block], b[i:i+block]) {
-		i += block
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
+	r.kept.Offer(h, len(arr)+8*len(ids)+4*len(offs)+64, func() *resumeEntry {
+		return &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/llmgw/caddy-llmgw/internal/sighting"
 )
 
 // idAnswer is a vLLM answer holding ids, count first, with sep between
@@ -120,7 +122,7 @@ func TestTokenizeResumeKeepsOnlyWholeArrays(t *testing.T) {
 		r := newTokenResume()
 		_, _, _ = resumeDecode([]byte(raw), DefaultMaxTokenizeTokens, r)
 		_, _, _ = resumeDecode([]byte(raw), DefaultMaxTokenizeTokens, r)
-		if len(r.m) != 0 {
+		if r.kept.Len() != 0 {
 			t.Errorf("%.40q…: kept an array", raw)
 		}
 		// Whatever was kept, a lookup of the array is safe and exact.
@@ -132,31 +134,25 @@ func TestTokenizeResumeKeepsOnlyWholeArrays(t *testing.T) {
 }
 
 // TestTokenizeResumeSecondSighting: an array is kept only once its key
-// was offered before, so that answers sharing no prefix copy nothing; the
-// set of keys offered once is bounded.
+// was offered before, so that answers sharing no prefix copy nothing.
 func TestTokenizeResumeSecondSighting(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	r := newTokenResume()
 	a := idAnswer(randomIDs(rng, 3000), ",")
-	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || len(r.m) != 0 {
-		t.Fatalf("after one sighting: %d kept, %v", len(r.m), err)
+	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || r.kept.Len() != 0 {
+		t.Fatalf("after one sighting: %d kept, %v", r.kept.Len(), err)
 	}
-	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || len(r.m) != 1 {
-		t.Fatalf("after two sightings: %d kept, %v", len(r.m), err)
-	}
-	for i := range maxSeenArrays + 10 {
-		r.seenBefore(uint64(i) << 20)
-	}
-	if len(r.seen) > maxSeenArrays {
-		t.Fatalf("%d keys noted, bound %d", len(r.seen), maxSeenArrays)
+	if _, _, err := resumeDecode(a, DefaultMaxTokenizeTokens, r); err != nil || r.kept.Len() != 1 {
+		t.Fatalf("after two sightings: %d kept, %v", r.kept.Len(), err)
 	}
 }
 
 // TestTokenizeResumeBudget: the kept arrays stay within the budget, and
 // an answer too large for a quarter of it is not kept.
 func TestTokenizeResumeBudget(t *testing.T) {
+	const budget = 1 << 20
 	r := newTokenResume()
-	r.budget = 1 << 20
+	r.kept = sighting.NewKeep[*resumeEntry](budget, maxSeenArrays)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := range 40 {
 		ids := append([]uint64{uint64(i)}, randomIDs(rng, 3000)...) // a key of its own
@@ -165,20 +161,20 @@ func TestTokenizeResumeBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if r.bytes > r.budget {
-			t.Fatalf("after %d answers %d bytes kept, budget %d", i+1, r.bytes, r.budget)
+		if r.kept.Bytes() > budget {
+			t.Fatalf("after %d answers %d bytes kept, budget %d", i+1, r.kept.Bytes(), budget)
 		}
 	}
 	r = newTokenResume()
-	r.budget = 1 << 20
+	r.kept = sighting.NewKeep[*resumeEntry](budget, maxSeenArrays)
 	big := idAnswer(randomIDs(rng, 40000), ",")
 	for range 2 {
 		if _, _, err := resumeDecode(big, DefaultMaxTokenizeTokens, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(r.m) != 0 {
-		t.Fatalf("an answer over a quarter of the budget was kept (%d bytes)", r.bytes)
+	if r.kept.Len() != 0 {
+		t.Fatalf("an answer over a quarter of the budget was kept (%d bytes)", r.kept.Bytes())
 	}
 }
 
@@ -197,7 +193,8 @@ func FuzzTokenizeResume(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		r := newTokenResume()
-		r.minBytes, r.keyBytes, r.stride, r.budget = 8, 4, 2, 1<<16
+		r.minBytes, r.keyBytes, r.stride = 8, 4, 2
+		r.kept = sighting.NewKeep[*resumeEntry](1<<16, maxSeenArrays)
 		for _, max := range []int{DefaultMaxTokenizeTokens, 3} {
 			_, _, _ = resumeDecode(a, max, r)
 			_, _, _ = resumeDecode(a, max, r) // kept from its second sighting
