@@ -213,7 +213,7 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
 				llm := o.find(body.Name, t)
-				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 {
+				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 || strings.HasSuffix(t, beforeSuffix) {
 					continue
 				}
 				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
@@ -297,7 +297,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
 				llm := o.find(body.Name, t)
-				if llm != nil && plain != nil && plain.CPUPerReq > 0 {
+				if llm != nil && plain != nil && plain.CPUPerReq > 0 && !strings.HasSuffix(t, beforeSuffix) {
 					parts = append(parts, fmt.Sprintf("`%s` %.1f× plain Caddy's CPU per request on %s requests (%.0f vs %.0f µs), RSS %.0f vs %.0f MiB", t, llm.CPUPerReq/plain.CPUPerReq, body.Name, llm.CPUPerReq, plain.CPUPerReq, float64(llm.RSS)/(1<<20), float64(plain.RSS)/(1<<20)))
 				}
 			}
@@ -356,8 +356,15 @@ func overheadIntro(o *OverheadResult) string {
 		local = fmt.Sprintf("; **llm-local** = the same with `tokenizer sim-model <dir>` in the llm app: the engines' own %s tokenizer files, read by the gateway (chat template rendered and prompt encoded in-process, no `/tokenize`; the default 1%% of requests still checked against an engine's `/tokenize` in the background)", p.Tokenizer)
 		tok = fmt.Sprintf("the real %s tokenizer and chat template (vllmsim's Config.Tokenizer), and bodies are sized in its tokens", p.Tokenizer)
 	}
-	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
-		gateways, p.Engines, p.TimeScale, tok, local, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
+	before := ""
+	if p.Before != "" {
+		gateways = strings.Replace(gateways, "Three", "Five", 1)
+		gateways = strings.Replace(gateways, "Two", "Three", 1)
+		rotation = strings.ReplaceAll(strings.ReplaceAll(rotation, "llm-local", "llm-local → llm-local@before"), "llm →", "llm → llm@before →")
+		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
+	}
+	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
+		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
 }
 
 func serialNote(p OverheadParams) string {
@@ -685,6 +692,9 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 	}
 	for _, body := range p.Bodies {
 		for _, t := range o.targets()[2:] {
+			if strings.HasSuffix(t, beforeSuffix) {
+				continue // the earlier build's profiles are saved, not shown
+			}
 			if s := o.find(body.Name, t); s != nil && len(s.Profile) > 0 {
 				w("\nWhere the `%s` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", t, body.Name, strings.Join(s.Profile, "\n"))
 			}
