@@ -20,11 +20,20 @@ import (
 // them: go test -run '^TestAdmissionSoftCapOvershoot$' -v ./caddymodule).
 //
 // The bounds asserted are generous, the figures being counts that timing
-// moves: with local accounting the engine holds at most one request over
-// the limit (it holds none over it by design: a slot is freed only when
-// the gateway sees its request end, after the engine did), and without it
-// the burst overshoots to at least twice the limit (it admits all 40 on an
-// idle machine: the first scrape after the burst is up to 500ms away).
+// moves. With local accounting the engine holds at most two requests over
+// the limit. By design it holds none over it for long: a slot is freed only
+// when the gateway sees its request end, after the engine did. But the
+// figure is sampled from the engine's own counts every 2ms, and two
+// windows let a sample see more: a request whose answer is out but which
+// the engine has not yet taken off its counts, beside the one admitted in
+// its place; and a request sent just before a scrape starts that the
+// engine has not registered when it renders its gauges, which that scrape
+// then counts neither as running nor as dispatched until it ends (see
+// upstreams' Reservation.Sent). On an idle machine the figure is +0; under
+// the whole suite's load on 2 cores it reached +2 once in CI (the bound
+// was +1 before). Without local accounting the burst overshoots to at least
+// twice the limit (it admits all 40 on an idle machine: the first scrape
+// after the burst is up to 500ms away).
 func TestAdmissionSoftCapOvershoot(t *testing.T) {
 	const limit, burst = 4, 40
 	peak := map[string]int{}
@@ -76,8 +85,8 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 		return
 	}
 	t.Logf("overshoot over max_inflight %d: with local accounting %+d, without %+d", limit, peak["on"]-limit, peak["off"]-limit)
-	if peak["on"] > limit+1 {
-		t.Errorf("with local accounting the engine ran %d requests at once, want at most %d (max_inflight %d)", peak["on"], limit+1, limit)
+	if peak["on"] > limit+2 {
+		t.Errorf("with local accounting the engine ran %d requests at once, want at most %d (max_inflight %d)", peak["on"], limit+2, limit)
 	}
 	if peak["off"] < 2*limit {
 		t.Errorf("without local accounting the engine ran at most %d requests at once, want a burst of %d to reach %d: did the setting take effect?", peak["off"], burst, 2*limit)
