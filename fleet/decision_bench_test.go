@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -33,21 +34,27 @@ import (
 //     round trip (building the request, the HTTP exchange, decoding the
 //     ids) without the engine's tokenizing, which vLLM does in its own
 //     API server process;
+//   - canned-new: canned, but every answer's first id is new, so no
+//     answer or prompt shares its start with an earlier one: what a prompt
+//     never seen before costs (its blocks match nothing either, as a new
+//     prompt's would not);
 //   - known: the ids are given (Query.Tokens), the decision without the
 //     round trip.
 func BenchmarkDecision(b *testing.B) {
 	for _, prompt := range []int{2 << 10, 8 << 10, 32 << 10, 128 << 10} {
 		for _, n := range []int{8, 64} {
 			b.Run(fmt.Sprintf("prompt=%dk/engines=%d", prompt>>10, n), func(b *testing.B) {
-				canned := newCannedTokenize(b)
-				sets := newSimSetups(b, n, prompt, "", canned.url)
+				canned, fresh := newCannedTokenize(b), newCannedTokenize(b)
+				fresh.newFirst = true
+				sets := newSimSetups(b, n, prompt, "", canned.url, fresh.url)
 				canned.answer(sets[0].tokens)
+				fresh.answer(sets[0].tokens)
 				head, tail := splitBody(b, simChat(simWords("bench", prompt), "and now the question #"))
 				for _, variant := range []struct {
 					name   string
 					ss     *simSetup
 					tokens []uint64
-				}{{"tokenize", sets[0], nil}, {"canned", sets[1], nil}, {"known", sets[0], sets[0].tokens}} {
+				}{{"tokenize", sets[0], nil}, {"canned", sets[1], nil}, {"canned-new", sets[2], nil}, {"known", sets[0], sets[0].tokens}} {
 					b.Run(variant.name, func(b *testing.B) {
 						benchDecision(b, variant.ss, head, tail, variant.tokens)
 					})
@@ -58,10 +65,13 @@ func BenchmarkDecision(b *testing.B) {
 }
 
 // cannedTokenize is a loopback /tokenize that answers every request with
-// the same ids, after reading the request's body as an engine would.
+// the same ids, after reading the request's body as an engine would; with
+// newFirst, every answer's first id is one no answer had before.
 type cannedTokenize struct {
-	url  string
-	body atomic.Pointer[[]byte]
+	url      string
+	body     atomic.Pointer[[]byte]
+	newFirst bool
+	calls    atomic.Uint64
 }
 
 func newCannedTokenize(tb testing.TB) *cannedTokenize {
@@ -76,9 +86,19 @@ func newCannedTokenize(tb testing.TB) *cannedTokenize {
 			http.Error(w, "no answer yet", http.StatusServiceUnavailable)
 			return
 		}
+		head, id, rest := *body, []byte(nil), []byte(nil)
+		if c.newFirst {
+			// The first id (after "tokens":[) becomes 10^9 + the call's
+			// number, the rest as it is, written without copying it.
+			i := bytes.IndexByte(head, '[') + 1
+			j := i + bytes.IndexByte(head[i:], ',')
+			head, id, rest = head[:i], strconv.AppendUint(nil, 1e9+c.calls.Add(1), 10), head[j:]
+		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(*body)))
-		_, _ = w.Write(*body)
+		w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(id)+len(rest)))
+		for _, part := range [][]byte{head, id, rest} {
+			_, _ = w.Write(part)
+		}
 	}))
 	tb.Cleanup(srv.Close)
 	c.url = srv.URL + "/tokenize"

@@ -256,6 +256,7 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 	}
 	keys = keys[:min(len(keys), p.perEngine)] // the leading blocks matter
 	added := 0
+	hint := evictHint{old: -1}
 	// Last block first, so that when the bounds drop part of a prompt's
 	// entries, oldest first, its tail goes and its leading run stays.
 	// held is looked up a chunk at a time (nothing here writes it), so
@@ -279,7 +280,7 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 				// meanwhile.
 				continue
 			}
-			p.insertLocked(slot, ck[j], now)
+			p.insertLocked(slot, ck[j], now, &hint)
 			added++
 		}
 	}
@@ -294,10 +295,10 @@ func (p *predictions) add(slot, blockSize int, keys []uint64, held *keyTable) in
 }
 
 // insertLocked records key k as predicted on slot at now, making room
-// first.
-func (p *predictions) insertLocked(slot int, k uint64, now int64) {
+// first (h carries makeRoomLocked's scan across one add's inserts).
+func (p *predictions) insertLocked(slot int, k uint64, now int64, h *evictHint) {
 	s := &p.slots[slot]
-	p.makeRoomLocked(slot)
+	p.makeRoomLocked(slot, h)
 	if s.at == nil {
 		s.at = make(map[uint64]int64) // the bounds emptied the slot
 	}
@@ -313,29 +314,67 @@ func (p *predictions) insertLocked(slot int, k uint64, now int64) {
 }
 
 // makeRoomLocked drops the oldest entries while slot or the whole set is
-// at its bound, before one more is added to slot.
-func (p *predictions) makeRoomLocked(slot int) {
+// at its bound, before one more is added to slot. h is the add's note of
+// where the oldest entries overall are.
+func (p *predictions) makeRoomLocked(slot int, h *evictHint) {
 	s := &p.slots[slot]
 	for len(s.at) >= p.perEngine && s.skipStale() {
 		p.endLocked(slot, s.fifoK[s.head], outDropped)
 	}
 	for p.n.Load() >= int64(p.total) {
 		// The oldest across engines: a scan of the engines with entries,
-		// only ever needed once the whole set is full.
-		old, oldAt := -1, int64(math.MaxInt64)
-		for b, h := range p.has {
-			for ; h != 0; h &= h - 1 {
-				i := b*64 + bits.TrailingZeros64(h)
-				if o := &p.slots[i]; o.skipStale() && o.fifoAt[o.head] < oldAt {
-					old, oldAt = i, o.fifoAt[o.head]
-				}
+		// only ever needed once the whole set is full. The scan also
+		// notes the next engine's oldest, and the engine found gives up
+		// entries, one per insert, without a new scan while they are no
+		// newer than that: within one add nothing else changes the heads
+		// (its own entries are the newest), and a prompt's entries share
+		// one stamp, so one scan makes room for a whole prompt (a new
+		// 128k-token prompt over 64 engines scanned them 8192 times).
+		if !h.valid(p) {
+			h.scan(p)
+			if h.old < 0 {
+				return
 			}
 		}
-		if old < 0 {
-			return
+		o := &p.slots[h.old]
+		p.endLocked(h.old, o.fifoK[o.head], outDropped)
+	}
+}
+
+// evictHint is makeRoomLocked's note, for one add, of the engine holding
+// the oldest entry overall and of the oldest entry any other engine holds.
+type evictHint struct {
+	old    int // -1 before the first scan, or when no engine has entries
+	nextAt int64
+}
+
+// valid reports whether h.old's oldest entry is still the oldest overall.
+func (h *evictHint) valid(p *predictions) bool {
+	if h.old < 0 {
+		return false
+	}
+	o := &p.slots[h.old]
+	return o.skipStale() && o.fifoAt[o.head] <= h.nextAt
+}
+
+// scan finds the engine holding the oldest entry, and the next oldest
+// head, over the engines with entries.
+func (h *evictHint) scan(p *predictions) {
+	h.old, h.nextAt = -1, math.MaxInt64
+	oldAt := int64(math.MaxInt64)
+	for b, m := range p.has {
+		for ; m != 0; m &= m - 1 {
+			i := b*64 + bits.TrailingZeros64(m)
+			o := &p.slots[i]
+			if !o.skipStale() {
+				continue
+			}
+			if at := o.fifoAt[o.head]; at < oldAt {
+				h.old, oldAt, h.nextAt = i, at, oldAt
+			} else if at < h.nextAt {
+				h.nextAt = at
+			}
 		}
-		o := &p.slots[old]
-		p.endLocked(old, o.fifoK[o.head], outDropped)
 	}
 }
 

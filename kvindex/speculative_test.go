@@ -405,6 +405,52 @@ func TestPredictionTotalBelowPerEngine(t *testing.T) {
 	}
 }
 
+// TestPredictionTotalEvictsOldestFirst: with the whole set full, room is
+// made from the oldest entries overall, whichever engine holds them, also
+// when one add needs many evictions across engines (makeRoomLocked's scan
+// is kept across one add's inserts, while it still names the oldest).
+func TestPredictionTotalEvictsOldestFirst(t *testing.T) {
+	x := newSpecFixture(t, IndexConfig{MaxPredicted: 12, MaxPredictedPerEngine: 12})
+	keysOf := func(salt uint64, blocks int) []uint64 {
+		k, err := RequestKeys(nil, prompt(blocks*specBS, salt), specBS, 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	p1, p2, p3, p4 := keysOf(1, 4), keysOf(2, 4), keysOf(3, 4), keysOf(4, 6)
+	held := func(id string, keys []uint64) int {
+		for _, m := range x.ix.MatchKeys(specBS, 0, keys) {
+			if m.Engine == id {
+				return m.Blocks
+			}
+		}
+		return 0
+	}
+	x.ix.Predict("a", specBS, 0, p1) // the oldest
+	x.clk.Advance(time.Millisecond)
+	x.ix.Predict("b", specBS, 0, p2)
+	x.clk.Advance(time.Millisecond)
+	x.ix.Predict("a", specBS, 0, p3) // full: 12 entries
+	x.clk.Advance(time.Millisecond)
+	// 6 evictions: all of p1 (on a), then the two oldest of p2 (on b,
+	// its tail: a prompt's blocks go in last first), none of p3 although
+	// a still holds the oldest entries when p1 is gone.
+	x.ix.Predict("b", specBS, 0, p4)
+	if st := x.stats(); st.Live != 12 || st.Dropped != 6 {
+		t.Fatalf("stats %+v, want 12 live and 6 dropped", st)
+	}
+	for _, c := range []struct {
+		id   string
+		keys []uint64
+		want int
+	}{{"a", p1, 0}, {"b", p2, 2}, {"a", p3, 4}, {"b", p4, 6}} {
+		if got := held(c.id, c.keys); got != c.want {
+			t.Errorf("%s holds %d blocks of its prompt, want %d", c.id, got, c.want)
+		}
+	}
+}
+
 // TestPredictionClockStepBack: a clock without Go's monotonic reading (a
 // fake here) that steps back does not keep entries alive for the step:
 // time stands still across it, from the first reading after it, and
