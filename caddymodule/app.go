@@ -82,7 +82,8 @@ type App struct {
 	TokenizeConcurrency int `json:"tokenize_concurrency,omitempty"`
 
 	// Entries of the tokenize cache (keyed by a hash of the tokenize input).
-	// Default: 4096.
+	// Negative: no cache, and no recent answers kept to decode the next
+	// from where it differs. Default: 4096.
 	TokenizeCacheSize int `json:"tokenize_cache_size,omitempty"`
 
 	// Local tokenizers by model name: requests for these models are
