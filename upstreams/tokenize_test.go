@@ -341,6 +341,9 @@ func TestTokenizeCacheDisabled(t *testing.T) {
 	if f.calls.Load() != 2 {
 		t.Fatalf("calls = %d", f.calls.Load())
 	}
+	if tk.resume != nil {
+		t.Fatal("with the cache off, recent answers are still kept for resuming")
+	}
 }
 
 // TestTokenizeCacheByteBound: the cache holds at most CacheMaxBytes (each
