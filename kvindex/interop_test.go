@@ -200,8 +200,21 @@ func TestLibzmqInterop(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	pub = startPublisher(t, "--buffer", "4", "--pub-port", fmt.Sprint(pubPort), "--replay-port", fmt.Sprint(replayPort))
+	eventually = time.Now().Add(10 * time.Second)
 	if got := pub.do("waitsub"); got != "SUB" {
 		t.Fatalf("waitsub after restart: %q", got)
+	}
+	// The publisher sees the subscription as the dial completes, a
+	// moment before the subscriber starts its session (Feed.Connected).
+	// Until then the mirror's stats still show the old session's last
+	// seq (12), which would satisfy the checks below before a message of
+	// the new process is applied: wait for the new session first. (Its
+	// messages are applied only after Connected, in order.)
+	for !m.Stats().Connected {
+		if time.Now().After(eventually) {
+			t.Fatal("subscriber did not reconnect to the restarted publisher")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if got := matched(6000, 2); got != 0 {
 		t.Errorf("after the restart the mirror still claims %d blocks of G", got)
