@@ -2,7 +2,9 @@ package fleet
 
 import (
 	"slices"
+	"unsafe"
 
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 	"github.com/llmgw/caddy-llmgw/internal/sighting"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 )
@@ -81,7 +83,7 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, s
 	if e, ok := k.kept.Get(keys[0]); ok && e.blockSize == blockSize && e.lora == lora && e.salt == salt {
 		// keys[0] equals e.keys[0]: the first block's ids are the
 		// same (but for a hash collision, which the comparison finds).
-		if shared := min(sighting.CommonPrefix(e.tokens, tokens)/blockSize, len(e.keys)); shared > 1 {
+		if shared := min(sharedIDs(e.tokens, tokens)/blockSize, len(e.keys)); shared > 1 {
 			keys, reused = append(keys[:0], e.keys[:shared]...), shared
 		}
 	}
@@ -104,4 +106,14 @@ func (k *keyKeep) keep(e *keptKeys, stable bool) {
 		}
 		return e
 	})
+}
+
+// sharedIDs is how many leading ids a and b have in common, compared as
+// memory (bytescan.CommonPrefix): their common bytes, counted in whole
+// ids, are the ids before the first that differs.
+func sharedIDs(a, b []uint64) int {
+	asBytes := func(ids []uint64) []byte {
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ids))), 8*len(ids)) // read only
+	}
+	return bytescan.CommonPrefix(asBytes(a), asBytes(b)) / 8
 }

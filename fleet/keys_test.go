@@ -81,7 +81,7 @@ func reusedBlocks(k *keyKeep, tokens []uint64, bs int, lora, salt string) int {
 	if !ok || e.blockSize != bs || e.lora != lora || e.salt != salt {
 		return 0
 	}
-	if n := min(sighting.CommonPrefix(e.tokens, tokens)/bs, len(e.keys)); n > 1 {
+	if n := min(sharedIDs(e.tokens, tokens)/bs, len(e.keys)); n > 1 {
 		return n
 	}
 	return 0

@@ -38,7 +38,7 @@ func (n unicodeNorm) normalize(s string) string {
 // check cannot vouch for (it answers "maybe" for some) reports false, and
 // the caller normalizes the whole text: exact either way.
 func (n unicodeNorm) isNormal(s string) bool {
-	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	b := stringBytes(s)
 	for i := bytescan.NonASCIIFrom(b, 0); i < len(b); i = bytescan.NonASCIIFrom(b, i) {
 		start := max(i-1, 0) // a mark may compose with the ASCII letter before it
 		for i < len(b) && b[i] >= 0x80 {
@@ -50,6 +50,10 @@ func (n unicodeNorm) isNormal(s string) bool {
 	}
 	return true
 }
+
+// stringBytes views s as bytes, for the bytescan functions, which only
+// read them.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // lowercaseNorm lowercases rune by rune, as Rust's char::to_lowercase does:
 // İ becomes "i̇" and there is no final-sigma rule.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 )
 
 // Long prompts often differ only at their end: a document or a few-shot
@@ -116,7 +118,7 @@ func (c *prefixCache) longest(hs []uint64, s string) (prefixEntry, bool) {
 		e, ok := c.m[hs[k-1]]
 		if ok && e.n == k*prefixStride && e.text[:e.n] == s[:e.n] {
 			c.hits.Add(1)
-			same := e.n + commonPrefix(e.text[e.n:], s[e.n:])
+			same := e.n + bytescan.CommonPrefix(stringBytes(e.text[e.n:]), stringBytes(s[e.n:]))
 			j := sort.Search(len(e.fences), func(j int) bool { return int(e.fences[j].off)+fenceMargin > same }) - 1
 			if j >= 0 && int(e.fences[j].off) > e.fence {
 				e.fence, e.nids = int(e.fences[j].off), int(e.fences[j].nids)
@@ -126,21 +128,6 @@ func (c *prefixCache) longest(hs []uint64, s string) (prefixEntry, bool) {
 		}
 	}
 	return prefixEntry{}, false
-}
-
-// commonPrefix is the length of the longest common prefix of a and b,
-// compared a block at a time.
-func commonPrefix(a, b string) int {
-	n := min(len(a), len(b))
-	const block = 256
-	i := 0
-	for i+block <= n && a[i:i+block] == b[i:i+block] {
-		i += block
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
 }
 
 // checkpoint is where encoding a section may resume for one checkpoint:

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 	"github.com/llmgw/caddy-llmgw/internal/sighting"
 )
 
@@ -70,7 +71,7 @@ func newTokenResume() *tokenResume {
 // to the end of the answer) shares with a kept one, as a whole number of
 // strides, and where the first id after them starts in arr. offs are the
 // kept offsets up to it, which the decoder's own record of arr takes over.
-// n 0: nothing to resume from.
+// No ids: nothing to resume from.
 func (r *tokenResume) lookup(arr []byte) (ids []uint64, offs []int32, at int) {
 	if len(arr) < r.minBytes {
 		return nil, nil, 0
@@ -80,7 +81,7 @@ func (r *tokenResume) lookup(arr []byte) (ids []uint64, offs []int32, at int) {
 	if !ok {
 		return nil, nil, 0
 	}
-	same := sighting.CommonPrefix(e.raw, arr)
+	same := bytescan.CommonPrefix(e.raw, arr)
 	// The last offset within the shared bytes; offs[0] (id 0) resumes
 	// nothing.
 	j := sort.Search(len(e.offs), func(j int) bool { return int(e.offs[j]) > same }) - 1

@@ -5,6 +5,7 @@
 package bytescan
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -109,6 +110,23 @@ func NonASCIIFrom(b []byte, i int) int {
 		}
 	}
 	for ; i < len(b) && b[i] < 0x80; i++ {
+	}
+	return i
+}
+
+// CommonPrefix returns the length of the longest common prefix of a and b:
+// 256 bytes a step with bytes.Equal (a vectorized memory comparison)
+// while they agree, then byte by byte. The kept-prefix sets compare a new
+// prompt's ids, text or /tokenize answer with a kept one's through it.
+func CommonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const block = 256
+	i := 0
+	for i+block <= n && bytes.Equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	for i < n && a[i] == b[i] {
+		i++
 	}
 	return i
 }

@@ -122,3 +122,26 @@ func TestStringEndFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestCommonPrefix: a difference at every offset around the block size,
+// and one side cut there.
+func TestCommonPrefix(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, 257, 600} {
+		a := make([]byte, n)
+		for i := range a {
+			a[i] = byte(i * 7)
+		}
+		for at := 0; at <= n; at++ {
+			b := append([]byte(nil), a...)
+			if at < n {
+				b[at]++
+			}
+			if got := CommonPrefix(a, b); got != at {
+				t.Fatalf("n %d, differing at %d: %d", n, at, got)
+			}
+			if got := CommonPrefix(a, b[:at]); got != at {
+				t.Fatalf("n %d, b cut at %d: %d", n, at, got)
+			}
+		}
+	}
+}

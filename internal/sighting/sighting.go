@@ -1,13 +1,10 @@
 // Package sighting holds what the gateway's kept-prefix sets share: a
 // bounded record of the keys offered once, so that a set keeps only what
-// comes again, and the length of two slices' common prefix, by which a
-// new prompt finds how much of a kept one it shares.
+// comes again, and the budgeted set of kept entries itself. (How much of
+// a kept prompt a new one shares is bytescan.CommonPrefix.)
 package sighting
 
-import (
-	"slices"
-	"sync"
-)
+import "sync"
 
 // Seen records keys offered once, up to a bound; past it the record
 // starts again (a key then counts as new once more, which costs only a
@@ -40,22 +37,6 @@ func (s *Seen) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)
-}
-
-// CommonPrefix is the length of the longest common prefix of a and b,
-// compared a block at a time (slices.Equal on a block is a memory
-// comparison for the integer and byte slices it serves).
-func CommonPrefix[E comparable](a, b []E) int {
-	n := min(len(a), len(b))
-	const block = 256
-	i := 0
-	for i+block <= n && slices.Equal(a[i:i+block], b[i:i+block]) {
-		i += block
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
 }
 
 // Keep is a bounded set of entries by key, each counted at a cost in

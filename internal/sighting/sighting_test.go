@@ -1,9 +1,6 @@
 package sighting
 
-import (
-	"slices"
-	"testing"
-)
+import "testing"
 
 // TestSeen: a key is new the first time, seen after; the record holds at
 // most its bound.
@@ -20,32 +17,6 @@ func TestSeen(t *testing.T) {
 		if s.Len() > 100 {
 			t.Fatalf("%d keys recorded, bound 100", s.Len())
 		}
-	}
-}
-
-// TestCommonPrefix: every length of difference, around the block size,
-// for ids and bytes.
-func TestCommonPrefix(t *testing.T) {
-	for _, n := range []int{0, 1, 255, 256, 257, 600} {
-		a := make([]uint64, n)
-		for i := range a {
-			a[i] = uint64(i)
-		}
-		for at := 0; at <= n; at++ {
-			b := slices.Clone(a)
-			if at < n {
-				b[at]++
-			}
-			if got := CommonPrefix(a, b); got != at {
-				t.Fatalf("n %d, differing at %d: %d", n, at, got)
-			}
-			if got := CommonPrefix(a, b[:at]); got != at {
-				t.Fatalf("n %d, b cut at %d: %d", n, at, got)
-			}
-		}
-	}
-	if got := CommonPrefix([]byte("abcdef"), []byte("abcxef")); got != 3 {
-		t.Fatalf("bytes: %d, want 3", got)
 	}
 }
 
