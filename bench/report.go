@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -350,21 +351,31 @@ func (b OverheadBody) label() string {
 // overheadIntro is section 4's description of the run.
 func overheadIntro(o *OverheadResult) string {
 	p := o.Params
-	gateways, rotation, local, tok := "Two Caddy processes run", "plain → llm → direct", "", "the simulator's word tokenizer (one word, one token)"
+	// The gateways are the targets but the engines themselves (direct,
+	// first), which the rotation drives last.
+	gws := o.targets()[1:]
+	gateways := countWord(len(gws)) + " Caddy processes run"
+	rotation := strings.Join(append(slices.Clone(gws), "direct"), " → ")
+	local, tok := "", "the simulator's word tokenizer (one word, one token)"
 	if p.Tokenizer != "" {
-		gateways, rotation = "Three Caddy processes run", "plain → llm → llm-local → direct"
 		local = fmt.Sprintf("; **llm-local** = the same with `tokenizer sim-model <dir>` in the llm app: the engines' own %s tokenizer files, read by the gateway (chat template rendered and prompt encoded in-process, no `/tokenize`; the default 1%% of requests still checked against an engine's `/tokenize` in the background)", p.Tokenizer)
 		tok = fmt.Sprintf("the real %s tokenizer and chat template (vllmsim's Config.Tokenizer), and bodies are sized in its tokens", p.Tokenizer)
 	}
 	before := ""
 	if p.Before != "" {
-		gateways = strings.Replace(gateways, "Three", "Five", 1)
-		gateways = strings.Replace(gateways, "Two", "Three", 1)
-		rotation = strings.ReplaceAll(strings.ReplaceAll(rotation, "llm-local", "llm-local → llm-local@before"), "llm →", "llm → llm@before →")
 		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
 	}
 	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
 		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
+}
+
+// countWord spells a small count, capitalized, for the start of a
+// sentence.
+func countWord(n int) string {
+	if words := []string{"No", "One", "Two", "Three", "Four", "Five", "Six"}; n >= 0 && n < len(words) {
+		return words[n]
+	}
+	return strconv.Itoa(n)
 }
 
 func serialNote(p OverheadParams) string {
