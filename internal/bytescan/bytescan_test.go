@@ -1,6 +1,8 @@
 package bytescan
 
 import (
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -99,8 +101,13 @@ func TestStringEndFrom(t *testing.T) {
 		return i, ascii
 	}
 	probes := []byte{'"', '\\', 0, 0x1f, 0x7f, 0x80, 0xff, 0x20, 0x21, 0x23, 0x5b, 0x5d, 0xa2, 0xdc, 'a'}
-	for n := 0; n <= 40; n++ {
+	// Up to three 32-byte blocks after the first word; past 40 bytes
+	// every fourth position and every fifth start, to keep it quick.
+	for n := 0; n <= 112; n++ {
 		for i := 0; i < n; i++ {
+			if n > 40 && i%4 != n%4 {
+				continue
+			}
 			for _, c := range probes {
 				for _, other := range []byte{'a', 0x01, 0x80, '"'} {
 					for _, at := range []int{i - 1, i + 1, i + 9} {
@@ -110,6 +117,9 @@ func TestStringEndFrom(t *testing.T) {
 							b[at] = other
 						}
 						for from := 0; from <= n; from++ {
+							if n > 40 && from%5 != 0 {
+								continue
+							}
 							end, high := StringEndFrom(b, from)
 							wend, ascii := want(b, from)
 							if end != wend || (high == 0) != ascii {
@@ -142,6 +152,36 @@ func TestCommonPrefix(t *testing.T) {
 			if got := CommonPrefix(a, b[:at]); got != at {
 				t.Fatalf("n %d, b cut at %d: %d", n, at, got)
 			}
+		}
+	}
+}
+
+// BenchmarkStringEndDoc walks a JSON-encoded Markdown document (the
+// tokenizer's 8k-token prompt: a stop every 14 bytes) from stop to stop,
+// as the request parser and the chat-template decoder do.
+func BenchmarkStringEndDoc(b *testing.B) {
+	doc, err := os.ReadFile("../../tokenizer/testdata/prompt_8k.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc, err := json.Marshal(string(doc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc = enc[1:] // from the first byte of the string's text
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		stops := 0
+		for i := 0; ; {
+			j, _ := StringEndFrom(enc, i)
+			if enc[j] == '"' {
+				break
+			}
+			stops++
+			i = j + 2 // an escape: \n, \", ... (\uXXXX counts its last four as text)
+		}
+		if stops == 0 {
+			b.Fatal("no stops")
 		}
 	}
 }
