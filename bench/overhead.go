@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 	"github.com/llmgw/caddy-llmgw/localtok"
@@ -72,7 +73,16 @@ type OverheadBody struct {
 	// never hits while the engines' prefix caches (and the gateway's KV
 	// index) match all but the last block.
 	Bases int `json:"bases"`
+	// Text is where the prompts' text comes from: "" = the simulator's
+	// words (words and spaces: nothing a JSON string escapes); "doc" = a
+	// Markdown document with code and quotes (overheadDoc), which JSON
+	// escapes every 14 bytes or so, as it does real prompts' newlines and
+	// quotes.
+	Text string `json:"text,omitempty"`
 }
+
+// overheadDoc is the "doc" bodies' text, from the repository.
+const overheadDoc = "tokenizer/testdata/prompt_8k.txt"
 
 // OverheadStat is one (body, target) measurement over all its phases.
 type OverheadStat struct {
@@ -139,8 +149,12 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	phase := time.Duration(p.Phase * float64(time.Second))
 
+	doc, err := os.ReadFile(filepath.Join(env.Root, overheadDoc))
+	if err != nil {
+		return nil, fmt.Errorf("the doc bodies' text: %w", err)
+	}
 	for _, body := range p.Bodies {
-		gen, err := newBodyGen(body, cfg.Tokenizer)
+		gen, err := newBodyGen(body, cfg.Tokenizer, string(doc))
 		if err != nil {
 			return nil, err
 		}
@@ -323,10 +337,11 @@ type bodyGen struct {
 	tokens int // the first base prompt's length in the engines' tokens
 }
 
-// newBodyGen makes b's base prompts. With a real tokenizer (tok not nil)
-// the simulator's words are not one token each, so the word count is
-// scaled until the chat prompt has about b.PromptTokens of tok's tokens.
-func newBodyGen(b OverheadBody, tok *localtok.Model) (*bodyGen, error) {
+// newBodyGen makes b's base prompts, from the simulator's words or from
+// doc (OverheadBody.Text). With a real tokenizer (tok not nil) a word is
+// not one token, so the length is scaled until the chat prompt has about
+// b.PromptTokens of tok's tokens.
+func newBodyGen(b OverheadBody, tok *localtok.Model, doc string) (*bodyGen, error) {
 	g := &bodyGen{tail: []byte(fmt.Sprintf(`"}],"max_tokens":%d,"stream":false}`, b.MaxTokens))}
 	nwords := b.PromptTokens
 	for attempt := 0; ; attempt++ {
@@ -334,6 +349,9 @@ func newBodyGen(b OverheadBody, tok *localtok.Model) (*bodyGen, error) {
 		rng := rand.New(rand.NewPCG(uint64(b.PromptTokens), 9))
 		for i := 0; i < max(1, b.Bases); i++ {
 			text := words(rng, "base"+strconv.Itoa(i), nwords)
+			if b.Text == "doc" {
+				text = docText(doc, "base"+strconv.Itoa(i), nwords)
+			}
 			enc, _ := json.Marshal(text) // a quoted JSON string
 			head := []byte(`{"model":"sim-model","messages":[{"role":"user","content":`)
 			head = append(head, enc[:len(enc)-1]...) // without the closing quote
@@ -353,6 +371,24 @@ func newBodyGen(b OverheadBody, tok *localtok.Model) (*bodyGen, error) {
 		}
 		nwords = max(1, nwords*b.PromptTokens/n)
 	}
+}
+
+// docText is tag, a blank line and doc repeated up to about 4n bytes (n
+// stands for a word count: the simulator's words average about four bytes
+// with their space). The document is a rendered chat; its special-token
+// markers are defused so that the prompt is plain text, one section.
+func docText(doc, tag string, n int) string {
+	doc = strings.ReplaceAll(doc, "<|", "< |")
+	var sb strings.Builder
+	sb.WriteString(tag + "\n\n")
+	for sb.Len() < 4*n {
+		sb.WriteString(doc)
+	}
+	text := sb.String()[:max(4*n, len(tag))]
+	for !utf8.ValidString(text) { // a cut inside a character
+		text = text[:len(text)-1]
+	}
+	return text
 }
 
 func (g *bodyGen) next() []byte {

@@ -189,6 +189,8 @@ func overheadParams(quick bool) OverheadParams {
 		Bodies: []OverheadBody{
 			{Name: "small", PromptTokens: 32, MaxTokens: 4, Bases: 64},
 			{Name: "8k", PromptTokens: 8192, MaxTokens: 4, Bases: 8},
+			// Real prompts' text: JSON escapes it every few bytes.
+			{Name: "8k-doc", PromptTokens: 8192, MaxTokens: 4, Bases: 8, Text: "doc"},
 		},
 		// A real vocabulary, so that llm-local measures the local
 		// tokenizer on a real model's files; BENCH_TOKENIZER=word runs on

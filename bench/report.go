@@ -365,8 +365,24 @@ func overheadIntro(o *OverheadResult) string {
 	if p.Before != "" {
 		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
 	}
+	before += docNote(p.Bodies)
 	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
 		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
+}
+
+// docNote says which bodies are a real document's text rather than the
+// simulator's words; "" when none is.
+func docNote(bodies []OverheadBody) string {
+	var names []string
+	for _, b := range bodies {
+		if b.Text == "doc" {
+			names = append(names, "**"+b.Name+"**")
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(". The prompts are the simulator's words (words and spaces), but those of %s: a Markdown document with code (`%s`), whose newlines and quotes JSON escapes every 14 bytes or so, as it does in real prompts, where the gateway's JSON readers stop at every escape", strings.Join(names, " and "), overheadDoc)
 }
 
 // countWord spells a small count, capitalized, for the start of a
