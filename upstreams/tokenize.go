@@ -309,10 +309,18 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: min(o.MaxConcurrent, 32),
 			IdleConnTimeout:     90 * time.Second,
+			WriteBufferSize:     tokenizeWriteBuffer,
 		}}
 	}
 	return t
 }
+
+// tokenizeWriteBuffer is the default client's write buffer per
+// connection. A request whose headers and body fit (a chat of up to some
+// 15k tokens) leaves in one write; with the transport's 4 KiB default it
+// took two, the body's through a 32 KiB copy buffer allocated per call.
+// Longer bodies (pooled, see tokenize_reqbody.go) are written as before.
+const tokenizeWriteBuffer = minPooledRequest
 
 // Close releases the default client's connections: the idle ones at once,
 // those of calls in flight as each call ends. The Tokenizer stays usable,

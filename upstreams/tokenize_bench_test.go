@@ -3,10 +3,12 @@ package upstreams
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -47,4 +49,32 @@ func BenchmarkTokenizeMiss8k(b *testing.B) {
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(int64(ms.HeapAlloc)-int64(base))/(1<<20), "live-MiB")
 	b.ReportMetric(float64(tk.Stats().Entries), "entries")
+}
+
+// BenchmarkTokenizeSend32KB is the sending side of a /tokenize call for an
+// 8k-token chat: a 32 KiB prompt (every one new; verbatim, as the gateway
+// passes a client's checked JSON on) to a loopback server that reads it
+// whole and answers a few ids, so the request's writing is most of the
+// call.
+func BenchmarkTokenizeSend32KB(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte(`{"count":3,"max_model_len":32768,"tokens":[1,2,3]}`))
+	}))
+	defer srv.Close()
+	tk := NewTokenizer(TokenizerOptions{})
+	defer tk.Close()
+	ctx := context.Background()
+	head := strconv.Quote(strings.Repeat("a few words of the prompt ", 32<<10/26))
+	head = head[:len(head)-1] // the request's number goes before the quote
+	prompt := make([]byte, 0, len(head)+32)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		prompt = append(strconv.AppendInt(append(prompt[:0], head...), int64(i), 10), '"')
+		if _, _, err := tk.Tokenize(ctx, srv.URL, nil, TokenizeRequest{Prompt: prompt, Verbatim: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
