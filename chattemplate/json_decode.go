@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -41,6 +42,17 @@ func DecodeJSONShared(data []byte) (any, error) {
 	return decodeJSON(jsonDecoder{b: data, share: true})
 }
 
+// DecodeJSONArena is DecodeJSONShared that writes the strings it must
+// decode (those with escapes or non-ASCII bytes) into *arena, appending,
+// instead of allocating each. The caller owns the arena: it may reuse it
+// (arena[:0]) only once nothing uses the result any more, for the
+// strings are views of it. A chat's history is mostly such strings when
+// its text has newlines or quotes; decoding them into one reused buffer
+// spares an allocation the size of the conversation per request.
+func DecodeJSONArena(data []byte, arena *[]byte) (any, error) {
+	return decodeJSON(jsonDecoder{b: data, share: true, arena: arena})
+}
+
 func decodeJSON(d jsonDecoder) (any, error) {
 	v, err := d.value(0)
 	if err == nil {
@@ -60,6 +72,8 @@ type jsonDecoder struct {
 	b     []byte
 	i     int
 	share bool // strings may point into b (DecodeJSONShared)
+	// arena, when set, receives the decoded strings (DecodeJSONArena).
+	arena *[]byte
 }
 
 var errJSONEnd = errors.New("unexpected end of JSON input")
@@ -270,7 +284,15 @@ func plainRun(b []byte, i int) (end int, ok bool) {
 // the string without a copy: a long message is most of a request.
 func (d *jsonDecoder) slowStr(start int) (string, error) {
 	b := d.b
-	out := make([]byte, 0, closingQuote(b, d.i)-start)
+	var out []byte
+	from := 0
+	if d.arena != nil {
+		// Appended to the arena: a string that outgrows its capacity
+		// moves it whole, the strings before keeping the old array.
+		out, from = slices.Grow(*d.arena, closingQuote(b, d.i)-start), len(*d.arena)
+	} else {
+		out = make([]byte, 0, closingQuote(b, d.i)-start)
+	}
 	for {
 		j, high := bytescan.StringEndFrom(b, d.i)
 		if run := b[d.i:j]; high == 0 || utf8.Valid(run) {
@@ -285,7 +307,10 @@ func (d *jsonDecoder) slowStr(start int) (string, error) {
 		switch c := b[j]; c {
 		case '"':
 			d.i++
-			return unsafe.String(unsafe.SliceData(out), len(out)), nil
+			if d.arena != nil {
+				*d.arena = out
+			}
+			return unsafe.String(unsafe.SliceData(out[from:]), len(out)-from), nil
 		case '\\':
 			var err error
 			if out, err = d.escape(out); err != nil {

@@ -49,6 +49,48 @@ func checkDecodeAgainstReference(t *testing.T, doc []byte) {
 	if (sharedErr != nil) != (err != nil) || !reflect.DeepEqual(shared, got) {
 		t.Fatalf("DecodeJSONShared(%q) = %#v, %v; DecodeJSON gave %#v, %v", doc, shared, sharedErr, got, err)
 	}
+	// An arena with bytes of an earlier use, and room for less than the
+	// document, so that it must grow while strings point into it.
+	arena := append(make([]byte, 0, 8), "earlier"...)
+	inArena, arenaErr := DecodeJSONArena(doc, &arena)
+	if (arenaErr != nil) != (err != nil) || !reflect.DeepEqual(inArena, got) {
+		t.Fatalf("DecodeJSONArena(%q) = %#v, %v; DecodeJSON gave %#v, %v", doc, inArena, arenaErr, got, err)
+	}
+	if string(arena[:7]) != "earlier" {
+		t.Fatalf("DecodeJSONArena(%q) overwrote the arena's bytes: %q", doc, arena[:7])
+	}
+}
+
+// TestDecodeJSONArenaViews: the strings DecodeJSONArena had to decode are
+// views of the arena, one after another, and plain ones of the document;
+// an arena with room for them all is not reallocated.
+func TestDecodeJSONArenaViews(t *testing.T) {
+	long := strings.Repeat("words and more words ", 100)
+	doc := []byte(`[{"content":"` + long + `"},"caf\u00e9","line\nbreak","résumé"]`)
+	arena := make([]byte, 0, len(doc))
+	base := unsafe.SliceData(arena)
+	v, err := DecodeJSONArena(doc, &arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := func(s string, b []byte) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return p >= lo && p < lo+uintptr(cap(b))
+	}
+	list := v.([]any)
+	if c := list[0].(Object).Values["content"].(string); c != long || !within(c, doc) {
+		t.Fatalf("plain content: equal %v, a view of the document %v", c == long, within(c, doc))
+	}
+	want := []string{"café", "line\nbreak", "résumé"}
+	if unsafe.SliceData(arena) != base || string(arena) != strings.Join(want, "") {
+		t.Fatalf("arena %q (reallocated: %v), want the decoded strings in order", arena, unsafe.SliceData(arena) != base)
+	}
+	for i, x := range list[1:] {
+		if s := x.(string); s != want[i] || !within(s, arena) {
+			t.Fatalf("string %d: %q (want %q), a view of the arena %v", i, s, want[i], within(s, arena))
+		}
+	}
 }
 
 // TestDecodeJSONSharedViews: the shared decoder's plain strings point into

@@ -137,11 +137,18 @@ func (m *Model) chatTokens(dst []uint64, req *admission.Request) ([]uint64, erro
 	if m.chat == nil || req.ChatTemplate != "" {
 		return dst, ErrRemote
 	}
-	in, err := chatInput(req)
+	ap := decodeArenas.Get().(*[]byte)
+	in, err := chatInput(req, ap)
 	if err != nil {
 		return dst, err
 	}
 	text, err := m.chat.Render(in)
+	if err == nil {
+		// The decoded messages are dead once rendered (the text is the
+		// template's own copy); an error may quote them, so its arena
+		// is left to the collector.
+		releaseArena(ap)
+	}
 	switch {
 	case errors.Is(err, chattemplate.ErrNoTemplate):
 		return dst, ErrRemote // the engine may be started with --chat-template
@@ -159,14 +166,17 @@ func (m *Model) chatTokens(dst []uint64, req *admission.Request) ([]uint64, erro
 // (add_generation_prompt true, continue_final_message false). Messages and
 // tools keep their key order (chattemplate.DecodeJSON): a template's tojson
 // writes a tool's schema in the request's order, as Python does.
-func chatInput(req *admission.Request) (chattemplate.Input, error) {
+//
+// Strings that must be decoded (escapes, non-ASCII) go into *arena; the
+// others are views of the request's body, which nothing changes.
+func chatInput(req *admission.Request, arena *[]byte) (chattemplate.Input, error) {
 	in := chattemplate.Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
 	in.ContinueFinalMessage = req.ContinueFinalMessage != nil && *req.ContinueFinalMessage
 	var err error
-	if in.Messages, err = decodeList(req.Messages, "messages"); err != nil {
+	if in.Messages, err = decodeList(req.Messages, "messages", arena); err != nil {
 		return in, err
 	}
-	if in.Tools, err = decodeList(req.Tools, "tools"); err != nil {
+	if in.Tools, err = decodeList(req.Tools, "tools", arena); err != nil {
 		return in, err
 	}
 	if present(req.ChatTemplateKwargs) {
@@ -181,13 +191,11 @@ func chatInput(req *admission.Request) (chattemplate.Input, error) {
 }
 
 // decodeList decodes a JSON array field, nil when absent or null.
-func decodeList(raw []byte, field string) ([]any, error) {
+func decodeList(raw []byte, field string, arena *[]byte) ([]any, error) {
 	if !present(raw) {
 		return nil, nil
 	}
-	// raw is a slice of the request's body, which nothing changes: the
-	// decoded strings may be views of it.
-	v, err := chattemplate.DecodeJSONShared(raw)
+	v, err := chattemplate.DecodeJSONArena(raw, arena)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
@@ -202,6 +210,24 @@ func decodeList(raw []byte, field string) ([]any, error) {
 func present(raw []byte) bool {
 	t := bytes.TrimSpace(raw)
 	return len(t) > 0 && !bytes.Equal(t, []byte("null"))
+}
+
+// decodeArenas is a documented pool of the buffers chatTokens decodes a
+// request's strings into (chattemplate.DecodeJSONArena): a chat whose text
+// has newlines or quotes decoded its whole history into fresh strings, an
+// allocation the size of the conversation on every request. An arena
+// goes back once the template has rendered; arenas grown beyond
+// maxPooledArena bytes are dropped rather than kept.
+var decodeArenas = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledArena = 4 << 20
+
+func releaseArena(p *[]byte) {
+	if cap(*p) > maxPooledArena {
+		return
+	}
+	*p = (*p)[:0]
+	decodeArenas.Put(p)
 }
 
 // idBuffers is a documented pool of the []int buffers the tokenizer

@@ -122,7 +122,7 @@ func TestLoadErrors(t *testing.T) {
 
 func TestChatInputDecodesKwargsAndTools(t *testing.T) {
 	req := parse(t, `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"chat_template_kwargs":{"enable_thinking":false},"continue_final_message":true,"add_generation_prompt":false}`)
-	in, err := chatInput(req)
+	in, err := chatInput(req, new([]byte))
 	if err != nil {
 		t.Fatal(err)
 	}
