@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -183,6 +184,27 @@ func TestAddedTokenFlags(t *testing.T) {
 	}
 }
 
+// TestUnicodeNormEveryBMPRune: isNormal's table of inert characters
+// (skipped without norm's check) holds up for every character of the
+// Basic Multilingual Plane in every form, between a letter and a mark that
+// may compose with it, and before a voicing mark and a trailing jamo.
+func TestUnicodeNormEveryBMPRune(t *testing.T) {
+	for _, form := range []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD} {
+		n := unicodeNorm{form: form}
+		for r := rune(0x80); r < 0x10000; r++ {
+			if !utf8.ValidRune(r) {
+				continue
+			}
+			c := string(r)
+			for _, s := range []string{c, "a" + c + "\u0301", c + "\u3099", c + "\u11a8x", "\u4e2d" + c + "\u0308"} {
+				if got, want := n.normalize(s), form.String(s); got != want {
+					t.Fatalf("form %v, %q: %q, want %q", form, s, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestUnicodeNormSkipsASCII: the forms, which check only the non-ASCII
 // stretches of a text (with the ASCII byte before each), give exactly
 // what norm gives for the whole text, on texts that mix ASCII with marks
@@ -190,7 +212,11 @@ func TestAddedTokenFlags(t *testing.T) {
 // characters, invalid UTF-8 and runs around the sizes read at once.
 func TestUnicodeNormSkipsASCII(t *testing.T) {
 	pieces := []string{"a", "e", " ", "plain ascii text of some length, ", "\u0301", "\u0308\u0301", "é", "e\u0301",
-		"\u1100", "\u1161", "\u11a8", "가", "ﬁ", "①", "Ａ", "Å", "\u212b", "你好", "\xff", "\xe4\xbd", "\u0345", "ᾳ", "ṩ", "s\u0323\u0307", "🙂", "\u200d", "x"}
+		"\u1100", "\u1161", "\u11a8", "가", "ﬁ", "①", "Ａ", "Å", "\u212b", "你好", "\xff", "\xe4\xbd", "\u0345", "ᾳ", "ṩ", "s\u0323\u0307", "🙂", "\u200d", "x",
+		// Scripts whose letters are mostly inert (isNormal skips them by
+		// table), next to the marks and jamo that compose with them.
+		"模型的输出取决于上下文，", "。", "か", "\u3099", "カ\u309a", "が", "ｶﾞ", "\uf900", "\u2126", "и", "\u0306", "й",
+		"\u0958", "क\u093c", "ب\u0651\u064e", "각", "가\u11a8", "\u3000", "﹏", "ㄱ"}
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, form := range []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD} {
 		n := unicodeNorm{form: form}

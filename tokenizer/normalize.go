@@ -2,7 +2,9 @@ package tokenizer
 
 import (
 	"strings"
+	"sync"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
@@ -28,27 +30,84 @@ func (n unicodeNorm) normalize(s string) string {
 }
 
 // isNormal reports whether s is normalized already, checking only the
-// stretches of non-ASCII text with the ASCII byte before each. Every form
-// maps ASCII to itself, and an ASCII character is a boundary: a starter
-// that nothing before it composes with. So the text splits before every
-// ASCII byte into pieces normalized on their own, and a piece of ASCII
-// alone is normalized. The ASCII runs are skipped eight bytes at a time;
-// norm's own check reads them one by one, which on a long prompt that is
-// mostly English was most of the normalizer's cost. A stretch norm's quick
-// check cannot vouch for (it answers "maybe" for some) reports false, and
-// the caller normalizes the whole text: exact either way.
+// stretches of text that could change, each with the character before it.
+// A character that is normalized on its own and that nothing before it
+// composes or reorders with (an inert one: every ASCII character, and most
+// of CJK, kana, Hangul syllables and other scripts' letters, see inertRunes)
+// is a boundary: the text splits before it into pieces normalized on their
+// own. So only the stretches of other characters are given to norm's quick
+// check, with the character before each (it may compose with the
+// stretch's first). ASCII runs are skipped eight bytes at a time, inert
+// characters one table look-up each; norm's own check of a long prompt
+// read every character through its tries, which for Chinese text was
+// most of the encoding's cost. A stretch the quick check cannot vouch for
+// (it answers "maybe" for some) reports false, and the caller normalizes
+// the whole text: exact either way.
 func (n unicodeNorm) isNormal(s string) bool {
 	b := stringBytes(s)
+	inert := inertRunes(n.form)
 	for i := bytescan.NonASCIIFrom(b, 0); i < len(b); i = bytescan.NonASCIIFrom(b, i) {
-		start := max(i-1, 0) // a mark may compose with the ASCII letter before it
+		r, size := utf8.DecodeRune(b[i:])
+		if inert.has(r) {
+			i += size
+			continue
+		}
+		// A stretch of characters that are not inert, from the one
+		// before it to the next ASCII or inert character.
+		_, before := utf8.DecodeLastRune(b[:i])
+		start := i - before
 		for i < len(b) && b[i] >= 0x80 {
-			i++
+			if r, size = utf8.DecodeRune(b[i:]); inert.has(r) {
+				break
+			}
+			i += size
 		}
 		if seg := s[start:i]; n.form.QuickSpanString(seg) != len(seg) {
 			return false
 		}
 	}
 	return true
+}
+
+// runeSet is a set of Basic Multilingual Plane runes, a bit each.
+type runeSet [0x10000 / 64]uint64
+
+func (t *runeSet) has(r rune) bool {
+	return r >= 0 && r < 0x10000 && r != utf8.RuneError && t[r>>6]&(1<<(r&63)) != 0
+}
+
+// inertSets holds, by form (norm.Form is a small integer), the set
+// inertRunes builds once: a read-only table after that, like the norm
+// package's own.
+var inertSets [4]struct {
+	once sync.Once
+	set  *runeSet
+}
+
+// inertRunes returns the BMP characters that form leaves as they are
+// whatever surrounds them on the left: normalized on their own (their
+// quick check says yes), of combining class 0, and boundaries before
+// (nothing before them composes or reorders with them). A character after
+// one may still compose with it (a kana with a following voicing mark):
+// isNormal gives every checked stretch the character before it. Built on
+// first use, about 65,536 property look-ups.
+func inertRunes(f norm.Form) *runeSet {
+	e := &inertSets[f]
+	e.once.Do(func() {
+		set := new(runeSet)
+		var buf [utf8.UTFMax]byte
+		for r := rune(0x80); r < 0x10000; r++ {
+			if !utf8.ValidRune(r) {
+				continue // surrogates
+			}
+			c := string(buf[:utf8.EncodeRune(buf[:], r)])
+			if p := f.PropertiesString(c); p.BoundaryBefore() && p.CCC() == 0 && f.QuickSpanString(c) == len(c) {
+				set[r>>6] |= 1 << (r & 63)
+			}
+		}
+		e.set = set
+	})
+	return e.set
 }
 
 // stringBytes views s as bytes, for the bytescan functions, which only
