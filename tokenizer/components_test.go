@@ -216,7 +216,8 @@ func TestUnicodeNormSkipsASCII(t *testing.T) {
 		// Scripts whose letters are mostly inert (isNormal skips them by
 		// table), next to the marks and jamo that compose with them.
 		"模型的输出取决于上下文，", "。", "か", "\u3099", "カ\u309a", "が", "ｶﾞ", "\uf900", "\u2126", "и", "\u0306", "й",
-		"\u0958", "क\u093c", "ب\u0651\u064e", "각", "가\u11a8", "\u3000", "﹏", "ㄱ"}
+		"\u0958", "क\u093c", "ب\u0651\u064e", "각", "가\u11a8", "\u3000", "﹏", "ㄱ",
+		"\xe0\x80\xaf", "\xed\xa0\x80"} // an overlong '/' and an encoded surrogate: invalid
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, form := range []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD} {
 		n := unicodeNorm{form: form}

@@ -46,8 +46,12 @@ func (n unicodeNorm) normalize(s string) string {
 func (n unicodeNorm) isNormal(s string) bool {
 	b := stringBytes(s)
 	inert := inertRunes(n.form)
-	for i := bytescan.NonASCIIFrom(b, 0); i < len(b); i = bytescan.NonASCIIFrom(b, i) {
-		r, size := utf8.DecodeRune(b[i:])
+	for i := bytescan.NonASCIIFrom(b, 0); i < len(b); {
+		if b[i] < 0x80 {
+			i = bytescan.NonASCIIFrom(b, i)
+			continue
+		}
+		r, size := decodeRune(b, i)
 		if inert.has(r) {
 			i += size
 			continue
@@ -57,7 +61,7 @@ func (n unicodeNorm) isNormal(s string) bool {
 		_, before := utf8.DecodeLastRune(b[:i])
 		start := i - before
 		for i < len(b) && b[i] >= 0x80 {
-			if r, size = utf8.DecodeRune(b[i:]); inert.has(r) {
+			if r, size = decodeRune(b, i); inert.has(r) {
 				break
 			}
 			i += size
@@ -67,6 +71,18 @@ func (n unicodeNorm) isNormal(s string) bool {
 		}
 	}
 	return true
+}
+
+// decodeRune is utf8.DecodeRune(b[i:]) with the three-byte sequences of
+// most CJK text decoded in line (DecodeRune's own fast path is ASCII).
+func decodeRune(b []byte, i int) (rune, int) {
+	if i+2 < len(b) && b[i]&0xF0 == 0xE0 && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80 {
+		r := rune(b[i]&0x0F)<<12 | rune(b[i+1]&0x3F)<<6 | rune(b[i+2]&0x3F)
+		if r >= 0x800 && (r < 0xD800 || r > 0xDFFF) { // not overlong, no surrogate
+			return r, 3
+		}
+	}
+	return utf8.DecodeRune(b[i:])
 }
 
 // runeSet is a set of Basic Multilingual Plane runes, a bit each.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/llmgw/caddy-llmgw/internal/bytescan"
 )
@@ -20,7 +21,8 @@ import (
 // that shares a stored one's first n bytes is encoded from near n on.
 //
 // Resuming is exact only at a fence: a piece boundary b where the text
-// reads ASCII letter or digit, space, ASCII letter (s[b-1], s[b], s[b+1]).
+// reads ASCII letter or digit, space, ASCII letter (s[b-1], s[b], s[b+1]),
+// or a CJK ideograph and a common CJK punctuation mark (isCJKFence).
 // With the split patterns of knownPatterns and byte-level pieces (see
 // resumablePre), every match that starts before b ends at or before it and
 // looks at nothing past s[b]: letter, digit and punctuation runs all stop
@@ -181,10 +183,42 @@ func (c *prefixCache) put(s string, first bool, from int, hs []uint64, cps []che
 	c.bytes += cost
 }
 
-// isFence reports whether a piece starting at s[i:] is a fence (see above).
+// isFence reports whether a piece starting at s[i:] is a fence (see above),
+// or a CJK fence (see isCJKFence).
 func isFence(s string, i int) bool {
-	return i > 0 && i+1 < len(s) && s[i] == ' ' && isASCIILetter(s[i+1]) &&
-		(isASCIILetter(s[i-1]) || s[i-1] >= '0' && s[i-1] <= '9')
+	if i <= 0 || i+1 >= len(s) {
+		return false
+	}
+	if s[i] == ' ' {
+		return isASCIILetter(s[i+1]) && (isASCIILetter(s[i-1]) || s[i-1] >= '0' && s[i-1] <= '9')
+	}
+	return s[i] >= 0xE3 && isCJKFence(s, i)
+}
+
+// isCJKFence reports whether s[i:] starts with one of the commonest CJK
+// punctuation marks (、。，：；！？, all \p{Po}) right after a CJK
+// ideograph (U+4E00 to U+9FA5, \p{Lo}): Chinese text has no space-letter
+// fences, and without these a Chinese document was encoded whole on
+// every request. The argument is the space fence's: with every pattern of
+// knownPatterns the match that holds the ideograph is a letter run (or,
+// in DeepSeek's sequence, first its CJK run), which stops at the mark and
+// looks at nothing past it; no contraction, digit, punctuation or
+// whitespace alternative can hold a letter; and the piece at i is matched
+// from i alone. The marks are outside DeepSeek's CJK ranges (U+3040 to
+// U+30FF holds kana punctuation such as ・, which is why the set is
+// short) and its ASCII-punctuation-and-letters alternative.
+func isCJKFence(s string, i int) bool {
+	r, n := utf8.DecodeRuneInString(s[i:])
+	switch r {
+	case '、', '。', '，', '：', '；', '！', '？':
+	default:
+		return false
+	}
+	if i+n >= len(s) {
+		return false
+	}
+	p, _ := utf8.DecodeLastRuneInString(s[:i])
+	return p >= 0x4E00 && p <= 0x9FA5
 }
 
 // resumablePre reports whether p is made only of the steps the fence

@@ -99,6 +99,41 @@ func TestPrefixCacheSameIDs(t *testing.T) {
 	}
 }
 
+// TestPrefixCacheCJKFences: on Chinese and Japanese text, whose only
+// fences are CJK punctuation after an ideograph, ids through the prefix
+// cache are the ids on every real tokenizer that can resume, and encodings
+// do resume. The pieces put next to the marks what could break a fence:
+// kana and their punctuation (・ is in DeepSeek's CJK ranges), digits,
+// Latin words and apostrophes, other and repeated marks, newlines,
+// spaces, fullwidth letters and a combining mark.
+func TestPrefixCacheCJKFences(t *testing.T) {
+	pieces := []string{"模型的输出取决于上下文", "我们在网关中计算令牌", "缓存", "中", "。", "，", "、", "：", "；", "！", "？",
+		"。。", "？！", "カタカナ・ひらがな", "ー", "123", "４５", "abc", "'s", "'", "\n", " ", "\n\n", "Ａｂ", "e\u0301", "「引用」", "（注）", "…", "🙂"}
+	run := func(t *testing.T, name string, tk *Tokenizer) {
+		rng := rand.New(rand.NewPCG(21, uint64(len(name))))
+		for d := range 3 {
+			// Doc 0 is Chinese sentences only: no space fence, so
+			// resuming there is the CJK fences' doing.
+			var b strings.Builder
+			for b.Len() < 12<<10 {
+				if d == 0 || rng.IntN(3) > 0 {
+					b.WriteString(pieces[rng.IntN(2)] + pieces[4+rng.IntN(7)])
+				} else {
+					b.WriteString(pieces[rng.IntN(len(pieces))])
+				}
+			}
+			hits := checkPrefixCache(t, fmt.Sprintf("%s doc %d", name, d), tk, rng, b.String(), []string{"", "。问题", "3", "？", "x", "・"})
+			if d == 0 && hits == 0 {
+				t.Errorf("%s: no encoding of Chinese text resumed", name)
+			}
+			t.Logf("%s doc %d: %d of 120 encodings resumed", name, d, hits)
+		}
+	}
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss"} {
+		t.Run(name, func(t *testing.T) { run(t, name, loadReal(t, name)) })
+	}
+}
+
 // TestPrefixCacheFencesAtCheckpoints puts fences and the long runs that
 // examine past them (whitespace, all-caps words, digits, punctuation) at
 // every offset around the first checkpoints.
