@@ -149,12 +149,15 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	phase := time.Duration(p.Phase * float64(time.Second))
 
-	doc, err := os.ReadFile(filepath.Join(env.Root, overheadDoc))
+	raw, err := os.ReadFile(filepath.Join(env.Root, overheadDoc))
 	if err != nil {
 		return nil, fmt.Errorf("the doc bodies' text: %w", err)
 	}
+	// The document is a rendered chat: its special-token markers are
+	// defused so that a prompt of it is plain text, one section.
+	doc := strings.ReplaceAll(string(raw), "<|", "< |")
 	for _, body := range p.Bodies {
-		gen, err := newBodyGen(body, cfg.Tokenizer, string(doc))
+		gen, err := newBodyGen(body, cfg.Tokenizer, doc)
 		if err != nil {
 			return nil, err
 		}
@@ -375,20 +378,19 @@ func newBodyGen(b OverheadBody, tok *localtok.Model, doc string) (*bodyGen, erro
 
 // docText is tag, a blank line and doc repeated up to about 4n bytes (n
 // stands for a word count: the simulator's words average about four bytes
-// with their space). The document is a rendered chat; its special-token
-// markers are defused so that the prompt is plain text, one section.
+// with their space), cut before a character.
 func docText(doc, tag string, n int) string {
-	doc = strings.ReplaceAll(doc, "<|", "< |")
 	var sb strings.Builder
 	sb.WriteString(tag + "\n\n")
 	for sb.Len() < 4*n {
 		sb.WriteString(doc)
 	}
-	text := sb.String()[:max(4*n, len(tag))]
-	for !utf8.ValidString(text) { // a cut inside a character
-		text = text[:len(text)-1]
+	text := sb.String()
+	cut := max(4*n, len(tag))
+	for cut < len(text) && !utf8.RuneStart(text[cut]) {
+		cut--
 	}
-	return text
+	return text[:cut]
 }
 
 func (g *bodyGen) next() []byte {

@@ -284,15 +284,15 @@ func plainRun(b []byte, i int) (end int, ok bool) {
 // the string without a copy: a long message is most of a request.
 func (d *jsonDecoder) slowStr(start int) (string, error) {
 	b := d.b
-	var out []byte
-	from := 0
+	// Appended to the arena when there is one (a string that outgrows
+	// its capacity moves it whole, the strings before keeping the old
+	// array), else to a slice of its own.
+	var arena []byte
 	if d.arena != nil {
-		// Appended to the arena: a string that outgrows its capacity
-		// moves it whole, the strings before keeping the old array.
-		out, from = slices.Grow(*d.arena, closingQuote(b, d.i)-start), len(*d.arena)
-	} else {
-		out = make([]byte, 0, closingQuote(b, d.i)-start)
+		arena = *d.arena
 	}
+	from := len(arena)
+	out := slices.Grow(arena, closingQuote(b, d.i)-start)
 	for {
 		j, high := bytescan.StringEndFrom(b, d.i)
 		if run := b[d.i:j]; high == 0 || utf8.Valid(run) {
