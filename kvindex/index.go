@@ -240,6 +240,7 @@ type EngineMatch struct {
 // Cost: one lookup per block per 64 engines, stopping at the first block no
 // remaining engine holds.
 func (ix *Index) MatchKeys(blockSize, group int, keys []uint64) []EngineMatch {
+	ix.spec.expire()
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.matchLocked(blockSize, group, keys, nil)
@@ -254,8 +255,8 @@ func (ix *Index) matchLocked(blockSize, group int, keys []uint64, out []EngineMa
 	var pred []uint64
 	if ix.spec.any() {
 		// Engines with predictions take the slower walk that consults
-		// them; the others keep the fast one.
-		ix.spec.expire()
+		// them; the others keep the fast one. (The caller expired the
+		// entries due, before taking the index's lock.)
 		ix.spec.mu.RLock()
 		defer ix.spec.mu.RUnlock()
 		pred = ix.spec.split(active, predBuf[:0])
@@ -378,6 +379,7 @@ type Query struct {
 // each engine's leading matched blocks, as MatchKeys. Multimodal prompts
 // need their identifiers as extra keys: use Keys and MatchKeys.
 func (ix *Index) Match(q Query) ([]EngineMatch, error) {
+	ix.spec.expire()
 	ix.mu.RLock()
 	var sizesBuf [4]int
 	sizes := sizesBuf[:0]

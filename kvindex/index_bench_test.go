@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -195,5 +196,98 @@ func BenchmarkPredictRenew128k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ix.Predict("e", 16, 0, keys)
+	}
+}
+
+// newPromptKeys is sets of n random keys each: the block keys of prompts
+// never seen before (their keys share nothing).
+func newPromptKeys(sets, n int, seed uint64) [][]uint64 {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	out := make([][]uint64, sets)
+	for i := range out {
+		out[i] = make([]uint64, n)
+		for j := range out[i] {
+			out[i][j] = rng.Uint64()
+		}
+	}
+	return out
+}
+
+// predictFixture is an index of 64 live engines, predictions on, already
+// holding as many predicted prompts of 8192 blocks as the default bounds
+// allow, so that every further Predict of a new prompt evicts as many
+// entries as it inserts: the steady state of a fleet seeing new 128Ki-token
+// prompts.
+func predictFixture(tb testing.TB) (*Index, []string, [][]uint64) {
+	ix := NewIndex(IndexConfig{})
+	ix.SetPredictTTL(time.Hour)
+	engines := make([]string, 64)
+	for i := range engines {
+		engines[i] = fmt.Sprintf("10.0.1.%d:8000", i)
+		if _, err := ix.AddEngine(engines[i], MirrorConfig{}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	sets := newPromptKeys(32, 8192, 3)
+	for i := range 2 * defaultMaxPredicted / 8192 {
+		ix.Predict(engines[i%len(engines)], 16, 0, sets[i%len(sets)])
+	}
+	if st := ix.PredictionStats(); st.Live != defaultMaxPredicted {
+		tb.Fatalf("fixture: %d live predictions, want %d", st.Live, defaultMaxPredicted)
+	}
+	return ix, engines, sets
+}
+
+// BenchmarkPredictNew128k measures Predict of a 128Ki-token prompt (8192
+// blocks) never seen before, on one of 64 engines, with the predictions at
+// their bound: 8192 entries in, 8192 of the oldest out. It runs under the
+// predictions' write lock, in the request's decision.
+func BenchmarkPredictNew128k(b *testing.B) {
+	ix, engines, sets := predictFixture(b)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		if n := ix.Predict(engines[i%len(engines)], 16, 0, sets[i%len(sets)]); n != 8192 {
+			b.Fatalf("%d predicted, want 8192", n)
+		}
+	}
+}
+
+// BenchmarkMatchBesidePredict measures Match of an 8Ki-token prompt (512
+// blocks) over the 64 engines of predictFixture, alone and while another
+// goroutine predicts new 128Ki-token prompts without pause: how long a
+// long new prompt's Predict holds up other requests' decisions. It reports
+// the Matches' p50 and p99.
+func BenchmarkMatchBesidePredict(b *testing.B) {
+	for _, beside := range []bool{false, true} {
+		b.Run(fmt.Sprintf("predicting=%v", beside), func(b *testing.B) {
+			ix, engines, sets := predictFixture(b)
+			keys := sets[0][:512]
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; beside; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ix.Predict(engines[i%len(engines)], 16, 0, sets[1+i%(len(sets)-1)])
+				}
+			}()
+			ds := make([]time.Duration, 0, 1<<16)
+			for b.Loop() {
+				start := time.Now()
+				ix.MatchKeys(16, 0, keys)
+				ds = append(ds, time.Since(start))
+				runtime.Gosched()
+			}
+			close(stop)
+			<-done
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2]), "p50-ns")
+			b.ReportMetric(float64(ds[len(ds)*99/100]), "p99-ns")
+		})
 	}
 }

@@ -375,7 +375,7 @@ func TestPredictionNotInherited(t *testing.T) {
 	// when an engine takes it.
 	x.ix.RemoveEngine("c")
 	x.ix.mu.RLock()
-	x.ix.spec.add(m.slot, specBS, x.keys, x.ix.banks[0])
+	x.ix.spec.addStep(&predictRun{slot: m.slot, blockSize: specBS}, x.keys, x.ix.banks[0])
 	x.ix.mu.RUnlock()
 	if _, err := x.ix.AddEngine("d", MirrorConfig{}); err != nil {
 		t.Fatal(err)
@@ -487,5 +487,71 @@ func TestPredictWhileHidden(t *testing.T) {
 	x.ix.mu.Unlock()
 	if n := x.ix.Predict("a", specBS, 0, x.keys); n != 0 {
 		t.Fatalf("Predict recorded %d keys for a hidden engine", n)
+	}
+}
+
+// TestPredictStepsLetOthersIn: a long prompt's Predict, and the expiry of
+// its entries, take the locks a step of lockStep keys at a time, and
+// between steps hold none, so that other requests' Matches and the
+// engines' events are not held up for the whole prompt. Meanwhile a Match
+// finds no leading run from a half-recorded prompt (its end goes first),
+// and once it is done, the result is the same as in one step.
+func TestPredictStepsLetOthersIn(t *testing.T) {
+	clk := testclock.New(time.Unix(1000, 0))
+	ix := NewIndex(IndexConfig{Now: clk.Now})
+	ix.SetPredictTTL(2 * time.Second)
+	for _, id := range []string{"a", "b"} {
+		if _, err := ix.AddEngine(id, MirrorConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := RequestKeys(nil, prompt((4*lockStep+10)*specBS, 7), specBS, 0, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlocked := func(when string) {
+		t.Helper()
+		if !ix.mu.TryLock() {
+			t.Fatalf("%s: the index's lock is held", when)
+		}
+		ix.mu.Unlock()
+		if !ix.spec.mu.TryLock() {
+			t.Fatalf("%s: the predictions' lock is held", when)
+		}
+		ix.spec.mu.Unlock()
+	}
+	steps := 0
+	ix.spec.betweenSteps = func() {
+		steps++
+		unlocked("between Predict's steps")
+		for _, m := range ix.MatchKeys(specBS, 0, keys) {
+			t.Errorf("after %d steps, a match from a half-recorded prompt: %+v", steps, m)
+		}
+	}
+	if n := ix.Predict("a", specBS, 0, keys); n != len(keys) {
+		t.Fatalf("recorded %d keys, want %d", n, len(keys))
+	}
+	if want := (len(keys)+lockStep-1)/lockStep - 1; steps != want {
+		t.Fatalf("%d pauses between steps, want %d", steps, want)
+	}
+	got := ix.MatchKeys(specBS, 0, keys)
+	if len(got) != 1 || got[0].Engine != "a" || got[0].Blocks != len(keys) || got[0].Predicted != len(keys) {
+		t.Fatalf("after Predict: %+v, want a holding all %d blocks, predicted", got, len(keys))
+	}
+
+	steps = 0
+	ix.spec.betweenSteps = func() {
+		steps++
+		unlocked("between expire's steps")
+	}
+	clk.Advance(2 * time.Second)
+	if got := ix.MatchKeys(specBS, 0, keys); len(got) != 0 {
+		t.Fatalf("after the TTL: %+v, want no match", got)
+	}
+	if want := (len(keys)+lockStep-1)/lockStep - 1; steps != want {
+		t.Fatalf("expiry: %d pauses between steps, want %d", steps, want)
+	}
+	if st := ix.PredictionStats(); st.Live != 0 || st.Expired != uint64(len(keys)) {
+		t.Fatalf("stats %+v, want all %d expired", st, len(keys))
 	}
 }
