@@ -51,8 +51,12 @@ type predictions struct {
 
 // predSlot is one engine's predictions.
 type predSlot struct {
-	at   map[uint64]int64 // key → when first predicted (see stampLocked)
-	atHi int              // most entries at held since it was made (see shrinkMap)
+	// at maps the keys predicted on the engine to when each was first
+	// predicted (see stampLocked), plus one, as a keyTable's 0 means
+	// absent (stamps are never negative); nil when there are none. Keys
+	// are hashes already, which a keyTable indexes by directly: it took
+	// a third of the cost of a Go map here (BenchmarkPredictNew128k).
+	at *keyTable
 	// fifoK and fifoAt hold (key, time) in prediction order, for expiry
 	// and oldest-first eviction, one item per entry; items whose entry
 	// is gone (or was ended and predicted anew) are stale and skipped.
@@ -221,12 +225,29 @@ func (p *predictions) sweepLocked(now int64, limit int) bool {
 // whether there is one.
 func (s *predSlot) skipStale() bool {
 	for s.head < len(s.fifoK) {
-		if at, ok := s.at[s.fifoK[s.head]]; ok && at == s.fifoAt[s.head] {
+		if s.live(s.fifoK[s.head], s.fifoAt[s.head]) {
 			return true
 		}
 		s.head++
 	}
 	return false
+}
+
+// live reports whether k is predicted on the engine since at: whether a
+// fifo item (k, at) stands for a live entry.
+func (s *predSlot) live(k uint64, at int64) bool {
+	return s.at != nil && s.at.get(k) == uint64(at)+1
+}
+
+// predicted reports whether k is predicted on the engine.
+func (s *predSlot) predicted(k uint64) bool { return s.at != nil && s.at.get(k) != 0 }
+
+// entries is how many keys are predicted on the engine.
+func (s *predSlot) entries() int {
+	if s.at == nil {
+		return 0
+	}
+	return s.at.len()
 }
 
 // compact drops consumed and stale fifo items; amortised O(1) per
@@ -235,7 +256,7 @@ func (s *predSlot) compact() {
 	j := 0
 	for i := s.head; i < len(s.fifoK); i++ {
 		k, at := s.fifoK[i], s.fifoAt[i]
-		if a, ok := s.at[k]; ok && a == at {
+		if s.live(k, at) {
 			s.fifoK[j], s.fifoAt[j] = k, at
 			j++
 		}
@@ -246,10 +267,10 @@ func (s *predSlot) compact() {
 // endLocked ends slot's entry for key, counted under o.
 func (p *predictions) endLocked(slot int, key uint64, o outcome) {
 	s := &p.slots[slot]
-	if _, ok := s.at[key]; !ok {
+	if !s.predicted(key) {
 		return
 	}
-	delete(s.at, key)
+	s.at.andNot(key, ^uint64(0)) // shrinks as it empties
 	b, bit := slot/64, uint64(1)<<(slot%64)
 	p.banks[b].andNot(key, bit)
 	p.n.Add(-1)
@@ -261,14 +282,12 @@ func (p *predictions) endLocked(slot int, key uint64, o outcome) {
 	default:
 		p.st.Dropped++
 	}
-	if len(s.at) == 0 {
-		// Maps and fifos keep the memory of their largest size.
+	if s.at.len() == 0 {
+		// Fifos keep the memory of their largest size.
 		*s = predSlot{}
 		p.has[b] &^= bit
 		p.size[slot].Store(0)
-		return
 	}
-	s.at, s.atHi = shrinkMap(s.at, s.atHi)
 }
 
 // predictRun is one Predict's progress across its steps (see addStep).
@@ -302,9 +321,6 @@ func (p *predictions) addStep(r *predictRun, keys []uint64, held *keyTable) bool
 	}
 	b, bit := r.slot/64, uint64(1)<<(r.slot%64)
 	s := &p.slots[r.slot]
-	if s.at == nil {
-		s.at = make(map[uint64]int64)
-	}
 	// Last block first, so that when the bounds drop part of a prompt's
 	// entries, oldest first, its tail goes and its leading run stays.
 	// held is looked up a chunk at a time (nothing here writes it), so
@@ -321,7 +337,7 @@ func (p *predictions) addStep(r *predictRun, keys []uint64, held *keyTable) bool
 			if got[j]&bit != 0 {
 				continue
 			}
-			if _, ok := s.at[ck[j]]; ok {
+			if s.predicted(ck[j]) {
 				// Predicted already: the entry keeps its first time,
 				// so one that is never confirmed ends its TTL after it
 				// was first predicted, however many requests it draws
@@ -332,7 +348,7 @@ func (p *predictions) addStep(r *predictRun, keys []uint64, held *keyTable) bool
 			r.added++
 		}
 	}
-	if len(s.at) == 0 {
+	if s.entries() == 0 {
 		*s = predSlot{}
 		return true
 	}
@@ -348,15 +364,14 @@ func (p *predictions) insertLocked(slot int, k uint64, now int64, h *evictHint) 
 	s := &p.slots[slot]
 	p.makeRoomLocked(slot, h)
 	if s.at == nil {
-		s.at = make(map[uint64]int64) // the bounds emptied the slot
+		s.at = new(keyTable) // a slot's first entry, or the bounds emptied it
 	}
 	p.banks[slot/64].or(k, uint64(1)<<(slot%64))
 	p.n.Add(1)
 	p.st.Inserted++
-	s.at[k] = now
-	s.atHi = max(s.atHi, len(s.at))
+	s.at.or(k, uint64(now)+1)
 	s.fifoK, s.fifoAt = append(s.fifoK, k), append(s.fifoAt, now)
-	if len(s.fifoK) >= fifoLimit(len(s.at)) {
+	if len(s.fifoK) >= fifoLimit(s.at.len()) {
 		s.compact()
 	}
 }
@@ -366,7 +381,7 @@ func (p *predictions) insertLocked(slot int, k uint64, now int64, h *evictHint) 
 // where the oldest entries overall are.
 func (p *predictions) makeRoomLocked(slot int, h *evictHint) {
 	s := &p.slots[slot]
-	for len(s.at) >= p.perEngine && s.skipStale() {
+	for s.entries() >= p.perEngine && s.skipStale() {
 		p.endLocked(slot, s.fifoK[s.head], outDropped)
 	}
 	for p.n.Load() >= int64(p.total) {
@@ -450,9 +465,14 @@ func (p *predictions) dropSlot(slot int) int {
 
 func (p *predictions) dropSlotLocked(slot int) int {
 	s := &p.slots[slot]
-	n := len(s.at)
-	for k := range s.at {
-		p.endLocked(slot, k, outDropped)
+	n := s.entries()
+	// Every live entry has one fifo item; ending the last one empties the
+	// slot, but not these slices.
+	ks, ats := s.fifoK[s.head:], s.fifoAt[s.head:]
+	for i, k := range ks {
+		if s.live(k, ats[i]) {
+			p.endLocked(slot, k, outDropped)
+		}
 	}
 	return n
 }
