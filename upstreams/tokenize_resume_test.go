@@ -2,7 +2,6 @@ package upstreams
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -213,25 +212,41 @@ func FuzzTokenizeResume(f *testing.F) {
 }
 
 // BenchmarkTokenizeResume8k decodes 8k-id answers that share all but
-// their last id, with and without the kept arrays.
+// their last id, with and without the kept arrays, and answers whose first
+// id no answer had before (fresh), which the kept arrays cannot shorten
+// but still record: the path of a prompt never seen.
 func BenchmarkTokenizeResume8k(b *testing.B) {
 	ids := randomIDs(rand.New(rand.NewPCG(9, 10)), 8192)
-	answers := make([][]byte, 64)
-	for i := range answers {
+	shared := make([][]byte, 64)
+	for i := range shared {
 		ids[len(ids)-1] = uint64(i)
-		answers[i] = idAnswer(ids, ",")
+		shared[i] = idAnswer(ids, ",")
 	}
-	for _, resume := range []bool{false, true} {
-		b.Run(fmt.Sprintf("resume=%v", resume), func(b *testing.B) {
+	ids[0] = 100000
+	fresh := idAnswer(ids, ",")
+	first := bytes.IndexByte(fresh, '[') + 1 // its 6 digits are rewritten
+	for _, c := range []struct {
+		name   string
+		resume bool
+		answer func(i int) []byte
+	}{
+		{"resume=false", false, func(i int) []byte { return shared[i%len(shared)] }},
+		{"resume=true", true, func(i int) []byte { return shared[i%len(shared)] }},
+		{"fresh", true, func(i int) []byte {
+			strconv.AppendUint(fresh[:first], uint64(100000+i%900000), 10)
+			return fresh
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			var r *tokenResume
-			if resume {
+			if c.resume {
 				r = newTokenResume()
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				i++
-				if _, err := decodeTokenizeResume(answers[i%len(answers)], DefaultMaxTokenizeTokens, r); err != nil {
+				if _, err := decodeTokenizeResume(c.answer(i), DefaultMaxTokenizeTokens, r); err != nil {
 					b.Fatal(err)
 				}
 			}
