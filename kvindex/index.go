@@ -59,6 +59,11 @@ type Index struct {
 	// keysPool recycles Match's key buffers, 64 KiB for a 128Ki-token
 	// prompt.
 	keysPool sync.Pool
+
+	// betweenSteps, when set (by tests), runs when a mirror's writer
+	// pauses between steps of an event (see Mirror.pauseLocked), with
+	// the index's lock released.
+	betweenSteps func()
 }
 
 // maxLoRANames bounds the adapter names the index remembers: an engine

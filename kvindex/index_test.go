@@ -3,6 +3,7 @@ package kvindex
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,47 @@ func TestMirrorBlockSizeChange(t *testing.T) {
 	e8.msg(f, e8.stored(p, nil, 0, 8))
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{"e1": 8})
 	if st := m.Stats(); st.BlockSize != 8 || st.Resyncs["block_size"] != 1 || st.Blocks != 8 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestMirrorEventStepsLetReadersIn: a mirror applies a long event lockStep
+// blocks at a time and releases the index's lock in between, so that a
+// prefill's event does not hold up every Match; readers meanwhile see the
+// event in part, as if the engine had sent it in pieces. Stores and
+// removals alike; the result is that of the whole event.
+func TestMirrorEventStepsLetReadersIn(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	m, f := newTestFeed(t, ix, "e1", nil)
+	e := newEngineSim(t, "0", 16)
+	n := 3*lockStep + 5
+	p := prompt(n*16, 5)
+	q := Query{Tokens: p}
+	var seen []int
+	ix.betweenSteps = func() {
+		if !ix.mu.TryRLock() {
+			t.Fatal("the index's lock is held between an event's steps")
+		}
+		ix.mu.RUnlock()
+		seen = append(seen, matchOf(t, ix, q)["e1"])
+	}
+	e.msg(f, e.stored(p, nil, 0, n))
+	if want := []int{lockStep, 2 * lockStep, 3 * lockStep}; !slices.Equal(seen, want) {
+		t.Fatalf("blocks matched at the pauses of the store: %v, want %v", seen, want)
+	}
+	if got := matchOf(t, ix, q)["e1"]; got != n {
+		t.Fatalf("after the store: %d blocks matched, want %d", got, n)
+	}
+	seen = nil
+	hs := e.hashes(p, nil)
+	e.msg(f, removed(hs[n-2*lockStep-1:]...)) // the last 2*lockStep+1 blocks
+	if len(seen) != 2 {
+		t.Fatalf("%d pauses in a removal of %d blocks, want 2", len(seen), 2*lockStep+1)
+	}
+	if got := matchOf(t, ix, q)["e1"]; got != n-2*lockStep-1 {
+		t.Fatalf("after the removal: %d blocks matched, want %d", got, n-2*lockStep-1)
+	}
+	if st := m.Stats(); st.Blocks != n-2*lockStep-1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -165,7 +165,9 @@ func (p *predictions) stampLocked() int64 {
 }
 
 // lockStep is how many keys a writer of the predictions records or ends
-// under one hold of their write lock (see expire and Index.Predict). A new
+// under one hold of their write lock (see expire and Index.Predict), and
+// how many blocks of an event a mirror applies under one hold of the
+// index's (see Mirror.pauseLocked). A new
 // 128Ki-token prompt has 8192, whose insertion took ~4 ms under one hold,
 // and every other request's Match waited for all of it
 // (BenchmarkMatchBesidePredict: p50 2.9–3.2 ms, then 27–29 µs).
