@@ -316,10 +316,7 @@ func (ix *Index) walkLocked(blockSize int, keys []uint64, active []uint64, out [
 			if a == 0 {
 				continue
 			}
-			t := ix.banks[b]
-			for j, k := range ck {
-				got[j] = t.get(k)
-			}
+			ix.banks[b].getMany(ck, got[:len(ck)])
 			for j := range ck {
 				if have := got[j] & a; have != a {
 					emit(b, a&^have, start+j)

@@ -332,9 +332,7 @@ func (p *predictions) addStep(r *predictRun, keys []uint64, held *keyTable) bool
 	var got [chunk]uint64
 	for hi := len(keys); hi > 0; hi -= chunk {
 		ck := keys[max(0, hi-chunk):hi]
-		for j, k := range ck {
-			got[j] = held.get(k)
-		}
+		held.getMany(ck, got[:len(ck)])
 		for j := len(ck) - 1; j >= 0; j-- {
 			if got[j]&bit != 0 {
 				continue
@@ -544,9 +542,7 @@ func (p *predictions) walkBankLocked(ix *Index, b int, a, pr uint64, blockSize i
 	held, merged := pr, pr // held ⊆ merged: a key held is a key held or predicted
 	for start := 0; start < len(keys) && a|merged != 0; start += chunk {
 		ck := keys[start:min(start+chunk, len(keys))]
-		for j, k := range ck {
-			got[j] = t.get(k)
-		}
+		t.getMany(ck, got[:len(ck)])
 		for j, r := range got[:len(ck)] {
 			at := start + j
 			if have := r & a; have != a {
