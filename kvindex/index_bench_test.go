@@ -263,31 +263,20 @@ func BenchmarkMatchBesidePredict(b *testing.B) {
 	for _, beside := range []bool{false, true} {
 		b.Run(fmt.Sprintf("predicting=%v", beside), func(b *testing.B) {
 			ix, engines, sets := predictFixture(b)
-			keys := sets[0][:512]
-			stop, done := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(done)
-				for i := 0; beside; i++ {
-					select {
-					case <-stop:
-						return
-					default:
+			var write func(stop <-chan struct{})
+			if beside {
+				write = func(stop <-chan struct{}) {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ix.Predict(engines[i%len(engines)], 16, 0, sets[1+i%(len(sets)-1)])
 					}
-					ix.Predict(engines[i%len(engines)], 16, 0, sets[1+i%(len(sets)-1)])
 				}
-			}()
-			ds := make([]time.Duration, 0, 1<<16)
-			for b.Loop() {
-				start := time.Now()
-				ix.MatchKeys(16, 0, keys)
-				ds = append(ds, time.Since(start))
-				runtime.Gosched()
 			}
-			close(stop)
-			<-done
-			slices.Sort(ds)
-			b.ReportMetric(float64(ds[len(ds)/2]), "p50-ns")
-			b.ReportMetric(float64(ds[len(ds)*99/100]), "p99-ns")
+			benchMatchBeside(b, ix, sets[0][:512], write)
 		})
 	}
 }
@@ -302,32 +291,42 @@ func BenchmarkMatchBesideIngest(b *testing.B) {
 	for _, chain := range []int{0, 64, 512} {
 		b.Run(fmt.Sprintf("chain=%d", chain), func(b *testing.B) {
 			ix, keys := matchFixture(b)
-			keys = keys[:512]
 			m, err := ix.AddEngine("ingest", MirrorConfig{Capacity: 1 << 16})
 			if err != nil {
 				b.Fatal(err)
 			}
-			stop, done := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(done)
-				if chain > 0 {
-					ingestUntil(stop, m, chain)
-				}
-			}()
-			ds := make([]time.Duration, 0, 1<<16)
-			for b.Loop() {
-				start := time.Now()
-				ix.MatchKeys(16, 0, keys)
-				ds = append(ds, time.Since(start))
-				runtime.Gosched()
+			var write func(stop <-chan struct{})
+			if chain > 0 {
+				write = func(stop <-chan struct{}) { ingestUntil(stop, m, chain) }
 			}
-			close(stop)
-			<-done
-			slices.Sort(ds)
-			b.ReportMetric(float64(ds[len(ds)/2]), "p50-ns")
-			b.ReportMetric(float64(ds[len(ds)*99/100]), "p99-ns")
+			benchMatchBeside(b, ix, keys[:512], write)
 		})
 	}
+}
+
+// benchMatchBeside times ix.MatchKeys of keys, yielding the processor
+// between matches, while write (when not nil) runs in another goroutine
+// until its stop channel closes, and reports the matches' p50 and p99.
+func benchMatchBeside(b *testing.B, ix *Index, keys []uint64, write func(stop <-chan struct{})) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		if write != nil {
+			write(stop)
+		}
+	}()
+	ds := make([]time.Duration, 0, 1<<16)
+	for b.Loop() {
+		start := time.Now()
+		ix.MatchKeys(16, 0, keys)
+		ds = append(ds, time.Since(start))
+		runtime.Gosched()
+	}
+	close(stop)
+	<-done
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2]), "p50-ns")
+	b.ReportMetric(float64(ds[len(ds)*99/100]), "p99-ns")
 }
 
 // ingestUntil applies BlockStored events of chain new random blocks to m
