@@ -42,6 +42,10 @@ type ApproxTree struct {
 	lru     approxNode
 	engines map[string]uint16
 	names   []string // by engine index; "" is free
+
+	// betweenSteps, when set (by tests), runs between an Insert's steps
+	// (see pauseLocked), with the lock released.
+	betweenSteps func()
 }
 
 type approxNode struct {
@@ -148,7 +152,10 @@ func (t *ApproxTree) Insert(text, engine string) {
 	// prefix then costs a few lookups and its new tail, not a lookup
 	// and a relink per chunk (an 8k-token prompt has ~700).
 	fresh := t.freshPrefix(keys, eng, now-int64(t.refreshEvery()))
-	for j := len(keys) - 1; j >= fresh; j-- {
+	for j, n := len(keys)-1, 0; j >= fresh; j, n = j-1, n+1 {
+		if n > 0 && n%lockStep == 0 && !t.pauseLocked(engine, eng) {
+			return // the engine was removed meanwhile
+		}
 		k := keys[j]
 		nd := t.nodes[k]
 		if nd == nil {
@@ -167,6 +174,23 @@ func (t *ApproxTree) Insert(text, engine string) {
 		}
 	}
 	t.expireLocked(now)
+}
+
+// pauseLocked lets the tree's readers in after every lockStep chunks an
+// Insert records: a new prompt of the default 4096 chunks held the lock
+// ~0.8 ms, and every match on the approximate tier waited. A reader sees
+// the prompt's end recorded without its start, which matches nothing, as
+// a match needs the first chunk. It reports whether eng still stands for
+// engine (RemoveEngine may have freed it meanwhile). t.mu held for
+// writing.
+func (t *ApproxTree) pauseLocked(engine string, eng uint16) bool {
+	t.mu.Unlock()
+	if f := t.betweenSteps; f != nil {
+		f()
+	}
+	t.mu.Lock()
+	e, ok := t.engines[engine]
+	return ok && e == eng
 }
 
 // refreshEvery is how stale a node's record of an engine may be before

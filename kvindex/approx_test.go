@@ -221,3 +221,44 @@ func BenchmarkApproxInsertSharedPrefix8k(b *testing.B) {
 		i++
 	}
 }
+
+// TestApproxInsertStepsLetReadersIn: a long Insert records lockStep chunks
+// at a time and releases the lock in between, so that matches on the
+// approximate tier do not wait for a whole new prompt; a match meanwhile
+// finds nothing of the half-recorded prompt (its end goes first). An
+// engine removed during a pause is not recorded any further.
+func TestApproxInsertStepsLetReadersIn(t *testing.T) {
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4})
+	text := func(tag string) string {
+		var b strings.Builder
+		for i := range 3*lockStep + 5 {
+			fmt.Fprintf(&b, "%s%03d", tag, i%1000)
+		}
+		return b.String()
+	}
+	t1, t2 := text("a"), text("b")
+	pauses := 0
+	tr.betweenSteps = func() {
+		pauses++
+		if !tr.mu.TryRLock() {
+			t.Fatal("the tree's lock is held between an Insert's steps")
+		}
+		tr.mu.RUnlock()
+		if got, _ := approxOf(tr, t1); got != "" {
+			t.Errorf("after %d steps, a match of the half-recorded prompt: %q", pauses, got)
+		}
+	}
+	tr.Insert(t1, "e1")
+	if pauses != 3 {
+		t.Fatalf("%d pauses in an Insert of %d chunks, want 3", pauses, 3*lockStep+5)
+	}
+	if got, _ := approxOf(tr, t1); got != fmt.Sprintf("e1=%d", len(t1)) {
+		t.Fatalf("after the Insert: %q", got)
+	}
+	n := tr.Len()
+	tr.betweenSteps = func() { tr.RemoveEngine("e2") }
+	tr.Insert(t2, "e2")
+	if got, _ := approxOf(tr, t2); got != "" || tr.Len() != n {
+		t.Fatalf("e2 removed during its Insert: match %q, %d nodes (want none, %d)", got, tr.Len(), n)
+	}
+}
