@@ -235,8 +235,6 @@ func (m *Mirror) clear(reason string) {
 	}
 	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
-	// A reset engine will not store what it was predicted to.
-	ix.spec.dropSlot(m.slot)
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
 	if reason != "removed" {
@@ -245,6 +243,10 @@ func (m *Mirror) clear(reason string) {
 		m.st.LastResyncReason = reason
 	}
 	ix.mu.Unlock()
+	// A reset engine will not store what it was predicted to. Hidden, it
+	// has no predictions a Match counts, so they go in steps, after the
+	// lock; the engine is shown again only once they are gone.
+	ix.spec.dropSteps(m.slot, nil)
 
 	const chunk = 4096
 	buf := make([]uint64, 0, chunk)

@@ -463,6 +463,40 @@ func (p *predictions) dropSlot(slot int) int {
 	return p.dropSlotLocked(slot)
 }
 
+// dropSteps ends every entry of slot, lockStep at a time, each step under
+// its own hold of p.mu: an engine may have 32768, 2.5-4 ms of work, and
+// every Match waited for all of it when a request there failed. same,
+// when not nil, is asked before each step (with no lock of the
+// predictions held) whether the slot is still the engine's; the drop
+// stops when it is not. It returns how many entries it ended.
+func (p *predictions) dropSteps(slot int, same func() bool) int {
+	n := 0
+	for p.any() && (same == nil || same()) {
+		p.mu.Lock()
+		ended, more := p.dropStepLocked(slot, lockStep)
+		p.mu.Unlock()
+		n += ended
+		if !more {
+			break
+		}
+		if f := p.betweenSteps; f != nil {
+			f()
+		}
+	}
+	return n
+}
+
+// dropStepLocked ends up to limit of slot's entries, oldest first, and
+// reports how many it ended and whether any are left.
+func (p *predictions) dropStepLocked(slot, limit int) (ended int, more bool) {
+	s := &p.slots[slot]
+	for ended < limit && s.skipStale() {
+		p.endLocked(slot, s.fifoK[s.head], outDropped)
+		ended++
+	}
+	return ended, p.slots[slot].entries() > 0
+}
+
 func (p *predictions) dropSlotLocked(slot int) int {
 	s := &p.slots[slot]
 	n := s.entries()
@@ -662,12 +696,18 @@ func (ix *Index) predictStep(engine string, group int, r *predictRun, keys []uin
 // many there were.
 func (ix *Index) DropPredictions(engine string) int {
 	ix.mu.RLock()
-	defer ix.mu.RUnlock()
 	m := ix.byID[engine]
+	ix.mu.RUnlock()
 	if m == nil {
 		return 0
 	}
-	return ix.spec.dropSlot(m.slot)
+	// In steps, without the index's lock across them: the slot is checked
+	// to be m's still before each.
+	return ix.spec.dropSteps(m.slot, func() bool {
+		ix.mu.RLock()
+		defer ix.mu.RUnlock()
+		return ix.slots[m.slot] == m
+	})
 }
 
 // PredictionStats returns the speculative entries' counters, expired

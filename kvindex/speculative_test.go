@@ -555,3 +555,54 @@ func TestPredictStepsLetOthersIn(t *testing.T) {
 		t.Fatalf("stats %+v, want all %d expired", st, len(keys))
 	}
 }
+
+// TestDropPredictionsInSteps: an engine's entries go lockStep at a time
+// when a request there failed (DropPredictions) and when its mirror is
+// reset, with no lock held in between, so that an engine with thousands
+// of them does not hold up every Match; all of them go either way.
+func TestDropPredictionsInSteps(t *testing.T) {
+	clk := testclock.New(time.Unix(1000, 0))
+	ix := NewIndex(IndexConfig{Now: clk.Now})
+	ix.SetPredictTTL(2 * time.Second)
+	if _, err := ix.AddEngine("a", MirrorConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := RequestKeys(nil, prompt((3*lockStep+5)*specBS, 9), specBS, 0, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		drop func() int
+	}{
+		{"DropPredictions", func() int { return ix.DropPredictions("a") }},
+		{"Reset", func() int { ix.Mirror("a").Reset("test"); return len(keys) }},
+	} {
+		ix.spec.betweenSteps = nil
+		if n := ix.Predict("a", specBS, 0, keys); n != len(keys) {
+			t.Fatalf("%s: recorded %d keys, want %d", c.name, n, len(keys))
+		}
+		before := ix.PredictionStats()
+		pauses := 0
+		ix.spec.betweenSteps = func() {
+			pauses++
+			if !ix.mu.TryLock() {
+				t.Fatalf("%s: the index's lock is held between steps", c.name)
+			}
+			ix.mu.Unlock()
+			if !ix.spec.mu.TryLock() {
+				t.Fatalf("%s: the predictions' lock is held between steps", c.name)
+			}
+			ix.spec.mu.Unlock()
+		}
+		if n := c.drop(); n != len(keys) {
+			t.Fatalf("%s: dropped %d, want %d", c.name, n, len(keys))
+		}
+		if pauses != 3 {
+			t.Fatalf("%s: %d pauses, want 3", c.name, pauses)
+		}
+		if st := ix.PredictionStats(); st.Live != 0 || st.Dropped-before.Dropped != uint64(len(keys)) {
+			t.Fatalf("%s: stats %+v after %+v, want all %d dropped", c.name, st, before, len(keys))
+		}
+	}
+}
