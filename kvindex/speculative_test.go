@@ -509,21 +509,10 @@ func TestPredictStepsLetOthersIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlocked := func(when string) {
-		t.Helper()
-		if !ix.mu.TryLock() {
-			t.Fatalf("%s: the index's lock is held", when)
-		}
-		ix.mu.Unlock()
-		if !ix.spec.mu.TryLock() {
-			t.Fatalf("%s: the predictions' lock is held", when)
-		}
-		ix.spec.mu.Unlock()
-	}
 	steps := 0
 	ix.spec.betweenSteps = func() {
 		steps++
-		unlocked("between Predict's steps")
+		requireUnlocked(t, ix, "between Predict's steps")
 		for _, m := range ix.MatchKeys(specBS, 0, keys) {
 			t.Errorf("after %d steps, a match from a half-recorded prompt: %+v", steps, m)
 		}
@@ -542,7 +531,7 @@ func TestPredictStepsLetOthersIn(t *testing.T) {
 	steps = 0
 	ix.spec.betweenSteps = func() {
 		steps++
-		unlocked("between expire's steps")
+		requireUnlocked(t, ix, "between expire's steps")
 	}
 	clk.Advance(2 * time.Second)
 	if got := ix.MatchKeys(specBS, 0, keys); len(got) != 0 {
@@ -586,14 +575,7 @@ func TestDropPredictionsInSteps(t *testing.T) {
 		pauses := 0
 		ix.spec.betweenSteps = func() {
 			pauses++
-			if !ix.mu.TryLock() {
-				t.Fatalf("%s: the index's lock is held between steps", c.name)
-			}
-			ix.mu.Unlock()
-			if !ix.spec.mu.TryLock() {
-				t.Fatalf("%s: the predictions' lock is held between steps", c.name)
-			}
-			ix.spec.mu.Unlock()
+			requireUnlocked(t, ix, c.name+", between steps")
 		}
 		if n := c.drop(); n != len(keys) {
 			t.Fatalf("%s: dropped %d, want %d", c.name, n, len(keys))
@@ -605,4 +587,18 @@ func TestDropPredictionsInSteps(t *testing.T) {
 			t.Fatalf("%s: stats %+v after %+v, want all %d dropped", c.name, st, before, len(keys))
 		}
 	}
+}
+
+// requireUnlocked fails the test if the index's lock or the predictions'
+// is held, when a step's pause should have released both.
+func requireUnlocked(t *testing.T, ix *Index, when string) {
+	t.Helper()
+	if !ix.mu.TryLock() {
+		t.Fatalf("%s: the index's lock is held", when)
+	}
+	ix.mu.Unlock()
+	if !ix.spec.mu.TryLock() {
+		t.Fatalf("%s: the predictions' lock is held", when)
+	}
+	ix.spec.mu.Unlock()
 }
