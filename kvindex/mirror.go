@@ -382,8 +382,8 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 			m.st.Malformed++
 			return true
 		}
+		m.pauseLocked(i)
 		m.addLocked(g, ev.BlockHashes[i], key)
-		m.pauseLocked(i + 1)
 	}
 	return true
 }
@@ -392,12 +392,13 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 // an event: an event of 512 blocks (a prefill chunk of 8192 tokens) held
 // the write lock for 0.2-0.5 ms, and every other request's Match waited
 // (in a test beside a steady stream of them, Match's p50 went from 7 to
-// 222 us). done is how many blocks of the event are applied. Callers hold
+// 222 us). done is how many blocks of the event are applied; there is no
+// pause before the first. Callers hold
 // wmu and ix.mu for writing. The mirror's own state changes only under
 // wmu, which stays held; readers see the event half applied, as they
 // would had the engine sent it in two.
 func (m *Mirror) pauseLocked(done int) {
-	if done%lockStep != 0 {
+	if done == 0 || done%lockStep != 0 {
 		return
 	}
 	m.ix.mu.Unlock()
@@ -495,9 +496,7 @@ func (m *Mirror) removeLocked(ev *Event) {
 		g = m.groups[ev.GroupIdx]
 	}
 	for i, h := range ev.BlockHashes {
-		if i > 0 {
-			m.pauseLocked(i)
-		}
+		m.pauseLocked(i)
 		var e blockEntry
 		ok := false
 		if g != nil {

@@ -188,9 +188,15 @@ func (p *predictions) expire() {
 		if done {
 			return
 		}
-		if p.betweenSteps != nil {
-			p.betweenSteps()
-		}
+		p.pause()
+	}
+}
+
+// pause runs the tests' betweenSteps hook, if any, between two steps of a
+// writer, with no lock held.
+func (p *predictions) pause() {
+	if f := p.betweenSteps; f != nil {
+		f()
 	}
 }
 
@@ -460,7 +466,8 @@ func (p *predictions) dropSlot(slot int) int {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.dropSlotLocked(slot)
+	n, _ := p.dropStepLocked(slot, 0)
+	return n
 }
 
 // dropSteps ends every entry of slot, lockStep at a time, each step under
@@ -479,36 +486,22 @@ func (p *predictions) dropSteps(slot int, same func() bool) int {
 		if !more {
 			break
 		}
-		if f := p.betweenSteps; f != nil {
-			f()
-		}
+		p.pause()
 	}
 	return n
 }
 
-// dropStepLocked ends up to limit of slot's entries, oldest first, and
-// reports how many it ended and whether any are left.
+// dropStepLocked ends up to limit of slot's entries (all of them when
+// limit <= 0), oldest first, and reports how many it ended and whether any
+// are left. Every live entry has one fifo item, so the fifo reaches them
+// all; ending the last one empties the slot.
 func (p *predictions) dropStepLocked(slot, limit int) (ended int, more bool) {
 	s := &p.slots[slot]
-	for ended < limit && s.skipStale() {
+	for (limit <= 0 || ended < limit) && s.skipStale() {
 		p.endLocked(slot, s.fifoK[s.head], outDropped)
 		ended++
 	}
 	return ended, p.slots[slot].entries() > 0
-}
-
-func (p *predictions) dropSlotLocked(slot int) int {
-	s := &p.slots[slot]
-	n := s.entries()
-	// Every live entry has one fifo item; ending the last one empties the
-	// slot, but not these slices.
-	ks, ats := s.fifoK[s.head:], s.fifoAt[s.head:]
-	for i, k := range ks {
-		if s.live(k, ats[i]) {
-			p.endLocked(slot, k, outDropped)
-		}
-	}
-	return n
 }
 
 // setTTL sets the entries' life; d <= 0 drops them all and predicts no
@@ -519,7 +512,7 @@ func (p *predictions) setTTL(d time.Duration) {
 	p.ttl = max(d, 0)
 	if p.ttl == 0 {
 		for slot := range p.slots {
-			p.dropSlotLocked(slot)
+			p.dropStepLocked(slot, 0)
 		}
 	}
 	p.sweepLocked(p.clockLocked(), 0)
@@ -666,8 +659,8 @@ func (ix *Index) Predict(engine string, blockSize, group int, keys []uint64) int
 		if !ix.predictStep(engine, group, &r, keys[max(0, hi-lockStep):hi]) {
 			break
 		}
-		if p.betweenSteps != nil && hi > lockStep {
-			p.betweenSteps()
+		if hi > lockStep {
+			p.pause()
 		}
 	}
 	return r.added
