@@ -32,16 +32,30 @@ type ApproxConfig struct {
 // trie over fixed-size chunks of the request text, stored as a map from
 // each chunk's chained hash (which stands for the whole path to it) to the
 // engines that saw it. It is safe for concurrent use.
+//
+// Nothing in the tree is a Go pointer: nodes live in one slice and link to
+// each other by index, and so do their engine records. The garbage
+// collector does not scan memory without pointers, and the tree lives as
+// long as the process: with a pointer per node, link and record, a tree
+// at its default bound cost every collection ~20 ms of CPU, more than the
+// rest of a gateway's heap (BenchmarkApproxTreeGC).
 type ApproxTree struct {
 	cfg ApproxConfig
 
 	mu    sync.RWMutex
-	nodes map[uint64]*approxNode
-	// lru is a sentinel of the doubly linked list of nodes, most
-	// recently inserted first.
-	lru     approxNode
-	engines map[string]uint16
-	names   []string // by engine index; "" is free
+	nodes map[uint64]int32 // chunk hash → index in slab
+	// slab holds the nodes. slab[0] is the sentinel of the doubly linked
+	// LRU list, most recently inserted first; freed nodes are chained
+	// through next from freeNode (0 when there are none).
+	slab     []approxNode
+	freeNode int32
+	// seen holds the nodes' engine records, each node's chained through
+	// next from its seen (0 ends a chain; seen[0] is never used); freed
+	// records are chained from freeSeen.
+	seen     []approxSeen
+	freeSeen int32
+	engines  map[string]uint16
+	names    []string // by engine index; "" is free
 
 	// betweenSteps, when set (by tests), runs between an Insert's steps
 	// (see pauseLocked), with the lock released.
@@ -50,14 +64,16 @@ type ApproxTree struct {
 
 type approxNode struct {
 	key        uint64
-	prev, next *approxNode
 	newest     int64 // unix nanos of the latest insert through this node
-	seen       []approxSeen
+	prev, next int32 // in the LRU list (or next in the free list)
+	seen       int32 // the first of the node's engine records, 0 if none
 }
 
+// approxSeen records that an engine was sent a prompt through a node.
 type approxSeen struct {
+	at     int64 // unix nanos
+	next   int32 // the node's next record (or the next free one), 0 if none
 	engine uint16
-	at     int64
 }
 
 // ApproxMatch is how much of a text an engine served recently.
@@ -85,9 +101,17 @@ func NewApproxTree(cfg ApproxConfig) *ApproxTree {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &ApproxTree{cfg: cfg, nodes: make(map[uint64]*approxNode), engines: make(map[string]uint16)}
-	t.lru.next, t.lru.prev = &t.lru, &t.lru
+	t := &ApproxTree{cfg: cfg, engines: make(map[string]uint16)}
+	t.clearLocked()
 	return t
+}
+
+// clearLocked empties the tree's nodes: made anew rather than kept, so
+// that a tree that held many prompts once does not keep their memory.
+func (t *ApproxTree) clearLocked() {
+	t.nodes = make(map[uint64]int32)
+	t.slab, t.freeNode = make([]approxNode, 1), 0
+	t.seen, t.freeSeen = make([]approxSeen, 1), 0
 }
 
 // chunkKeys returns the chained hashes of text's chunks, the last possibly
@@ -131,19 +155,9 @@ func (t *ApproxTree) Insert(text, engine string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.cfg.Now().UnixNano()
-	eng, ok := t.engines[engine]
+	eng, ok := t.engineLocked(engine)
 	if !ok {
-		i := slices.Index(t.names, "")
-		if i < 0 {
-			if len(t.names) > 1<<16-1 {
-				return // more engines than anyone runs; ignore
-			}
-			t.names = append(t.names, "")
-			i = len(t.names) - 1
-		}
-		eng = uint16(i)
-		t.names[i] = engine
-		t.engines[engine] = eng
+		return
 	}
 	// Leaf first, so the root ends up most recently used: eviction
 	// takes leaves before the prefixes that lead to them. The leading
@@ -157,23 +171,36 @@ func (t *ApproxTree) Insert(text, engine string) {
 			return // the engine was removed meanwhile
 		}
 		k := keys[j]
-		nd := t.nodes[k]
-		if nd == nil {
-			nd = &approxNode{key: k}
-			t.nodes[k] = nd
+		i, ok := t.nodes[k]
+		if !ok {
+			i = t.newNodeLocked(k)
 		} else {
-			nd.unlink()
+			t.unlinkLocked(i)
 		}
-		t.lru.pushFront(nd)
-		nd.newest = now
-		i := slices.IndexFunc(nd.seen, func(s approxSeen) bool { return s.engine == eng })
-		if i < 0 {
-			nd.seen = append(nd.seen, approxSeen{engine: eng, at: now})
-		} else {
-			nd.seen[i].at = now
-		}
+		t.pushFrontLocked(i)
+		t.slab[i].newest = now
+		t.markSeenLocked(i, eng, now)
 	}
 	t.expireLocked(now)
+}
+
+// engineLocked returns engine's index, giving it one if it has none;
+// false when every index is taken.
+func (t *ApproxTree) engineLocked(engine string) (uint16, bool) {
+	if eng, ok := t.engines[engine]; ok {
+		return eng, true
+	}
+	i := slices.Index(t.names, "")
+	if i < 0 {
+		if len(t.names) > 1<<16-1 {
+			return 0, false // more engines than anyone runs; ignore
+		}
+		t.names = append(t.names, "")
+		i = len(t.names) - 1
+	}
+	t.names[i] = engine
+	t.engines[engine] = uint16(i)
+	return uint16(i), true
 }
 
 // pauseLocked lets the tree's readers in after every lockStep chunks an
@@ -210,37 +237,110 @@ func (t *ApproxTree) refreshEvery() time.Duration {
 // refresh records the path again: it can only undercount.)
 func (t *ApproxTree) freshPrefix(keys []uint64, eng uint16, since int64) int {
 	return sort.Search(len(keys), func(j int) bool {
-		nd := t.nodes[keys[j]]
-		if nd == nil {
-			return true
-		}
-		i := slices.IndexFunc(nd.seen, func(s approxSeen) bool { return s.engine == eng })
-		return i < 0 || nd.seen[i].at < since
+		i, ok := t.nodes[keys[j]]
+		return !ok || t.seenAt(i, eng) < since
 	})
+}
+
+// seenAt is when node i last recorded engine eng, 0 if it never did.
+func (t *ApproxTree) seenAt(i int32, eng uint16) int64 {
+	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
+		if t.seen[s].engine == eng {
+			return t.seen[s].at
+		}
+	}
+	return 0
+}
+
+// markSeenLocked records that engine eng was sent a prompt through node i
+// at now.
+func (t *ApproxTree) markSeenLocked(i int32, eng uint16, now int64) {
+	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
+		if t.seen[s].engine == eng {
+			t.seen[s].at = now
+			return
+		}
+	}
+	rec := approxSeen{at: now, next: t.slab[i].seen, engine: eng}
+	s := t.freeSeen
+	if s != 0 {
+		t.freeSeen = t.seen[s].next
+		t.seen[s] = rec
+	} else {
+		t.seen = append(t.seen, rec)
+		s = int32(len(t.seen) - 1)
+	}
+	t.slab[i].seen = s
+}
+
+// forgetLocked drops node i's record of engine eng and reports whether
+// the node has records left.
+func (t *ApproxTree) forgetLocked(i int32, eng uint16) bool {
+	for link, s := &t.slab[i].seen, t.slab[i].seen; s != 0; link, s = &t.seen[s].next, t.seen[s].next {
+		if t.seen[s].engine == eng {
+			*link = t.seen[s].next
+			t.seen[s] = approxSeen{next: t.freeSeen}
+			t.freeSeen = s
+			break
+		}
+	}
+	return t.slab[i].seen != 0
+}
+
+// newNodeLocked adds a node for key k, with no records and not linked,
+// and returns its index.
+func (t *ApproxTree) newNodeLocked(k uint64) int32 {
+	i := t.freeNode
+	if i != 0 {
+		t.freeNode = t.slab[i].next
+		t.slab[i] = approxNode{key: k}
+	} else {
+		t.slab = append(t.slab, approxNode{key: k})
+		i = int32(len(t.slab) - 1)
+	}
+	t.nodes[k] = i
+	return i
+}
+
+// dropNodeLocked removes node i and its records.
+func (t *ApproxTree) dropNodeLocked(i int32) {
+	t.unlinkLocked(i)
+	delete(t.nodes, t.slab[i].key)
+	for s := t.slab[i].seen; s != 0; {
+		next := t.seen[s].next
+		t.seen[s] = approxSeen{next: t.freeSeen}
+		t.freeSeen, s = s, next
+	}
+	t.slab[i] = approxNode{next: t.freeNode}
+	t.freeNode = i
+	if len(t.nodes) == 0 {
+		t.clearLocked()
+	}
 }
 
 // expireLocked drops nodes beyond MaxNodes and nodes nobody inserted
 // through for TTL, least recently used first.
 func (t *ApproxTree) expireLocked(now int64) {
 	ttl := int64(t.cfg.TTL)
-	for tail := t.lru.prev; tail != &t.lru; tail = t.lru.prev {
-		if len(t.nodes) <= t.cfg.MaxNodes && now-tail.newest <= ttl {
+	for tail := t.slab[0].prev; tail != 0; tail = t.slab[0].prev {
+		if len(t.nodes) <= t.cfg.MaxNodes && now-t.slab[tail].newest <= ttl {
 			break
 		}
-		tail.unlink()
-		delete(t.nodes, tail.key)
+		t.dropNodeLocked(tail)
 	}
 }
 
-func (n *approxNode) unlink() {
-	n.prev.next, n.next.prev = n.next, n.prev
-	n.prev, n.next = nil, nil
+func (t *ApproxTree) unlinkLocked(i int32) {
+	n := &t.slab[i]
+	t.slab[n.prev].next, t.slab[n.next].prev = n.next, n.prev
+	n.prev, n.next = 0, 0
 }
 
-func (l *approxNode) pushFront(n *approxNode) {
-	n.prev, n.next = l, l.next
-	l.next.prev = n
-	l.next = n
+func (t *ApproxTree) pushFrontLocked(i int32) {
+	first := t.slab[0].next
+	t.slab[i].prev, t.slab[i].next = 0, first
+	t.slab[first].prev = i
+	t.slab[0].next = i
 }
 
 // Match returns, for every engine that recently served at least the first
@@ -260,24 +360,20 @@ func (t *ApproxTree) Match(text string) (matches []ApproxMatch, total int) {
 	var active []uint16
 	matched := 0 // chunks every engine in active has
 	for i, k := range keys {
-		nd := t.nodes[k]
-		if nd == nil {
+		nd, ok := t.nodes[k]
+		if !ok {
 			break
 		}
-		fresh := func(e uint16) bool {
-			j := slices.IndexFunc(nd.seen, func(s approxSeen) bool { return s.engine == e })
-			return j >= 0 && nd.seen[j].at >= cutoff
-		}
 		if i == 0 {
-			for _, s := range nd.seen {
-				if s.at >= cutoff {
-					active = append(active, s.engine)
+			for s := t.slab[nd].seen; s != 0; s = t.seen[s].next {
+				if t.seen[s].at >= cutoff {
+					active = append(active, t.seen[s].engine)
 				}
 			}
 		} else {
 			kept := active[:0]
 			for _, e := range active {
-				if fresh(e) {
+				if t.seenAt(nd, e) >= cutoff {
 					kept = append(kept, e)
 				} else {
 					matches = append(matches, ApproxMatch{Engine: t.names[e], Bytes: t.chunkEnd(i-1, len(text))})
@@ -311,12 +407,12 @@ func (t *ApproxTree) RemoveEngine(engine string) {
 	if !ok {
 		return
 	}
-	for k, nd := range t.nodes {
-		nd.seen = slices.DeleteFunc(nd.seen, func(s approxSeen) bool { return s.engine == eng })
-		if len(nd.seen) == 0 {
-			nd.unlink()
-			delete(t.nodes, k)
+	for i := t.slab[0].next; i != 0; {
+		next := t.slab[i].next
+		if !t.forgetLocked(i, eng) {
+			t.dropNodeLocked(i)
 		}
+		i = next
 	}
 	delete(t.engines, engine)
 	t.names[eng] = ""

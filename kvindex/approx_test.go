@@ -2,11 +2,14 @@ package kvindex
 
 import (
 	"fmt"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/gcscan"
 	"github.com/llmgw/caddy-llmgw/internal/testclock"
 )
 
@@ -261,4 +264,64 @@ func TestApproxInsertStepsLetReadersIn(t *testing.T) {
 	if got, _ := approxOf(tr, t2); got != "" || tr.Len() != n {
 		t.Fatalf("e2 removed during its Insert: match %q, %d nodes (want none, %d)", got, tr.Len(), n)
 	}
+}
+
+// TestApproxTreeHoldsNoPointers: the tree's nodes, records and map hold no
+// Go pointers, so the garbage collector does not scan them (see
+// ApproxTree). A field that adds one — a string, a slice, a pointer —
+// fails here.
+func TestApproxTreeHoldsNoPointers(t *testing.T) {
+	tr := NewApproxTree(ApproxConfig{})
+	nodes, slab, seen := reflect.TypeOf(tr.nodes), reflect.TypeOf(tr.slab), reflect.TypeOf(tr.seen)
+	if p := gcscan.PointerIn(nodes.Key(), nodes.Elem(), slab.Elem(), seen.Elem()); p != "" {
+		t.Errorf("the tree holds a pointer: %s", p)
+	}
+}
+
+// TestApproxReusesFreedSlots: nodes and records that eviction or
+// RemoveEngine frees are used again, so the tree's slices stay within its
+// bound however many prompts go through it, and an emptied tree lets go of
+// them.
+func TestApproxReusesFreedSlots(t *testing.T) {
+	const maxNodes, chunks = 64, 16
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, MaxNodes: maxNodes})
+	for i := range 1000 {
+		text := fmt.Sprintf("%04d", i) + strings.Repeat("abcd", chunks-1)
+		tr.Insert(text, fmt.Sprintf("e%d", i%3))
+		tr.Insert(text, fmt.Sprintf("e%d", (i+1)%3)) // a second record on every node
+		if got, _ := approxOf(tr, text); !strings.HasSuffix(got, "=64") {
+			t.Fatalf("prompt %d: %q", i, got)
+		}
+	}
+	// At most the bound, plus one prompt's nodes before expiry, plus the
+	// sentinel (or the unused record 0).
+	if n := len(tr.slab); n > maxNodes+chunks+1 {
+		t.Errorf("%d nodes in the slab, bound %d", n, maxNodes+chunks+1)
+	}
+	if n := len(tr.seen); n > 2*(maxNodes+chunks)+1 {
+		t.Errorf("%d records, bound %d", n, 2*(maxNodes+chunks)+1)
+	}
+	for e := range 3 {
+		tr.RemoveEngine(fmt.Sprintf("e%d", e))
+	}
+	if tr.Len() != 0 || len(tr.slab) != 1 || len(tr.seen) != 1 {
+		t.Errorf("emptied tree: %d chunks, %d nodes, %d records", tr.Len(), len(tr.slab), len(tr.seen))
+	}
+}
+
+// BenchmarkApproxTreeGC is the CPU one garbage collection costs with a
+// tree at its default bound of 1<<18 chunks (16 engines; 8 KiB prompts
+// behind a shared 2 KiB), beside the
+// benchmark's own small heap. It is a cost every collection of a running
+// gateway pays, however little the tree changes.
+func BenchmarkApproxTreeGC(b *testing.B) {
+	tr := NewApproxTree(ApproxConfig{})
+	for i, s := range approxTexts(1<<18/96+64, 8192) {
+		tr.Insert(s, fmt.Sprintf("e%d", i%16))
+	}
+	if n := tr.Len(); n < 1<<18 {
+		b.Fatalf("%d chunks, want the bound", n)
+	}
+	gcscan.ReportCycleCost(b)
+	runtime.KeepAlive(tr)
 }
