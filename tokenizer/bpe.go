@@ -8,8 +8,7 @@ import (
 
 // bpeModel is HF's BPE model without dropout.
 type bpeModel struct {
-	vocab     map[string]int32
-	idToToken []string // "" where no token has the id
+	vocab *vocabTable
 	// merges maps an adjacent pair of ids (pairKey) to the merge's rank in
 	// the high 32 bits and the merged token's id in the low 32 bits.
 	merges       map[uint64]uint64
@@ -56,14 +55,14 @@ func (m *bpeModel) lookupTables() {
 
 // idOrBytes is idOr for a token held in a byte slice, without copying it.
 func (m *bpeModel) idOrBytes(tok []byte) int32 {
-	if id, ok := m.vocab[string(tok)]; ok {
+	if id, ok := m.vocab.getBytes(tok); ok {
 		return id
 	}
 	return -1
 }
 
 func (m *bpeModel) idOr(tok string) int32 {
-	if id, ok := m.vocab[tok]; ok {
+	if id, ok := m.vocab.get(tok); ok {
 		return id
 	}
 	return -1
@@ -113,9 +112,9 @@ func (m *bpeModel) encodeWord(sc *scratch, word string, raw bool) []int32 {
 		var ok bool
 		if raw {
 			sc.buf = appendByteLevel(sc.buf[:0], word)
-			id, ok = m.vocab[string(sc.buf)]
+			id, ok = m.vocab.getBytes(sc.buf)
 		} else {
-			id, ok = m.vocab[word]
+			id, ok = m.vocab.get(word)
 		}
 		if ok {
 			sc.ids = append(out, id)

@@ -30,11 +30,11 @@ type crosser struct {
 // ▁ as a token and no prefix, suffix or ignore_merges (each of which
 // depends on where a word starts or ends).
 func (m *bpeModel) setupBoundarySplit() {
-	if _, ok := m.vocab[wordBoundary]; !ok || m.prefix != "" || m.suffix != "" || m.ignoreMerges {
+	if _, ok := m.vocab.get(wordBoundary); !ok || m.prefix != "" || m.suffix != "" || m.ignoreMerges {
 		return
 	}
 	var cs []crosser
-	for tok := range m.vocab {
+	for tok := range m.vocab.all() {
 		for off := 1; off < len(tok); off++ {
 			if strings.HasPrefix(tok[off:], wordBoundary) && !strings.HasSuffix(tok[:off], wordBoundary) && utf8.RuneStart(tok[off]) {
 				cs = append(cs, crosser{tok, off})

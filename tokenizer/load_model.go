@@ -22,7 +22,6 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 		}
 	}
 	m := &bpeModel{
-		vocab:        make(map[string]int32, len(vocab)),
 		unkID:        -1,
 		fuseUnk:      mj.FuseUnk,
 		byteFallback: mj.ByteFallback,
@@ -51,24 +50,14 @@ func buildModel(mj *modelJSON) (*bpeModel, error) {
 	return m, nil
 }
 
-// setVocab fills vocab and idToToken, rejecting negative or huge ids.
+// setVocab builds the model's vocabulary, rejecting negative or huge ids.
 func (m *bpeModel) setVocab(vocab map[string]int64) error {
-	maxID := int64(-1)
 	for tok, id := range vocab {
 		if id < 0 || id >= maxTokenID {
 			return fmt.Errorf("tokenizer: vocab token %q has id %d, outside [0, %d)", tok, id, maxTokenID)
 		}
-		m.vocab[tok] = int32(id)
-		maxID = max(maxID, id)
 	}
-	m.idToToken = make([]string, maxID+1)
-	for tok, id := range vocab {
-		// Two tokens sharing an id would be a broken file; pick the
-		// smaller string so that the choice does not depend on map order.
-		if cur := m.idToToken[id]; cur == "" || tok < cur {
-			m.idToToken[id] = tok
-		}
-	}
+	m.vocab = newVocabTable(vocab)
 	return nil
 }
 
@@ -82,8 +71,8 @@ func (m *bpeModel) setMerges(raw json.RawMessage) error {
 	m.merges = make(map[uint64]uint64, len(pairs))
 	var buf []byte
 	for rank, p := range pairs {
-		a, okA := m.vocab[p[0]]
-		b, okB := m.vocab[p[1]]
+		a, okA := m.vocab.get(p[0])
+		b, okB := m.vocab.get(p[1])
 		if !okA || !okB {
 			return fmt.Errorf("tokenizer: merge %d (%q %q) names a token that is not in the vocab", rank, p[0], p[1])
 		}
@@ -91,7 +80,7 @@ func (m *bpeModel) setMerges(raw json.RawMessage) error {
 			return fmt.Errorf("tokenizer: merge %d (%q %q): second token lacks the continuing_subword_prefix %q", rank, p[0], p[1], m.prefix)
 		}
 		buf = append(append(buf[:0], p[0]...), p[1][len(m.prefix):]...)
-		merged, ok := m.vocab[string(buf)]
+		merged, ok := m.vocab.getBytes(buf)
 		if !ok {
 			return fmt.Errorf("tokenizer: merge %d (%q %q) makes a token that is not in the vocab", rank, p[0], p[1])
 		}

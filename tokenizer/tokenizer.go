@@ -134,7 +134,7 @@ func (t *Tokenizer) TokenToID(token string) (int, bool) {
 	if idx, ok := t.added.byContent[token]; ok {
 		return int(t.added.tokens[idx].id), true
 	}
-	if id, ok := t.model.vocab[token]; ok {
+	if id, ok := t.model.vocab.get(token); ok {
 		return int(id), true
 	}
 	return 0, false
@@ -149,8 +149,8 @@ func (t *Tokenizer) IDToToken(id int) (string, bool) {
 	if idx, ok := t.added.byID[int32(id)]; ok {
 		return t.added.tokens[idx].content, true
 	}
-	if id < len(t.model.idToToken) && t.model.idToToken[id] != "" {
-		return t.model.idToToken[id], true
+	if tok := t.model.vocab.idToken(id); tok != "" {
+		return tok, true
 	}
 	return "", false
 }
@@ -158,7 +158,7 @@ func (t *Tokenizer) IDToToken(id int) (string, bool) {
 // VocabSize returns one more than the largest id in use, counting added
 // tokens: the size an id table for this tokenizer needs.
 func (t *Tokenizer) VocabSize() int {
-	n := len(t.model.idToToken)
+	n := t.model.vocab.ids()
 	for _, tok := range t.added.tokens {
 		n = max(n, int(tok.id)+1)
 	}
