@@ -81,9 +81,11 @@ type App struct {
 	// approximate tier. Default: 64.
 	TokenizeConcurrency int `json:"tokenize_concurrency,omitempty"`
 
-	// Entries of the tokenize cache (keyed by a hash of the tokenize input).
-	// Negative: no cache, and no recent answers kept to decode the next
-	// from where it differs. Default: 4096.
+	// Entries of the tokenize cache (keyed by a hash of the tokenize input),
+	// holding at most 32 MiB of token ids. An answer of 512 ids or more is
+	// kept when its request comes a second time: most never do. Negative:
+	// no cache, and no recent answers kept to decode the next from where
+	// it differs. Default: 4096.
 	TokenizeCacheSize int `json:"tokenize_cache_size,omitempty"`
 
 	// Local tokenizers by model name: requests for these models are

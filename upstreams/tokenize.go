@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/sighting"
 )
 
 // TokenizerOptions tunes a [Tokenizer]. Zero fields take the defaults.
@@ -46,6 +48,20 @@ type TokenizerOptions struct {
 // repeats of a whole request (retries, identical prompts), and the Go heap
 // grows to about twice what is live, so a larger default mostly costs RSS.
 const DefaultTokenizeCacheBytes = 32 << 20
+
+// A result of at least cacheFromSecondIDs ids enters the cache only when
+// its request comes a second time. Most requests are never repeated (a
+// chat's next turn is a new request), and a long one kept on its first
+// sighting costs 8 bytes an id until evicted: unique 8k-token chats filled
+// the 32 MiB budget with answers that never hit, pushing out those that
+// did, and the collector's headroom doubled what they held. A repeated
+// long prompt pays for one more call, on its second sighting; shorter
+// results are cheap to keep and are kept at once. The record of first
+// sightings holds at most maxSeenRequests keys, 8 bytes each.
+const (
+	cacheFromSecondIDs = 512
+	maxSeenRequests    = 1 << 16
+)
 
 // TokenizeCacheEntryOverhead is what one cache entry costs besides its
 // token ids (the entry, its list element and map slot), counted against
@@ -261,6 +277,10 @@ type Tokenizer struct {
 	// first bytes is decoded from where it differs (tokenize_resume.go);
 	// nil when the cache is off, which keeps nothing of the prompts.
 	resume *tokenResume
+	// seen records the requests whose long results were not kept, so
+	// that they are kept when they come again (cacheFromSecondIDs); nil
+	// when the cache is off.
+	seen *sighting.Seen
 }
 
 // NewTokenizer returns a Tokenizer; it starts no goroutines.
@@ -293,6 +313,7 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 	}
 	if o.CacheEntries >= 0 {
 		t.resume = newTokenResume()
+		t.seen = sighting.NewSeen(maxSeenRequests)
 	}
 	if t.client == nil {
 		// Each idle keep-alive connection holds two goroutines (the
@@ -479,14 +500,15 @@ func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string,
 	if c.err != nil {
 		c.retry = ctx.Err() != nil
 	}
-	if c.err == nil && cap(c.tokens) > len(c.tokens) && t.cacheable(c.tokens) {
+	keep := c.err == nil && t.cacheable(c.tokens) && t.sightedBefore(key, c.tokens)
+	if keep && cap(c.tokens) > len(c.tokens) {
 		// The decoder grew the slice by appending: keep an exact copy, or
 		// the spare capacity (up to a quarter) would be held uncounted.
 		c.tokens = append(make([]uint64, 0, len(c.tokens)), c.tokens...)
 	}
 	t.mu.Lock()
 	delete(t.flight, key)
-	if c.err == nil {
+	if keep {
 		t.insert(key, c.tokens)
 	}
 	t.mu.Unlock()
@@ -498,6 +520,13 @@ func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string,
 // its backing array, whole, and the fixed overhead.
 func entryCost(toks []uint64) int64 {
 	return int64(cap(toks))*8 + TokenizeCacheEntryOverhead
+}
+
+// sightedBefore reports whether a result may be kept as to its request's
+// sightings: a short one always, a long one when its request came before
+// (and records that it came). See cacheFromSecondIDs.
+func (t *Tokenizer) sightedBefore(key cacheKey, toks []uint64) bool {
+	return len(toks) < cacheFromSecondIDs || t.seen.Again(key[0]^key[1])
 }
 
 // cacheable reports whether a result may enter the cache at all.

@@ -262,6 +262,50 @@ func TestTokenizeCache(t *testing.T) {
 	}
 }
 
+// TestTokenizeCacheKeepsLongResultsFromSecondSighting: a result of
+// cacheFromSecondIDs ids or more is kept only when its request comes a
+// second time, a shorter one at once (see cacheFromSecondIDs). What the
+// caller gets is the same either way. TokenizeDerived keeps its value
+// with the result, so the same holds for it.
+func TestTokenizeCacheKeepsLongResultsFromSecondSighting(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
+	defer tk.Close()
+	ctx := context.Background()
+	prompt := func(s string) TokenizeRequest { return TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(s))} }
+	for _, c := range []struct {
+		name       string
+		text       string // the fake's ids are its bytes
+		wantCached []bool
+		wantCalls  int64
+	}{
+		{"short", strings.Repeat("s", cacheFromSecondIDs-1), []bool{false, true, true}, 1},
+		{"long", strings.Repeat("l", cacheFromSecondIDs), []bool{false, false, true, true}, 2},
+	} {
+		before := f.calls.Load()
+		for i, want := range c.wantCached {
+			toks, cached, err := tk.Tokenize(ctx, f.url(), nil, prompt(c.text))
+			if err != nil || cached != want || !equalTokens(toks, expectTokens(c.text)) {
+				t.Fatalf("%s, call %d: cached %v (want %v), %d ids, %v", c.name, i+1, cached, want, len(toks), err)
+			}
+		}
+		if calls := f.calls.Load() - before; calls != c.wantCalls {
+			t.Errorf("%s: %d calls to the engine, want %d", c.name, calls, c.wantCalls)
+		}
+	}
+	text, derives := strings.Repeat("d", 2*cacheFromSecondIDs), 0
+	derive := func(toks []uint64) []uint64 { derives++; return []uint64{uint64(len(toks))} }
+	for i, want := range []bool{false, false, true} {
+		toks, derived, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "tag", derive)
+		if err != nil || cached != want || len(toks) != len(text) || len(derived) != 1 || derived[0] != uint64(len(text)) {
+			t.Fatalf("derived, call %d: cached %v (want %v), %d ids, %v, %v", i+1, cached, want, len(toks), derived, err)
+		}
+	}
+	if derives != 2 {
+		t.Errorf("derived %d times, want 2 (once per call until the result was kept)", derives)
+	}
+}
+
 // TestTokenizeFresh: a fresh call asks the engine every time, keeps
 // nothing, does not answer from what Tokenize cached, and is bounded like
 // the others.
