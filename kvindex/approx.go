@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -98,6 +99,9 @@ func NewApproxTree(cfg ApproxConfig) *ApproxTree {
 	if cfg.MaxChunks <= 0 {
 		cfg.MaxChunks = 4096
 	}
+	// Nodes are indexed by int32: the bound and the chunks of one insert
+	// over it must fit.
+	cfg.MaxNodes, cfg.MaxChunks = min(cfg.MaxNodes, 1<<30), min(cfg.MaxChunks, 1<<20)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -242,14 +246,15 @@ func (t *ApproxTree) freshPrefix(keys []uint64, eng uint16, since int64) int {
 	})
 }
 
-// seenAt is when node i last recorded engine eng, 0 if it never did.
+// seenAt is when node i last recorded engine eng, math.MinInt64 if it
+// never did (before any cutoff, whatever the clock reads).
 func (t *ApproxTree) seenAt(i int32, eng uint16) int64 {
 	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
 		if t.seen[s].engine == eng {
 			return t.seen[s].at
 		}
 	}
-	return 0
+	return math.MinInt64
 }
 
 // markSeenLocked records that engine eng was sent a prompt through node i
@@ -263,6 +268,9 @@ func (t *ApproxTree) markSeenLocked(i int32, eng uint16, now int64) {
 	}
 	rec := approxSeen{at: now, next: t.slab[i].seen, engine: eng}
 	s := t.freeSeen
+	if s == 0 && len(t.seen) == math.MaxInt32 {
+		return // an index more would not fit; the engine goes unrecorded here
+	}
 	if s != 0 {
 		t.freeSeen = t.seen[s].next
 		t.seen[s] = rec

@@ -69,6 +69,19 @@ func TestApproxTTL(t *testing.T) {
 	}
 }
 
+// TestApproxMatchNearEpoch: an engine that has no record on a chunk stops
+// matching there, whatever the clock reads (a cutoff before 0 must not
+// count a missing record as fresh).
+func TestApproxMatchNearEpoch(t *testing.T) {
+	clk := testclock.New(time.Unix(0, 0))
+	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, TTL: time.Minute, Now: clk.Now})
+	tr.Insert("aaaabbbb", "e1")
+	tr.Insert("aaaa", "e2")
+	if got, _ := approxOf(tr, "aaaabbbb"); got != "e1=8 e2=4" {
+		t.Fatalf("Match = %q, want %q", got, "e1=8 e2=4")
+	}
+}
+
 func TestApproxSizeCapEvictsLeavesFirst(t *testing.T) {
 	clk := testclock.New(time.Unix(1000, 0))
 	tr := NewApproxTree(ApproxConfig{ChunkBytes: 4, MaxNodes: 5, Now: clk.Now})
