@@ -246,13 +246,21 @@ func (t *ApproxTree) freshPrefix(keys []uint64, eng uint16, since int64) int {
 	})
 }
 
+// recordOf is the index of node i's record of engine eng, 0 if it has none.
+func (t *ApproxTree) recordOf(i int32, eng uint16) int32 {
+	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
+		if t.seen[s].engine == eng {
+			return s
+		}
+	}
+	return 0
+}
+
 // seenAt is when node i last recorded engine eng, math.MinInt64 if it
 // never did (before any cutoff, whatever the clock reads).
 func (t *ApproxTree) seenAt(i int32, eng uint16) int64 {
-	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
-		if t.seen[s].engine == eng {
-			return t.seen[s].at
-		}
+	if s := t.recordOf(i, eng); s != 0 {
+		return t.seen[s].at
 	}
 	return math.MinInt64
 }
@@ -260,11 +268,9 @@ func (t *ApproxTree) seenAt(i int32, eng uint16) int64 {
 // markSeenLocked records that engine eng was sent a prompt through node i
 // at now.
 func (t *ApproxTree) markSeenLocked(i int32, eng uint16, now int64) {
-	for s := t.slab[i].seen; s != 0; s = t.seen[s].next {
-		if t.seen[s].engine == eng {
-			t.seen[s].at = now
-			return
-		}
+	if s := t.recordOf(i, eng); s != 0 {
+		t.seen[s].at = now
+		return
 	}
 	rec := approxSeen{at: now, next: t.slab[i].seen, engine: eng}
 	s := t.freeSeen

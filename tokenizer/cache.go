@@ -74,9 +74,9 @@ func (sh *cacheShard) reset() {
 	sh.words, sh.ids = nil, nil
 }
 
-// find returns the index of h's slot in slots, or of the empty slot where
+// slotOf returns the index of h's slot in slots, or of the empty slot where
 // it would go.
-func find(slots []wordSlot, h uint64) int {
+func slotOf(slots []wordSlot, h uint64) int {
 	mask := uint64(len(slots) - 1)
 	i := (h >> 8) & mask // the low bits chose the shard
 	for slots[i].h != h && slots[i].h != 0 {
@@ -90,7 +90,7 @@ func (c *wordCache) get(word string) ([]int32, bool) {
 	h := c.wordHash(word)
 	sh := &c.shards[h%cacheShards]
 	sh.mu.RLock()
-	e := sh.slots[find(sh.slots, h)]
+	e := sh.slots[slotOf(sh.slots, h)]
 	words, ids := sh.words, sh.ids
 	sh.mu.RUnlock()
 	// The slot's bytes were written before it was published under the
@@ -108,7 +108,7 @@ func (sh *cacheShard) grow() {
 	sh.slots = make([]wordSlot, 2*len(old))
 	for _, s := range old {
 		if s.h != 0 {
-			sh.slots[find(sh.slots, s.h)] = s
+			sh.slots[slotOf(sh.slots, s.h)] = s
 		}
 	}
 }
@@ -130,7 +130,7 @@ func (c *wordCache) put(word string, ids []int32) {
 	if 2*(sh.n+1) > len(sh.slots) {
 		sh.grow()
 	}
-	i := find(sh.slots, h)
+	i := slotOf(sh.slots, h)
 	if sh.slots[i].h == 0 {
 		sh.n++
 	}

@@ -93,18 +93,10 @@ func (t *vocabTable) get(tok string) (int32, bool) {
 	}
 }
 
-// getBytes is get for a token held in a byte slice, without copying it.
+// getBytes is get for a token held in a byte slice, without copying it:
+// get reads the bytes through a string view and keeps nothing of it.
 func (t *vocabTable) getBytes(tok []byte) (int32, bool) {
-	mask := uint64(len(t.slots) - 1)
-	for i := maphash.Bytes(t.seed, tok) & mask; ; i = (i + 1) & mask {
-		s := t.slots[i]
-		if s == 0 {
-			return 0, false
-		}
-		if ent := t.ents[s-1]; int(ent.n) == len(tok) && string(t.data[ent.off:ent.off+ent.n]) == string(tok) {
-			return ent.id, true
-		}
-	}
+	return t.get(unsafe.String(unsafe.SliceData(tok), len(tok)))
 }
 
 // idToken returns the token of id, "" when no token has it.
