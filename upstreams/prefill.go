@@ -26,22 +26,34 @@ type prefillSample struct {
 // speed, batching contention included — what "how long would a prompt's
 // prefill take here" needs.
 //
-// Smoothing is an exponentially weighted average of each window's rate,
-// taken in log space, with weight 1 − exp(−Δseconds/prefillTau): a window
-// holding a tenth of prefillTau of prefill moves the estimate a tenth of the
-// way, one holding several prefillTau replaces it, and the first window
-// sets it directly. In log space an outlier moves the estimate by a factor
-// of (outlier/estimate)^weight: a 0.01 s window claiming 1000 times the
-// speed (a scrape that saw many prompts' tokens but few of their prefill
-// times, see observe) moves it by 0.7 %, where a linear average would double
-// it. The price is a small bias toward the slower windows when windows
-// alternate fast-short and slow-long; it vanishes with windows of many
-// requests each.
+// Until the windows hold prefillTau seconds of prefill between them, the
+// estimate is their pooled ratio: all their uncached tokens over all their
+// seconds. vLLM counts a request's prompt tokens at its first token but
+// observes its prefill time when it finishes, so a window may hold a
+// request's tokens without its time; the pooled ratio takes that time from
+// the next window, and is exact whenever no request is between its first
+// token and its end. A first window that alone set the estimate could
+// leave it twice too high for a long time.
+//
+// After that, smoothing is an exponentially weighted average of each
+// window's rate, taken in log space, with weight 1 − exp(−Δseconds/prefillTau):
+// a window holding a tenth of prefillTau of prefill moves the estimate a
+// tenth of the way, one holding several prefillTau replaces it. In log space
+// an outlier moves the estimate by a factor of (outlier/estimate)^weight: a
+// 0.01 s window claiming 1000 times the speed (a scrape that saw many
+// prompts' tokens but few of their prefill times, see observe) moves it by
+// 0.7 %, where a linear average would double it. The price is a small bias
+// toward the slower windows when windows alternate fast-short and
+// slow-long; it vanishes with windows of many requests each.
 type prefillEstimator struct {
 	base     prefillSample // counters at the start of the pending window
 	haveBase bool
-	logRate  float64 // smoothed log(uncached tokens per prefill second)
-	haveRate bool
+	// pooledTok and pooledSec sum the windows' deltas while pooledSec is
+	// below prefillTau (the warm-up); pooledTok may dip below 0 when cache
+	// hits are counted ahead of their prompt tokens.
+	pooledTok, pooledSec float64
+	logRate              float64 // smoothed log(uncached tokens per prefill second)
+	haveRate             bool
 }
 
 // observe feeds the counters of a successful scrape. It reports whether a
@@ -57,6 +69,11 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 	}
 	dTok := (s.prompt - s.cached) - (p.base.prompt - p.base.cached)
 	dSec := s.secs - p.base.secs
+	if p.pooledSec < prefillTau {
+		p.pool(dTok, dSec)
+		p.base = s
+		return false
+	}
 	if !(dSec > 0 && dTok > 0) || math.IsInf(dTok/dSec, 0) || dTok/dSec == 0 {
 		// Keep the window open rather than drop half a pair: vLLM counts a
 		// request's prompt tokens at its first token but observes its
@@ -64,8 +81,8 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 		// scheduled, so a scrape may see one without the other.
 		return false
 	}
-	l := math.Log(dTok / dSec)
-	if !p.haveRate {
+	if l := math.Log(dTok / dSec); !p.haveRate {
+		// The warm-up never held both (garbage-sized counters).
 		p.logRate, p.haveRate = l, true
 	} else {
 		w := -math.Expm1(-dSec / prefillTau) // 1 − e^(−Δs/τ)
@@ -73,6 +90,16 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 	}
 	p.base = s
 	return false
+}
+
+// pool adds a warm-up window to the pooled sums and, when they hold both
+// tokens and time, sets the estimate to their ratio.
+func (p *prefillEstimator) pool(dTok, dSec float64) {
+	p.pooledTok += dTok
+	p.pooledSec += dSec
+	if r := p.pooledTok / p.pooledSec; p.pooledTok > 0 && p.pooledSec > 0 && r > 0 && !math.IsInf(r, 0) {
+		p.logRate, p.haveRate = math.Log(r), true
+	}
 }
 
 // rate returns the smoothed uncached prompt tokens per second of prefill;

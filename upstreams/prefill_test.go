@@ -53,10 +53,26 @@ func TestPrefillEstimator(t *testing.T) {
 			want:    6000,
 		},
 		{
-			name: "a short outlier window barely moves the rate",
-			// 1 s of prefill at 10000 tok/s, then 0.01 s claiming 1000x
+			name: "warm-up: a request's tokens ahead of its time do not stick",
+			// Four requests of 2000 uncached tokens, 0.25 s each, one after
+			// another. The first scrape sees the first request's time and
+			// the second's tokens; the last sees only the last request's
+			// time. Pooled, the windows give the exact 8000/s.
+			samples: []prefillSample{s(0, 0, 0), s(4000, 0, 0.25), s(6000, 0, 0.5), s(8000, 0, 0.75), s(8000, 0, 1)},
+			want:    8000,
+		},
+		{
+			name: "warm-up ends once the windows pooled prefillTau of prefill",
+			// 10 s pooled at 10000, then 10 s at 5000 smoothed with weight
+			// 1 − e^-1, where pooling would have given 7500.
+			samples: []prefillSample{s(0, 0, 0), s(5e4, 0, 5), s(1e5, 0, 10), s(1.5e5, 0, 20)},
+			want:    1e4 * math.Pow(0.5, 1-math.Exp(-1)),
+		},
+		{
+			name: "after warm-up a short outlier window barely moves the rate",
+			// 10 s of prefill at 10000 tok/s, then 0.01 s claiming 1000x
 			// (many prompts' tokens, few of their prefill times).
-			samples: []prefillSample{s(0, 0, 0), s(1e4, 0, 1), s(1e4+1e5, 0, 1.01)},
+			samples: []prefillSample{s(0, 0, 0), s(1e5, 0, 10), s(1e5+1e6, 0, 10.01)},
 			want:    10000, tol: 0.01,
 		},
 		{
@@ -113,11 +129,11 @@ func TestPrefillRateThroughStartScrape(t *testing.T) {
 	}{
 		{0, 0, 0, 0},                     // callers that do not report counters: no rate
 		{0, 0, 0, 0},                     // still none
-		{12000, 2000, 2, 5000},           // first window: 10000 uncached in 2 s
-		{12000, 2000, 2, 5000},           // idle: kept
-		{math.NaN(), 2000, 3, 5000},      // garbage: as if absent
-		{12000, -1, 3, 5000},             // garbage
-		{12000, 2000, math.Inf(1), 5000}, // garbage
+		{52000, 2000, 10, 5000},          // first window: 50000 uncached in 10 s, the whole warm-up
+		{52000, 2000, 10, 5000},          // idle: kept
+		{math.NaN(), 2000, 11, 5000},     // garbage: as if absent
+		{52000, -1, 11, 5000},            // garbage
+		{52000, 2000, math.Inf(1), 5000}, // garbage
 		{10, 0, 0.1, 5000},               // engine restarted: new baseline
 		{10, 0, 0.1, 5000},               // nothing new
 	}
