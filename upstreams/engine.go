@@ -140,7 +140,8 @@ type Load struct {
 	// prompt tokens per second of prefill (batching contention included),
 	// derived from the deltas of vllm:prompt_tokens_total,
 	// vllm:prefix_cache_hits_total and vllm:request_prefill_time_seconds
-	// between successful scrapes and smoothed over ~10 s of prefill time.
+	// between successful scrapes: pooled over the first ~10 s of prefill
+	// time, then smoothed over ~10 s of it.
 	// It keeps its last value while no new prefill is seen (also when the
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
