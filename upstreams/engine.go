@@ -40,8 +40,12 @@ type Engine struct {
 	inflight  int64
 	epoch     uint64 // incremented when a scrape starts
 	dropBelow uint64 // reservations with epoch < dropBelow are no longer "dispatched"
-	dispCur   int64  // active reservations with epoch == epoch
-	dispOld   int64  // active reservations with dropBelow <= epoch < epoch
+	dispCur   int64  // active sent reservations with epoch == epoch
+	dispOld   int64  // active sent reservations with dropBelow <= epoch < epoch
+	// unsent counts active reservations not yet Sent: the request is
+	// still on its way (routing, the proxy's dial and write), so no
+	// scrape can show it, whenever it started.
+	unsent int64
 	// finished counts reservations sent before the start of the last
 	// successful scrape (epoch < dropBelow: its gauges show them) that
 	// ended after that scrape was recorded; reset by the next successful
@@ -111,9 +115,10 @@ type Load struct {
 	// this engine (reserved and not Done).
 	Inflight int64
 	// Dispatched counts requests this gateway reserved on this engine that
-	// the gauges cannot show yet: reserved after the start of the last
-	// successful scrape and not yet Done (a request that finished before any
-	// scrape saw it leaves the count, since it will never appear in running).
+	// the gauges cannot show yet, and not yet Done: those not yet sent,
+	// and those sent after the start of the last successful scrape (a
+	// request that finished before any scrape saw it leaves the count,
+	// since it will never appear in running).
 	Dispatched int64
 	// Finished counts requests this gateway sent to this engine that the
 	// last successful scrape counted (sent before it started) and that have
@@ -171,7 +176,7 @@ func (e *Engine) Load() Load {
 		Stale:        e.stale,
 		ScrapedAt:    e.scrapedAt,
 		Inflight:     e.inflight,
-		Dispatched:   e.dispCur + e.dispOld,
+		Dispatched:   e.dispatched(),
 		Finished:     e.finished,
 		MaxInflight:  e.cfg.MaxInflight,
 		DrainRate:    e.decayedDrain(now),
@@ -240,7 +245,7 @@ func (e *Engine) Free(kvLimit float64) (free int, known bool) {
 		return Unlimited, true
 	}
 	running, waiting := settle(e.g.Running, e.g.Waiting, e.finished)
-	used := running + waiting + float64(e.dispCur+e.dispOld)
+	used := running + waiting + float64(e.dispatched())
 	return clampFree(float64(maxIn) - used), true
 }
 
@@ -271,26 +276,31 @@ func (e *Engine) decayedDrain(now time.Time) float64 {
 type Reservation struct {
 	mu    sync.Mutex
 	e     *Engine
-	epoch uint64
-	sent  bool // Sent since it was made or last moved: e has the request
+	epoch uint64 // the scrape epoch at Sent
+	sent  bool   // Sent since it was made or last moved: e has the request
 	done  bool
 }
 
-// Reserve records a request dispatched to the engine: Inflight++ and
-// Dispatched++ until the next successful scrape, so admission can count it
-// before the engine's gauges show it. Call Done when the request finishes.
+// Reserve records a request dispatched to the engine: Inflight++, and
+// Dispatched++ until a successful scrape that started after its Sent, so
+// admission can count it before the engine's gauges show it. Call Done
+// when the request finishes.
 func (e *Engine) Reserve() *Reservation {
 	e.touch()
-	return &Reservation{e: e, epoch: e.acquire()}
+	e.acquire()
+	return &Reservation{e: e}
 }
 
-func (e *Engine) acquire() uint64 {
+// acquire counts a new reservation, not yet sent.
+func (e *Engine) acquire() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.inflight++
-	e.dispCur++
-	return e.epoch
+	e.unsent++
 }
+
+// dispatched is Load.Dispatched. e.mu held.
+func (e *Engine) dispatched() int64 { return e.dispCur + e.dispOld + e.unsent }
 
 // unstamp takes a reservation of the given epoch out of the dispatched
 // counts. e.mu held.
@@ -304,18 +314,24 @@ func (e *Engine) unstamp(epoch uint64) {
 	}
 }
 
-// release undoes acquire; completed also feeds the drain rate. sent says
-// the request was handed to this engine, so that a scrape may count it.
-func (e *Engine) release(epoch uint64, completed, sent bool) {
+// release undoes acquire, and Sent's stamp when sent (the request was
+// handed to this engine at epoch, so that a scrape may count it);
+// completed also feeds the drain rate and, for a sent request, Finished.
+func (e *Engine) release(epoch uint64, sent, completed bool) {
 	now := e.reg.now()
 	e.mu.Lock()
 	e.inflight--
-	if completed && sent && epoch < e.dropBelow {
+	switch {
+	case !sent:
+		e.unsent--
+	case completed && epoch < e.dropBelow:
 		// The last successful scrape started after the request was sent,
 		// so its gauges count it; the engine has let it go since.
 		e.finished++
+		e.unstamp(epoch)
+	default:
+		e.unstamp(epoch)
 	}
-	e.unstamp(epoch)
 	if completed {
 		// Event-driven exponential rate estimator: decay, then add 1/tau.
 		e.drainRate = e.decayedDrain(now) + 1/drainTau.Seconds()
@@ -349,24 +365,28 @@ func (r *Reservation) Move(to *Engine) {
 	if r.done || to == nil || to == r.e {
 		return
 	}
-	from, epoch := r.e, r.epoch
+	from, epoch, sent := r.e, r.epoch, r.sent
 	to.touch()
-	r.e, r.epoch, r.sent = to, to.acquire(), false
+	to.acquire()
+	r.e, r.epoch, r.sent = to, 0, false
 	if until, ok := from.unoccupy(r); ok {
 		to.occupy(r, until)
 	}
-	from.release(epoch, false, false)
+	from.release(epoch, sent, false)
 }
 
-// Sent records that the request has just been handed to the engine. A
-// reservation is stamped when it is made, but the request reaches the
-// engine later (after routing and the proxy's dial and write): a scrape
-// that starts in between renders the engine's gauges without it, and its
-// success must not drop it from Dispatched. Sent re-stamps the reservation
-// as if made now, so it stays dispatched until a scrape that starts after
-// this call succeeds — at worst counted twice for one poll interval, the
-// safe side of a soft cap. Only a sent request counts as Finished when it
-// ends (see Done). No-op after Done.
+// Sent records that the request has just been handed to the engine. The
+// request reaches the engine well after its reservation (after routing and
+// the proxy's dial and write; on a loaded machine, after the parked
+// request's goroutine is scheduled at all), and a scrape that starts in
+// between renders the engine's gauges without it. So a reservation counts
+// as dispatched, whatever scrapes succeed, until it is sent, and from then
+// on until a scrape that starts after this call succeeds — at worst
+// counted twice for one poll interval, the safe side of a soft cap.
+// Dropping unsent reservations at the next scrape, as this once did, let
+// a scrape racing a just-admitted request free its slot a second time.
+// Only a sent request counts as Finished when it ends (see Done). A second
+// call re-stamps it; no-op after Done.
 func (r *Reservation) Sent() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -375,7 +395,11 @@ func (r *Reservation) Sent() {
 	}
 	e := r.e
 	e.mu.Lock()
-	e.unstamp(r.epoch)
+	if r.sent {
+		e.unstamp(r.epoch)
+	} else {
+		e.unsent--
+	}
 	r.epoch = e.epoch
 	e.dispCur++
 	e.mu.Unlock()
@@ -411,5 +435,5 @@ func (r *Reservation) Done() {
 	}
 	r.done = true
 	r.e.unoccupy(r)
-	r.e.release(r.epoch, true, r.sent)
+	r.e.release(r.epoch, r.sent, true)
 }

@@ -196,6 +196,9 @@ func TestLocalAccounting(t *testing.T) {
 	if free, known := a.Free(0.9); known || free != 7 {
 		t.Fatalf("unknown Free = %d,%v want 7,false", free, known)
 	}
+	r1.Sent()
+	r2.Sent()
+	r3.Sent() // at the engine: the next scrape shows them
 	pollOnceT(a)
 	check("after scrape", a, 3, 0)
 	if free, known := a.Free(0.9); !known || free != 10-(4+1) {
@@ -258,10 +261,12 @@ func TestDispatchedDuringScrapeSurvivesIt(t *testing.T) {
 	defer r.Close()
 	e := r.Ensure(f.dial())
 	before := e.Reserve()
+	before.Sent()
 	done := make(chan struct{})
 	go func() { defer close(done); pollOnceT(e) }()
 	<-f.arrived
 	during := e.Reserve() // the engine's page may already be rendered without it
+	during.Sent()
 	brief := e.Reserve()
 	brief.Done() // finished while the scrape was in flight: never counted again
 	close(f.gate)

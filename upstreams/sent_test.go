@@ -3,9 +3,10 @@ package upstreams
 import "testing"
 
 // TestSentRestampsReservation: a request reserved before a scrape started
-// but handed to the engine only after it (routing, dialing) is not in that
-// scrape's gauges; Sent keeps it dispatched until a scrape that started
-// after it succeeds.
+// but handed to the engine only after it (routing, dialing, a parked
+// request's goroutine waiting to run) is not in that scrape's gauges: it
+// stays dispatched through any scrape until Sent, and from then on until
+// a scrape that started after Sent succeeds.
 func TestSentRestampsReservation(t *testing.T) {
 	f := newFakeEngine(t)
 	f.set(0, 0, 0.1)
@@ -21,9 +22,11 @@ func TestSentRestampsReservation(t *testing.T) {
 	res := e.Reserve()
 	check("reserved", 1, 1)
 	pollOnceT(e) // started before the request reached the engine
-	check("scraped without Sent", 1, 0)
+	check("scraped without Sent", 1, 1)
+	pollOnceT(e)
+	check("scraped twice without Sent", 1, 1)
 	res.Sent()
-	check("sent after the scrape", 1, 1)
+	check("sent after the scrapes", 1, 1)
 	res.Sent()
 	check("sent twice", 1, 1)
 	pollOnceT(e) // started after Sent: its gauges would show the request
