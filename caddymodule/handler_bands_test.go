@@ -58,12 +58,26 @@ func admissionOrder(t *testing.T, rec *upstreamRecorder, reqs []bandReq, chans [
 }
 
 // bandGateway is parkGateway (max_inflight 1) with a recorder between the
-// gateway and the engine, to tell the admission order.
-func bandGateway(t *testing.T, e *vllmsim.Engine, admissionExtra string) *upstreamRecorder {
+// gateway and the engine, to tell the admission order, and an occupant
+// streaming through the gateway, so that every request the test sends
+// parks; ending it starts the admissions.
+//
+// The engine is scraped once, at the start (poll_interval 30s): the gate
+// then admits one request at a time as each ends, from the gateway's own
+// count. A scrape during the admissions could render the engine's gauges
+// between the moment the gateway has sent a request and the moment it
+// reaches the engine through the recorder's extra hop (tens of
+// milliseconds on a loaded machine), free its slot a second time, and let
+// the next request race it to the recorder: CI saw that reorder two
+// requests.
+func bandGateway(t *testing.T, e *vllmsim.Engine, admissionExtra string) (rec *upstreamRecorder, endOccupant func()) {
 	t.Helper()
-	rec := newUpstreamRecorder(t, e)
-	gateway{engines: []gatewayEngine{{dial: rec.addr()}}, admission: "\t\tmax_inflight 1\n" + admissionExtra}.load(t)
-	return rec
+	rec = newUpstreamRecorder(t, e)
+	gateway{engines: []gatewayEngine{{dial: rec.addr()}}, pollInterval: "30s", admission: "\t\tmax_inflight 1\n" + admissionExtra}.load(t)
+	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, rec.addr()).Known })
+	occ, end := openOccupant(t)
+	occ.next(t, 10*time.Second) // streaming from the engine
+	return rec, end
 }
 
 // TestAdmissionBandOrder: under contention, parked requests are admitted
@@ -71,9 +85,7 @@ func bandGateway(t *testing.T, e *vllmsim.Engine, admissionExtra string) *upstre
 // and FIFO holds inside a band — whatever the arrival order.
 func TestAdmissionBandOrder(t *testing.T) {
 	e := slowEngine(t)
-	rec := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 60s\n")
-	occ := occupy(t, e, 1)
-	waitBusy(t, rec.addr(), 1)
+	rec, endOccupant := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 60s\n")
 
 	reqs := []bandReq{
 		{"low", "low", map[string]string{"X-Priority": "low"}},
@@ -89,7 +101,7 @@ func TestAdmissionBandOrder(t *testing.T) {
 	if d := [3]int{queueDepth(t, "high"), queueDepth(t, "normal"), queueDepth(t, "low")}; d != [3]int{2, 2, 2} {
 		t.Fatalf("band depths high/normal/low = %v", d)
 	}
-	occ[0].release()
+	endOccupant()
 	got := admissionOrder(t, rec, reqs, chans)
 	want := []string{"high", "high-numeric", "normal", "normal-unknown-priority", "low", "warmup"}
 	if !slices.Equal(got, want) {
@@ -102,9 +114,7 @@ func TestAdmissionBandOrder(t *testing.T) {
 // progresses under sustained high load.
 func TestAdmissionAging(t *testing.T) {
 	e := slowEngine(t)
-	rec := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 200ms\n")
-	occ := occupy(t, e, 1)
-	waitBusy(t, rec.addr(), 1)
+	rec, endOccupant := bandGateway(t, e, "\t\tmax_park 60s\n\t\taging 200ms\n")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -119,7 +129,7 @@ func TestAdmissionAging(t *testing.T) {
 	}
 	chans = append(chans, parkInOrder(t, ctx, more)...)
 	reqs = append(reqs, more...)
-	occ[0].release()
+	endOccupant()
 	got := admissionOrder(t, rec, reqs, chans)
 	if want := []string{"low", "high", "normal"}; !slices.Equal(got, want) {
 		t.Errorf("admission order %v, want %v (aged low first)", got, want)
