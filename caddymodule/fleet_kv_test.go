@@ -18,10 +18,10 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 	a, b := engines[0], engines[1]
 	gateway{engines: kvEngines(engines...)}.load(t)
 
-	eventually(t, 10*time.Second, "both subscriptions connected", func() bool {
-		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
-		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
-	})
+	// Connected on the gateway's side is not yet subscribed on the
+	// engine's: ZMQ drops what a PUB sends before the subscription
+	// arrives, so the requests below wait for both (waitKV).
+	waitKV(t, a, b)
 	direct(t, a, chatBody(false, longText(200)))
 	eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 		r := getEngineReport(t, a.Addr())
@@ -56,6 +56,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 		r := getEngineReport(t, a.Addr())
 		return r.KV != nil && r.KV.Connected && r.KV.Blocks == 0 && r.KV.Sessions > sessions
 	})
+	waitKV(t, a)
 	direct(t, a, chatBody(false, longText(100)))
 	eventually(t, 10*time.Second, "blocks mirrored again after restart", func() bool {
 		return getEngineReport(t, a.Addr()).KV.Blocks > 0
