@@ -26,10 +26,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	a, b := engines[0], engines[1]
 	gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
-	eventually(t, 10*time.Second, "subscriptions connected", func() bool {
-		ra, rb := getEngineReport(t, a.Addr()), getEngineReport(t, b.Addr())
-		return ra.KV != nil && ra.KV.Connected && rb.KV != nil && rb.KV.Connected
-	})
+	waitKV(t, a, b) // subscribed on the engines' side too: a PUB drops what it sends before
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -63,6 +60,9 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 		r := getEngineReport(t, a.Addr()).KV
 		return r != nil && r.Connected && r.Sessions > before.Sessions && r.Blocks == 0
 	})
+	// The first reconnection may reach the old publisher as it closes
+	// (TestKVSubscriptionLifecycle): wait for the new one's subscriber.
+	waitKV(t, a)
 	// The dropped blocks are not claimed: the old prompt matches nothing.
 	if c := explainFor(t, chatBody(false, first), a.Addr()); c.MatchedBlocks != 0 {
 		t.Fatalf("after the restart the mirror still claims %d blocks of the old prompt: %+v", c.MatchedBlocks, c)
