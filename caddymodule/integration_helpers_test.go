@@ -292,16 +292,19 @@ func (g gateway) load(t testing.TB) {
 	newTester(t, g.caddyfile())
 }
 
-// loadFresh is load, then closes the client's idle connections: the old
-// config's server closes them, and a request sent on one as it closes
-// fails with EOF (POSTs are not retried).
+// loadFresh is load; it says at the call that the test sends right after
+// a reload (newTester closes the client's idle connections either way).
 func (g gateway) loadFresh(t testing.TB) {
 	t.Helper()
 	g.load(t)
-	client.CloseIdleConnections()
 }
 
-// newTester loads cfg into the shared in-process Caddy.
+// newTester loads cfg into the shared in-process Caddy, then closes the
+// shared client's idle connections. Every load replaces a config (the
+// previous test's, if not this one's), and the old config's server closes
+// its idle connections as it shuts down: a request sent on one as it
+// closes fails with EOF, and Go's transport does not retry a POST. CI saw
+// that fail TestFleetLifecycleClosesTokenizeConnections.
 func newTester(t testing.TB, cfg string) *caddytest.Tester {
 	t.Helper()
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
@@ -313,6 +316,7 @@ func newTester(t testing.TB, cfg string) *caddytest.Tester {
 	if t.Failed() {
 		t.FailNow()
 	}
+	client.CloseIdleConnections()
 	return tester
 }
 
