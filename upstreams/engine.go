@@ -383,9 +383,9 @@ func (r *Reservation) Move(to *Engine) {
 // as dispatched, whatever scrapes succeed, until it is sent, and from then
 // on until a scrape that starts after this call succeeds — at worst
 // counted twice for one poll interval, the safe side of a soft cap.
-// Dropping unsent reservations at the next scrape, as this once did, let
-// a scrape racing a just-admitted request free its slot a second time.
-// Only a sent request counts as Finished when it ends (see Done). A second
+// Were unsent reservations dropped at the next scrape, a scrape racing a
+// just-admitted request would free its slot a second time. Only a sent
+// request counts as Finished when it ends (see Done). A second
 // call re-stamps it; no-op after Done.
 func (r *Reservation) Sent() {
 	r.mu.Lock()
