@@ -79,9 +79,13 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 		t.Fatalf("first stream: %+v", s)
 	}
 
+	// 1000 tokens take the engine 10 s: a first token read while it still
+	// runs shows the stream is not buffered, even when the client reads
+	// seconds late on a loaded machine (CI saw a 200-token stream, 2 s,
+	// read only after it ended).
 	served := e.Stats().RequestsServed
 	runningAtFirst := -1
-	s = stream("stream over h2", 200, func(n int) {
+	s = stream("stream over h2", 1000, func(n int) {
 		if n == 1 {
 			runningAtFirst = e.Stats().Running
 		}
