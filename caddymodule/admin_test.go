@@ -20,7 +20,7 @@ import (
 // and undrain restores it.
 func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 20})
-	gateway{patient: true, engines: kvEngines(engines...), appExtra: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	gateway{patient: true, engines: kvEngines(engines...), appExtra: "\t\thash_seed 0\n", policy: "\t\t\tdebug_headers\n"}.load(t)
 	waitKV(t, engines...)
 	holder := engines[0]
 	prefix := "Explain me." + words("exp", 1500)

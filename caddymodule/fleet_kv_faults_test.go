@@ -26,7 +26,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	a, b := engines[0], engines[1]
 	gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
-	waitKV(t, a, b) // subscribed on the engines' side too: a PUB drops what it sends before
+	waitKV(t, a, b) // on the engines' side too: a PUB drops what it sends before a subscription arrives
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

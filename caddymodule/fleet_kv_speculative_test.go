@@ -27,7 +27,7 @@ func TestSpeculativeEntriesMetric(t *testing.T) {
 		{"default", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gateway{patient: true, engines: kvEngines(engines...), appExtra: tc.app}.loadFresh(t)
+			gateway{patient: true, engines: kvEngines(engines...), appExtra: tc.app}.load(t)
 			waitKV(t, engines...)
 			inserted, confirmed := spec("inserted"), spec("confirmed")
 			r := send(context.Background(), "", chat{user: words("spec-"+tc.name, 400), maxTokens: 1}.body(), nil)

@@ -37,7 +37,7 @@ func loadEarlyReject(t *testing.T, g gateway) {
 	t.Helper()
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	g.engines = noKVEngines(e)
-	g.loadFresh(t)
+	g.load(t)
 	t.Cleanup(func() { resetGateway(t) })
 }
 

@@ -292,13 +292,6 @@ func (g gateway) load(t testing.TB) {
 	newTester(t, g.caddyfile())
 }
 
-// loadFresh is load; it says at the call that the test sends right after
-// a reload (newTester closes the client's idle connections either way).
-func (g gateway) loadFresh(t testing.TB) {
-	t.Helper()
-	g.load(t)
-}
-
 // newTester loads cfg into the shared in-process Caddy, then closes the
 // shared client's idle connections. Every load replaces a config (the
 // previous test's, if not this one's), and the old config's server closes

@@ -15,7 +15,7 @@ import (
 func TestPolicyCacheKey(t *testing.T) {
 	engines := startEngines(t, 4, vllmsim.Config{TimeScale: 1000})
 	g := gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tcache_key_header X-Session-ID\n\t\t\tdebug_headers\n"}
-	g.loadFresh(t)
+	g.load(t)
 	const sessions, perSession = 50, 20
 	key := func(i int) string { return fmt.Sprintf("session-%03d", i%sessions) }
 	rs := parallel(sessions*perSession, 8, func(i int) reply {
@@ -47,7 +47,7 @@ func TestPolicyCacheKey(t *testing.T) {
 	// Remove engine 1 (from the llm app and from the upstreams).
 	gone := engines[1].Addr()
 	g.engines = kvEngines(engines[0], engines[2], engines[3])
-	g.loadFresh(t)
+	g.load(t)
 	moved := 0
 	for i := range sessions {
 		k := key(i)

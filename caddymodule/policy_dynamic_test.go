@@ -48,7 +48,7 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 		dynamic: fmt.Sprintf("\t\tdynamic a sims.llmgw.test %d {\n\t\t\tresolvers %s\n\t\t\tversions ipv4\n\t\t}\n",
 			httpP, dns),
 	}
-	g.loadFresh(t)
+	g.load(t)
 
 	// The first request discovers the engines.
 	first := mustSend(t, "", chat{user: "hello, who is there?", maxTokens: 2}.body(), nil)
@@ -82,7 +82,7 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	// Reload with different policy weights: the engines, their
 	// subscriptions and their mirrors carry over.
 	g.policy += "\t\t\ttie_tokens 4\n\t\t\tqueue_weight 600\n"
-	g.loadFresh(t)
+	g.load(t)
 	// A subscription the reload restarted (a bug) would show by the time a
 	// block the holder announces after the reload is mirrored: the reload
 	// has ended the old session, and the event came through the new one.

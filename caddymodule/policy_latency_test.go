@@ -43,10 +43,10 @@ func BenchmarkPolicyGatewayLatency(b *testing.B) {
 				case target.g == nil:
 					url = engines[0].URL() + "/v1/chat/completions"
 				case target.name == "llm":
-					target.g.loadFresh(b)
+					target.g.load(b)
 					waitKV(b, engines...)
 				default:
-					target.g.loadFresh(b)
+					target.g.load(b)
 				}
 				benchGatewayLatency(b, url, prefix, kind == "unique")
 			})

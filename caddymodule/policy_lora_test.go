@@ -24,7 +24,7 @@ func TestPolicyLoRAPrecise(t *testing.T) {
 		engines:     kvEngines(engines...),
 		engineExtra: "\t\t\tmax_inflight 8\n",
 		policy:      "\t\t\tdebug_headers\n",
-	}.loadFresh(t)
+	}.load(t)
 	waitKV(t, engines...)
 	loraHolder, baseHolder := engines[0], engines[1]
 	prefix := "You translate questions into SQL." + words("schema", 600)

@@ -23,7 +23,7 @@ func TestPolicyWithoutAdmission(t *testing.T) {
 		admission:  "-",
 		policy:     "\t\t\tdebug_headers\n\t\t\tbreaker_failures 2\n\t\t\tbreaker_cooldown 1m\n",
 		proxyExtra: "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n",
-	}.loadFresh(t)
+	}.load(t)
 	waitKV(t, engines...)
 	holder := engines[0]
 	prefix := "No admission here." + words("noadm", 1500)

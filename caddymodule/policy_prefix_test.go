@@ -34,7 +34,7 @@ func TestPolicyPrefixAffinityAndSpill(t *testing.T) {
 		engineExtra: "\t\t\tmax_inflight 4\n",
 		policy:      "\t\t\tdebug_headers\n",
 		admission:   "\t\tprefill_rate -1\n",
-	}.loadFresh(t)
+	}.load(t)
 	waitKV(t, engines...)
 	holder := engines[0]
 	prefix := "You are a careful assistant." + words("ctx", polPrefixWords)

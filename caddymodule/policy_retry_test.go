@@ -36,7 +36,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 		upstreams:  ups,
 		policy:     "\t\t\tdebug_headers\n\t\t\tcache_key_header X-Session-ID\n\t\t\tbreaker_failures 3\n\t\t\tbreaker_cooldown 10s\n",
 		proxyExtra: "\t\tlb_retries 2\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} >= 500`\n\t\t}\n\t\trequest_buffers 1MiB\n",
-	}.loadFresh(t)
+	}.load(t)
 	bad.SetFaults(vllmsim.Faults{Error500: true})
 
 	breaker := func(dial string) (string, float64) {

@@ -19,7 +19,7 @@ import (
 func TestPolicyHashVerification(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 200, HashSeed: "42"})
 	g := gateway{patient: true, engines: kvEngines(engines...), appExtra: "\t\thash_seed 42\n"}
-	g.loadFresh(t)
+	g.load(t)
 	waitKV(t, engines...)
 	traffic := func(tag string) {
 		for i := range 20 {
@@ -43,7 +43,7 @@ func TestPolicyHashVerification(t *testing.T) {
 	}
 
 	g.appExtra = "\t\thash_seed 43\n"
-	g.loadFresh(t)
+	g.load(t)
 	traffic("wrong")
 	for _, e := range engines {
 		eventually(t, 10*time.Second, "hash mismatches on "+e.Addr(), func() bool {
@@ -62,7 +62,7 @@ func TestPolicyHashVerification(t *testing.T) {
 // first and fed only by the engines' events.
 func TestPolicyScaleOut(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 50})
-	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 	waitKV(t, engines...)
 
 	cfg := fleet.Config{

@@ -15,7 +15,7 @@ import (
 // peers, or the engine admission prefers would never win a tie.
 func TestPolicyColdSpread(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 500})
-	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 	rs := make([]reply, 60)
 	for i := range rs {
 		rs[i] = send(context.Background(), "", chat{user: fmt.Sprintf("cold prompt %d about topic %d", i, i*7), maxTokens: 1}.body(), nil)

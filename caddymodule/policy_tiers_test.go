@@ -31,7 +31,7 @@ func TestPolicyApproximateTier(t *testing.T) {
 		engines:  listed,
 		appExtra: "\t\ttokenize_timeout 1s\n",
 		policy:   "\t\t\tdebug_headers\n",
-	}.loadFresh(t)
+	}.load(t)
 	waitKV(t, engines[:3]...)
 	if r := getEngineReport(t, engines[3].Addr()); r.KV == nil || r.KV.Connected || !r.KV.Subscribed {
 		t.Fatalf("engine 3's dead KV endpoint: %+v", r.KV)

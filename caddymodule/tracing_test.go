@@ -103,7 +103,7 @@ func otlpAttrs(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 func TestTracingSpanCarriesDecisions(t *testing.T) {
 	recv := startOTLP(t)
 	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 50})
-	gateway{patient: true, engines: kvEngines(engines...), siteExtra: "\ttracing\n", policy: "\t\t\tdebug_headers\n"}.loadFresh(t)
+	gateway{patient: true, engines: kvEngines(engines...), siteExtra: "\ttracing\n", policy: "\t\t\tdebug_headers\n"}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
 	waitKV(t, engines...)
 
@@ -151,7 +151,7 @@ func TestTracingSpanCarriesDecisions(t *testing.T) {
 // listens at the dial address) — and names no pick.
 func TestTracingSpanCarriesRefusal(t *testing.T) {
 	recv := startOTLP(t)
-	gateway{engines: dialEngines("127.0.0.1:1"), siteExtra: "\ttracing\n", admission: "\t\tfail_closed\n"}.loadFresh(t)
+	gateway{engines: dialEngines("127.0.0.1:1"), siteExtra: "\ttracing\n", admission: "\t\tfail_closed\n"}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
 	r, traceID := tracedSend(t, chatBody(false, "refused"), nil)
 	if r.status != http.StatusServiceUnavailable {
