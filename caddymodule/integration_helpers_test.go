@@ -922,17 +922,37 @@ func waitBlocks(t testing.TB, dial string, n int) fleet.EngineReport {
 	return r
 }
 
-// waitIdle waits until the gateway's gauges of dial show nothing running
-// or waiting. A request sent straight to an engine (direct) stays in its
-// gauges until the next scrape sees it end, and so does one of the
-// gateway's own that ended while a scrape was in flight (upstreams'
+// waitIdle waits until a scrape that began after the call shows dial with
+// nothing running or waiting. A request sent straight to an engine (direct)
+// stays in its gauges until the next scrape sees it end, and so does one of
+// the gateway's own that ended while a scrape was in flight (upstreams'
 // Reservation.Done: the safe side). Routing rightly weighs a holder that
 // looks busy against the prefill it saves — with no max_inflight, one
 // waiting request makes an engine full — so a test that asserts prefix
 // routing for back-to-back requests waits for this before each.
+//
+// An idle report alone is not enough: it may come from a scrape older than
+// the request that just ended, while one that caught that request waiting
+// is still in flight and lands next. CI saw that send a request of
+// TestPolicyDynamicUpstreamsAndReload away from its holder. Scrapes of an
+// engine run one after another, so one that completed after another that
+// completed after the call began after the call.
 func waitIdle(t testing.TB, dial string) {
 	t.Helper()
-	waitGauges(t, dial, dial+" idle in the gateway's gauges", idle)
+	call := time.Now()
+	var after time.Time // the completion of the first scrape seen to complete after call
+	waitGauges(t, dial, dial+" idle in a scrape begun after the call", func(r fleet.EngineReport) bool {
+		switch {
+		case after.IsZero():
+			if r.ScrapedAt.After(call) {
+				after = r.ScrapedAt
+			}
+			return false
+		case r.ScrapedAt.After(after):
+			return idle(r)
+		}
+		return false
+	})
 }
 
 // idle reports whether an engine's gauges show nothing running or waiting.
