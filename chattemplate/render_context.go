@@ -68,33 +68,45 @@ func resolveRequest(in Input) (request, error) {
 // **special_tokens_map, **chat_template_kwargs), over the globals
 // raise_exception and strftime_now. tools and documents are None, not
 // undefined, when absent, so `tools is defined` holds as in Python.
-func renderContext(in Input, req request, conv []jinja.Value) (map[string]jinja.Value, error) {
+//
+// Only the names the template mentions (names; nil means all) go in: the
+// engine copies the context into a map of its own on every render, and
+// past eight entries that copy grows a table, a large part of a small
+// prompt's render.
+func renderContext(in Input, req request, conv []jinja.Value, names map[string]bool) (map[string]jinja.Value, error) {
 	now := in.Now
 	if now == nil {
 		now = time.Now
 	}
-	data := make(map[string]jinja.Value, 8+len(in.Special)+len(req.kwargs))
-	data["raise_exception"] = jinja.NewCallable("raise_exception", raiseException)
-	data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || !args[0].IsString() {
-			return jinja.Undefined(), errors.New("strftime_now takes one format string")
+	data := make(map[string]jinja.Value, 8)
+	put := func(k string, v func() jinja.Value) {
+		if names == nil || names[k] {
+			data[k] = v()
 		}
-		return jinja.NewString(strftime(args[0].AsString(), now())), nil
+	}
+	put("raise_exception", func() jinja.Value { return jinja.NewCallable("raise_exception", raiseException) })
+	put("strftime_now", func() jinja.Value {
+		return jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			if len(args) != 1 || !args[0].IsString() {
+				return jinja.Undefined(), errors.New("strftime_now takes one format string")
+			}
+			return jinja.NewString(strftime(args[0].AsString(), now())), nil
+		})
 	})
-	data[tojsonName] = jinja.NewCallable("tojson", tojsonFilter)
-	data[strName] = jinja.NewCallable("str", printValue)
+	put(tojsonName, func() jinja.Value { return jinja.NewCallable("tojson", tojsonFilter) })
+	put(strName, func() jinja.Value { return jinja.NewCallable("str", printValue) })
 	for k, v := range in.Special {
 		// special_tokens_map leaves out unset tokens, so they stay undefined.
 		if v != "" {
-			data[k] = jinja.NewString(v)
+			put(k, func() jinja.Value { return jinja.NewString(v) })
 		}
 	}
-	data["messages"] = jinja.NewList(conv)
-	data["tools"] = req.tools
-	data["documents"] = jinja.None()
-	data["add_generation_prompt"] = jinja.NewBool(req.addGenerationPrompt)
+	put("messages", func() jinja.Value { return jinja.NewList(conv) })
+	put("tools", func() jinja.Value { return req.tools })
+	put("documents", jinja.None)
+	put("add_generation_prompt", func() jinja.Value { return jinja.NewBool(req.addGenerationPrompt) })
 	for k, v := range req.kwargs {
-		data[k] = v
+		put(k, func() jinja.Value { return v })
 	}
 	return data, nil
 }

@@ -18,6 +18,7 @@ type Template struct {
 	tmpl   *jinja.Template
 	src    string
 	format ContentFormat
+	names  map[string]bool // every name the engine may look up in the render context
 }
 
 // Parse compiles a chat template. It also works out the template's content
@@ -31,7 +32,7 @@ func Parse(src string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: parse: %w", err)
 	}
-	return &Template{tmpl: tmpl, src: src, format: detectContentFormat(prep.statements)}, nil
+	return &Template{tmpl: tmpl, src: src, format: detectContentFormat(prep.statements), names: prep.names}, nil
 }
 
 // ContentFormat returns the content format detected for the template.
@@ -88,7 +89,7 @@ func (t *Template) render(in Input) (string, error) {
 			return "", err
 		}
 	}
-	data, err := renderContext(in, req, conv)
+	data, err := renderContext(in, req, conv, t.names)
 	if err != nil {
 		return "", err
 	}

@@ -23,6 +23,10 @@ const tojsonName = "llmgw_tojson"
 type preparedSource struct {
 	src        string
 	statements [][]exprToken // the tokens of each {% %} tag outside raw blocks
+	// names holds every name the tags give the engine to look up (see
+	// addNames): Jinja names a variable only by a name token, so the
+	// render context needs no other.
+	names map[string]bool
 }
 
 // strName is the function every {{ }} output is wrapped in: the engine
@@ -43,6 +47,7 @@ func prepareSource(src string) (preparedSource, error) {
 	var out strings.Builder
 	out.Grow(len(src) + 64)
 	var stmts [][]exprToken
+	names := make(map[string]bool)
 	inRaw := false
 	pos := 0
 	for pos < len(src) {
@@ -78,13 +83,14 @@ func prepareSource(src string) (preparedSource, error) {
 				if closer == "}}" && len(toks) > 0 {
 					body = splitOutput(body)
 				}
+				addNames(names, toks, closer)
 			}
 		}
 		out.WriteString(body)
 		pos = end
 	}
 	out.WriteString(src[pos:])
-	return preparedSource{src: out.String(), statements: stmts}, nil
+	return preparedSource{src: out.String(), statements: stmts, names: names}, nil
 }
 
 // tagCloser returns the closing delimiter for a tag whose opener's second
@@ -258,4 +264,21 @@ func isTojsonFilter(toks []exprToken, i int) bool {
 func engineLiteral(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\n", `\n`, "\t", `\t`)
 	return "'" + r.Replace(s) + "'"
+}
+
+// addNames adds the names a tag's tokens give the engine to look up: its
+// own, and those the rewrite puts in (strName around an output, tojsonName
+// for the tojson filter).
+func addNames(names map[string]bool, toks []exprToken, closer string) {
+	for _, t := range toks {
+		if t.kind == tokName {
+			names[t.text] = true
+		}
+	}
+	if closer == "}}" && len(toks) > 0 {
+		names[strName] = true
+	}
+	if names["tojson"] {
+		names[tojsonName] = true
+	}
 }
