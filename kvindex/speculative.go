@@ -53,7 +53,7 @@ type predictions struct {
 type predSlot struct {
 	// at maps the keys predicted on the engine to when each was first
 	// predicted (see stampLocked), plus one, as a keyTable's 0 means
-	// absent (stamps are never negative); nil when there are none. Keys
+	// absent (stamps are never negative); nil before the first. Keys
 	// are hashes already, which a keyTable indexes by directly: it took
 	// a third of the cost of a Go map here (BenchmarkPredictNew128k).
 	at *keyTable
@@ -250,6 +250,25 @@ func (s *predSlot) live(k uint64, at int64) bool {
 // predicted reports whether k is predicted on the engine.
 func (s *predSlot) predicted(k uint64) bool { return s.at != nil && s.at.get(k) != 0 }
 
+// maxKeptFifo is the capacity, in items, up to which an emptied slot keeps
+// its fifos for the next predictions (16 KiB for the two).
+const maxKeptFifo = 1024
+
+// clear readies a slot with no entries for the next ones. Its key table
+// stays: emptied, each of its subtables has shrunk to minSubSlots slots
+// or none (74 KiB at most), and a slot empties whenever the engine's
+// events confirm all of it — under steady traffic about one small request
+// in five, and a new table each time was the largest allocation on a
+// small request's path. Fifos grown past maxKeptFifo are let go.
+func (s *predSlot) clear() {
+	s.head = 0
+	if cap(s.fifoK) > maxKeptFifo {
+		s.fifoK, s.fifoAt = nil, nil
+		return
+	}
+	s.fifoK, s.fifoAt = s.fifoK[:0], s.fifoAt[:0]
+}
+
 // entries is how many keys are predicted on the engine.
 func (s *predSlot) entries() int {
 	if s.at == nil {
@@ -291,8 +310,7 @@ func (p *predictions) endLocked(slot int, key uint64, o outcome) {
 		p.st.Dropped++
 	}
 	if s.at.len() == 0 {
-		// Fifos keep the memory of their largest size.
-		*s = predSlot{}
+		s.clear()
 		p.has[b] &^= bit
 		p.size[slot].Store(0)
 	}
@@ -355,7 +373,7 @@ func (p *predictions) addStep(r *predictRun, keys []uint64, held *keyTable) bool
 		}
 	}
 	if s.entries() == 0 {
-		*s = predSlot{}
+		s.clear()
 		return true
 	}
 	p.has[b] |= bit
@@ -370,7 +388,7 @@ func (p *predictions) insertLocked(slot int, k uint64, now int64, h *evictHint) 
 	s := &p.slots[slot]
 	p.makeRoomLocked(slot, h)
 	if s.at == nil {
-		s.at = new(keyTable) // a slot's first entry, or the bounds emptied it
+		s.at = new(keyTable) // the slot's first entry
 	}
 	p.banks[slot/64].or(k, uint64(1)<<(slot%64))
 	p.n.Add(1)
