@@ -803,3 +803,55 @@ func TestTokenizeLyingContentLength(t *testing.T) {
 		t.Errorf("allocated %d bytes for an answer of %d bytes claiming %d", got, len(`{"count":1,"tokens":[1]}`), limit)
 	}
 }
+
+// TestTokenizeIdleConnectionsCapped: calls spread over many engines leave
+// at most twice MaxConcurrent connections idle in all, however many each
+// engine had: every one holds a 64 KiB write buffer and two goroutines.
+func TestTokenizeIdleConnectionsCapped(t *testing.T) {
+	const engines, maxConcurrent = 4, 2
+	var open atomic.Int64
+	fs := make([]*fakeTokenizer, engines)
+	for i := range fs {
+		f := &fakeTokenizer{gate: make(chan struct{}), arrived: make(chan struct{}, maxConcurrent)}
+		f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+		f.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				open.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
+		}
+		f.srv.Start()
+		t.Cleanup(f.srv.Close)
+		fs[i] = f
+	}
+	tk := NewTokenizer(TokenizerOptions{MaxConcurrent: maxConcurrent, Timeout: 30 * time.Second})
+	defer tk.Close()
+	for i, f := range fs {
+		// maxConcurrent calls at once on each engine: each needs a
+		// connection of its own there.
+		errs := make(chan error, maxConcurrent)
+		for j := range maxConcurrent {
+			go func() {
+				_, _, err := tk.Tokenize(context.Background(), f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(fmt.Sprintf(`"engine %d call %d"`, i, j))})
+				errs <- err
+			}()
+		}
+		for range maxConcurrent {
+			<-f.arrived
+		}
+		close(f.gate)
+		for range maxConcurrent {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The transport closes the oldest idle connections past the cap as the
+	// last calls hand theirs back.
+	eventually(t, fmt.Sprintf("at most %d connections open", 2*maxConcurrent), func() bool { return open.Load() <= 2*maxConcurrent })
+	if n := open.Load(); n < maxConcurrent {
+		t.Fatalf("%d connections open after the calls: keep-alive is off?", n)
+	}
+}
