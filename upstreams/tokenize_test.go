@@ -40,6 +40,24 @@ func newFakeTokenizer(t *testing.T) *fakeTokenizer {
 	return f
 }
 
+// newCountingFakeTokenizer is newFakeTokenizer whose server counts its
+// open connections in open.
+func newCountingFakeTokenizer(t *testing.T, open *atomic.Int64) *fakeTokenizer {
+	f := &fakeTokenizer{}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
 func (f *fakeTokenizer) url() string { return f.srv.URL + "/tokenize" }
 
 func (f *fakeTokenizer) lastBody(t *testing.T) map[string]json.RawMessage {
@@ -464,19 +482,8 @@ func TestTokenizeCacheByteBound(t *testing.T) {
 // idle connections at once, and those of calls in flight when they finish,
 // so a dropped Tokenizer leaves no connection to its engines behind.
 func TestTokenizeCloseClosesConnections(t *testing.T) {
-	f := &fakeTokenizer{}
 	var open atomic.Int64
-	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
-	f.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			open.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}
-	f.srv.Start()
-	t.Cleanup(f.srv.Close)
+	f := newCountingFakeTokenizer(t, &open)
 	tk := NewTokenizer(TokenizerOptions{Timeout: 30 * time.Second})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -812,19 +819,8 @@ func TestTokenizeIdleConnectionsCapped(t *testing.T) {
 	var open atomic.Int64
 	fs := make([]*fakeTokenizer, engines)
 	for i := range fs {
-		f := &fakeTokenizer{gate: make(chan struct{}), arrived: make(chan struct{}, maxConcurrent)}
-		f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
-		f.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-			switch s {
-			case http.StateNew:
-				open.Add(1)
-			case http.StateClosed, http.StateHijacked:
-				open.Add(-1)
-			}
-		}
-		f.srv.Start()
-		t.Cleanup(f.srv.Close)
-		fs[i] = f
+		fs[i] = newCountingFakeTokenizer(t, &open)
+		fs[i].gate, fs[i].arrived = make(chan struct{}), make(chan struct{}, maxConcurrent)
 	}
 	tk := NewTokenizer(TokenizerOptions{MaxConcurrent: maxConcurrent, Timeout: 30 * time.Second})
 	defer tk.Close()
