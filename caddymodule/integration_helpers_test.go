@@ -942,16 +942,13 @@ func waitIdle(t testing.TB, dial string) {
 	call := time.Now()
 	var after time.Time // the completion of the first scrape seen to complete after call
 	waitGauges(t, dial, dial+" idle in a scrape begun after the call", func(r fleet.EngineReport) bool {
-		switch {
-		case after.IsZero():
+		if after.IsZero() {
 			if r.ScrapedAt.After(call) {
 				after = r.ScrapedAt
 			}
 			return false
-		case r.ScrapedAt.After(after):
-			return idle(r)
 		}
-		return false
+		return r.ScrapedAt.After(after) && idle(r)
 	})
 }
 

@@ -78,35 +78,47 @@ func renderContext(in Input, req request, conv []jinja.Value, names map[string]b
 	if now == nil {
 		now = time.Now
 	}
+	want := func(k string) bool { return names == nil || names[k] }
 	data := make(map[string]jinja.Value, 8)
-	put := func(k string, v func() jinja.Value) {
-		if names == nil || names[k] {
-			data[k] = v()
-		}
+	if want("raise_exception") {
+		data["raise_exception"] = jinja.NewCallable("raise_exception", raiseException)
 	}
-	put("raise_exception", func() jinja.Value { return jinja.NewCallable("raise_exception", raiseException) })
-	put("strftime_now", func() jinja.Value {
-		return jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if want("strftime_now") {
+		data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 			if len(args) != 1 || !args[0].IsString() {
 				return jinja.Undefined(), errors.New("strftime_now takes one format string")
 			}
 			return jinja.NewString(strftime(args[0].AsString(), now())), nil
 		})
-	})
-	put(tojsonName, func() jinja.Value { return jinja.NewCallable("tojson", tojsonFilter) })
-	put(strName, func() jinja.Value { return jinja.NewCallable("str", printValue) })
+	}
+	if want(tojsonName) {
+		data[tojsonName] = jinja.NewCallable("tojson", tojsonFilter)
+	}
+	if want(strName) {
+		data[strName] = jinja.NewCallable("str", printValue)
+	}
 	for k, v := range in.Special {
 		// special_tokens_map leaves out unset tokens, so they stay undefined.
-		if v != "" {
-			put(k, func() jinja.Value { return jinja.NewString(v) })
+		if v != "" && want(k) {
+			data[k] = jinja.NewString(v)
 		}
 	}
-	put("messages", func() jinja.Value { return jinja.NewList(conv) })
-	put("tools", func() jinja.Value { return req.tools })
-	put("documents", jinja.None)
-	put("add_generation_prompt", func() jinja.Value { return jinja.NewBool(req.addGenerationPrompt) })
+	if want("messages") {
+		data["messages"] = jinja.NewList(conv)
+	}
+	if want("tools") {
+		data["tools"] = req.tools
+	}
+	if want("documents") {
+		data["documents"] = jinja.None()
+	}
+	if want("add_generation_prompt") {
+		data["add_generation_prompt"] = jinja.NewBool(req.addGenerationPrompt)
+	}
 	for k, v := range req.kwargs {
-		put(k, func() jinja.Value { return v })
+		if want(k) {
+			data[k] = v
+		}
 	}
 	return data, nil
 }

@@ -69,18 +69,18 @@ const smallChat = `{"model":"m","messages":[{"role":"user","content":"base0 lore
 
 // BenchmarkTokenizeChat is the whole local path for a chat request, as the
 // gateway runs it: the body parsed, the messages decoded, the chat template
-// rendered, the text encoded. Bodies: a small one (smallChat), an 8k-token prompt in one user
-// message and over 8 turns, and a 128k-token prompt in one message. Every
-// request is new, as in a running gateway: its last message ends with its
-// own number, so the section cache holds the earlier turns (a chat resends
-// its history) but never the last one; the word cache is warm after the
-// first request.
+// rendered, the text encoded. Bodies: a small one (smallChat), an
+// 8k-token prompt in one user message and over 8 turns, and a 128k-token
+// prompt in one message. Every request is new, as in a running gateway: its
+// last message ends with its own number, so the section cache holds the
+// earlier turns (a chat resends its history) but never the last one; the
+// word cache is warm after the first request.
 func BenchmarkTokenizeChat(b *testing.B) {
 	for _, model := range []string{"qwen3", "llama3_1"} {
 		m := loadRealModel(b, model)
 		for _, size := range []struct {
 			name          string
-			copies, turns int
+			copies, turns int // of chatBody; 0 copies: smallChat
 		}{{"small", 0, 0}, {"8k-1turn", 1, 1}, {"8k-8turns", 1, 8}, {"128k-1turn", 16, 1}} {
 			b.Run(model+"/"+size.name, func(b *testing.B) {
 				// The last #: the document's own Markdown headings have
