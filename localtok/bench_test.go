@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,6 +64,28 @@ func chatBody(tb testing.TB, copies, turns int) []byte {
 	return body
 }
 
+// wordsChat is the overhead bench's 8k body: one user message of about n
+// random lowercase words (3 to 9 letters, from a vocabulary of 4096, as
+// the bench draws them), ending with a # for the request's number.
+func wordsChat(n int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := make([]string, 4096)
+	for i := range vocab {
+		w := make([]byte, 3+rng.IntN(7))
+		for j := range w {
+			w[j] = byte('a' + rng.IntN(26))
+		}
+		vocab[i] = string(w)
+	}
+	var sb strings.Builder
+	sb.WriteString(`{"model":"m","messages":[{"role":"user","content":"base0`)
+	for range n {
+		sb.WriteString(" " + vocab[rng.IntN(len(vocab))])
+	}
+	sb.WriteString(` u#"}],"max_tokens":4,"stream":false}`)
+	return []byte(sb.String())
+}
+
 // smallChat is the overhead bench's small body: a user message of about 32
 // tokens, whose number goes at the #.
 const smallChat = `{"model":"m","messages":[{"role":"user","content":"base0 lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore magna aliqua u#"}],"max_tokens":16,"stream":false}`
@@ -71,7 +94,8 @@ const smallChat = `{"model":"m","messages":[{"role":"user","content":"base0 lore
 // gateway runs it: the body parsed, the messages decoded, the chat template
 // rendered, the text encoded. Bodies: a small one (smallChat), an
 // 8k-token prompt in one user message and over 8 turns, and a 128k-token
-// prompt in one message. Every request is new, as in a running gateway: its
+// prompt in one message; 8k-words is the overhead bench's 8k body (random
+// words in one message, no JSON escapes). Every request is new, as in a running gateway: its
 // last message ends with its own number, so the section cache holds the
 // earlier turns (a chat resends its history) but never the last one; the
 // word cache is warm after the first request.
@@ -80,13 +104,15 @@ func BenchmarkTokenizeChat(b *testing.B) {
 		m := loadRealModel(b, model)
 		for _, size := range []struct {
 			name          string
-			copies, turns int // of chatBody; 0 copies: smallChat
-		}{{"small", 0, 0}, {"8k-1turn", 1, 1}, {"8k-8turns", 1, 8}, {"128k-1turn", 16, 1}} {
+			copies, turns int // of chatBody; 0 copies: smallChat, or wordsChat with turns = -1
+		}{{"small", 0, 0}, {"8k-words", 0, -1}, {"8k-1turn", 1, 1}, {"8k-8turns", 1, 8}, {"128k-1turn", 16, 1}} {
 			b.Run(model+"/"+size.name, func(b *testing.B) {
 				// The last #: the document's own Markdown headings have
 				// some too.
 				body := []byte(smallChat)
-				if size.copies > 0 {
+				if size.turns < 0 {
+					body = wordsChat(2350)
+				} else if size.copies > 0 {
 					body = chatBody(b, size.copies, size.turns)
 				}
 				cut := bytes.LastIndexByte(body, '#')
@@ -96,6 +122,7 @@ func BenchmarkTokenizeChat(b *testing.B) {
 				head, tail := body[:cut], body[cut+1:]
 				body = nil
 				tokens, n := 0, 0
+				var ids []uint64 // reused, as the gateway pools its buffer
 				b.ReportAllocs()
 				for b.Loop() {
 					n++
@@ -104,7 +131,7 @@ func BenchmarkTokenizeChat(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					ids, err := m.Tokenize(req)
+					ids, err = m.AppendTokenize(ids[:0], req)
 					if err != nil {
 						b.Fatal(err)
 					}
