@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -228,34 +227,4 @@ func releaseArena(p *[]byte) {
 	}
 	*p = (*p)[:0]
 	decodeArenas.Put(p)
-}
-
-// idBuffers is a documented pool of the []int buffers the tokenizer
-// encodes into before the ids are copied out as uint64: a long prompt's
-// ids take 8 bytes each, and a fresh buffer per request was a quarter of
-// what the local path allocated. Buffers beyond maxPooledIDs ids are
-// dropped rather than kept.
-var idBuffers = sync.Pool{New: func() any { return new([]int) }}
-
-const maxPooledIDs = 1 << 17
-
-// encode appends the ids of text to dst, through a pooled buffer.
-func (m *Model) encode(dst []uint64, text string, addSpecial bool) []uint64 {
-	bp := idBuffers.Get().(*[]int)
-	ids := m.tok.AppendEncode((*bp)[:0], text, addSpecial)
-	out := appendUint64(dst, ids)
-	if cap(ids) <= maxPooledIDs {
-		*bp = ids
-		idBuffers.Put(bp)
-	}
-	return out
-}
-
-func appendUint64(dst []uint64, ids []int) []uint64 {
-	n := len(dst)
-	dst = slices.Grow(dst, len(ids))[:n+len(ids)]
-	for i, id := range ids {
-		dst[n+i] = uint64(id)
-	}
-	return dst
 }
