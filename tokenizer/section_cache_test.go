@@ -88,3 +88,36 @@ func TestSectionCacheBudget(t *testing.T) {
 		t.Fatalf("the last section put is not there: %v %v", ids, ok)
 	}
 }
+
+// TestSectionCacheLeavesLongSectionsToPrefixes: with a prefix cache, a
+// section of prefixOnlyBytes or more never enters the section cache, and
+// its repeats are resumed from the prefix cache with the same ids; without
+// one, the section cache keeps it as before.
+func TestSectionCacheLeavesLongSectionsToPrefixes(t *testing.T) {
+	base := loadFixture(t, "bytelevel.json", nil)
+	doc := strings.Repeat("alpha beta gamma ", prefixOnlyBytes/len("alpha beta gamma ")+1)
+	want := withoutSections(base).Encode(doc, false)
+	for _, tc := range []struct {
+		name         string
+		prefixes     bool
+		wantSections int
+	}{{"with a prefix cache", true, 0}, {"without one", false, 1}} {
+		tk := withSections(base)
+		if tc.prefixes {
+			tk.prefixes = newPrefixCache()
+		} else {
+			tk.prefixes = nil
+		}
+		for pass := range 3 { // the second stores the ids, the third reads them
+			if got := tk.Encode(doc, false); !slices.Equal(got, want) {
+				t.Fatalf("%s: pass %d: ids differ at %d of %d", tc.name, pass, firstDiff(got, want), len(want))
+			}
+		}
+		if n := len(tk.sections.m); n != tc.wantSections {
+			t.Errorf("%s: %d sections cached, want %d", tc.name, n, tc.wantSections)
+		}
+		if tc.prefixes && tk.prefixes.hits.Load() == 0 {
+			t.Errorf("%s: the repeats were not resumed from the prefix cache", tc.name)
+		}
+	}
+}
