@@ -70,6 +70,9 @@ type Decision struct {
 	// keys are the prompt's block keys at BlockSize, kept for Routed to
 	// predict while speculative entries are on; nil otherwise.
 	keys []uint64
+	// match is what the index said each engine holds of keys when the
+	// decision was made: Routed predicts only past a run of stored blocks.
+	match matches
 }
 
 // TokenizeResult says how the prompt's token ids were had.
@@ -113,12 +116,27 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 // nothing. d is the request's Decision from Route, or the zero Decision
 // when it was not routed on its prompt (every candidate excluded, or no
 // Route at all).
+//
+// When dial's matched run was all stored blocks, only the blocks past it
+// are predicted: Predict would look each block of the run up again only
+// to find it stored and skip it, the larger part of Routed's cost on a
+// long prompt that an engine already holds. A block
+// of that run that the engine drops while the request waits in admission
+// is thus not predicted; the engine stores it again when it serves the
+// request, and its event says so a prefill later. A run with predicted
+// blocks in it is looked up whole, as a prediction may end before Routed.
 func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
 	if req == nil {
 		return
 	}
 	if d.keys != nil && f.live(dial) {
-		f.index.Predict(dial, d.BlockSize, 0, d.keys)
+		keys := d.keys
+		if d.match.predicted[dial] == 0 {
+			keys = keys[min(d.match.precise[dial], len(keys)):]
+		}
+		if len(keys) > 0 {
+			f.index.Predict(dial, d.BlockSize, 0, keys)
+		}
 	}
 	key := d.key
 	if key == "" {
@@ -185,6 +203,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
 		m, d.keys = f.preciseMatches(tokens, keys, v.blockSize, lora, req.CacheSalt)
+		d.match = m
 	}
 	total := promptTokens / v.blockSize
 	live := make([]bool, len(q.Dials))

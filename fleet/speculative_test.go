@@ -229,3 +229,39 @@ func TestPlacedNotWaitingForPrediction(t *testing.T) {
 	}
 	res.Done()
 }
+
+// TestRoutedPredictsPastStoredRun: on engines whose events say they hold
+// a prompt's leading blocks, Routed predicts only the rest, and the next
+// decision sees the whole prompt held there; a decision whose run had
+// predicted blocks in it predicts them again, as they may have ended
+// before Routed (here a failure report drops them).
+func TestRoutedPredictsPastStoredRun(t *testing.T) {
+	ss := newSimSetup(t, 2, 2000)
+	ctx := context.Background()
+	route := func() (Decision, routing.Scored) {
+		d := ss.f.Route(ctx, Query{Request: ss.req, Dials: ss.dials, Settings: ss.s, Tokens: ss.tokens, Explain: true})
+		if d.Index < 0 {
+			t.Fatalf("no pick: %+v", d.Decision)
+		}
+		return d, d.Scored[d.Index]
+	}
+	d, sc := route()
+	total := len(d.keys)
+	if sc.SpeculativeBlocks != 0 || sc.MatchedBlocks == 0 || sc.MatchedBlocks >= total {
+		t.Fatalf("setup: %+v of %d blocks, want a stored run short of the prompt's end", sc, total)
+	}
+	stored, dial := sc.MatchedBlocks, ss.dials[d.Index]
+	ss.f.Routed(ss.req, d, dial)
+	if got := ss.f.index.PredictionStats().Inserted; got != uint64(total-stored) {
+		t.Fatalf("Routed predicted %d blocks, want the %d past the stored run", got, total-stored)
+	}
+	again, sc := route()
+	if again.Index != d.Index || sc.MatchedBlocks != total || sc.SpeculativeBlocks != total-stored {
+		t.Fatalf("after Routed: %s holds %+v, want all %d blocks, %d of them predicted", ss.dials[again.Index], sc, total, total-stored)
+	}
+	ss.f.ReportOutcome(dial, nil, 502) // drops dial's predictions
+	ss.f.Routed(ss.req, again, dial)
+	if got := ss.f.index.PredictionStats().Inserted; got != 2*uint64(total-stored) {
+		t.Fatalf("Routed with a partly predicted run: %d blocks predicted in all, want %d", got, 2*(total-stored))
+	}
+}
