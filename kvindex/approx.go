@@ -41,7 +41,8 @@ type ApproxConfig struct {
 // at its default bound cost every collection ~20 ms of CPU, more than the
 // rest of a gateway's heap (BenchmarkApproxTreeGC).
 type ApproxTree struct {
-	cfg ApproxConfig
+	cfg  ApproxConfig
+	hash chunkHasher
 
 	mu    sync.RWMutex
 	nodes map[uint64]int32 // chunk hash → index in slab
@@ -105,7 +106,7 @@ func NewApproxTree(cfg ApproxConfig) *ApproxTree {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &ApproxTree{cfg: cfg, engines: make(map[string]uint16)}
+	t := &ApproxTree{cfg: cfg, hash: newChunkHasher(), engines: make(map[string]uint16)}
 	t.clearLocked()
 	return t
 }
@@ -127,9 +128,9 @@ func (t *ApproxTree) chunkKeys(text string) *[]uint64 {
 	n = min(n, t.cfg.MaxChunks)
 	p := chunkBufs.Get().(*[]uint64)
 	keys := (*p)[:0]
-	key := uint64(0x6b76696e64657821)
+	key := t.hash.start
 	for i := 0; i < n; i++ {
-		key = sum64SeedString(key, text[i*t.cfg.ChunkBytes:t.chunkEnd(i, len(text))])
+		key = t.hash.hash(key, text[i*t.cfg.ChunkBytes:t.chunkEnd(i, len(text))])
 		keys = append(keys, key)
 	}
 	*p = keys

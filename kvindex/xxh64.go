@@ -3,7 +3,6 @@ package kvindex
 import (
 	"encoding/binary"
 	"math/bits"
-	"unsafe"
 )
 
 // XXH64 constants (the xxHash specification).
@@ -55,11 +54,6 @@ func sum64Seed(seed uint64, b []byte) uint64 {
 	h ^= h >> 29
 	h *= xxPrime3
 	return h ^ h>>32
-}
-
-// sum64SeedString is sum64Seed of s's bytes, without copying them.
-func sum64SeedString(seed uint64, s string) uint64 {
-	return sum64Seed(seed, unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 func xxRound(acc, input uint64) uint64 {
