@@ -120,11 +120,11 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 // When dial's matched run was all stored blocks, only the blocks past it
 // are predicted: Predict would look each block of the run up again only
 // to find it stored and skip it, the larger part of Routed's cost on a
-// long prompt that an engine already holds. A block
-// of that run that the engine drops while the request waits in admission
-// is thus not predicted; the engine stores it again when it serves the
-// request, and its event says so a prefill later. A run with predicted
-// blocks in it is looked up whole, as a prediction may end before Routed.
+// long prompt that an engine already holds. A block of that run that the
+// engine drops while the request waits in admission is thus not
+// predicted; the engine stores it again when it serves the request, and
+// its event says so a prefill later. A run with predicted blocks in it is
+// looked up whole, as a prediction may end before Routed.
 func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
 	if req == nil {
 		return
