@@ -39,11 +39,7 @@ var mediaPartTypes = [...]string{
 func vllmConversation(msgs []any, format ContentFormat) ([]jinja.Value, error) {
 	out := make([]jinja.Value, 0, len(msgs))
 	for i, m := range msgs {
-		v, err := toValue(m, 0)
-		if err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		conv, err := vllmMessage(v, format)
+		conv, err := vllmMessage(m, format)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -52,17 +48,67 @@ func vllmConversation(msgs []any, format ContentFormat) ([]jinja.Value, error) {
 	return out, nil
 }
 
+// requestMessage reads the members of one request message, converting
+// only those asked for: vLLM keeps a fixed few, and converting the whole
+// message first made a dict per message that was dropped at once (a
+// quarter of rendering a long tool-using chat). A message is an Object
+// or a map, as DecodeJSON and encoding/json give them, or a dict value.
+type requestMessage struct {
+	members map[string]any
+	dict    jinja.Value // when the message is a template value already
+}
+
+func newRequestMessage(m any) (requestMessage, error) {
+	switch v := m.(type) {
+	case Object:
+		return requestMessage{members: v.Values}, nil
+	case *Object:
+		if v != nil {
+			return requestMessage{members: v.Values}, nil
+		}
+	case map[string]any:
+		return requestMessage{members: v}, nil
+	case jinja.Value:
+		if v.IsDict() {
+			return requestMessage{dict: v}, nil
+		}
+	}
+	return requestMessage{}, fmt.Errorf("%w: a message must be an object", ErrInvalidInput)
+}
+
+// get returns the member key as a template value and whether it exists.
+// An error is a member nested too deeply or of an unsupported Go type.
+func (m requestMessage) get(key string) (jinja.Value, bool, error) {
+	if m.members == nil {
+		v, ok := dictGet(m.dict, key)
+		return v, ok, nil
+	}
+	raw, ok := m.members[key]
+	if !ok {
+		return jinja.Undefined(), false, nil
+	}
+	v, err := toValue(raw, 1) // the message itself is at depth 0
+	return v, true, err
+}
+
 // vllmMessage rebuilds one message as _parse_chat_message_content does,
 // then parses its tool-call arguments as _postprocess_messages does.
-func vllmMessage(msg jinja.Value, format ContentFormat) (jinja.Value, error) {
-	if !msg.IsDict() {
-		return jinja.Undefined(), fmt.Errorf("%w: a message must be an object", ErrInvalidInput)
+func vllmMessage(raw any, format ContentFormat) (jinja.Value, error) {
+	msg, err := newRequestMessage(raw)
+	if err != nil {
+		return jinja.Undefined(), err
 	}
-	role, ok := dictGet(msg, "role")
+	role, ok, err := msg.get("role")
+	if err != nil {
+		return jinja.Undefined(), err
+	}
 	if !ok || !role.IsString() {
 		return jinja.Undefined(), fmt.Errorf("%w: a message needs a string role", ErrInvalidInput)
 	}
-	content, _ := dictGet(msg, "content")
+	content, _, err := msg.get("content")
+	if err != nil {
+		return jinja.Undefined(), err
+	}
 	parsed, err := messageContent(content, format)
 	if err != nil {
 		return jinja.Undefined(), err
@@ -73,26 +119,39 @@ func vllmMessage(msg jinja.Value, format ContentFormat) (jinja.Value, error) {
 	d.Set("content", parsed)
 	switch role.AsString() {
 	case "assistant":
-		if err := assistantFields(msg, d); err != nil {
-			return jinja.Undefined(), err
-		}
+		err = assistantFields(msg, d)
 	case "tool":
-		toolFields(msg, d)
+		err = toolFields(msg, d)
+	}
+	if err != nil {
+		return jinja.Undefined(), err
 	}
 	// name and task are copied only when they are strings.
 	for _, k := range [...]string{"name", "task"} {
-		if v, ok := dictGet(msg, k); ok && v.IsString() {
+		v, ok, err := msg.get(k)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		if ok && v.IsString() {
 			d.Set(k, v)
 		}
 	}
 	if role.AsString() == "developer" {
-		tools, ok := dictGet(msg, "tools")
-		if !ok {
-			tools = jinja.None()
+		if err := developerFields(msg, d); err != nil {
+			return jinja.Undefined(), err
 		}
-		d.Set("tools", tools)
 	}
 	return out, nil
+}
+
+// developerFields copies tools, None when the message has none.
+func developerFields(msg requestMessage, d *jinja.Dict) error {
+	tools, ok, err := msg.get("tools")
+	if !ok {
+		tools = jinja.None()
+	}
+	d.Set("tools", tools)
+	return err
 }
 
 // messageContent normalises content: None becomes no parts and a string
@@ -100,6 +159,9 @@ func vllmMessage(msg jinja.Value, format ContentFormat) (jinja.Value, error) {
 // "string" templates, or a list of {"type": "text", "text": ...} for
 // "openai" ones. So a None content reaches a "string" template as "".
 func messageContent(content jinja.Value, format ContentFormat) (jinja.Value, error) {
+	if content.IsString() && format != ContentOpenAI {
+		return content, nil // one text part, joined: the string itself
+	}
 	var parts []jinja.Value
 	switch {
 	case content.IsUndefined() || content.IsNone():
@@ -201,8 +263,12 @@ func textItem(s string) jinja.Value {
 // their arguments parsed, and reasoning, which vLLM also passes as
 // reasoning_content for older templates. A request's own
 // reasoning_content field is not read by vLLM and is dropped.
-func assistantFields(msg jinja.Value, d *jinja.Dict) error {
-	if calls, ok := dictGet(msg, "tool_calls"); ok && !calls.IsNone() {
+func assistantFields(msg requestMessage, d *jinja.Dict) error {
+	calls, ok, err := msg.get("tool_calls")
+	if err != nil {
+		return err
+	}
+	if ok && !calls.IsNone() {
 		if !calls.IsList() {
 			return fmt.Errorf("%w: tool_calls must be a list", ErrInvalidInput)
 		}
@@ -215,7 +281,11 @@ func assistantFields(msg jinja.Value, d *jinja.Dict) error {
 			d.Set("tool_calls", parsed)
 		}
 	}
-	if r, ok := dictGet(msg, "reasoning"); ok && !r.IsNone() {
+	r, ok, err := msg.get("reasoning")
+	if err != nil {
+		return err
+	}
+	if ok && !r.IsNone() {
 		if !r.IsString() {
 			return fmt.Errorf("%w: reasoning must be a string", ErrInvalidInput)
 		}
@@ -268,22 +338,27 @@ func toolArguments(args jinja.Value) jinja.Value {
 // toolFields copies tool_call_id when the key is present, and for
 // "openai" templates flattens an all-text content list into one string,
 // since most templates print a tool result directly.
-func toolFields(msg jinja.Value, d *jinja.Dict) {
-	if id, ok := dictGet(msg, "tool_call_id"); ok {
+func toolFields(msg requestMessage, d *jinja.Dict) error {
+	id, ok, err := msg.get("tool_call_id")
+	if err != nil {
+		return err
+	}
+	if ok {
 		d.Set("tool_call_id", id)
 	}
 	content := d.Data["content"]
 	if !content.IsList() {
-		return
+		return nil
 	}
 	var texts []string
 	for _, item := range content.AsList().Items {
 		typ, _ := dictGet(item, "type")
 		if !typ.IsString() || typ.AsString() != "text" {
-			return // structured content such as tool_reference stays a list
+			return nil // structured content such as tool_reference stays a list
 		}
 		text, _ := dictGet(item, "text")
 		texts = append(texts, text.AsString())
 	}
 	d.Set("content", jinja.NewString(strings.Join(texts, "\n")))
+	return nil
 }

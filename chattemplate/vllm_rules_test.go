@@ -3,6 +3,8 @@ package chattemplate
 import (
 	"errors"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
 )
 
 // dumpTemplate shows what a template sees of the request.
@@ -205,6 +207,36 @@ func TestContentFormatDetection(t *testing.T) {
 		}
 		if got := tmpl.ContentFormat(); got != c.want {
 			t.Errorf("%s: got %s, want %s", c.src, got, c.want)
+		}
+	}
+}
+
+// TestMessageKinds: a message reads the same whether it is an Object (as
+// DecodeJSON gives it), a pointer to one, a Go map or a dict value; what
+// is no object is refused; only the members vLLM keeps are converted, so
+// a value the template could not hold is an error there and ignored
+// elsewhere.
+func TestMessageKinds(t *testing.T) {
+	obj := decode(t, `{"role": "user", "content": "hi", "name": "bob"}`).(Object)
+	dict, err := toValue(obj, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"role": "user", "content": "hi", "name": "bob"}]|null|False`
+	for _, m := range []any{obj, &obj, map[string]any{"role": "user", "content": "hi", "name": "bob"}, dict,
+		map[string]any{"role": "user", "content": "hi", "name": "bob", "extra": struct{}{}}} {
+		if got := renderDump(t, ContentString, Input{Messages: []any{m}}); got != want {
+			t.Errorf("%T: got %s, want %s", m, got, want)
+		}
+	}
+	tmpl, err := Parse(dumpTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []any{"hi", nil, (*Object)(nil), 7, jinja.NewString("x"),
+		map[string]any{"role": "user", "content": struct{}{}}} {
+		if _, err := tmpl.Render(Input{Messages: []any{m}}); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("message %#v: err %v, want ErrInvalidInput", m, err)
 		}
 	}
 }
