@@ -99,20 +99,10 @@ func toInt32(ids []int) []int32 {
 	return out
 }
 
-// prefixOnlyBytes is the length from which a section is left to the
-// prefix cache alone, when the tokenizer has one: it resumes a repeated
-// section from near its end at about the cost of a section-cache hit,
-// and a long section that is new (most requests end with one) then costs
-// no hashing for the section cache's get and put, nor a second copy of
-// its text and ids once it repeats. Three times the prefix cache's least
-// length, so that the normalized text still reaches it: NFKC, the most a
-// normalizer here shrinks text, maps a 3-byte fullwidth form to 1 byte.
-const prefixOnlyBytes = 3 * minPrefixBytes
-
 // appendCachedSection is appendSection through the section cache.
 func (t *Tokenizer) appendCachedSection(dst []int, s string, first bool, sc *scratch) []int {
 	c := t.sections
-	if c == nil || len(s) < c.minBytes || t.prefixes != nil && len(s) >= prefixOnlyBytes {
+	if c == nil || len(s) < c.minBytes {
 		return t.appendSection(dst, s, first, sc)
 	}
 	if ids, ok := c.get(s, first); ok {
