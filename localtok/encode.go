@@ -28,7 +28,11 @@ func (m *Model) encode(dst []uint64, text string, addSpecial bool) []uint64 {
 // larger array append moved it to) is read back as []uint64. Both views
 // hold no pointers, so the collector treats either array alike; the
 // tokenizer only appends, so dst's own elements are never read as int.
+// Only where int is 64 bits wide: elsewhere the views would not line up.
 func (m *Model) encodeInPlace(dst []uint64, text string, addSpecial bool) []uint64 {
+	if strconv.IntSize != 64 {
+		panic("localtok: encodeInPlace needs a 64-bit int")
+	}
 	ints := unsafe.Slice((*int)(unsafe.Pointer(unsafe.SliceData(dst))), cap(dst))[:len(dst)]
 	ints = m.tok.AppendEncode(ints, text, addSpecial)
 	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ints))), cap(ints))[:len(ints)]
