@@ -28,6 +28,10 @@ type chunkHasher struct {
 // wyhash's odd constants, with which a tree's secret is mixed.
 var chunkPrimes = [4]uint64{0xa0761d6478bd642f, 0xe7037ed1a0b428db, 0x8ebc6af09c88c6e3, 0x589965cc75374cc3}
 
+// chunkStep is odd (2^64 over the golden ratio): multiplying by it is a
+// bijection, so no step's contribution is lost.
+const chunkStep = 0x9e3779b97f4a7c15
+
 func newChunkHasher() chunkHasher {
 	c := chunkHasher{start: rand.Uint64()}
 	for i, p := range chunkPrimes {
@@ -42,8 +46,10 @@ func (c *chunkHasher) hash(prev uint64, s string) uint64 {
 	n := uint64(len(s))
 	var h uint64
 	for ; len(s) >= 32; s = s[32:] {
-		h ^= mum(le64(s)^k0, le64(s[8:])^k1) ^ mum(le64(s[16:])^k2, le64(s[24:])^k3)
-		h = bits.RotateLeft64(h, 29) // the order of the steps counts
+		// Multiplying by an odd constant between steps makes their
+		// order count; a rotation would repeat, so that two equal
+		// steps 64 apart cancelled in a chunk of 2 KiB or more.
+		h = (h ^ mum(le64(s)^k0, le64(s[8:])^k1) ^ mum(le64(s[16:])^k2, le64(s[24:])^k3)) * chunkStep
 	}
 	// The last 0 to 31 bytes; reads may overlap, the length tells them
 	// apart.

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +40,23 @@ func TestChunkHashSeparates(t *testing.T) {
 		}
 		if n > 0 && c.hash(base, string(text[:n])) == c.hash(c.start, string(text[:n])) {
 			t.Fatalf("%d bytes: the key ignores the chunks before", n)
+		}
+	}
+	// Equal 32-byte steps far apart in a long chunk (ApproxConfig.ChunkBytes
+	// may be set so): swapping two of them changes the key. A rotation
+	// between steps repeated every 64, and such a pair cancelled.
+	for _, apart := range []int{1, 2, 63, 64, 65, 128} {
+		a := make([]byte, 32*(apart+1))
+		for i := range a {
+			a[i] = ' '
+		}
+		b := append([]byte(nil), a...)
+		copy(a, strings.Repeat("-", 32))
+		copy(a[32*apart:], strings.Repeat("=", 32))
+		copy(b, strings.Repeat("=", 32))
+		copy(b[32*apart:], strings.Repeat("-", 32))
+		if c.hash(c.start, string(a)) == c.hash(c.start, string(b)) {
+			t.Errorf("steps %d apart: swapping two of them keeps the key", apart)
 		}
 	}
 	other := newChunkHasher()
