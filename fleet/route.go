@@ -124,7 +124,10 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 // engine drops while the request waits in admission is thus not
 // predicted; the engine stores it again when it serves the request, and
 // its event says so a prefill later. A run with predicted blocks in it is
-// looked up whole, as a prediction may end before Routed.
+// looked up whole, as a prediction may end before Routed. Predict's bound
+// per engine (kvindex.IndexConfig.MaxPredictedPerEngine, 32768 blocks by
+// default) then counts from the run's end rather than the prompt's start:
+// a prompt that long would have its blocks past the bound predicted.
 func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
 	if req == nil {
 		return

@@ -660,9 +660,10 @@ func (ix *Index) PredictTTL() time.Duration { return ix.spec.getTTL() }
 // Nothing is recorded while predictions are off, for an engine not in the
 // index or being reset, or for one whose mirror knows a block size other
 // than blockSize (blockSize stands in for an engine that has stored
-// nothing yet). Keys the engine holds already are left out, and at most
-// MaxPredictedPerEngine leading ones are kept. It returns how many new
-// entries it recorded (keys predicted already are not counted).
+// nothing yet). Keys the engine holds already are left out, and of the
+// keys given at most the first MaxPredictedPerEngine are kept. It returns
+// how many new entries it recorded (keys predicted already are not
+// counted).
 func (ix *Index) Predict(engine string, blockSize, group int, keys []uint64) int {
 	if blockSize <= 0 || len(keys) == 0 {
 		return 0
