@@ -54,8 +54,9 @@ func vllmConversation(msgs []any, format ContentFormat) ([]jinja.Value, error) {
 // quarter of rendering a long tool-using chat). A message is an Object
 // or a map, as DecodeJSON and encoding/json give them, or a dict value.
 type requestMessage struct {
-	members map[string]any
-	dict    jinja.Value // when the message is a template value already
+	members map[string]any // an Object's or a map's; nil reads as empty
+	dict    jinja.Value    // when the message is a template value already
+	isDict  bool
 }
 
 func newRequestMessage(m any) (requestMessage, error) {
@@ -70,7 +71,7 @@ func newRequestMessage(m any) (requestMessage, error) {
 		return requestMessage{members: v}, nil
 	case jinja.Value:
 		if v.IsDict() {
-			return requestMessage{dict: v}, nil
+			return requestMessage{dict: v, isDict: true}, nil
 		}
 	}
 	return requestMessage{}, fmt.Errorf("%w: a message must be an object", ErrInvalidInput)
@@ -79,7 +80,7 @@ func newRequestMessage(m any) (requestMessage, error) {
 // get returns the member key as a template value and whether it exists.
 // An error is a member nested too deeply or of an unsupported Go type.
 func (m requestMessage) get(key string) (jinja.Value, bool, error) {
-	if m.members == nil {
+	if m.isDict {
 		v, ok := dictGet(m.dict, key)
 		return v, ok, nil
 	}

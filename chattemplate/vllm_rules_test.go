@@ -234,7 +234,7 @@ func TestMessageKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []any{"hi", nil, (*Object)(nil), 7, jinja.NewString("x"),
-		map[string]any{"role": "user", "content": struct{}{}}} {
+		map[string]any(nil), Object{}, map[string]any{"role": "user", "content": struct{}{}}} {
 		if _, err := tmpl.Render(Input{Messages: []any{m}}); !errors.Is(err, ErrInvalidInput) {
 			t.Errorf("message %#v: err %v, want ErrInvalidInput", m, err)
 		}
