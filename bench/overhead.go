@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/llmgw/caddy-llmgw/internal/simwords"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 	"github.com/llmgw/caddy-llmgw/localtok"
 )
@@ -351,7 +352,7 @@ func newBodyGen(b OverheadBody, tok *localtok.Model, doc string) (*bodyGen, erro
 		g.heads = g.heads[:0]
 		rng := rand.New(rand.NewPCG(uint64(b.PromptTokens), 9))
 		for i := 0; i < max(1, b.Bases); i++ {
-			text := words(rng, "base"+strconv.Itoa(i), nwords)
+			text := simwords.Words(rng, "base"+strconv.Itoa(i), nwords)
 			if b.Text == "doc" {
 				text = docText(doc, "base"+strconv.Itoa(i), nwords)
 			}

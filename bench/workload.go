@@ -3,7 +3,8 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
+
+	"github.com/llmgw/caddy-llmgw/internal/simwords"
 )
 
 // A workload is a list of sessions. A session is a conversation of one or
@@ -119,14 +120,14 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 		}
 		systems := make([]string, w.Groups)
 		for g := range systems {
-			systems[g] = words(rng, fmt.Sprintf("group%d", g), w.SystemTokens)
+			systems[g] = simwords.Words(rng, fmt.Sprintf("group%d", g), w.SystemTokens)
 		}
 		for g := 0; g < w.Groups; g++ {
 			for i := 0; i < w.PerGroup; i++ {
 				sessions = append(sessions, Session{
 					Key:    fmt.Sprintf("group-%d", g),
 					System: systems[g],
-					Turns:  []Turn{{User: words(rng, fmt.Sprintf("q%d", i), w.QuestionTokens), MaxTokens: out}},
+					Turns:  []Turn{{User: simwords.Words(rng, fmt.Sprintf("q%d", i), w.QuestionTokens), MaxTokens: out}},
 				})
 			}
 		}
@@ -144,10 +145,10 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 		for s := 0; s < w.Groups; s++ {
 			sess := Session{Key: fmt.Sprintf("session-%d", s), Think: w.ThinkSeconds}
 			if w.SystemTokens > 0 {
-				sess.System = words(rng, fmt.Sprintf("session%d", s), w.SystemTokens)
+				sess.System = simwords.Words(rng, fmt.Sprintf("session%d", s), w.SystemTokens)
 			}
 			for t := 0; t < w.Turns; t++ {
-				sess.Turns = append(sess.Turns, Turn{User: words(rng, fmt.Sprintf("turn%d", t), w.QuestionTokens), MaxTokens: out})
+				sess.Turns = append(sess.Turns, Turn{User: simwords.Words(rng, fmt.Sprintf("turn%d", t), w.QuestionTokens), MaxTokens: out})
 			}
 			sessions = append(sessions, sess)
 		}
@@ -156,39 +157,11 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 		for i := 0; i < n; i++ {
 			sessions = append(sessions, Session{
 				Key:   fmt.Sprintf("req-%d", i),
-				Turns: []Turn{{User: words(rng, fmt.Sprintf("unique%d", i), w.QuestionTokens), MaxTokens: out}},
+				Turns: []Turn{{User: simwords.Words(rng, fmt.Sprintf("unique%d", i), w.QuestionTokens), MaxTokens: out}},
 			})
 		}
 	default:
 		return nil, fmt.Errorf("workload %s: unknown kind %q", w.Name, w.Kind)
 	}
 	return sessions, nil
-}
-
-// vocab is the pool of generated words: lowercase, 3 to 9 letters, so each
-// is one token of the simulator's tokenizer (pieces are cut at 12 bytes).
-var vocab = func() []string {
-	rng := rand.New(rand.NewPCG(1, 2))
-	v := make([]string, 4096)
-	for i := range v {
-		b := make([]byte, 3+rng.IntN(7))
-		for j := range b {
-			b[j] = byte('a' + rng.IntN(26))
-		}
-		v[i] = string(b)
-	}
-	return v
-}()
-
-// words returns n tokens of text: tag (which makes the text unique from
-// its first block) and n−1 random words, separated by spaces.
-func words(rng *rand.Rand, tag string, n int) string {
-	var sb strings.Builder
-	sb.Grow(n * 7)
-	sb.WriteString(tag)
-	for i := 1; i < n; i++ {
-		sb.WriteByte(' ')
-		sb.WriteString(vocab[rng.IntN(len(vocab))])
-	}
-	return sb.String()
 }

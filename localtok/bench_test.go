@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/internal/simwords"
 )
 
 // loadRealModel loads a real model's tokenizer directory from
@@ -64,26 +65,12 @@ func chatBody(tb testing.TB, copies, turns int) []byte {
 	return body
 }
 
-// wordsChat is the overhead bench's 8k body: one user message of about n
-// random lowercase words (3 to 9 letters, from a vocabulary of 4096, as
-// the bench draws them), ending with a # for the request's number.
+// wordsChat is the overhead bench's 8k body: one user message of n words
+// of the bench's own vocabulary (simwords), drawn as the bench draws its
+// 8k prompts, ending with a # for the request's number.
 func wordsChat(n int) []byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	vocab := make([]string, 4096)
-	for i := range vocab {
-		w := make([]byte, 3+rng.IntN(7))
-		for j := range w {
-			w[j] = byte('a' + rng.IntN(26))
-		}
-		vocab[i] = string(w)
-	}
-	var sb strings.Builder
-	sb.WriteString(`{"model":"m","messages":[{"role":"user","content":"base0`)
-	for range n {
-		sb.WriteString(" " + vocab[rng.IntN(len(vocab))])
-	}
-	sb.WriteString(` u#"}],"max_tokens":4,"stream":false}`)
-	return []byte(sb.String())
+	text := simwords.Words(rand.New(rand.NewPCG(8192, 9)), "base0", n)
+	return []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + ` u#"}],"max_tokens":4,"stream":false}`)
 }
 
 // smallChat is the overhead bench's small body: a user message of about 32
