@@ -148,11 +148,14 @@ func vllmMessage(raw any, format ContentFormat) (jinja.Value, error) {
 // developerFields copies tools, None when the message has none.
 func developerFields(msg requestMessage, d *jinja.Dict) error {
 	tools, ok, err := msg.get("tools")
+	if err != nil {
+		return err
+	}
 	if !ok {
 		tools = jinja.None()
 	}
 	d.Set("tools", tools)
-	return err
+	return nil
 }
 
 // messageContent normalises content: None becomes no parts and a string
