@@ -794,6 +794,20 @@ func getEngineReport(t testing.TB, dial string) fleet.EngineReport {
 	return fleet.EngineReport{}
 }
 
+// engineStates is a one-line summary of /llm/engines for failure messages:
+// each engine's gauges, their freshness and the gateway's own accounting.
+func engineStates(t testing.TB) string {
+	t.Helper()
+	var all []fleet.EngineReport
+	adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
+	var b strings.Builder
+	for _, r := range all {
+		fmt.Fprintf(&b, "[%s known %v stale %v running %v waiting %v failed polls %d (%s) inflight %d dispatched %d finished %d breaker %s] ",
+			r.Dial, r.Known, r.Stale, r.Running, r.Waiting, r.Failures, r.LastError, r.Inflight, r.Dispatched, r.Finished, r.Breaker)
+	}
+	return b.String()
+}
+
 // queueReport is GET /llm/queue.
 type queueReport struct {
 	Pools map[string]map[string]struct {
@@ -831,7 +845,14 @@ func queueDepth(t testing.TB, band string) int {
 // parked requests.
 func waitQueueDepth(t testing.TB, band string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d parked in band %q", n, band), func() bool { return queueDepth(t, band) == n })
+	// On a timeout, say whether admission failed open (stale or unknown
+	// gauges admit instead of parking) and what the engines looked like.
+	why := lazy(func() string {
+		return fmt.Sprintf("queue %+v; fail-open admissions %v; engines %s", getQueue(t),
+			metricValue(t, "llmgw_admission_fail_open_total"), engineStates(t))
+	})
+	for w := newWait(t, 10*time.Second, fmt.Sprintf("%d parked in band %q", n, band)); queueDepth(t, band) != n; w.tick(why) {
+	}
 }
 
 // explainReply is POST /llm/explain's answer.
