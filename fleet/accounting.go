@@ -210,8 +210,9 @@ func (f *Fleet) Dispatch(res *upstreams.Reservation, dial string) *upstreams.Res
 		res.Move(f.registry.Ensure(dial))
 	}
 	// The request reaches the engine only now: keep it counted as
-	// dispatched until a scrape that starts after this succeeds, and once
-	// a scrape counts it, its end frees the slot before the next one.
+	// dispatched until a scrape whose epoch began after this succeeds,
+	// and once a scrape counts it, its end frees the slot before the next
+	// one.
 	res.Sent()
 	return res
 }

@@ -35,10 +35,11 @@ type Engine struct {
 	degraded  bool
 	checked   bool // the startup self-check (first scrape of this config) ran
 	// Local accounting. Reservations are stamped with the scrape epoch at
-	// which they were made; a successful scrape that started at epoch E makes
-	// every reservation with an epoch < E visible in the gauges.
+	// which they were sent; a successful scrape of epoch E makes every
+	// reservation with an epoch < E visible in the gauges. The poller ends
+	// the previous epoch and starts E shortly before the scrape (gaugeLag).
 	inflight  int64
-	epoch     uint64 // incremented when a scrape starts
+	epoch     uint64 // incremented when a scrape's epoch starts
 	dropBelow uint64 // reservations with epoch < dropBelow are no longer "dispatched"
 	dispCur   int64  // active sent reservations with epoch == epoch
 	dispOld   int64  // active sent reservations with dropBelow <= epoch < epoch
@@ -46,7 +47,7 @@ type Engine struct {
 	// still on its way (routing, the proxy's dial and write), so no
 	// scrape can show it, whenever it started.
 	unsent int64
-	// finished counts reservations sent before the start of the last
+	// finished counts reservations sent before the epoch of the last
 	// successful scrape (epoch < dropBelow: its gauges show them) that
 	// ended after that scrape was recorded; reset by the next successful
 	// scrape. See [Reservation.Done] for what counts.
@@ -116,9 +117,10 @@ type Load struct {
 	Inflight int64
 	// Dispatched counts requests this gateway reserved on this engine that
 	// the gauges cannot show yet, and not yet Done: those not yet sent,
-	// and those sent after the start of the last successful scrape (a
-	// request that finished before any scrape saw it leaves the count,
-	// since it will never appear in running).
+	// and those sent since the epoch of the last successful scrape began,
+	// shortly before it started (see gaugeLag). A request that finished
+	// before any scrape saw it leaves the count, since it will never
+	// appear in running.
 	Dispatched int64
 	// Finished counts requests this gateway sent to this engine that the
 	// last successful scrape counted (sent before it started) and that have
@@ -282,7 +284,7 @@ type Reservation struct {
 }
 
 // Reserve records a request dispatched to the engine: Inflight++, and
-// Dispatched++ until a successful scrape that started after its Sent, so
+// Dispatched++ until a successful scrape whose epoch began after its Sent, so
 // admission can count it before the engine's gauges show it. Call Done
 // when the request finishes.
 func (e *Engine) Reserve() *Reservation {
@@ -325,7 +327,7 @@ func (e *Engine) release(epoch uint64, sent, completed bool) {
 	case !sent:
 		e.unsent--
 	case completed && epoch < e.dropBelow:
-		// The last successful scrape started after the request was sent,
+		// The last successful scrape's epoch began after the request was sent,
 		// so its gauges count it; the engine has let it go since.
 		e.finished++
 		e.unstamp(epoch)
@@ -381,8 +383,10 @@ func (r *Reservation) Move(to *Engine) {
 // request's goroutine is scheduled at all), and a scrape that starts in
 // between renders the engine's gauges without it. So a reservation counts
 // as dispatched, whatever scrapes succeed, until it is sent, and from then
-// on until a scrape that starts after this call succeeds — at worst
-// counted twice for one poll interval, the safe side of a soft cap.
+// on until a scrape whose epoch began after this call succeeds (the
+// poller begins it gaugeLag before the scrape, since the engine shows a
+// request only some time after receiving it) — at worst counted twice for
+// one poll interval, the safe side of a soft cap.
 // Were unsent reservations dropped at the next scrape, a scrape racing a
 // just-admitted request would free its slot a second time. Only a sent
 // request counts as Finished when it ends (see Done). A second
@@ -409,8 +413,9 @@ func (r *Reservation) Sent() {
 // Done ends the reservation: Inflight--, a completion for the drain rate,
 // and OnUpdate. Idempotent.
 //
-// A request that was Sent before the start of the last successful scrape
-// is in that scrape's running or waiting gauge; when it ends its slot is
+// A request that was Sent before the epoch of the last successful scrape
+// began (gaugeLag before the scrape) is in that scrape's running or
+// waiting gauge; when it ends its slot is
 // free at once, so it counts in Load.Finished until the next successful
 // scrape renders the engine without it. That holds however it ended:
 // answered, failed by the engine, or abandoned by the client (vLLM aborts a

@@ -59,54 +59,100 @@ func (e *Engine) start(worker func(context.Context, *Engine)) *runHandle {
 	return h
 }
 
+// gaugeLag is how long an engine may take to show a request in its gauges
+// after the gateway hands it over: vLLM first parses and tokenizes the
+// prompt in its API server, and its gauges change only after the next
+// scheduler step. A scrape that starts within that time renders the engine
+// without the request, so the poller begins a scrape's epoch this long
+// before the scrape starts (a quarter of the interval at most). A request
+// handed over later stays counted as dispatched until the next scrape,
+// instead of counting as visible in gauges that miss it and then, when it
+// finishes, freeing a slot someone else holds. The price is on the safe
+// side: such a request may be counted twice, in the gauges and as
+// dispatched, for one more interval.
+const gaugeLag = 100 * time.Millisecond
+
+// markLead is how long before a scrape starts its epoch begins.
+func markLead(interval time.Duration) time.Duration { return min(gaugeLag, interval/4) }
+
 // pollLoop scrapes immediately (the startup self-check), then every
 // PollInterval (+ up to 10% jitter) measured from the start of each scrape.
+// Each later scrape's epoch begins markLead before it starts.
 func (e *Engine) pollLoop(ctx context.Context) {
 	var buf, scratch []byte
+	epoch := e.markEpoch()
 	for {
 		start := time.Now()
-		e.pollOnce(ctx, &buf, &scratch)
+		e.scrapeSince(ctx, epoch, &buf, &scratch)
 		if cap(buf) > maxRetainedBuf {
 			buf = nil
 		}
 		if cap(scratch) > maxRetainedBuf {
 			scratch = nil
 		}
-		if !e.waitNext(ctx, start) {
+		due, ok := e.waitNext(ctx, start)
+		if !ok {
+			return
+		}
+		epoch = e.markEpoch()
+		if !sleepUntil(ctx, due) {
 			return
 		}
 	}
 }
 
-// waitNext sleeps until the next poll is due; false when ctx is done. A kick
-// (interval changed by Apply) recomputes the deadline.
-func (e *Engine) waitNext(ctx context.Context, start time.Time) bool {
+// waitNext sleeps until markLead before the next poll is due and returns
+// when it is due; false when ctx is done. A kick (interval changed by
+// Apply) recomputes the deadline.
+func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, ok bool) {
 	for {
 		iv := e.reg.options().PollInterval
-		iv += time.Duration(rand.Int64N(int64(iv)/10 + 1))
-		wait := time.Until(start.Add(iv))
+		due = start.Add(iv + time.Duration(rand.Int64N(int64(iv)/10+1)))
+		wait := time.Until(due.Add(-markLead(iv)))
 		if wait <= 0 {
-			return ctx.Err() == nil
+			return due, ctx.Err() == nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return due, false
 		case <-e.kick:
 			t.Stop()
 		case <-t.C:
-			return true
+			return due, true
 		}
 	}
 }
 
-// pollOnce runs one scrape and records its result.
+// sleepUntil sleeps until t; false when ctx is done first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	wait := time.Until(t)
+	if wait <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// pollOnce runs one scrape and records its result, its epoch beginning as
+// it starts.
 func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
+	e.scrapeSince(ctx, e.markEpoch(), buf, scratch)
+}
+
+// scrapeSince runs one scrape and records its result; its gauges count the
+// reservations sent before startEpoch began.
+func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratch *[]byte) {
 	o := e.reg.options()
 	e.mu.Lock()
 	url, header := e.cfg.MetricsURL, e.cfg.Header
-	startEpoch := e.newEpochLocked()
 	e.mu.Unlock()
 
 	g, err := scrape(ctx, o, url, header, buf, scratch)
@@ -117,6 +163,18 @@ func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
 		e.reg.restarted(e.dial)
 	}
 	e.reg.notify(e.dial)
+}
+
+// markEpoch begins the next scrape's epoch: reservations sent from now on
+// may be too recent for it to see.
+func (e *Engine) markEpoch() uint64 {
+	e.mu.Lock()
+	epoch := e.newEpochLocked()
+	e.mu.Unlock()
+	if hook := e.reg.onMark; hook != nil {
+		hook(e.dial)
+	}
+	return epoch
 }
 
 // newEpochLocked starts a scrape's epoch: reservations made from now on

@@ -25,6 +25,9 @@ type Registry struct {
 	now              func() time.Time
 	ownClient        *http.Client // the default client, closed by Close; nil if the caller supplied one
 	staleTransitions atomic.Uint64
+	// onMark, set only by this package's tests before the first Apply, is
+	// called after a poller begins a scrape's epoch and before the scrape.
+	onMark func(dial string)
 
 	// lifeMu serialises lifecycle changes (Apply, GC, Close), which wait for
 	// goroutines to stop and so cannot hold mu.
