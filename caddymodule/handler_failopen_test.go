@@ -17,6 +17,7 @@ import (
 // fail-open, counted in llmgw_admission_fail_open_total — even though the
 // engine is busier than max_inflight. With fail_closed they get 503 at once.
 func TestAdmissionMetricsOutage(t *testing.T) {
+	const outageApp = "\t\tstale_after 3\n\t\tpoll_timeout 300ms\n"
 	for _, fault := range []string{"error", "hang", "garbage"} {
 		t.Run(fault, func(t *testing.T) {
 			e := slowEngine(t)
@@ -25,9 +26,13 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			// A config without the engine first, for the counters' baseline.
 			gateway{engines: noKVEngines(startEngines(t, 1, vllmsim.Config{})...)}.load(t)
 			staleBefore := metricValue(t, "llmgw_engine_state_stale_total")
+			// Scrapes time out at 300ms (the interval is 50ms): a hanging
+			// /metrics turns stale within about a second, and once the
+			// outage ends a loaded machine does not time three in a row out,
+			// which would fail the last request closed instead of parking it.
 			gateway{
 				engines:   noKVEngines(e),
-				appExtra:  "\t\tstale_after 3\n",
+				appExtra:  outageApp,
 				admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n",
 			}.load(t)
 			eventually(t, 10*time.Second, "engine stale", func() bool {
@@ -63,7 +68,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 
 			gateway{
 				engines:   noKVEngines(e),
-				appExtra:  "\t\tstale_after 3\n",
+				appExtra:  outageApp,
 				admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n\t\tfail_closed\n",
 			}.load(t)
 			start := time.Now()
