@@ -26,10 +26,11 @@ import (
 // figure is sampled from the engine's own counts every 2ms, and two
 // windows let a sample see more: a request whose answer is out but which
 // the engine has not yet taken off its counts, beside the one admitted in
-// its place; and a request sent just before a scrape starts that the
-// engine has not registered when it renders its gauges, which that scrape
-// then counts neither as running nor as dispatched until it ends (see
-// upstreams' Reservation.Sent). On an idle machine the figure is +0; under
+// its place; and a request the engine has not registered when it renders
+// its gauges although it was sent before the scrape's epoch began (at
+// least markLead, 12.5ms at this test's 50ms interval, before the scrape),
+// which that scrape then counts neither as running nor as dispatched until
+// it ends (see upstreams' Reservation.Sent). On an idle machine the figure is +0; under
 // the whole suite's load on 2 cores it reached +2 once in CI (the bound
 // was +1 before). Without local accounting the burst overshoots to at least
 // twice the limit (it admits all 40 on an idle machine: the first scrape

@@ -37,7 +37,7 @@ type Engine struct {
 	// Local accounting. Reservations are stamped with the scrape epoch at
 	// which they were sent; a successful scrape of epoch E makes every
 	// reservation with an epoch < E visible in the gauges. The poller ends
-	// the previous epoch and starts E shortly before the scrape (gaugeLag).
+	// the previous epoch and starts E at least markLead before the scrape.
 	inflight  int64
 	epoch     uint64 // incremented when a scrape's epoch starts
 	dropBelow uint64 // reservations with epoch < dropBelow are no longer "dispatched"
@@ -118,14 +118,14 @@ type Load struct {
 	// Dispatched counts requests this gateway reserved on this engine that
 	// the gauges cannot show yet, and not yet Done: those not yet sent,
 	// and those sent since the epoch of the last successful scrape began,
-	// shortly before it started (see gaugeLag). A request that finished
-	// before any scrape saw it leaves the count, since it will never
-	// appear in running.
+	// at least markLead before it started. A request that finished before
+	// any scrape saw it leaves the count, since it will never appear in
+	// running.
 	Dispatched int64
 	// Finished counts requests this gateway sent to this engine that the
-	// last successful scrape counted (sent before it started) and that have
-	// ended since it was recorded: their slots are free although Running
-	// and Waiting still show them. [Load.Estimated] applies it; a newer
+	// last successful scrape counted (sent before its epoch began) and
+	// that have ended since it was recorded: their slots are free although
+	// Running and Waiting still show them. [Load.Estimated] applies it; a newer
 	// successful scrape resets it.
 	Finished int64
 	// Occupied is how much longer the engine is expected to be busy
@@ -383,8 +383,8 @@ func (r *Reservation) Move(to *Engine) {
 // request's goroutine is scheduled at all), and a scrape that starts in
 // between renders the engine's gauges without it. So a reservation counts
 // as dispatched, whatever scrapes succeed, until it is sent, and from then
-// on until a scrape whose epoch began after this call succeeds (the
-// poller begins it gaugeLag before the scrape, since the engine shows a
+// on until a scrape whose epoch began after this call succeeds (the poller
+// begins it at least markLead before the scrape, since the engine shows a
 // request only some time after receiving it) — at worst counted twice for
 // one poll interval, the safe side of a soft cap.
 // Were unsent reservations dropped at the next scrape, a scrape racing a
@@ -414,10 +414,10 @@ func (r *Reservation) Sent() {
 // and OnUpdate. Idempotent.
 //
 // A request that was Sent before the epoch of the last successful scrape
-// began (gaugeLag before the scrape) is in that scrape's running or
-// waiting gauge; when it ends its slot is
-// free at once, so it counts in Load.Finished until the next successful
-// scrape renders the engine without it. That holds however it ended:
+// began (markLead or more before the scrape) is in that scrape's running
+// or waiting gauge; when it ends its slot is free at once, so it counts in
+// Load.Finished until the next successful scrape renders the engine
+// without it. That holds however it ended:
 // answered, failed by the engine, or abandoned by the client (vLLM aborts a
 // request whose connection closes) — either way it has left the
 // scheduler. A reservation never sent (refused after admission, or moved

@@ -41,6 +41,8 @@ type fakeEngine struct {
 	// is closed; arrived receives one value per request.
 	gate    chan struct{}
 	arrived chan struct{}
+	// arrivals are when the /metrics requests arrived, in order.
+	arrivals []time.Time
 }
 
 func newFakeEngine(t *testing.T) *fakeEngine {
@@ -62,6 +64,17 @@ func (f *fakeEngine) set(running, waiting, kv float64) {
 
 func (f *fakeEngine) setMode(m string) { f.mode.Store(m) }
 
+// arrival returns when the i-th /metrics request (from 0) arrived; false
+// before it has.
+func (f *fakeEngine) arrival(i int) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i >= len(f.arrivals) {
+		return time.Time{}, false
+	}
+	return f.arrivals[i], true
+}
+
 func (f *fakeEngine) auth() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,6 +89,7 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	f.hits.Add(1)
 	f.mu.Lock()
 	f.lastAuth = r.Header.Get("Authorization")
+	f.arrivals = append(f.arrivals, time.Now())
 	run, wait, kv := f.running, f.waiting, f.kv
 	gate, arrived := f.gate, f.arrived
 	f.mu.Unlock()

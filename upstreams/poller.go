@@ -63,25 +63,33 @@ func (e *Engine) start(worker func(context.Context, *Engine)) *runHandle {
 // after the gateway hands it over: vLLM first parses and tokenizes the
 // prompt in its API server, and its gauges change only after the next
 // scheduler step. A scrape that starts within that time renders the engine
-// without the request, so the poller begins a scrape's epoch this long
-// before the scrape starts (a quarter of the interval at most). A request
-// handed over later stays counted as dispatched until the next scrape,
-// instead of counting as visible in gauges that miss it and then, when it
-// finishes, freeing a slot someone else holds. The price is on the safe
-// side: such a request may be counted twice, in the gauges and as
-// dispatched, for one more interval.
+// without the request, so the poller begins a scrape's epoch at least this
+// long before the scrape starts (a quarter of the interval at most:
+// markLead). A request handed over later stays counted as dispatched until
+// the next scrape, instead of counting as visible in gauges that miss it
+// and then, when it finishes, freeing a slot someone else holds. The price
+// is on the safe side: such a request may be counted twice, in the gauges
+// and as dispatched, for one more interval. Manual scrapes
+// ([Engine.StartScrape]) begin their epoch as they start.
 const gaugeLag = 100 * time.Millisecond
 
-// markLead is how long before a scrape starts its epoch begins.
+// markLead is how long before a scrape its epoch begins, at the least.
 func markLead(interval time.Duration) time.Duration { return min(gaugeLag, interval/4) }
 
-// pollLoop scrapes immediately (the startup self-check), then every
-// PollInterval (+ up to 10% jitter) measured from the start of each scrape.
-// Each later scrape's epoch begins markLead before it starts.
+// pollLoop scrapes first (the startup self-check) markLead after it starts,
+// then every PollInterval (+ up to 10% jitter) measured from the start of
+// each scrape. Each scrape's epoch begins at least markLead before it: a
+// scrape that would be due sooner (the first, or one overdue after a slow
+// scrape) waits that long.
 func (e *Engine) pollLoop(ctx context.Context) {
 	var buf, scratch []byte
-	epoch := e.markEpoch()
+	due := time.Now()
 	for {
+		epoch := e.markEpoch()
+		lead := markLead(e.reg.options().PollInterval)
+		if !sleepUntil(ctx, later(due, time.Now().Add(lead))) {
+			return
+		}
 		start := time.Now()
 		e.scrapeSince(ctx, epoch, &buf, &scratch)
 		if cap(buf) > maxRetainedBuf {
@@ -90,15 +98,19 @@ func (e *Engine) pollLoop(ctx context.Context) {
 		if cap(scratch) > maxRetainedBuf {
 			scratch = nil
 		}
-		due, ok := e.waitNext(ctx, start)
-		if !ok {
-			return
-		}
-		epoch = e.markEpoch()
-		if !sleepUntil(ctx, due) {
+		var ok bool
+		if due, ok = e.waitNext(ctx, start); !ok {
 			return
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // waitNext sleeps until markLead before the next poll is due and returns
@@ -204,7 +216,7 @@ type Gauges struct {
 
 // StartScrape begins a scrape made by the caller instead of a poller: the
 // returned function records its result exactly as a successful poll would
-// (reservations made before StartScrape become visible in the gauges,
+// (reservations sent before StartScrape become visible in the gauges,
 // finished counts reset, OnUpdate called). Call it once.
 func (e *Engine) StartScrape() (record func(Gauges)) {
 	e.mu.Lock()

@@ -48,18 +48,22 @@ func TestSentRestampsReservation(t *testing.T) {
 
 // TestSentJustBeforeScrapeStaysDispatched: an engine shows a request in its
 // gauges only some time after it arrives, so the poller begins each
-// scrape's epoch before the scrape starts. A request sent in between is
-// not taken as in that scrape's gauges: it stays dispatched, and when it
-// ends it frees no slot (which would be another client's). One sent before
-// the epoch began is in the gauges and frees its slot the moment it ends.
+// scrape's epoch at least markLead before the scrape starts, the first
+// scrape's included. A request sent in between is not taken as in that
+// scrape's gauges: it stays dispatched, and when it ends it frees no slot
+// (which would be another client's). One sent before the epoch began is in
+// the gauges and frees its slot the moment it ends.
 func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 	f := newFakeEngine(t)
 	f.set(2, 0, 0.1) // our early request and another client's
 	o := fastOpts()
+	o.PollInterval = 200 * time.Millisecond
+	lead := markLead(o.PollInterval)
 	r := NewRegistry(o)
 	defer r.Close()
 	marks, resume, stop := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	defer close(stop) // before Close: the poller may wait in the hook
+	defer close(stop)       // before Close: the poller may wait in the hook
+	var resumed []time.Time // when each mark's hook returned
 	r.onMark = func(string) {
 		select {
 		case marks <- struct{}{}:
@@ -69,20 +73,43 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 			}
 		case <-stop:
 		}
+		resumed = append(resumed, time.Now()) // read by the test only while the poller waits in the hook
 	}
 	r.Apply([]EngineConfig{{Dial: f.dial(), MaxInflight: 4}}, o)
 	e, _ := r.Get(f.dial())
-	next := func() { <-marks }
+	// mark waits for the poller's next mark, which must come after exactly
+	// that many scrapes, each started at least lead after the hook of the
+	// mark before it returned.
+	mark := func(scrapes int) {
+		t.Helper()
+		select {
+		case <-marks:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no mark after %d scrapes", scrapes)
+		}
+		for i := range scrapes {
+			at, ok := f.arrival(i)
+			if !ok {
+				t.Fatalf("mark before scrape %d", i+1)
+			}
+			if gap := at.Sub(resumed[i]); gap < lead {
+				t.Fatalf("scrape %d started %v after its epoch began, want at least %v", i+1, gap, lead)
+			}
+		}
+		if _, ok := f.arrival(scrapes); ok {
+			t.Fatalf("more than %d scrapes before this mark", scrapes)
+		}
+	}
 
-	next() // before the first scrape
-	resume <- struct{}{}
+	mark(0) // the first scrape's epoch began
 	early := e.Reserve()
 	early.Sent()
-	next() // the first scrape is recorded; the second's epoch just began
+	resume <- struct{}{}
+	mark(1) // the first scrape is recorded; the second's epoch began
 	late := e.Reserve()
 	late.Sent()
 	resume <- struct{}{}
-	next() // the second scrape is recorded
+	mark(2) // the second scrape is recorded
 	checkLoad(t, "after the scrape", e, 1, 0, 1)
 	early.Done()
 	checkLoad(t, "early request done", e, 1, 1, 2)
