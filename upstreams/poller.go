@@ -76,19 +76,22 @@ const gaugeLag = 100 * time.Millisecond
 // markLead is how long before a scrape its epoch begins, at the least.
 func markLead(interval time.Duration) time.Duration { return min(gaugeLag, interval/4) }
 
-// pollLoop scrapes first (the startup self-check) markLead after it starts,
-// then every PollInterval (+ up to 10% jitter) measured from the start of
-// each scrape. Each scrape's epoch begins at least markLead before it: a
-// scrape that would be due sooner (the first, or one overdue after a slow
-// scrape) waits that long.
+// pollLoop scrapes (the startup self-check), then scrapes again every
+// PollInterval (+ up to 10% jitter) measured from the start of each scrape.
+// Each scrape's epoch begins at least markLead before it: a scrape that
+// would be due sooner (one overdue after a slow scrape, or the first of a
+// restarted poller) waits that long. A new engine's first scrape is taken
+// at once, its gauges being unknown until then, and begins no epoch: what
+// was sent before it stays dispatched through it.
 func (e *Engine) pollLoop(ctx context.Context) {
 	var buf, scratch []byte
-	due := time.Now()
-	for {
-		epoch := e.markEpoch()
-		lead := markLead(e.reg.options().PollInterval)
-		if !sleepUntil(ctx, later(due, time.Now().Add(lead))) {
-			return
+	due, epoch := time.Now(), uint64(0)
+	for first := true; ; first = false {
+		if !first || !e.isNew() {
+			epoch = e.markEpoch()
+			if !sleepUntil(ctx, later(due, time.Now().Add(markLead(e.reg.options().PollInterval)))) {
+				return
+			}
 		}
 		start := time.Now()
 		e.scrapeSince(ctx, epoch, &buf, &scratch)
@@ -103,6 +106,13 @@ func (e *Engine) pollLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// isNew reports whether no scrape of the engine has begun an epoch yet.
+func (e *Engine) isNew() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch == 0
 }
 
 // later returns the later of a and b.

@@ -48,11 +48,12 @@ func TestSentRestampsReservation(t *testing.T) {
 
 // TestSentJustBeforeScrapeStaysDispatched: an engine shows a request in its
 // gauges only some time after it arrives, so the poller begins each
-// scrape's epoch at least markLead before the scrape starts, the first
-// scrape's included. A request sent in between is not taken as in that
-// scrape's gauges: it stays dispatched, and when it ends it frees no slot
-// (which would be another client's). One sent before the epoch began is in
-// the gauges and frees its slot the moment it ends.
+// scrape's epoch at least markLead before the scrape starts. A request
+// sent in between is not taken as in that scrape's gauges: it stays
+// dispatched, and when it ends it frees no slot (which would be another
+// client's). One sent before the epoch began is in the gauges and frees
+// its slot the moment it ends. A new engine's first scrape, taken at once,
+// begins no epoch: a request sent before it stays dispatched through it.
 func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 	f := newFakeEngine(t)
 	f.set(2, 0, 0.1) // our early request and another client's
@@ -75,11 +76,15 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 		}
 		resumed = append(resumed, time.Now()) // read by the test only while the poller waits in the hook
 	}
+	// Sent before the engine's poller runs: a request routed to an engine
+	// just added.
+	e := r.Ensure(f.dial())
+	early := e.Reserve()
+	early.Sent()
 	r.Apply([]EngineConfig{{Dial: f.dial(), MaxInflight: 4}}, o)
-	e, _ := r.Get(f.dial())
 	// mark waits for the poller's next mark, which must come after exactly
-	// that many scrapes, each started at least lead after the hook of the
-	// mark before it returned.
+	// that many scrapes: the first at once, each later one started at least
+	// lead after the hook of the mark before it returned.
 	mark := func(scrapes int) {
 		t.Helper()
 		select {
@@ -92,7 +97,10 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 			if !ok {
 				t.Fatalf("mark before scrape %d", i+1)
 			}
-			if gap := at.Sub(resumed[i]); gap < lead {
+			if i == 0 {
+				continue
+			}
+			if gap := at.Sub(resumed[i-1]); gap < lead {
 				t.Fatalf("scrape %d started %v after its epoch began, want at least %v", i+1, gap, lead)
 			}
 		}
@@ -101,20 +109,34 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 		}
 	}
 
-	mark(0) // the first scrape's epoch began
-	early := e.Reserve()
-	early.Sent()
-	resume <- struct{}{}
 	mark(1) // the first scrape is recorded; the second's epoch began
+	checkLoad(t, "after the first scrape", e, 1, 0, 1)
 	late := e.Reserve()
 	late.Sent()
 	resume <- struct{}{}
 	mark(2) // the second scrape is recorded
-	checkLoad(t, "after the scrape", e, 1, 0, 1)
+	checkLoad(t, "after the second scrape", e, 1, 0, 1)
 	early.Done()
 	checkLoad(t, "early request done", e, 1, 1, 2)
 	late.Done()
 	checkLoad(t, "late request done", e, 0, 1, 3)
+
+	// A scrape overdue after a slow one also starts lead after its mark:
+	// the third scrape is held past the interval.
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate = gate
+	f.mu.Unlock()
+	resume <- struct{}{}
+	eventually(t, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
+	<-time.After(o.PollInterval * 3 / 2)
+	f.mu.Lock()
+	f.gate = nil
+	f.mu.Unlock()
+	close(gate)
+	mark(3) // the fourth scrape, overdue, has its epoch
+	resume <- struct{}{}
+	mark(4)
 }
 
 // TestMarkLead: a scrape's epoch begins gaugeLag before it, or a quarter of
