@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
 )
 
 // Target is where the load generator sends requests.
@@ -134,7 +136,7 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 		}
 		for ti, turn := range s.Turns {
 			if ti > 0 && s.Think > 0 {
-				if !sleepCtx(ctx, time.Duration(s.Think/cfg.TimeScale*float64(time.Second))) {
+				if !ctxsleep.Sleep(ctx, time.Duration(s.Think/cfg.TimeScale*float64(time.Second))) {
 					return
 				}
 			}
@@ -165,7 +167,7 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 		at := arrivals(len(sessions), cfg)
 	arrive:
 		for i := range sessions {
-			if !sleepCtx(ctx, time.Until(start.Add(at[i]))) {
+			if !ctxsleep.Sleep(ctx, time.Until(start.Add(at[i]))) {
 				break
 			}
 			select {
@@ -233,20 +235,6 @@ func arrivals(n int, cfg LoadConfig) []time.Duration {
 		}
 	}
 	return out
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 type chatMsg struct {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
 )
 
 // maxRetainedBuf caps the per-poller buffers kept between scrapes, so one
@@ -89,7 +91,7 @@ func (e *Engine) pollLoop(ctx context.Context) {
 	for first := true; ; first = false {
 		if !first || !e.isNew() {
 			epoch = e.markEpoch()
-			if !sleepUntil(ctx, later(due, time.Now().Add(markLead(e.reg.options().PollInterval)))) {
+			if !ctxsleep.Sleep(ctx, time.Until(later(due, time.Now().Add(markLead(e.reg.options().PollInterval))))) {
 				return
 			}
 		}
@@ -144,22 +146,6 @@ func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, 
 		case <-t.C:
 			return due, true
 		}
-	}
-}
-
-// sleepUntil sleeps until t; false when ctx is done first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	wait := time.Until(t)
-	if wait <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }
 

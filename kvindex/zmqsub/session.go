@@ -198,15 +198,3 @@ func probe(ctx context.Context, addr string, dialTimeout, probeTimeout time.Dura
 	}
 	return nil
 }
-
-// sleepCtx waits d or until ctx ends; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

@@ -29,6 +29,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
 )
 
 // Defaults for zero Config fields.
@@ -262,7 +264,7 @@ func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 		} else {
 			s.log.Debug("zmq subscription retry failed", zap.Error(err), zap.Int("failures", failures))
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !ctxsleep.Sleep(ctx, backoff) {
 			break
 		}
 		backoff = min(2*backoff, s.cfg.BackoffMax)
