@@ -149,12 +149,6 @@ func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, 
 	}
 }
 
-// pollOnce runs one scrape and records its result, its epoch beginning as
-// it starts.
-func (e *Engine) pollOnce(ctx context.Context, buf, scratch *[]byte) {
-	e.scrapeSince(ctx, e.markEpoch(), buf, scratch)
-}
-
 // scrapeSince runs one scrape and records its result; its gauges count the
 // reservations sent before startEpoch began.
 func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratch *[]byte) {

@@ -161,10 +161,10 @@ func TestScrapeSendsHeadersAndRedactsNothingSecret(t *testing.T) {
 }
 
 // pollOnceT runs one scrape on an engine of a registry that is not running,
-// so tests control scrape timing exactly.
+// so tests control scrape timing exactly; its epoch begins as it starts.
 func pollOnceT(e *Engine) {
 	var buf, scratch []byte
-	e.pollOnce(context.Background(), &buf, &scratch)
+	e.scrapeSince(context.Background(), e.markEpoch(), &buf, &scratch)
 }
 
 func TestLocalAccounting(t *testing.T) {
