@@ -157,20 +157,15 @@ func postFailingLoad(t *testing.T, cfg string) (int, []byte) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg))
-		req.Header.Set("Content-Type", "text/caddyfile")
-		res, err := client.Do(req)
-		if err != nil {
-			cancel()
-			if attempt < 3 && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
-				t.Logf("load attempt %d: %v; posting again", attempt, err)
-				continue
-			}
-			t.Fatal(err)
-		}
-		msg, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
-		res.Body.Close()
+		status, msg, err := postLoad(ctx, cfg)
 		cancel()
-		return res.StatusCode, msg
+		if err == nil {
+			return status, msg
+		}
+		if attempt < 3 && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
+			t.Logf("load attempt %d: %v; posting again", attempt, err)
+			continue
+		}
+		t.Fatal(err)
 	}
 }

@@ -313,6 +313,24 @@ func newTester(t testing.TB, cfg string) *caddytest.Tester {
 	return tester
 }
 
+// postLoad posts a Caddyfile to the admin API's /load and returns the
+// answer's status and body (its first 64 KiB). It takes no testing.TB:
+// callers decide whether a failure ends the test.
+func postLoad(ctx context.Context, cfg string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	return res.StatusCode, body, nil
+}
+
 // resetGateway loads a config without engines (idle_ttl 1ms) and waits until
 // the shared fleet has forgotten every engine, so a test leaves no engines,
 // pollers or subscriptions behind for the tests after it. It talks to the
@@ -320,21 +338,13 @@ func newTester(t testing.TB, cfg string) *caddytest.Tester {
 func resetGateway(t testing.TB) {
 	t.Helper()
 	cfg := gateway{appExtra: "\t\tidle_ttl 1ms\n", respond: "reset"}.caddyfile()
-	req, err := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(cfg))
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	req.Header.Set("Content-Type", "text/caddyfile")
-	res, err := client.Do(req)
+	status, body, err := postLoad(context.Background(), cfg)
 	if err != nil {
 		t.Errorf("reset load: %v", err)
 		return
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("reset load: %d %s", res.StatusCode, body)
+	if status != http.StatusOK {
+		t.Errorf("reset load: %d %s", status, body)
 		return
 	}
 	var all []fleet.EngineReport
@@ -781,12 +791,18 @@ func metricValue(t testing.TB, name string, labels ...string) float64 {
 	return sum
 }
 
-// getEngineReport fetches one engine's report from /llm/engines.
-func getEngineReport(t testing.TB, dial string) fleet.EngineReport {
+// getEngineReports fetches /llm/engines: every engine's report.
+func getEngineReports(t testing.TB) []fleet.EngineReport {
 	t.Helper()
 	var all []fleet.EngineReport
 	adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
-	for _, r := range all {
+	return all
+}
+
+// getEngineReport fetches one engine's report from /llm/engines.
+func getEngineReport(t testing.TB, dial string) fleet.EngineReport {
+	t.Helper()
+	for _, r := range getEngineReports(t) {
 		if r.Dial == dial {
 			return r
 		}
@@ -798,10 +814,8 @@ func getEngineReport(t testing.TB, dial string) fleet.EngineReport {
 // each engine's gauges, their freshness and the gateway's own accounting.
 func engineStates(t testing.TB) string {
 	t.Helper()
-	var all []fleet.EngineReport
-	adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
 	var b strings.Builder
-	for _, r := range all {
+	for _, r := range getEngineReports(t) {
 		fmt.Fprintf(&b, "[%s known %v stale %v running %v waiting %v failed polls %d (%s) inflight %d dispatched %d finished %d breaker %s] ",
 			r.Dial, r.Known, r.Stale, r.Running, r.Waiting, r.Failures, r.LastError, r.Inflight, r.Dispatched, r.Finished, r.Breaker)
 	}

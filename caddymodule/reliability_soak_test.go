@@ -400,17 +400,13 @@ func (s *soak) load(reload int) {
 		s.config(reload).load(t)
 		return
 	}
-	req, _ := http.NewRequest(http.MethodPost, "http://"+adminAddr+"/load", strings.NewReader(s.config(reload).caddyfile()))
-	req.Header.Set("Content-Type", "text/caddyfile")
-	res, err := client.Do(req)
+	status, body, err := postLoad(context.Background(), s.config(reload).caddyfile())
 	if err != nil {
 		t.Errorf("reload: %v", err)
 		return
 	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("reload: %d %s", res.StatusCode, body)
+	if status != http.StatusOK {
+		t.Errorf("reload: %d %s", status, body)
 	}
 }
 
