@@ -137,6 +137,9 @@ func TestTokenizerDriftFallsBack(t *testing.T) {
 // cannot be loaded fails the config load with an error naming the model,
 // and the running config keeps serving.
 func TestTokenizerBadDirectoryFailsTheConfig(t *testing.T) {
+	// The config the failed loads leave in place; it also starts the
+	// admin endpoint when this test runs alone.
+	gateway{respond: "x"}.load(t)
 	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), "missing")} {
 		cfg := gateway{appExtra: fmt.Sprintf("\t\ttokenizer sim-model %s\n", dir), respond: "x"}.caddyfile()
 		status, msg := postFailingLoad(t, cfg)
