@@ -30,11 +30,11 @@ import (
 // its gauges although it was sent before the scrape's epoch began (at
 // least markLead, 12.5ms at this test's 50ms interval, before the scrape),
 // which that scrape then counts neither as running nor as dispatched until
-// it ends (see upstreams' Reservation.Sent). On an idle machine the figure is +0; under
-// the whole suite's load on 2 cores it reached +2 once in CI (the bound
-// was +1 before). Without local accounting the burst overshoots to at least
-// twice the limit (it admits all 40 on an idle machine: the first scrape
-// after the burst is up to 500ms away).
+// it ends (see upstreams' Reservation.Sent). On an idle machine the figure
+// is +0; under the whole suite's load on 2 cores it reached +2 once in CI
+// (the bound was +1 before). Without local accounting the burst
+// overshoots to at least twice the limit (it admits all 40 on an idle
+// machine: the first scrape after the burst is up to 500ms away).
 func TestAdmissionSoftCapOvershoot(t *testing.T) {
 	const limit, burst = 4, 40
 	peak := map[string]int{}
