@@ -19,7 +19,8 @@
 //
 // While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
 // (comma-separated names and rate multiples), BENCH_TIMESCALE and
-// BENCH_FLEET_REQUESTS narrow a run, and BENCH_SOAK (a Go duration such
+// BENCH_FLEET_REQUESTS narrow a run, BENCH_OVERHEAD_BODIES picks the
+// overhead section's request shapes (small, 8k, 8k-doc), and BENCH_SOAK (a Go duration such
 // as 90s) shortens the soak; use them with -out so the committed report
 // is not touched.
 package main
@@ -56,7 +57,8 @@ type Env struct {
 	// RunDeadline bounds one load-generator run in wall time.
 	RunDeadline time.Duration
 	Command     string
-	// Profile takes a CPU profile of the llm gateway in the overhead runs.
+	// Profile takes CPU and allocation profiles of each gateway in the
+	// overhead runs.
 	Profile bool
 }
 

@@ -100,9 +100,15 @@ type OverheadStat struct {
 	CPUPerReq float64 `json:"cpu_us_per_request"`
 	RSS       int64   `json:"rss_bytes"`
 	PeakRSS   int64   `json:"peak_rss_bytes"`
-	// Profile is where the llm gateway's CPU went during one phase: the
-	// caddy-llmgw and encoding/json frames of `go tool pprof -top -cum`.
+	// Profile is where the gateway's CPU went during one phase: the
+	// caddy-llmgw and encoding/json frames of `go tool pprof -top -cum`
+	// (the report shows the llm gateways').
 	Profile []string `json:"profile,omitempty"`
+	// CPUParts is the same phase's CPU per request, cut into parts of
+	// the request path (cpuParts); plain Caddy has them too.
+	CPUParts []CPUPart `json:"cpu_parts,omitempty"`
+	// ProfiledRequests is how many requests that phase served.
+	ProfiledRequests int `json:"profiled_requests,omitempty"`
 }
 
 // OverheadResult is the section's output.
@@ -190,17 +196,23 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 						saveAllocs(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".allocs.pprof"))
 					}()
 				}
-				var prof chan []string
-				if round == 0 && t.gw != nil && t.name != "plain" && env.Profile {
-					prof = make(chan []string, 1)
+				// Plain Caddy is profiled too: the breakdown sets the
+				// gateways' parts beside its own.
+				var prof chan phaseProfile
+				if round == 0 && t.gw != nil && env.Profile {
+					prof = make(chan phaseProfile, 1)
 					go func() {
-						prof <- profileTop(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".pprof"))
+						prof <- profilePhase(ctx, t.gw, phase, filepath.Join(env.Out, "runs", "overhead", t.name+"-"+body.Name+".pprof"))
 					}()
 				}
 				h := hammer(ctx, client, urls, gen, p.Concurrency, phase)
 				a := acc[t.name]
 				if prof != nil {
-					a.profile = <-prof
+					pp := <-prof
+					a.profile = pp.top
+					if pp.cum != nil {
+						a.parts, a.profiled = breakdown(pp.cum, pp.total, len(h.lat)), len(h.lat)
+					}
 				}
 				if allocs != nil {
 					<-allocs
@@ -238,7 +250,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
 			}
 			st.Latency, st.SerialLatency = percentiles(a.lat), percentiles(a.serial)
-			st.Profile = a.profile
+			st.Profile, st.CPUParts, st.ProfiledRequests = a.profile, a.parts, a.profiled
 			log.Printf("overhead %-6s %-9s: %6.0f req/s, p50 %.2fms p99 %.2fms, 1 client p50 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
 				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.SerialLatency.P50*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
 			res.Stats = append(res.Stats, st)
@@ -308,12 +320,14 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 }
 
 type overheadAcc struct {
-	profile []string
-	lat     []float64
-	serial  []float64 // one client's latencies
-	errs    int
-	cpu     time.Duration
-	wall    time.Duration
+	profile  []string
+	parts    []CPUPart
+	profiled int // requests in the profiled phase
+	lat      []float64
+	serial   []float64 // one client's latencies
+	errs     int
+	cpu      time.Duration
+	wall     time.Duration
 }
 
 // beforeSuffix marks a target run on OverheadParams.Before's binary.
@@ -504,29 +518,40 @@ func saveAllocs(ctx context.Context, gw *Gateway, d time.Duration, path string) 
 	}
 }
 
-// profileTop records a CPU profile of the gateway for d through its admin
-// API and returns the lines of `go tool pprof -top -cum` that name this
-// module or encoding/json, or nothing when either step fails (the
-// profile is a diagnostic, not a result).
-func profileTop(ctx context.Context, gw *Gateway, d time.Duration, path string) []string {
+// phaseProfile is what one phase's CPU profile of a gateway shows.
+type phaseProfile struct {
+	top   []string           // the lines of `go tool pprof -top -cum` that name this module or encoding/json
+	cum   map[string]float64 // seconds, by function
+	total float64            // seconds
+}
+
+// profilePhase records a CPU profile of the gateway for d through its
+// admin API and reads it with `go tool pprof -top -cum`; a failed step
+// leaves the result empty (the profile is a diagnostic, not a result).
+func profilePhase(ctx context.Context, gw *Gateway, d time.Duration, path string) phaseProfile {
+	var pp phaseProfile
 	if err := saveProfile(ctx, gw, profileSpec{kind: "profile", over: d, path: path}); err != nil {
 		log.Printf("profiling the gateway: %v", err)
-		return nil
+		return pp
 	}
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path).Output()
+	// Every node, however small, so that each part of the breakdown
+	// finds its frames.
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=1000000", "-nodefraction=0", "-edgefraction=0", path).Output()
 	if err != nil {
 		log.Printf("go tool pprof: %v", err)
-		return nil
+		return pp
 	}
-	var lines []string
+	if pp.cum, pp.total, err = parsePprofTop(string(out)); err != nil {
+		log.Printf("reading the profile %s: %v", path, err)
+	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.Contains(l, "caddy-llmgw/") || strings.Contains(l, "encoding/json.Unmarshal") || strings.Contains(l, "encoding/json.Marshal") ||
 			strings.Contains(l, "Duration:") {
-			lines = append(lines, strings.TrimSpace(l))
+			pp.top = append(pp.top, strings.TrimSpace(l))
 		}
-		if len(lines) >= 24 {
+		if len(pp.top) >= 24 {
 			break
 		}
 	}
-	return lines
+	return pp
 }

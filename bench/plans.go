@@ -203,6 +203,7 @@ func overheadParams(quick bool) OverheadParams {
 		p.Tokenizer = v
 	}
 	p.Before = os.Getenv("BENCH_BEFORE_CADDY")
+	p.Bodies = keepNamed(p.Bodies, "BENCH_OVERHEAD_BODIES", func(b OverheadBody) string { return b.Name }) // development aid
 	if quick {
 		p.Phase, p.Rounds, p.Warmup, p.SerialPhase = 1, 1, 0.5, 0.5
 	}

@@ -717,6 +717,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, serial, cpu, rss, s.Errors)
 		}
 	}
+	renderCPUParts(b, o)
 	for _, body := range p.Bodies {
 		for _, t := range o.targets()[2:] {
 			if strings.HasSuffix(t, beforeSuffix) {
@@ -728,4 +729,33 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 		}
 	}
 	w("\nOn %s the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n", plural(sf.Machine.CPUs, "shared core"))
+}
+
+// renderCPUParts writes, for each body, the CPU per request of each
+// profiled Caddy (an earlier build's left out) by part of the request path.
+func renderCPUParts(b *strings.Builder, o *OverheadResult) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	for _, body := range o.Params.Bodies {
+		var cols []*OverheadStat
+		for _, t := range o.targets() {
+			if s := o.find(body.Name, t); s != nil && len(s.CPUParts) == len(cpuParts) && !strings.HasSuffix(t, beforeSuffix) {
+				cols = append(cols, s)
+			}
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		w("\nWhere the CPU of each Caddy went per %s request, in µs, during one phase (its CPU profile, sampled at 100 Hz: a part below about %.1f µs is within one sample of nothing; indented rows are within the row above):\n\n| part |", body.Name, 1e4/float64(max(1, cols[0].ProfiledRequests)))
+		for _, s := range cols {
+			w(" %s |", s.Target)
+		}
+		w("\n|---|%s\n", strings.Repeat("---:|", len(cols)))
+		for i, p := range cpuParts {
+			w("| %s |", strings.ReplaceAll(p.name, "  ", "&nbsp;&nbsp;"))
+			for _, s := range cols {
+				w(" %.1f |", s.CPUParts[i].PerReq)
+			}
+			w("\n")
+		}
+	}
 }
