@@ -304,7 +304,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			}
 		}
 		if len(parts) > 0 {
-			w("- **What it costs:** %s; where it goes is in section 4's profiles.\n", strings.Join(parts, "; "))
+			w("- **What it costs:** %s; where it goes is in section 4's breakdown by part and its profiles.\n", strings.Join(parts, "; "))
 		}
 	}
 	if s := l.soak; s != nil {
