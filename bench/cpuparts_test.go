@@ -1,7 +1,12 @@
 package main
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,11 +40,11 @@ func TestParsePprofTop(t *testing.T) {
 		t.Errorf("total = %v, want 4.42", total)
 	}
 	for f, want := range map[string]float64{
-		mod + "caddymodule.(*Admission).ServeHTTP": 2.09,
-		mod + "caddymodule.serveNext":              1.19,
-		mod + "caddymodule.(*Admission).prepare":   0.08,
-		mod + "caddymodule.enterGate":              0.09, // the inline mark dropped
-		"net/http.(*persistConn).writeLoop":        0.65,
+		modPath + "caddymodule.(*Admission).ServeHTTP": 2.09,
+		modPath + "caddymodule.serveNext":              1.19,
+		modPath + "caddymodule.(*Admission).prepare":   0.08,
+		modPath + "caddymodule.enterGate":              0.09, // the inline mark dropped
+		"net/http.(*persistConn).writeLoop":            0.65,
 	} {
 		if got := cum[f]; math.Abs(got-want) > 1e-9 {
 			t.Errorf("cum[%s] = %v, want %v", f, got, want)
@@ -118,5 +123,68 @@ func TestRenderCPUParts(t *testing.T) {
 	}
 	if strings.Contains(md, beforeSuffix) || strings.Contains(md, "direct") {
 		t.Errorf("breakdown shows a target it should leave out:\n%s", md)
+	}
+}
+
+// TestCPUPartsNameRealFunctions: every frame of this module that a part
+// names is a function declared in the module, so a rename cannot leave a
+// part silently at zero.
+func TestCPUPartsNameRealFunctions(t *testing.T) {
+	declared := map[string]bool{} // "pkg.Func" and "pkg.(*Recv).Method"
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	for _, p := range cpuParts {
+		for _, f := range append(slices.Clone(p.add), p.sub...) {
+			name, ok := strings.CutPrefix(f, modPath)
+			if !ok {
+				continue // the runtime's, net/http's and zmq4's frames
+			}
+			dir := name[:strings.Index(name, ".")] // the package's path in the module
+			if !seen[dir] {
+				seen[dir] = true
+				addDeclared(t, fset, filepath.Join("..", dir), declared)
+			}
+			if !declared[name] {
+				t.Errorf("part %q names %s, which the module does not declare", strings.TrimSpace(p.name), f)
+			}
+		}
+	}
+}
+
+// addDeclared records the functions and methods declared in the non-test
+// files of the package in dir, named as a profile names them.
+func addDeclared(t *testing.T, fset *token.FileSet, dir string, declared map[string]bool) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	pkg := strings.TrimPrefix(filepath.ToSlash(filepath.Clean(dir)), "../")
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			name := pkg + "." + fd.Name.Name
+			if fd.Recv != nil && len(fd.Recv.List) == 1 {
+				switch r := fd.Recv.List[0].Type.(type) {
+				case *ast.StarExpr:
+					if id, ok := r.X.(*ast.Ident); ok {
+						name = pkg + ".(*" + id.Name + ")." + fd.Name.Name
+					}
+				case *ast.Ident:
+					name = pkg + "." + r.Name + "." + fd.Name.Name
+				}
+			}
+			declared[name] = true
+		}
 	}
 }
