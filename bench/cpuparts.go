@@ -36,13 +36,21 @@ const modPath = "github.com/llmgw/caddy-llmgw/"
 // Indented names are within the row above them.
 var cpuParts = []cpuPart{
 	{name: "whole Caddy process"},
-	{name: "llm_admission, besides the proxying it wraps", add: []string{modPath + "caddymodule.(*Admission).ServeHTTP"}, sub: []string{modPath + "caddymodule.serveNext"}},
+	// The response observer's finish runs in the handler after the proxy
+	// returns; it has its own row.
+	{name: "llm_admission, besides the proxying it wraps and the response observer", add: []string{modPath + "caddymodule.(*Admission).ServeHTTP"},
+		sub: []string{modPath + "caddymodule.serveNext", modPath + "caddymodule.(*observingWriter).finish"}},
 	{name: "  body read and parsed", add: []string{modPath + "caddymodule.(*Admission).prepare"}},
 	{name: "  placement (tokens, block keys, index match)", add: []string{modPath + "caddymodule.(*Admission).place"}},
 	{name: "    local tokenizer (chat template and encoding)", add: []string{modPath + "localtok.(*Set).AppendTokenize"}},
 	{name: "      of which the chat template", add: []string{modPath + "chattemplate.(*Template).Render"}},
 	{name: "    /tokenize call (the gateway's side)", add: []string{modPath + "upstreams.(*Tokenizer).TokenizeDerived"}},
-	{name: "    block keys and index match", add: []string{modPath + "fleet.(*Fleet).prefixes"}},
+	// Block keys are hashed where the ids arrive (inside the /tokenize
+	// call, as its answer's derived keys, or beside the local tokenizer),
+	// else in the match: these two rows may overlap, and the first may
+	// lie within the /tokenize row.
+	{name: "    block keys, wherever hashed", add: []string{modPath + "fleet.(*keyKeep).blockKeys"}},
+	{name: "    index match (block keys too, when hashed there)", add: []string{modPath + "fleet.(*Fleet).prefixes"}},
 	{name: "  admission gate and reservation", add: []string{modPath + "caddymodule.enterGate"}},
 	{name: "lb_policy llm (choice, speculative entries, approximate tree)", add: []string{modPath + "caddymodule.(*Policy).Select"}},
 	// The observing writer's WriteHeader passes the status on to net/http,
@@ -76,8 +84,8 @@ func parsePprofTop(out string) (cum map[string]float64, total float64, err error
 			}
 			continue
 		}
-		m := pprofTopLine.FindStringSubmatch(l)
-		if m == nil || m[1] == "flat" {
+		m := pprofTopLine.FindStringSubmatch(l) // the column header has too few fields to match
+		if m == nil {
 			continue
 		}
 		s, err := pprofSeconds(m[2])

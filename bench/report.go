@@ -745,7 +745,7 @@ func renderCPUParts(b *strings.Builder, o *OverheadResult) {
 		if len(cols) == 0 {
 			continue
 		}
-		w("\nWhere the CPU of each Caddy went per %s request, in µs, during one phase (its CPU profile, sampled at 100 Hz: a part below about %.1f µs is within one sample of nothing; indented rows are within the row above):\n\n| part |", body.Name, 1e4/float64(max(1, cols[0].ProfiledRequests)))
+		w("\nWhere the CPU of each Caddy went per %s request, in µs, during one phase (its CPU profile, sampled at 100 Hz: a part below about %.1f µs is within one sample of nothing; indented rows are within the row above):\n\n| part |", body.Name, 1e4/float64(max(1, fewestProfiled(cols))))
 		for _, s := range cols {
 			w(" %s |", s.Target)
 		}
@@ -758,4 +758,14 @@ func renderCPUParts(b *strings.Builder, o *OverheadResult) {
 			w("\n")
 		}
 	}
+}
+
+// fewestProfiled is the smallest number of requests a column's profiled
+// phase served: there one sample weighs the most per request.
+func fewestProfiled(cols []*OverheadStat) int {
+	n := cols[0].ProfiledRequests
+	for _, s := range cols[1:] {
+		n = min(n, s.ProfiledRequests)
+	}
+	return n
 }
