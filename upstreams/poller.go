@@ -91,7 +91,7 @@ func (e *Engine) pollLoop(ctx context.Context) {
 	for first := true; ; first = false {
 		if !first || !e.isNew() {
 			epoch = e.markEpoch()
-			if !ctxsleep.Sleep(ctx, time.Until(later(due, time.Now().Add(markLead(e.reg.options().PollInterval))))) {
+			if !ctxsleep.Sleep(ctx, max(time.Until(due), markLead(e.reg.options().PollInterval))) {
 				return
 			}
 		}
@@ -115,14 +115,6 @@ func (e *Engine) isNew() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.epoch == 0
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // waitNext sleeps until markLead before the next poll is due and returns
