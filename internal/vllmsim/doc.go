@@ -56,4 +56,16 @@
 // on a simulated clock that advances by the simulated duration of each step
 // and stands still while the engine idles, so they report what the modelled
 // GPU would take, independent of TimeScale and of the host's own overheads.
+// vllm:inter_token_latency_seconds is on that clock too: at a TimeScale above
+// 1 it reads longer than the wall time between a stream's tokens.
+//
+// # Gauges
+//
+// vllm:num_requests_running and vllm:num_requests_waiting lag as vLLM's do:
+// vLLM sets them from the scheduler stats of its latest step, and a request
+// that arrives during a step joins the queue only before the next one. So a
+// request shows in the gauges once the step after its arrival has ended, and
+// leaves them when the step that finishes it ends. A gateway that counts a
+// request as visible as soon as it was sent would be wrong here as it would be
+// with vLLM. Stats (for tests) reports the live queues.
 package vllmsim

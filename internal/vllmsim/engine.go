@@ -93,6 +93,7 @@ type Stats struct {
 	EventsPublished    uint64  `json:"events_published"`
 	KVMessagesDropped  uint64  `json:"kv_messages_dropped"` // subscriber queues full (HWM)
 	Restarts           int     `json:"restarts"`
+	Steps              uint64  `json:"steps"` // scheduler steps completed since the last restart
 }
 
 // Engine is one simulated vLLM engine (one DP rank): an HTTP server, a
@@ -124,6 +125,13 @@ type Engine struct {
 	inStep   bool      // a step is being simulated
 	stepWall time.Time // wall time the current step started
 	stepEnd  float64   // simulated time the current step ends
+	// The gauges /metrics shows: vLLM renders them from the scheduler
+	// stats of its last step, so a request shows only once a step has
+	// run since it arrived (requests that arrive during a step are taken
+	// in before the next one). submitted numbers arrivals; stepSeq is
+	// submitted when the current or last step was planned.
+	submitted, stepSeq         uint64
+	shownRunning, shownWaiting int
 
 	restartMu sync.Mutex // serialises Restart and Close
 	closed    bool
@@ -349,6 +357,7 @@ func (e *Engine) Stats() Stats {
 		BatchesPublished:   e.ctr.batches,
 		EventsPublished:    e.ctr.events,
 		Restarts:           e.restarts,
+		Steps:              e.ctr.steps,
 	}
 }
 
@@ -397,6 +406,7 @@ func (e *Engine) Restart() error {
 	e.events = e.events[:0]
 	e.pool.reset()
 	e.ctr = newCounters()
+	e.shownRunning, e.shownWaiting = 0, 0
 	old := e.pub
 	e.pub = nil
 	e.mu.Unlock()
@@ -500,6 +510,8 @@ func (e *Engine) submit(r *simRequest) error {
 	default:
 	}
 	r.arrival = e.simNowLocked()
+	e.submitted++
+	r.seq = e.submitted
 	e.waiting = append(e.waiting, r)
 	e.mu.Unlock()
 	select {

@@ -42,7 +42,7 @@ func labelValue(s string) string {
 // vLLM's prometheus_client produces.
 func (e *Engine) metricsText() []byte {
 	e.mu.Lock()
-	running, waiting := len(e.running), len(e.waiting)
+	running, waiting := e.shownRunning, e.shownWaiting
 	usage := e.pool.usage()
 	c := e.ctr
 	var runningLoRAs, waitingLoRAs string
@@ -79,6 +79,7 @@ func (e *Engine) metricsText() []byte {
 		b.WriteString(name + "_sum{" + labels + "} " + pyFloat(h.sum) + "\n")
 	}
 	hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &c.ttft)
+	hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &c.itl)
 	hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", &c.prefillTime)
 
 	if len(e.cfg.LoRAModules) > 0 {

@@ -1,9 +1,13 @@
 package vllmsim
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,5 +87,94 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestInterTokenLatencyHistogram: inter_token_latency_seconds observes the
+// simulated time between a request's output tokens, once per token after
+// the first, with vLLM's buckets.
+func TestInterTokenLatencyHistogram(t *testing.T) {
+	const step = 20 * time.Millisecond
+	e := startEngine(t, Config{TimeScale: 50, DecodeStepTime: step})
+	c := newClient(t)
+	complete(t, c, e.URL()+"/v1/completions", map[string]any{"prompt": "one two three", "max_tokens": 10})
+	h := scrape(t, c, e)["vllm:inter_token_latency_seconds"]
+	if h.GetType() != dto.MetricType_HISTOGRAM || len(h.Metric) != 1 {
+		t.Fatalf("histogram: %v", h)
+	}
+	hg := h.Metric[0].Histogram
+	if len(hg.Bucket) != len(itlBuckets)+1 || hg.Bucket[0].GetUpperBound() != 0.01 {
+		t.Fatalf("buckets: %v", hg.Bucket)
+	}
+	// Nine tokens follow the first, each one decode step (simulated) later.
+	if n, sum := hg.GetSampleCount(), hg.GetSampleSum(); n != 9 || math.Abs(sum-9*step.Seconds()) > 1e-9 {
+		t.Fatalf("count %d sum %v, want 9 and %v", n, sum, 9*step.Seconds())
+	}
+}
+
+// TestGaugesLagOneStep: a request that arrives while a step runs shows in
+// num_requests_running/waiting only once the following step has ended, as
+// vLLM renders its gauges from the latest step's scheduler stats.
+func TestGaugesLagOneStep(t *testing.T) {
+	e := startEngine(t, Config{MaxNumSeqs: 4, DecodeStepTime: 50 * time.Millisecond})
+	c := newClient(t)
+	shown := func() float64 {
+		fams := scrape(t, c, e)
+		return gauge(t, fams, "vllm:num_requests_running") + gauge(t, fams, "vllm:num_requests_waiting")
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	// Background requests end with the test: their context is cancelled
+	// (the engine aborts them) and the test waits for them.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	post := func(maxTokens int) {
+		body := fmt.Sprintf(`{"prompt":"a b c","max_tokens":%d}`, maxTokens)
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := c.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	live := func() int { st := e.Stats(); return st.Running + st.Waiting }
+
+	post(200) // keeps the engine stepping for 10 s
+	waitFor("the first request in the gauges", func() bool { return shown() == 1 })
+	for try := 0; ; try++ {
+		if try == 5 {
+			t.Fatal("a step ended between every arrival and its scrape")
+		}
+		before := e.Stats().Steps
+		post(8)
+		waitFor("the second request to arrive", func() bool { return live() == 2 })
+		n := shown()
+		if e.Stats().Steps != before {
+			waitFor("the second request to end", func() bool { return live() == 1 })
+			continue // a step ended in between: no conclusion
+		}
+		if n != 1 {
+			t.Fatalf("gauges show %v requests right after the second arrived mid-step, want 1", n)
+		}
+		// The step that was running ends: the request joins the queue only
+		// before the next one.
+		waitFor("the step to end", func() bool { return e.Stats().Steps == before+1 })
+		if n, steps := shown(), e.Stats().Steps; steps == before+1 && n != 1 {
+			t.Fatalf("gauges show %v requests after the step it arrived in, want 1", n)
+		}
+		waitFor("the next step to end", func() bool { return e.Stats().Steps >= before+2 })
+		if n, steps := shown(), e.Stats().Steps; steps <= before+6 && n != 2 {
+			t.Fatalf("gauges show %v requests %d steps after it arrived, want 2", n, steps-before)
+		}
+		return
 	}
 }

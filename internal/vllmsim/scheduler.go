@@ -26,6 +26,8 @@ type simRequest struct {
 	arrival   float64          // simulated clock at submission, seconds
 	scheduled float64          // simulated clock when first scheduled (valid once admitted)
 	prefill   float64          // simulated seconds from first scheduling to first token (once out > 0)
+	lastTok   float64          // simulated clock at its latest output token (once out > 0)
+	seq       uint64           // arrival order (Engine.submitted)
 
 	// Scheduler state (Engine.mu).
 	blocks      []int32
@@ -69,8 +71,10 @@ type counters struct {
 	hits           uint64
 	preemptions    uint64
 	batches        uint64
+	steps          uint64
 	events         uint64
 	ttft           histogram
+	itl            histogram // inter_token_latency_seconds: simulated time between a request's output tokens
 	prefillTime    histogram // request_prefill_time_seconds, observed when a request finishes
 }
 
@@ -80,6 +84,9 @@ var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 
 // requestTimeBuckets are vLLM's buckets of the per-request phase histograms
 // (request_latency_buckets in vllm/v1/metrics/loggers.py), here
 // request_prefill_time_seconds.
+// itlBuckets are vLLM's inter_token_latency_seconds buckets.
+var itlBuckets = [...]float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+
 var requestTimeBuckets = [...]float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 
 // maxBuckets bounds every histogram's finite buckets. The counts are an
@@ -100,6 +107,7 @@ type histogram struct {
 var (
 	_ [maxBuckets - len(ttftBuckets)]struct{}
 	_ [maxBuckets - len(requestTimeBuckets)]struct{}
+	_ [maxBuckets - len(itlBuckets)]struct{}
 )
 
 func (h *histogram) observe(v float64) {
@@ -115,7 +123,7 @@ func (h *histogram) observe(v float64) {
 
 // newCounters returns zeroed counters with their histograms' buckets.
 func newCounters() counters {
-	return counters{ttft: histogram{bounds: ttftBuckets[:]}, prefillTime: histogram{bounds: requestTimeBuckets[:]}}
+	return counters{ttft: histogram{bounds: ttftBuckets[:]}, itl: histogram{bounds: itlBuckets[:]}, prefillTime: histogram{bounds: requestTimeBuckets[:]}}
 }
 
 // simNowLocked is the simulated clock: it advances by each step's simulated
@@ -159,7 +167,9 @@ func (e *Engine) run() {
 		dur, ok := e.scheduleLocked()
 		if !ok {
 			// Nothing could be scheduled (the queue head waits for blocks
-			// that only a finishing request frees): idle until woken.
+			// that only a finishing request frees): idle until woken. vLLM
+			// would still have run an empty step and rendered its stats.
+			e.showLocked()
 			e.mu.Unlock()
 			select {
 			case <-e.stop:
@@ -205,6 +215,7 @@ func (e *Engine) scheduleLocked() (time.Duration, bool) {
 	budget := cfg.MaxNumBatchedTokens
 	prefill := 0
 	e.step = e.step[:0]
+	e.stepSeq = e.submitted
 
 	// Drop aborted requests first so their blocks are reusable.
 	e.waiting = removeFunc(e.waiting, func(r *simRequest) bool {
@@ -368,6 +379,7 @@ func (e *Engine) freeLocked(r *simRequest) {
 func (e *Engine) completeLocked() {
 	now := time.Now()
 	e.simClock, e.inStep = e.stepEnd, false
+	e.ctr.steps++
 	finished := false
 	for _, r := range e.step {
 		if r.finished || r.aborted {
@@ -383,6 +395,10 @@ func (e *Engine) completeLocked() {
 		tok, _ := outputToken(r.seed, k)
 		r.tokens = append(r.tokens, tok)
 		r.out++
+		if k > 0 {
+			e.ctr.itl.observe(e.simClock - r.lastTok)
+		}
+		r.lastTok = e.simClock
 		if k == 0 {
 			r.firstTok = now
 			// vLLM counts a request's prompt tokens in the step that
@@ -407,7 +423,20 @@ func (e *Engine) completeLocked() {
 		e.running = removeFunc(e.running, func(r *simRequest) bool { return r.finished })
 	}
 	e.step = e.step[:0]
+	e.showLocked()
 	e.flushEventsLocked(now)
+}
+
+// showLocked renders the gauges as vLLM's stats after a step: the running
+// requests, and the waiting ones taken in before the step was planned.
+func (e *Engine) showLocked() {
+	waiting := 0
+	for _, r := range e.waiting {
+		if r.seq <= e.stepSeq {
+			waiting++
+		}
+	}
+	e.shownRunning, e.shownWaiting = len(e.running), waiting
 }
 
 // finishLocked marks a request finished and wakes its handler.
