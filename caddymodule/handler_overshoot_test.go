@@ -28,7 +28,8 @@ import (
 // the engine has not yet taken off its counts, beside the one admitted in
 // its place; and a request the engine has not registered when it renders
 // its gauges although it was sent before the scrape's epoch began (at
-// least markLead, 12.5ms at this test's 50ms interval, before the scrape),
+// least markLead before the scrape: two of the engine's 10ms steps plus
+// 5ms, capped at 12.5ms by this test's 50ms interval),
 // which that scrape then counts neither as running nor as dispatched until
 // it ends (see upstreams' Reservation.Sent). On an idle machine the figure
 // is +0; under the whole suite's load on 2 cores it reached +2 once in CI

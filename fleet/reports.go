@@ -37,11 +37,16 @@ type EngineReport struct {
 	// PrefillRate is the engine's prefill speed derived from its counters
 	// (uncached prompt tokens/s; 0 until known); Occupied how much longer
 	// a long prompt's prefill holds it (see ReservePlaced).
-	PrefillRate float64   `json:"prefill_rate"`
-	Occupied    float64   `json:"occupied_seconds"`
-	Drained     bool      `json:"drained"`
-	Breaker     string    `json:"breaker"`
-	KV          *KVReport `json:"kv"`
+	PrefillRate float64 `json:"prefill_rate"`
+	Occupied    float64 `json:"occupied_seconds"`
+	// StepSeconds is the engine's mean scheduler step from its inter-token
+	// latency (0 until known); ScrapeLeadSeconds how long before each
+	// scrape its accounting epoch begins (see upstreams.Load.ScrapeLead).
+	StepSeconds       float64   `json:"step_seconds"`
+	ScrapeLeadSeconds float64   `json:"scrape_lead_seconds"`
+	Drained           bool      `json:"drained"`
+	Breaker           string    `json:"breaker"`
+	KV                *KVReport `json:"kv"`
 	// Tokenizer is the local tokenizer of the model the engine's pool
 	// serves (the model last seen in its requests), with its checks
 	// against the engines; nil when that model is tokenized remotely.
@@ -103,6 +108,7 @@ func (f *Fleet) EngineReports() []EngineReport {
 			Inflight: l.Inflight, Dispatched: l.Dispatched, Finished: l.Finished, MaxInfl: l.MaxInflight,
 			DrainRate: l.DrainRate, Drained: f.IsDrained(e.Dial()),
 			PrefillRate: l.PrefillRate, Occupied: l.Occupied.Seconds(),
+			StepSeconds: l.StepTime.Seconds(), ScrapeLeadSeconds: l.ScrapeLead.Seconds(),
 			Breaker: b.State(e.Dial(), now),
 		}
 		if r.Pool == "" {

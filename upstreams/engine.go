@@ -59,6 +59,9 @@ type Engine struct {
 	occupied map[*Reservation]time.Time
 	// prefill derives PrefillRate from the scraped counters.
 	prefill prefillEstimator
+	// steps derives StepTime, and from it the scrape lead, from the
+	// scraped inter-token latency.
+	steps stepEstimator
 
 	// run is the poller/worker handle; guarded by reg.mu.
 	run *runHandle
@@ -153,6 +156,14 @@ type Load struct {
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
 	PrefillRate float64
+	// StepTime is the engine's mean scheduler step, derived from the
+	// deltas of vllm:inter_token_latency_seconds' _sum and _count between
+	// successful scrapes and smoothed over ~64 output tokens; 0 = unknown.
+	// ScrapeLead is how long before each scrape its epoch begins (two
+	// steps plus the API server's parsing, else 100 ms while the step is
+	// unknown; a quarter of poll_interval at most): requests sent within
+	// it count as dispatched until the scrape after. See markLead.
+	StepTime, ScrapeLead time.Duration
 	// Failures counts consecutive failed polls; LastError is the latest poll
 	// error ("" after a success).
 	Failures  int
@@ -194,6 +205,11 @@ func (e *Engine) Load() Load {
 		l.SinceDone = now.Sub(e.drainAt)
 	}
 	l.Occupied = e.occupiedLocked(now)
+	step, ok := e.steps.estimate()
+	if ok {
+		l.StepTime = step
+	}
+	l.ScrapeLead = markLead(e.reg.options().PollInterval, step, ok)
 	return l
 }
 

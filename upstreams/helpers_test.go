@@ -43,6 +43,9 @@ type fakeEngine struct {
 	arrived chan struct{}
 	// arrivals are when the /metrics requests arrived, in order.
 	arrivals []time.Time
+	// itlSecs and itlCount, when itlCount > 0, are served as the
+	// inter-token latency histogram's _sum and _count.
+	itlSecs, itlCount float64
 }
 
 func newFakeEngine(t *testing.T) *fakeEngine {
@@ -63,6 +66,13 @@ func (f *fakeEngine) set(running, waiting, kv float64) {
 }
 
 func (f *fakeEngine) setMode(m string) { f.mode.Store(m) }
+
+// setITL sets the inter-token latency histogram's totals.
+func (f *fakeEngine) setITL(secs, count float64) {
+	f.mu.Lock()
+	f.itlSecs, f.itlCount = secs, count
+	f.mu.Unlock()
+}
 
 // arrival returns when the i-th /metrics request (from 0) arrived; false
 // before it has.
@@ -91,6 +101,7 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	f.lastAuth = r.Header.Get("Authorization")
 	f.arrivals = append(f.arrivals, time.Now())
 	run, wait, kv := f.running, f.waiting, f.kv
+	itlSecs, itlCount := f.itlSecs, f.itlCount
 	gate, arrived := f.gate, f.arrived
 	f.mu.Unlock()
 	if arrived != nil {
@@ -127,6 +138,10 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} %g\n", wait)
 		fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} %g\n", kv)
 		fmt.Fprint(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"1000\"} 1.0\n")
+		if itlCount > 0 {
+			fmt.Fprintf(w, "# TYPE vllm:inter_token_latency_seconds histogram\nvllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"+Inf\"} %g\n", itlCount)
+			fmt.Fprintf(w, "vllm:inter_token_latency_seconds_count{engine=\"0\"} %g\nvllm:inter_token_latency_seconds_sum{engine=\"0\"} %g\n", itlCount, itlSecs)
+		}
 	}
 }
 

@@ -25,15 +25,20 @@ const (
 	metricPrefixHits    = "vllm:prefix_cache_hits_total"
 	metricPrefixHitsOld = "vllm:gpu_prefix_cache_hits_total" // removed by vLLM #29330
 	metricPrefillTime   = "vllm:request_prefill_time_seconds"
+
+	// The step time's histogram (optional: see stepCounters).
+	metricITL = "vllm:inter_token_latency_seconds"
 )
 
 // wantedFamilies are the names filterExposition keeps, as they appear on
 // HELP, TYPE and sample lines. Of the prefill-time histogram only _sum and
 // _count are kept (its HELP and TYPE lines carry the base name): its
-// buckets are most of its lines and we need none of them.
+// buckets are most of its lines and we need none of them. The same holds
+// for the inter-token latency histogram.
 var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, metricCacheConfig,
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
-	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count"}
+	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
+	metricITL, metricITL + "_sum", metricITL + "_count"}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
 var errMissingSeries = errors.New("missing series")
@@ -54,6 +59,12 @@ type gauges struct {
 	CachedTokens   float64 // vllm:prefix_cache_hits_total
 	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
 	HasPrefill     bool
+
+	// The inter-token latency histogram's _sum and _count, summed over all
+	// series, from which the step time is derived; meaningful only when
+	// HasStep.
+	ITLSeconds, ITLCount float64
+	HasStep              bool
 }
 
 // filterExposition copies into dst only the sample, HELP and TYPE lines of the
@@ -168,6 +179,8 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 		return g, fmt.Errorf("%w: %v", errMissingSeries, missing)
 	}
 	prefillCounters(fams, &g)
+	itl := histogramTotals(fams, metricITL)
+	g.ITLSeconds, g.ITLCount, g.HasStep = itl.sum, itl.count, itl.sumOK && itl.countOK
 	return g, nil
 }
 
@@ -190,11 +203,11 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 	if !ok {
 		return
 	}
-	secs, ok := prefillSeconds(fams)
-	if !ok {
+	secs := histogramTotals(fams, metricPrefillTime)
+	if !secs.sumOK {
 		return
 	}
-	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs, true
+	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs.sum, true
 }
 
 // optionalSum sums a family that may be absent or invalid; ok is false then.
@@ -203,27 +216,36 @@ func optionalSum(fam *dto.MetricFamily) (float64, bool) {
 	return sum, ok && err == nil && usableCounter(sum)
 }
 
-// prefillSeconds sums the prefill-time histogram's _sum over its series.
-// Without a TYPE line the _sum samples parse as an untyped family of their
-// own, which is read instead.
-func prefillSeconds(fams map[string]*dto.MetricFamily) (float64, bool) {
-	fam := fams[metricPrefillTime]
+// histogramTotals sums a histogram's _sum and _count over its series; each
+// is optional, and absent or unusable (NaN, ±Inf, negative, a series
+// without it) gives its ok false, never an error. Without a TYPE line the
+// _sum and _count samples parse as untyped families of their own, which are
+// read instead.
+func histogramTotals(fams map[string]*dto.MetricFamily, name string) (t histTotals) {
+	fam := fams[name]
 	if fam.GetType() != dto.MetricType_HISTOGRAM || len(fam.GetMetric()) == 0 {
-		return optionalSum(fams[metricPrefillTime+"_sum"])
+		t.sum, t.sumOK = optionalSum(fams[name+"_sum"])
+		t.count, t.countOK = optionalSum(fams[name+"_count"])
+		return t
 	}
-	var sum float64
+	t.sumOK, t.countOK = true, true
 	for _, m := range fam.GetMetric() {
 		h := m.GetHistogram()
-		if h == nil || h.SampleSum == nil {
-			return 0, false // a series without _sum: any total would be partial
-		}
-		v := h.GetSampleSum()
-		if !usableCounter(v) {
-			return 0, false
-		}
-		sum += v
+		// A series without one of them: any total of it would be partial.
+		t.sumOK = t.sumOK && h.SampleSum != nil
+		t.countOK = t.countOK && h.SampleCount != nil
+		t.sum += h.GetSampleSum()
+		t.count += float64(h.GetSampleCount())
 	}
-	return sum, usableCounter(sum)
+	t.sumOK = t.sumOK && usableCounter(t.sum)
+	t.countOK = t.countOK && usableCounter(t.count)
+	return t
+}
+
+// histTotals is what histogramTotals read.
+type histTotals struct {
+	sum, count     float64
+	sumOK, countOK bool
 }
 
 // sampleValue reads a gauge, untyped or counter sample and rejects

@@ -33,7 +33,8 @@ func TestParseGauges(t *testing.T) {
 			page: dp2,
 			want: gauges{Running: 37 + 41, Waiting: 3, KVUsageMax: 0.8125, BlockSize: 16, NumGPUBlocks: 27317 + 27301, Ranks: 2,
 				KVUsage:      (0.8125*27317 + 0.40625*27301) / (27317 + 27301),
-				PromptTokens: 5.1023e7 + 5.0887e7, CachedTokens: 3.1022e7 + 2.9871e7, PrefillSeconds: 2 * 5040.125, HasPrefill: true},
+				PromptTokens: 5.1023e7 + 5.0887e7, CachedTokens: 3.1022e7 + 2.9871e7, PrefillSeconds: 2 * 5040.125, HasPrefill: true,
+				ITLSeconds: 2 * 4161.125, ITLCount: 2 * 1387, HasStep: true},
 		},
 		{
 			name: "pre-DP vLLM: no engine label, legacy gpu_cache_usage_perc, no cache_config_info",
@@ -247,4 +248,40 @@ func FuzzParseGauges(f *testing.F) {
 			t.Fatalf("rate %v from %+v", r, g)
 		}
 	})
+}
+
+// TestParseStepCounters: the inter-token latency histogram's _sum and
+// _count are optional, both needed, summed over ranks; they never fail a
+// scrape.
+func TestParseStepCounters(t *testing.T) {
+	const hist = "# HELP vllm:inter_token_latency_seconds h\n# TYPE vllm:inter_token_latency_seconds histogram\n" +
+		"vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"0.01\"} 1\nvllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"+Inf\"} 40\n" +
+		"vllm:inter_token_latency_seconds_count{engine=\"0\"} 40\nvllm:inter_token_latency_seconds_sum{engine=\"0\"} 1.5\n" +
+		"vllm:inter_token_latency_seconds_count{engine=\"1\"} 10\nvllm:inter_token_latency_seconds_sum{engine=\"1\"} 0.5\n"
+	tests := []struct {
+		name       string
+		page       string
+		secs, n    float64
+		wantHasAny bool
+	}{
+		{"histogram, two ranks", hist, 2, 50, true},
+		{"absent", "", 0, 0, false},
+		{"untyped _sum and _count", "vllm:inter_token_latency_seconds_sum 3\nvllm:inter_token_latency_seconds_count 7\n", 3, 7, true},
+		{"untyped _sum only", "vllm:inter_token_latency_seconds_sum 3\n", 0, 0, false},
+		{"histogram without _sum", "# TYPE vllm:inter_token_latency_seconds histogram\nvllm:inter_token_latency_seconds_count 3\n", 0, 0, false},
+		{"NaN sum", "vllm:inter_token_latency_seconds_sum NaN\nvllm:inter_token_latency_seconds_count 7\n", 0, 0, false},
+		{"negative count", "vllm:inter_token_latency_seconds_sum 1\nvllm:inter_token_latency_seconds_count -7\n", 0, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var scratch []byte
+			got, err := parseGauges([]byte(prefillPage(tc.page)), &scratch)
+			if err != nil {
+				t.Fatalf("err = %v; the step counters must never fail a scrape", err)
+			}
+			if got.HasStep != tc.wantHasAny || (got.HasStep && (got.ITLSeconds != tc.secs || got.ITLCount != tc.n)) {
+				t.Fatalf("got secs=%v count=%v has=%v, want %v %v %v", got.ITLSeconds, got.ITLCount, got.HasStep, tc.secs, tc.n, tc.wantHasAny)
+			}
+		})
+	}
 }

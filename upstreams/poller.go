@@ -61,22 +61,48 @@ func (e *Engine) start(worker func(context.Context, *Engine)) *runHandle {
 	return h
 }
 
-// gaugeLag is how long an engine may take to show a request in its gauges
-// after the gateway hands it over: vLLM first parses and tokenizes the
-// prompt in its API server, and its gauges change only after the next
-// scheduler step. A scrape that starts within that time renders the engine
-// without the request, so the poller begins a scrape's epoch at least this
-// long before the scrape starts (a quarter of the interval at most:
-// markLead). A request handed over later stays counted as dispatched until
-// the next scrape, instead of counting as visible in gauges that miss it
-// and then, when it finishes, freeing a slot someone else holds. The price
-// is on the safe side: such a request may be counted twice, in the gauges
-// and as dispatched, for one more interval. Manual scrapes
-// ([Engine.StartScrape]) begin their epoch as they start.
-const gaugeLag = 100 * time.Millisecond
+// An engine shows a request in its gauges only some time after the
+// gateway hands it over: vLLM first parses and tokenizes the prompt in its
+// API server (apiLag), a request arriving during a scheduler step joins
+// the queue only before the next step, and the gauges change when that
+// step's stats reach the API server: up to two steps. A scrape that starts
+// within that time renders the engine without the request, so the poller
+// begins a scrape's epoch that long before the scrape starts (markLead). A
+// request handed over later stays counted as dispatched until the next
+// scrape, instead of counting as visible in gauges that miss it and then,
+// when it finishes, freeing a slot someone else holds. A lead longer than
+// the engine's lag costs slots: a request sent in the excess is counted
+// twice, in the gauges and as dispatched, for one more interval, which is
+// why the lead follows the engine's own step time (stepEstimator) rather
+// than a fixed bound. Manual scrapes ([Engine.StartScrape]) begin their
+// epoch as they start.
+const (
+	// apiLag is the API server's share: parsing and tokenizing.
+	apiLag = 5 * time.Millisecond
+	// gaugeLag is the lead while the step time is unknown (the engine
+	// exports no inter-token latency, or has produced no two tokens of a
+	// request since it was first scraped).
+	gaugeLag = 100 * time.Millisecond
+)
 
-// markLead is how long before a scrape its epoch begins, at the least.
-func markLead(interval time.Duration) time.Duration { return min(gaugeLag, interval/4) }
+// markLead is how long before a scrape its epoch begins, at the least: two
+// steps plus apiLag when the step time is known, else gaugeLag; a quarter
+// of the poll interval at most, so scrapes keep their cadence.
+func markLead(interval, step time.Duration, stepKnown bool) time.Duration {
+	lead := gaugeLag
+	if stepKnown {
+		lead = 2*step + apiLag
+	}
+	return min(lead, interval/4)
+}
+
+// lead is the engine's markLead at the current poll interval.
+func (e *Engine) lead() time.Duration {
+	e.mu.Lock()
+	step, ok := e.steps.estimate()
+	e.mu.Unlock()
+	return markLead(e.reg.options().PollInterval, step, ok)
+}
 
 // pollLoop scrapes (the startup self-check), then scrapes again every
 // PollInterval (+ up to 10% jitter) measured from the start of each scrape.
@@ -91,7 +117,7 @@ func (e *Engine) pollLoop(ctx context.Context) {
 	for first := true; ; first = false {
 		if !first || !e.isNew() {
 			epoch = e.markEpoch()
-			if !ctxsleep.Sleep(ctx, max(time.Until(due), markLead(e.reg.options().PollInterval))) {
+			if !ctxsleep.Sleep(ctx, max(time.Until(due), e.lead())) {
 				return
 			}
 		}
@@ -124,7 +150,7 @@ func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, 
 	for {
 		iv := e.reg.options().PollInterval
 		due = start.Add(iv + time.Duration(rand.Int64N(int64(iv)/10+1)))
-		wait := time.Until(due.Add(-markLead(iv)))
+		wait := time.Until(due.Add(-e.lead()))
 		if wait <= 0 {
 			return due, ctx.Err() == nil
 		}
@@ -232,6 +258,9 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		e.g = g
 		if g.HasPrefill {
 			restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+		}
+		if g.HasStep {
+			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount})
 		}
 		e.scraped = true
 		e.scrapedAt = e.reg.now()

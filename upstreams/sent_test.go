@@ -1,6 +1,7 @@
 package upstreams
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -59,7 +60,7 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 	f.set(2, 0, 0.1) // our early request and another client's
 	o := fastOpts()
 	o.PollInterval = 200 * time.Millisecond
-	lead := markLead(o.PollInterval)
+	lead := markLead(o.PollInterval, 0, false) // the fake engine exports no step time
 	r := NewRegistry(o)
 	defer r.Close()
 	marks, resume, stop := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -139,16 +140,69 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 	mark(4)
 }
 
-// TestMarkLead: a scrape's epoch begins gaugeLag before it, or a quarter of
-// the interval when that is shorter.
+// TestMarkLead: a scrape's epoch begins two engine steps plus apiLag before
+// it when the step time is known, else gaugeLag; never more than a
+// quarter of the interval.
 func TestMarkLead(t *testing.T) {
-	for _, tc := range []struct{ interval, want time.Duration }{
-		{2 * time.Second, 100 * time.Millisecond},
-		{400 * time.Millisecond, 100 * time.Millisecond},
-		{50 * time.Millisecond, 12500 * time.Microsecond},
+	for _, tc := range []struct {
+		interval, step time.Duration
+		known          bool
+		want           time.Duration
+	}{
+		{2 * time.Second, 0, false, 100 * time.Millisecond},
+		{400 * time.Millisecond, 0, false, 100 * time.Millisecond},
+		{50 * time.Millisecond, 0, false, 12500 * time.Microsecond},
+		{2 * time.Second, 20 * time.Millisecond, true, 45 * time.Millisecond},
+		{2 * time.Second, 0, true, 5 * time.Millisecond},
+		{2 * time.Second, 200 * time.Millisecond, true, 405 * time.Millisecond},
+		{400 * time.Millisecond, 200 * time.Millisecond, true, 100 * time.Millisecond},
 	} {
-		if got := markLead(tc.interval); got != tc.want {
-			t.Errorf("markLead(%v) = %v, want %v", tc.interval, got, tc.want)
+		if got := markLead(tc.interval, tc.step, tc.known); got != tc.want {
+			t.Errorf("markLead(%v, %v, %v) = %v, want %v", tc.interval, tc.step, tc.known, got, tc.want)
 		}
+	}
+}
+
+// TestLeadFollowsStepTime: once the engine's inter-token latency gives its
+// step time, the poller begins each scrape's epoch two steps plus apiLag
+// before it (here longer than the default gaugeLag, so a poller still
+// using the default fails), and Load reports both. A timer never fires
+// early, so the lower bound cannot flake.
+func TestLeadFollowsStepTime(t *testing.T) {
+	f := newFakeEngine(t)
+	f.set(1, 0, 0.1)
+	f.setITL(5, 100)
+	o := fastOpts()
+	o.PollInterval = 1200 * time.Millisecond
+	r := NewRegistry(o)
+	defer r.Close()
+	var mu sync.Mutex
+	var marks []time.Time
+	r.onMark = func(string) {
+		mu.Lock()
+		marks = append(marks, time.Now())
+		mu.Unlock()
+	}
+	r.Apply([]EngineConfig{{Dial: f.dial()}}, o)
+	e, ok := r.Get(f.dial())
+	if !ok {
+		t.Fatal("engine not registered")
+	}
+	eventually(t, "the first scrape", func() bool { return e.Load().Known })
+	if l := e.Load(); l.StepTime != 0 || l.ScrapeLead != gaugeLag {
+		t.Fatalf("before a second scrape: step %v lead %v, want 0 and %v", l.StepTime, l.ScrapeLead, gaugeLag)
+	}
+	f.setITL(5+100*0.1, 200) // 100 gaps of 100 ms since the first scrape
+	eventually(t, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
+	const want = 2*100*time.Millisecond + apiLag
+	if l := e.Load(); l.StepTime != 100*time.Millisecond || l.ScrapeLead != want {
+		t.Fatalf("step %v lead %v, want 100ms and %v", l.StepTime, l.ScrapeLead, want)
+	}
+	at, _ := f.arrival(2)
+	mu.Lock()
+	mark := marks[1] // the first scrape, of a new engine, begins no epoch
+	mu.Unlock()
+	if gap := at.Sub(mark); gap < want {
+		t.Fatalf("third scrape started %v after its epoch began, want at least %v", gap, want)
 	}
 }

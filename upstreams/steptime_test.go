@@ -1,0 +1,40 @@
+package upstreams
+
+import (
+	"testing"
+	"time"
+)
+
+// TestStepEstimator: the step time is Δsum/Δcount of the inter-token
+// histogram between scrapes, smoothed by how many gaps a window holds; a
+// window without a gap stays open, and a counter going down (a restart)
+// starts over without a sample.
+func TestStepEstimator(t *testing.T) {
+	var s stepEstimator
+	want := func(what string, d time.Duration, ok bool) {
+		t.Helper()
+		got, gotOK := s.estimate()
+		if gotOK != ok || (ok && (got < d-time.Microsecond || got > d+time.Microsecond)) {
+			t.Fatalf("%s: estimate %v %v, want %v %v", what, got, gotOK, d, ok)
+		}
+	}
+	want("empty", 0, false)
+	s.observe(stepSample{secs: 10, count: 100})
+	want("first sample only sets the base", 0, false)
+	s.observe(stepSample{secs: 10, count: 100})
+	want("no new gaps", 0, false)
+	s.observe(stepSample{secs: 10.02, count: 100.5})
+	want("under one gap keeps the window open", 0, false)
+	s.observe(stepSample{secs: 10.04, count: 101})
+	want("first window", 40*time.Millisecond, true)
+	// A window of 1000 gaps replaces the estimate (weight 1-e^-15.6).
+	s.observe(stepSample{secs: 30.04, count: 1101})
+	want("large window", 20*time.Millisecond, true)
+	// One gap of 84 ms moves it 1-e^(-1/64) ≈ 1.55% of the way.
+	s.observe(stepSample{secs: 30.124, count: 1102})
+	want("small window", 20*time.Millisecond+time.Duration(0.0155035*64e6), true)
+	s.observe(stepSample{secs: 1, count: 10})
+	want("restart keeps the estimate", 20*time.Millisecond+time.Duration(0.0155035*64e6), true)
+	s.observe(stepSample{secs: 1.5, count: 10 + 1e6})
+	want("after a restart, from the new base", 500*time.Nanosecond, true)
+}
