@@ -125,6 +125,14 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 		t.Fatal("the in-flight request never finished")
 	}
 
+	// Until a scrape renders the holder without the long answer, its KV
+	// usage still counts the answer's blocks and costs it every cold
+	// request; the 30 below take less than a poll interval, so without
+	// this wait they could all go elsewhere (it failed 1 run in 6).
+	eventually(t, 15*time.Second, "a scrape of the holder after the long answer", func() bool {
+		r := getEngineReport(t, holder.Addr())
+		return r.Known && r.Running == 0 && r.KVUsage == 0
+	})
 	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder.Addr()+"/undrain", "", &dr); code != http.StatusOK || dr["drained"] != false {
 		t.Fatalf("undrain: %d %v", code, dr)
 	}
