@@ -125,6 +125,15 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 		t.Fatal("the in-flight request never finished")
 	}
 
+	// The long answer streamed one token per step: 20 ms simulated, 1 ms of
+	// wall time at TimeScale 20. The holder's step time is the gateway's
+	// wall-time measure of that stream, not the engine's histogram (which
+	// reads 20 ms), and the scrape lead is sized from it.
+	eventually(t, 15*time.Second, "the holder's step time", func() bool {
+		r := getEngineReport(t, holder.Addr())
+		return r.StepSeconds > 0 && r.StepSeconds < 0.01 && r.ScrapeLeadSeconds > 0 && r.ScrapeLeadSeconds <= 2*r.StepSeconds+0.005+1e-9
+	})
+
 	// Until a scrape renders the holder without the long answer, its KV
 	// usage still counts the answer's blocks and costs it every cold
 	// request; the 30 below take less than a poll interval, so without

@@ -310,6 +310,12 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 	var err error
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()
+	if ow.obs != nil {
+		// The stream's token gaps are the engine's step time as this
+		// gateway sees it, which sizes its scrape lead.
+		st := ow.obs.Stats()
+		p.res.Streamed(st.ITLSum, st.ITLCount)
+	}
 	if r.Context().Err() == nil { // a client that left says nothing about the engine
 		outcome := err
 		if ow.aborted {

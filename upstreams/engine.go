@@ -156,9 +156,11 @@ type Load struct {
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
 	PrefillRate float64
-	// StepTime is the engine's mean scheduler step, derived from the
-	// deltas of vllm:inter_token_latency_seconds' _sum and _count between
-	// successful scrapes and smoothed over ~64 output tokens; 0 = unknown.
+	// StepTime is the engine's mean scheduler step, smoothed over ~64
+	// output tokens: the gaps between tokens of the streams this gateway
+	// relayed from it ([Reservation.Streamed]), or, when it relayed none
+	// for 30 s, the deltas of the engine's vllm:inter_token_latency_seconds
+	// _sum and _count between successful scrapes; 0 = unknown.
 	// ScrapeLead is how long before each scrape its epoch begins (two
 	// steps plus the API server's parsing, else 100 ms while the step is
 	// unknown; a quarter of poll_interval at most): requests sent within

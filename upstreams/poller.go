@@ -260,7 +260,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 			restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
 		}
 		if g.HasStep {
-			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount})
+			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, e.reg.now())
 		}
 		e.scraped = true
 		e.scrapedAt = e.reg.now()
