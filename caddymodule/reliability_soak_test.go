@@ -65,6 +65,11 @@ type soakGauge struct {
 	// Held counts the goroutines by entry function (internal/goroutines),
 	// in the gauges before and after the load.
 	Held map[string]int `json:"held,omitempty"`
+	// StepMs and ScrapeLeadMs are each engine's step time and scrape lead
+	// as /llm/engines reports them, in milliseconds: what local
+	// accounting's lead cost the soak.
+	StepMs       []float64 `json:"step_ms,omitempty"`
+	ScrapeLeadMs []float64 `json:"scrape_lead_ms,omitempty"`
 }
 
 func pct(d []time.Duration, p float64) float64 {
@@ -124,6 +129,10 @@ func startSoakGateway(t *testing.T, bin, cfg string) *soakGateway {
 // soakGaugeNow reads the gateway's goroutines and RSS.
 func soakGaugeNow(t *testing.T, external bool, start time.Time) soakGauge {
 	g := soakGauge{At: time.Since(start).Round(time.Second).String()}
+	for _, r := range getEngineReports(t) {
+		g.StepMs = append(g.StepMs, r.StepSeconds*1000)
+		g.ScrapeLeadMs = append(g.ScrapeLeadMs, r.ScrapeLeadSeconds*1000)
+	}
 	if external {
 		g.Goroutines = metricValue(t, "go_goroutines")
 		g.RSSMiB = metricValue(t, "process_resident_memory_bytes") / (1 << 20)
