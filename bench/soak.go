@@ -150,6 +150,10 @@ type SoakGauge struct {
 	// Held counts goroutines by entry function, before and after the
 	// load (internal/goroutines).
 	Held map[string]int `json:"held,omitempty"`
+	// StepMs and ScrapeLeadMs are each engine's step time and local
+	// accounting's scrape lead from /llm/engines, in milliseconds.
+	StepMs       []float64 `json:"step_ms,omitempty"`
+	ScrapeLeadMs []float64 `json:"scrape_lead_ms,omitempty"`
 }
 
 // maxSoakJSON bounds the test's JSON: a 10-minute soak writes a few KiB.

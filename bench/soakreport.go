@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -240,6 +241,28 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 	first, last, lim := r.Gauges[0], r.Gauges[len(r.Gauges)-1], r.Setup.Limits
 	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, every scheduled fault happened, and after the load the gateway had %.0f goroutines and %.1f MiB RSS, within the bounds the test derived from its %.0f and %.1f MiB before the load (at most %.0f goroutines and %.1f MiB).\n\n",
 		last.Goroutines, last.RSSMiB, first.Goroutines, first.RSSMiB, lim.Goroutines, lim.RSSMiB)
+	if lead := soakLeadText(r); lead != "" {
+		w("%s\n\n", lead)
+	}
+}
+
+// soakLeadText states the scrape lead local accounting used under the
+// load (the gauges after the first and before the last), and the step
+// times it was sized from; "" when the gauges do not have them.
+func soakLeadText(r *SoakRun) string {
+	if len(r.Gauges) < 3 {
+		return ""
+	}
+	var leads, steps []float64
+	for _, g := range r.Gauges[1 : len(r.Gauges)-1] {
+		leads = append(leads, g.ScrapeLeadMs...)
+		steps = append(steps, g.StepMs...)
+	}
+	if len(leads) == 0 || len(steps) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("**Scrape lead.** Under the load, local accounting began each scrape's epoch %.1f–%.1f ms before the scrape (each engine at every gauge, from `/llm/engines`): two of the engine's steps, %.1f–%.1f ms as the gateway measured them, plus 5 ms.",
+		slices.Min(leads), slices.Max(leads), slices.Min(steps), slices.Max(steps))
 }
 
 // soakSetupText describes the soak that ran, from the setup the test
