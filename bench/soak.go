@@ -71,7 +71,11 @@ type SoakRun struct {
 	Outcomes   map[string]int `json:"outcomes"`
 	Minutes    []SoakMinute   `json:"minutes"`
 	Gauges     []SoakGauge    `json:"gauges"`
-	Events     []string       `json:"events"`
+	// Idle is the gauge taken once the gateway's idle keep-alive
+	// connections timed out after the load (full-length soaks of a Caddy
+	// binary only); nil when not taken.
+	Idle   *SoakGauge `json:"idle,omitempty"`
+	Events []string   `json:"events"`
 }
 
 // SoakSetup is the configuration the test ran with, as it wrote it

@@ -298,6 +298,7 @@ const soakJSON = `{
     {"at": "2m0s", "goroutines": 418, "rss_mib": 73.5},
     {"at": "2m36s", "goroutines": 64, "rss_mib": 55}
   ],
+  "idle": {"at": "4m40s", "goroutines": 62, "rss_mib": 54, "held": {"main.main": 1, "net/http.(*persistConn).readLoop": 1}},
   "events": ["45s restart 127.0.0.1:1", "1m30s restart 127.0.0.1:2", "1m40s streams cut on 127.0.0.1:3 for 10s", "2m0s reload", "2m15s restart 127.0.0.1:3"]
 }`
 
@@ -345,6 +346,7 @@ func TestSoakReport(t *testing.T) {
 		"Faults: an engine restarts every 45 s (3 restarts), one engine cuts its streams after 5 tokens for 10 s every 100 s (1 episode), and the config is reloaded every 2 minutes (1 reload); goroutines and RSS are read every 30 s.",
 		"from the last gauge taken in the minute, one every 30 s)",
 		"after the load the gateway had 64 goroutines and 55.0 MiB RSS, within the bounds the test derived from its 60 and 40.5 MiB before the load (at most 220 goroutines and 190.5 MiB)",
+		"**Once idle.** After the load, the soak waited for the gateway's idle keep-alive connections to time out (at most 2m30s): at 4m40s it had 62 goroutines, +2 from the 60 before the load (the bound: ±5).",
 		"**Scrape lead.** Under the load, local accounting began each scrape's epoch 13.0–17.5 ms before the scrape (each engine at every gauge, from `/llm/engines`): two of the engine's steps, 4.0–6.2 ms as the gateway measured them, plus 5 ms.",
 	} {
 		if !strings.Contains(md, want) {
@@ -357,6 +359,8 @@ func TestSoakReport(t *testing.T) {
 
 	// A -quick soak's report states its own, scaled, configuration.
 	quick, err := readSoakRun(strings.NewReader(strings.NewReplacer(
+		// A short soak takes no idle gauge.
+		`  "idle": {"at": "4m40s", "goroutines": 62, "rss_mib": 54, "held": {"main.main": 1, "net/http.(*persistConn).readLoop": 1}},`+"\n", "",
 		`"engines": 4`, `"engines": 3`, `"max_inflight": 8`, `"max_inflight": 20`,
 		`"restart_every_ns": 45000000000`, `"restart_every_ns": 6000000000`, `"cut_every_ns": 100000000000`, `"cut_every_ns": 13333000000`,
 		`"cut_for_ns": 10000000000`, `"cut_for_ns": 1333000000`, `"reload_every_ns": 120000000000`, `"reload_every_ns": 16000000000`,
