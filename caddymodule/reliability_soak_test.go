@@ -362,7 +362,9 @@ type soak struct {
 // request ends in a way no fault explains (a truncated stream, a transport
 // error), if a scheduled fault did not happen, or if after the load the
 // gateway's goroutines or RSS are beyond soakLimits of their pre-load
-// values.
+// values. A full-length soak of a Caddy binary also waits for the idle
+// keep-alive connections to time out and fails if the goroutines are then
+// not within soakIdleSlack of their pre-load count (idleGauge).
 //
 // It is opt-in because it is long; `go test ./bench` (TestSoakSmoke) runs
 // a 20 s soak through it against the built gateway.
