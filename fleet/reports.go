@@ -39,9 +39,9 @@ type EngineReport struct {
 	// a long prompt's prefill holds it (see ReservePlaced).
 	PrefillRate float64 `json:"prefill_rate"`
 	Occupied    float64 `json:"occupied_seconds"`
-	// StepSeconds is the engine's mean scheduler step from its inter-token
-	// latency (0 until known); ScrapeLeadSeconds how long before each
-	// scrape its accounting epoch begins (see upstreams.Load.ScrapeLead).
+	// StepSeconds is the engine's mean scheduler step (0 until known;
+	// see upstreams.Load.StepTime); ScrapeLeadSeconds how long before
+	// each scrape its accounting epoch begins (upstreams.Load.ScrapeLead).
 	StepSeconds       float64   `json:"step_seconds"`
 	ScrapeLeadSeconds float64   `json:"scrape_lead_seconds"`
 	Drained           bool      `json:"drained"`

@@ -207,11 +207,10 @@ func (e *Engine) Load() Load {
 		l.SinceDone = now.Sub(e.drainAt)
 	}
 	l.Occupied = e.occupiedLocked(now)
-	step, ok := e.steps.estimate()
-	if ok {
+	if step, ok := e.steps.estimate(); ok {
 		l.StepTime = step
 	}
-	l.ScrapeLead = markLead(e.reg.options().PollInterval, step, ok)
+	l.ScrapeLead = e.leadLocked()
 	return l
 }
 

@@ -26,7 +26,7 @@ const (
 	metricPrefixHitsOld = "vllm:gpu_prefix_cache_hits_total" // removed by vLLM #29330
 	metricPrefillTime   = "vllm:request_prefill_time_seconds"
 
-	// The step time's histogram (optional: see stepCounters).
+	// The step time's histogram (optional: see histogramTotals).
 	metricITL = "vllm:inter_token_latency_seconds"
 )
 

@@ -99,8 +99,13 @@ func markLead(interval, step time.Duration, stepKnown bool) time.Duration {
 // lead is the engine's markLead at the current poll interval.
 func (e *Engine) lead() time.Duration {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leadLocked()
+}
+
+// leadLocked is lead with e.mu held.
+func (e *Engine) leadLocked() time.Duration {
 	step, ok := e.steps.estimate()
-	e.mu.Unlock()
 	return markLead(e.reg.options().PollInterval, step, ok)
 }
 

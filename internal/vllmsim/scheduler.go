@@ -81,12 +81,12 @@ type counters struct {
 // ttftBuckets are vLLM's time_to_first_token_seconds buckets.
 var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 
-// requestTimeBuckets are vLLM's buckets of the per-request phase histograms
-// (request_latency_buckets in vllm/v1/metrics/loggers.py), here
-// request_prefill_time_seconds.
 // itlBuckets are vLLM's inter_token_latency_seconds buckets.
 var itlBuckets = [...]float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 
+// requestTimeBuckets are vLLM's buckets of the per-request phase histograms
+// (request_latency_buckets in vllm/v1/metrics/loggers.py), here
+// request_prefill_time_seconds.
 var requestTimeBuckets = [...]float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 
 // maxBuckets bounds every histogram's finite buckets. The counts are an
