@@ -112,6 +112,11 @@ type SoakSchedule struct {
 type SoakLimits struct {
 	Goroutines float64 `json:"max_goroutines"`
 	RSSMiB     float64 `json:"max_rss_mib"`
+	// IdleSlack and IdleWait bound the idle gauge (SoakRun.Idle): the
+	// goroutines it may differ from the count before the load by, and
+	// the longest wait for idle connections to time out.
+	IdleSlack float64       `json:"idle_goroutine_slack"`
+	IdleWait  time.Duration `json:"idle_wait_ns"`
 }
 
 // check refuses a setup the report cannot describe.

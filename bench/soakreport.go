@@ -242,21 +242,13 @@ func renderSoak(b *strings.Builder, s *SoakResult, f SectionFile, plotsRel strin
 	w("The test passed: every request ended in one of the outcomes the faults explain, at least 80%% were served, every scheduled fault happened, and after the load the gateway had %.0f goroutines and %.1f MiB RSS, within the bounds the test derived from its %.0f and %.1f MiB before the load (at most %.0f goroutines and %.1f MiB).\n\n",
 		last.Goroutines, last.RSSMiB, first.Goroutines, first.RSSMiB, lim.Goroutines, lim.RSSMiB)
 	if g := r.Idle; g != nil {
-		base := r.Gauges[0]
-		w("**Once idle.** After the load, the soak waited for the gateway's idle keep-alive connections to time out (at most %s): at %s it had %.0f goroutines, %+.0f from the %.0f before the load (the bound: ±%d). %s\n\n",
-			soakIdleWait, g.At, g.Goroutines, g.Goroutines-base.Goroutines, base.Goroutines, soakIdleSlack, heldFinding(base.Held, g.Held))
+		w("**Once idle.** After the load, the soak waited for the gateway's idle keep-alive connections to time out (at most %s): at %s it had %.0f goroutines, %+.0f from the %.0f before the load (the bound: ±%.0f). %s\n\n",
+			lim.IdleWait, g.At, g.Goroutines, g.Goroutines-first.Goroutines, first.Goroutines, lim.IdleSlack, heldFinding(first.Held, g.Held))
 	}
 	if lead := soakLeadText(r); lead != "" {
 		w("%s\n\n", lead)
 	}
 }
-
-// soakIdleWait and soakIdleSlack are the soak test's bounds of its idle
-// gauge (caddymodule's constants of the same names), for the report.
-const (
-	soakIdleWait  = "2m30s"
-	soakIdleSlack = 5
-)
 
 // soakLeadText states the scrape lead local accounting used under the
 // load (the gauges after the first and before the last), and the step

@@ -282,7 +282,7 @@ const soakJSON = `{
     "queue_size": 512, "heartbeat_ns": 2000000000, "poll_interval_ns": 500000000, "lb_retries": 2,
     "workers": 48, "conversations": 8, "cut_after_tokens": 5,
     "schedule": {"restart_every_ns": 45000000000, "cut_every_ns": 100000000000, "cut_for_ns": 10000000000, "reload_every_ns": 120000000000, "gauge_every_ns": 30000000000},
-    "limits": {"max_goroutines": 220, "max_rss_mib": 190.5}},
+    "limits": {"max_goroutines": 220, "max_rss_mib": 190.5, "idle_goroutine_slack": 5, "idle_wait_ns": 150000000000}},
   "requests": 1000,
   "outcomes": {"ok": 930, "client_left": 40, "sse_error_event": 20, "http_502": 6, "shutdown": 4},
   "minutes": [

@@ -602,6 +602,10 @@ const (
 type soakLimits struct {
 	Goroutines float64 `json:"max_goroutines"`
 	RSSMiB     float64 `json:"max_rss_mib"`
+	// IdleSlack and IdleWait bound the idle gauge (idleGauge), so that
+	// the bench's report states the bounds the test applied.
+	IdleSlack float64       `json:"idle_goroutine_slack"`
+	IdleWait  time.Duration `json:"idle_wait_ns"`
 }
 
 // soakLimitsFor derives the limits from the gauge taken before the load.
@@ -617,6 +621,8 @@ func soakLimitsFor(base soakGauge, c soakSetup, external bool) soakLimits {
 	return soakLimits{
 		Goroutines: base.Goroutines + float64(idle*perConn+soakGoroutineSlack),
 		RSSMiB:     base.RSSMiB + soakRSSGrowthMiB,
+		IdleSlack:  soakIdleSlack,
+		IdleWait:   soakIdleWait,
 	}
 }
 
