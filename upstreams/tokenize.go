@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/h1client"
 	"github.com/llmgw/caddy-llmgw/internal/sighting"
 )
 
@@ -39,7 +41,9 @@ type TokenizerOptions struct {
 	// [DefaultMaxTokenizeTokens].
 	MaxTokens int
 	// Client makes the calls; default a dedicated client whose idle
-	// connections [Tokenizer.Close] closes.
+	// connections [Tokenizer.Close] closes: for http:// engines, calls
+	// made on the caller's goroutine (internal/h1client); for https://
+	// ones, a net/http Transport of its own.
 	Client *http.Client
 }
 
@@ -257,6 +261,7 @@ type call struct {
 type Tokenizer struct {
 	o         TokenizerOptions
 	client    *http.Client
+	h1        *h1client.Client // the default client's calls to http:// engines; nil with Options.Client
 	ownClient bool
 	closed    atomic.Bool // Close was called: calls close their connection when done
 	sem       chan struct{}
@@ -316,34 +321,50 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 		t.seen = sighting.NewSeen(maxSeenRequests)
 	}
 	if t.client == nil {
-		// Each idle keep-alive connection holds two goroutines (the
-		// transport's read and write loops) until IdleConnTimeout or
-		// Close: after a burst of concurrent calls the process keeps two
-		// goroutines per connection the burst opened (32 for the 16
-		// connections of 16 callers in a test; back to the baseline on
-		// Close). That, with the proxy's own idle connections to the
-		// engines, is what a gauge taken seconds after a load sees above
-		// its baseline.
-		//
-		// Every connection also holds a tokenizeWriteBuffer (with its
-		// read buffer and goroutines, some 84 KiB), so idle connections
-		// are capped in all, not only per engine. Calls go to the least
-		// busy engine, so they spread over the fleet: on the overhead
-		// bench's 4 engines 75 connections stayed idle, and on 64 engines
-		// up to 32 each (2048, 170 MiB) could have. The cap, twice the
-		// calls that can be in flight at once, leaves room for a call to
-		// find a connection to whichever engine it picks.
 		t.ownClient = true
-		t.client = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        2 * o.MaxConcurrent,
-			MaxIdleConnsPerHost: min(o.MaxConcurrent, 32),
-			IdleConnTimeout:     90 * time.Second,
-			WriteBufferSize:     tokenizeWriteBuffer,
-		}}
+		t.h1, t.client = newTokenizeClients(o)
 	}
 	return t
+}
+
+// newTokenizeClients are the default clients of a Tokenizer with options
+// o: one for http:// engines, one for https:// ones.
+//
+// Calls to http:// engines, all of them in practice, are made on the
+// caller's goroutine (internal/h1client): net/http's Transport handed each
+// call between the caller and the two goroutines of its connection, some
+// 20 µs of CPU per call. Its idle connections hold no goroutine, only a
+// socket and a 4 KiB read buffer; they are bounded as the Transport's are.
+//
+// In the Transport, serving https:// engines, each idle keep-alive
+// connection holds two goroutines (its read and write loops) until
+// IdleConnTimeout or Close, and a tokenizeWriteBuffer (with its read
+// buffer and goroutines, some 84 KiB), so idle connections are capped in
+// all, not only per engine. Calls go to the least busy engine, so they
+// spread over the fleet: on the overhead bench's 4 engines 75 connections
+// stayed idle, and on 64 engines up to 32 each (2048, 170 MiB) could have.
+// The cap, twice the calls that can be in flight at once, leaves room for
+// a call to find a connection to whichever engine it picks.
+func newTokenizeClients(o TokenizerOptions) (*h1client.Client, *http.Client) {
+	h1, err := h1client.New(h1client.Options{
+		DialTimeout:    3 * time.Second,
+		KeepAlive:      30 * time.Second,
+		IdleTimeout:    90 * time.Second,
+		MaxIdle:        2 * o.MaxConcurrent,
+		MaxIdlePerHost: min(o.MaxConcurrent, 32),
+		Header:         http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}},
+	})
+	if err != nil {
+		panic("upstreams: the tokenize client's fixed headers: " + err.Error()) // constants: a programming error
+	}
+	return h1, &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * o.MaxConcurrent,
+		MaxIdleConnsPerHost: min(o.MaxConcurrent, 32),
+		IdleConnTimeout:     90 * time.Second,
+		WriteBufferSize:     tokenizeWriteBuffer,
+	}}
 }
 
 // tokenizeWriteBuffer is the default client's write buffer per
@@ -362,6 +383,7 @@ func (t *Tokenizer) Close() {
 	if t.ownClient {
 		t.closed.Store(true)
 		t.client.CloseIdleConnections()
+		t.h1.Close()
 	}
 }
 
@@ -577,6 +599,23 @@ func (t *Tokenizer) evictLocked() {
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
+	if t.h1 != nil && h1client.Supports(url) {
+		// The call is over when Post returns: nothing reads the body
+		// after, so the caller may release it.
+		var toks []uint64
+		var aerr error // the answer's own error, already worded
+		err := t.h1.Post(ctx, url, h, body.b, func(r *h1client.Response) error {
+			toks, aerr = t.answer(r.StatusCode, r.ContentLength, r.Body)
+			return aerr
+		})
+		switch {
+		case aerr != nil:
+			return nil, aerr
+		case err != nil:
+			return nil, fmt.Errorf("tokenize: %w", err)
+		}
+		return toks, nil
+	}
 	req, err := body.request(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: request: %w", err)
@@ -596,23 +635,29 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
+	return t.answer(resp.StatusCode, resp.ContentLength, resp.Body)
+}
+
+// answer reads and decodes a /tokenize response: its status, declared
+// length (-1 when unknown) and body.
+func (t *Tokenizer) answer(status int, length int64, body io.Reader) ([]uint64, error) {
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("tokenize: HTTP %d: %s", status, bodySnippet(body))
 	}
 	bp := responseBufs.Get().(*[]byte)
 	buf := *bp
-	if n := resp.ContentLength; n > 0 && n <= t.o.MaxResponseBytes {
+	if length > 0 && length <= t.o.MaxResponseBytes {
 		// Room for the whole answer and the read that sees its end, so
 		// the buffer does not grow by copying; but no more than a pooled
 		// buffer may hold, as Content-Length is only the engine's word
 		// (one lying up to MaxResponseBytes would otherwise have it
 		// allocated in full before a byte came): larger answers grow as
 		// they arrive.
-		if want := min(n+bytes.MinRead, maxPooledResponse); int64(cap(buf)) < want {
+		if want := min(length+bytes.MinRead, maxPooledResponse); int64(cap(buf)) < want {
 			buf = make([]byte, 0, want)
 		}
 	}
-	raw, err := readLimited(resp.Body, t.o.MaxResponseBytes, buf)
+	raw, err := readLimited(body, t.o.MaxResponseBytes, buf)
 	var toks []uint64
 	if err != nil {
 		err = fmt.Errorf("tokenize: %w", err)

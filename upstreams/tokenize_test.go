@@ -546,21 +546,24 @@ func TestTokenizeFailures(t *testing.T) {
 		}, "too large"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeTokenizer(t)
-			f.respond = tc.respond
-			tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxResponseBytes: 1024})
-			defer tk.Close()
-			req := TokenizeRequest{Prompt: json.RawMessage(`"x"`)}
-			for range 2 { // errors are not cached
-				if _, _, err := tk.Tokenize(context.Background(), f.url(), nil, req); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+		for _, client := range tokenizeClients {
+			t.Run(tc.name+"/"+client.name, func(t *testing.T) {
+				f := newFakeTokenizer(t)
+				f.respond = tc.respond
+				tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxResponseBytes: 1024, Client: client.client()})
+				defer tk.Close()
+				req := TokenizeRequest{Prompt: json.RawMessage(`"x"`)}
+				for range 2 { // errors are not cached
+					_, _, err := tk.Tokenize(context.Background(), f.url(), nil, req)
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Count(err.Error(), "tokenize:") != 1 {
+						t.Fatalf("err = %v, want %q once prefixed", err, tc.wantErr)
+					}
 				}
-			}
-			if st := tk.Stats(); st.Errors != 2 || st.Entries != 0 || f.calls.Load() != 2 {
-				t.Fatalf("stats %+v calls %d", st, f.calls.Load())
-			}
-		})
+				if st := tk.Stats(); st.Errors != 2 || st.Entries != 0 || f.calls.Load() != 2 {
+					t.Fatalf("stats %+v calls %d", st, f.calls.Load())
+				}
+			})
+		}
 	}
 	t.Run("connection refused", func(t *testing.T) {
 		f := newFakeTokenizer(t)
@@ -573,21 +576,36 @@ func TestTokenizeFailures(t *testing.T) {
 	})
 }
 
+// tokenizeClients are the two ways a Tokenizer calls: its default client
+// (internal/h1client for http:// engines) and a caller's net/http Client
+// (TokenizerOptions.Client; also the default's for https:// engines).
+var tokenizeClients = []struct {
+	name   string
+	client func() *http.Client
+}{
+	{"default", func() *http.Client { return nil }},
+	{"net-http", func() *http.Client { return &http.Client{Transport: &http.Transport{}} }},
+}
+
 func TestTokenizeTimeout(t *testing.T) {
-	f := newFakeTokenizer(t)
-	f.gate = make(chan struct{}) // never opened: the server hangs
-	tk := NewTokenizer(TokenizerOptions{Timeout: 100 * time.Millisecond})
-	defer tk.Close()
-	start := time.Now()
-	_, _, err := tk.Tokenize(context.Background(), f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v", err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("timeout not enforced: %v", d)
-	}
-	if st := tk.Stats(); st.Errors != 1 || st.InFlight != 0 {
-		t.Fatalf("stats: %+v", st)
+	for _, client := range tokenizeClients {
+		t.Run(client.name, func(t *testing.T) {
+			f := newFakeTokenizer(t)
+			f.gate = make(chan struct{}) // never opened: the server hangs
+			tk := NewTokenizer(TokenizerOptions{Timeout: 100 * time.Millisecond, Client: client.client()})
+			defer tk.Close()
+			start := time.Now()
+			_, _, err := tk.Tokenize(context.Background(), f.url(), nil, TokenizeRequest{Prompt: json.RawMessage(`"x"`)})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("timeout not enforced: %v", d)
+			}
+			if st := tk.Stats(); st.Errors != 1 || st.InFlight != 0 {
+				t.Fatalf("stats: %+v", st)
+			}
+		})
 	}
 }
 
