@@ -157,10 +157,11 @@ func (w tokenizeWire) body() ([]byte, error) {
 }
 
 // sharedBody is body in a form the call can hand back when done: a pooled
-// buffer for a long verbatim body (tokenize_reqbody.go). The caller
-// releases it.
-func (w *tokenizeWire) sharedBody() (*sharedBody, error) {
-	if w.verbatim && w.bodySize() >= minPooledRequest {
+// buffer for a verbatim body that is long or goes out through the
+// synchronous client, which copies it into its own write buffer
+// (tokenize_reqbody.go). The caller releases it.
+func (w *tokenizeWire) sharedBody(synchronous bool) (*sharedBody, error) {
+	if w.verbatim && (synchronous || w.bodySize() >= minPooledRequest) {
 		return newSharedBody(w.appendBody), nil
 	}
 	if w.verbatim {
@@ -432,7 +433,7 @@ func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header
 		return nil, err
 	}
 	w := req.wire()
-	body, err := w.sharedBody()
+	body, err := w.sharedBody(t.synchronous(url))
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +522,7 @@ func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, 
 
 // lead performs the shared call for key and publishes its result.
 func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
-	if body, err := w.sharedBody(); err != nil {
+	if body, err := w.sharedBody(t.synchronous(url)); err != nil {
 		c.err = err
 		t.errs.Add(1)
 	} else {
@@ -599,7 +600,7 @@ func (t *Tokenizer) evictLocked() {
 func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
-	if t.h1 != nil && h1client.Supports(url) {
+	if t.synchronous(url) {
 		// The call is over when Post returns: nothing reads the body
 		// after, so the caller may release it.
 		var toks []uint64
@@ -636,6 +637,12 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *
 	}
 	defer resp.Body.Close()
 	return t.answer(resp.StatusCode, resp.ContentLength, resp.Body)
+}
+
+// synchronous reports whether a call to url is made by the h1client,
+// whose calls are over when they return.
+func (t *Tokenizer) synchronous(url string) bool {
+	return t.h1 != nil && h1client.Supports(url)
 }
 
 // answer reads and decodes a /tokenize response: its status, declared

@@ -20,11 +20,13 @@ import (
 // it through GetBody for a retry. So the buffer counts its users: the
 // caller that made it, and every reader handed out, until it is closed.
 
-// Only long bodies are pooled. A body the transport does not know to be
-// in memory (a *bytes.Reader, say) has the request's headers flushed on
-// their own before it, one more write and TCP segment per call, which
-// costs more than allocating a short body; a long body takes several
-// writes anyway, and its allocation is what costs.
+// Through net/http only long bodies are pooled. A body the transport does
+// not know to be in memory (a *bytes.Reader, say) has the request's
+// headers flushed on their own before it, one more write and TCP segment
+// per call, which costs more than allocating a short body; a long body
+// takes several writes anyway, and its allocation is what costs. The
+// synchronous client (internal/h1client) writes from the slice itself, so
+// every body it sends is pooled, and goes back when its call returns.
 const minPooledRequest = 64 << 10
 
 // requestBufs are the pooled body buffers.
