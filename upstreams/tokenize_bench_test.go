@@ -85,7 +85,8 @@ func BenchmarkTokenizeSend32KB(b *testing.B) {
 // on loopback: the default one (internal/h1client: the call made on the
 // caller's goroutine) and net/http's Transport (what a TokenizerOptions
 // Client gets, and what the default used before), for a small chat (31
-// ids in the answer) and an 8k one (32 KiB sent, 8192 ids back). Every
+// ids in the answer), an 8k one (32 KiB sent, 8192 ids back) and a 128k
+// one (512 KiB sent, 131072 ids back, chunked by the server). Every
 // call is new (the cache is off). cpu-µs/op is the process's CPU per
 // call, the test server's included (the same for both).
 func BenchmarkTokenizeClient(b *testing.B) {
@@ -93,7 +94,7 @@ func BenchmarkTokenizeClient(b *testing.B) {
 		name   string
 		prompt int // bytes of prompt text
 		ids    int
-	}{{"small", 120, 31}, {"8k", 32 << 10, 8192}} {
+	}{{"small", 120, 31}, {"8k", 32 << 10, 8192}, {"128k", 512 << 10, 131072}} {
 		toks := make([]int, size.ids)
 		for i := range toks {
 			toks[i] = 1000 + i*7%50000
