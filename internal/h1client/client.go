@@ -139,7 +139,7 @@ func (c *Client) Post(ctx context.Context, url string, h http.Header, body []byt
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		cn, reused, err := c.get(ctx, t)
+		cn, reused, err := c.get(ctx, t, attempt == 0)
 		if err != nil {
 			return err
 		}
@@ -206,10 +206,14 @@ func contextError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", cerr, err)
 }
 
-// get returns an idle connection to t's address, or dials one.
-func (c *Client) get(ctx context.Context, t *target) (cn *conn, reused bool, err error) {
-	if cn := c.takeIdle(t.addr); cn != nil {
-		return cn, true, nil
+// get returns an idle connection to t's address when idle is set and
+// there is one, or dials one. A repeated call dials: the idle connection
+// it failed on was not the only one the engine may have closed.
+func (c *Client) get(ctx context.Context, t *target, idle bool) (cn *conn, reused bool, err error) {
+	if idle {
+		if cn := c.takeIdle(t.addr); cn != nil {
+			return cn, true, nil
+		}
 	}
 	nc, err := c.dialer.DialContext(ctx, "tcp", t.addr)
 	if err != nil {

@@ -566,3 +566,95 @@ func TestPostLongBody(t *testing.T) {
 		t.Fatalf("%d dials", c.Dials())
 	}
 }
+
+// TestPostSkipsIdleConnectionsTheServerClosed: an engine closes idle
+// keep-alive connections itself (vLLM's uvicorn after 5 s). The next call
+// does not fail on them: they are found closed when taken, and a call
+// that failed on one anyway is made again on a new connection.
+func TestPostSkipsIdleConnectionsTheServerClosed(t *testing.T) {
+	var calls sync.WaitGroup
+	calls.Add(3)
+	gate := make(chan struct{})
+	srv := newConnServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-gate:
+		default:
+			calls.Done()
+			<-gate
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	c := newClient(t, Options{})
+	post := func() error {
+		return c.Post(context.Background(), srv.URL, nil, nil, func(r *Response) error {
+			_, err := io.Copy(io.Discard, r.Body)
+			return err
+		})
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := post(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	calls.Wait()
+	close(gate)
+	wg.Wait()
+	if c.Idle() != 3 {
+		t.Fatalf("%d idle connections, want 3", c.Idle())
+	}
+	srv.CloseClientConnections()
+	waitFor(t, "the server to close them", func() bool { return srv.closed.Load() == 3 })
+	if err := post(); err != nil {
+		t.Fatalf("call after the server closed every idle connection: %v", err)
+	}
+	if c.Dials() != 4 || c.Idle() != 1 {
+		t.Fatalf("%d dials, %d idle, want 4 and 1", c.Dials(), c.Idle())
+	}
+}
+
+// TestConnAlive: an open quiet connection is alive; one the peer closed,
+// or on which it sent bytes nobody asked for, is not.
+func TestConnAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (client, server net.Conn) {
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			s, _ := ln.Accept()
+			accepted <- s
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.Fatal("accept failed")
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	c, _ := pair()
+	if !connAlive(c) {
+		t.Fatal("an open connection reads as dead")
+	}
+	c, s := pair()
+	s.Close()
+	waitFor(t, "the close to be seen", func() bool { return !connAlive(c) })
+	c, s = pair()
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unasked byte to be seen", func() bool { return !connAlive(c) })
+	// The peek took nothing: the byte is still there to read.
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(c, b); err != nil || b[0] != 'x' {
+		t.Fatalf("read %q, %v", b, err)
+	}
+}

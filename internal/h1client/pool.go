@@ -30,32 +30,56 @@ func (cn *conn) watch(ctx context.Context) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(time.Unix(1, 0)) })
 }
 
-// takeIdle returns the most recently used idle connection to addr, nil
-// when there is none fresh enough.
+// takeIdle returns the most recently used idle connection to addr that
+// is still open, nil when there is none.
+//
+// An engine closes keep-alive connections of its own accord (vLLM's
+// uvicorn after 5 s idle), and no goroutine here watches the idle ones
+// for that, as net/http's do: each is checked when taken (alive), one
+// syscall, and one found closed is dropped rather than written to.
 func (c *Client) takeIdle(addr string) *conn {
+	for {
+		cn, fresh := c.popIdle(addr)
+		if cn == nil || (fresh && cn.alive()) {
+			return cn
+		}
+		_ = cn.nc.Close()
+	}
+}
+
+// popIdle takes the most recently used idle connection to addr; fresh is
+// false when it was idle for IdleTimeout, in which case all the older
+// ones, dropped here, were too.
+func (c *Client) popIdle(addr string) (cn *conn, fresh bool) {
 	c.mu.Lock()
 	cs := c.idle[addr]
 	if len(cs) == 0 {
 		c.mu.Unlock()
-		return nil
+		return nil, false
 	}
-	cn := cs[len(cs)-1]
+	cn = cs[len(cs)-1]
 	if time.Since(cn.idleAt) < c.o.IdleTimeout {
 		cs[len(cs)-1] = nil
 		c.idle[addr] = cs[:len(cs)-1]
 		c.nidle--
 		c.mu.Unlock()
-		return cn
+		return cn, true
 	}
 	// The most recent is too old, so are all the others (the sweep's
 	// timer has not fired yet).
 	delete(c.idle, addr)
 	c.nidle -= len(cs)
 	c.mu.Unlock()
-	for _, cn := range cs {
-		_ = cn.nc.Close()
+	for _, old := range cs[:len(cs)-1] {
+		_ = old.nc.Close()
 	}
-	return nil
+	return cn, false
+}
+
+// alive reports whether an idle connection can still carry a call: the
+// peer has neither closed it nor sent anything unasked.
+func (cn *conn) alive() bool {
+	return cn.br.Buffered() == 0 && connAlive(cn.nc)
 }
 
 // put returns cn to the pool, or closes it when the pool is full or the
