@@ -107,10 +107,10 @@ func New(o Options) (*Client, error) {
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = 64 << 10
 	}
-	fixed, err := appendHeader(nil, o.Header)
-	if err != nil {
+	if err := checkHeader(o.Header); err != nil {
 		return nil, err
 	}
+	fixed := appendHeader(nil, o.Header)
 	return &Client{
 		o:      o,
 		dialer: net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive},
@@ -134,8 +134,14 @@ func (c *Client) Dials() uint64 { return c.dials.Load() }
 // (the engine closed it while it was idle) is made once more on a new
 // connection: callers use Post for requests that are safe to repeat.
 func (c *Client) Post(ctx context.Context, url string, h http.Header, body []byte, read func(*Response) error) error {
+	if err := ctx.Err(); err != nil {
+		return err // a pooled connection would be spoiled for nothing
+	}
 	t, err := c.targets.get(url)
 	if err != nil {
+		return err
+	}
+	if err := checkHeader(h); err != nil {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
@@ -241,11 +247,7 @@ func (cn *conn) writeRequest(t *target, fixed []byte, h http.Header, body []byte
 	w = append(append(w, t.host...), "\r\nUser-Agent: caddy-llmgw\r\nContent-Length: "...)
 	w = append(strconv.AppendInt(w, int64(len(body)), 10), "\r\n"...)
 	w = append(w, fixed...)
-	w, err := appendHeader(w, h)
-	if err != nil {
-		return err
-	}
-	w = append(w, "\r\n"...)
+	w = append(appendHeader(w, h), "\r\n"...)
 	if len(w)+len(body) <= maxPooledWrite {
 		w = append(w, body...)
 		body = nil
@@ -254,7 +256,7 @@ func (cn *conn) writeRequest(t *target, fixed []byte, h http.Header, body []byte
 	if _, err := cn.nc.Write(w); err != nil || len(body) == 0 {
 		return err
 	}
-	_, err = cn.nc.Write(body)
+	_, err := cn.nc.Write(body)
 	return err
 }
 
@@ -266,25 +268,35 @@ var writeBufs = sync.Pool{New: func() any { return new([]byte) }}
 // some 15k tokens with its headers.
 const maxPooledWrite = 64 << 10
 
-// appendHeader appends h's fields, refusing names and values that are not
-// valid HTTP (a value with a line break would start a header of its own).
-// Fields this client frames the message with are left out.
-func appendHeader(dst []byte, h http.Header) ([]byte, error) {
+// checkHeader refuses header names and values that are not valid HTTP
+// (a value with a line break would start a header of its own), before a
+// connection is taken for the call.
+func checkHeader(h http.Header) error {
+	for k, vs := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("invalid header name %q", k)
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid value for header %q", k)
+			}
+		}
+	}
+	return nil
+}
+
+// appendHeader appends h's fields, checked by checkHeader, but for those
+// this client frames the message with.
+func appendHeader(dst []byte, h http.Header) []byte {
 	for k, vs := range h {
 		if framing[http.CanonicalHeaderKey(k)] {
 			continue
 		}
-		if !httpguts.ValidHeaderFieldName(k) {
-			return dst, fmt.Errorf("invalid header name %q", k)
-		}
 		for _, v := range vs {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return dst, fmt.Errorf("invalid value for header %q", k)
-			}
 			dst = append(append(append(append(dst, k...), ": "...), v...), "\r\n"...)
 		}
 	}
-	return dst, nil
+	return dst
 }
 
 // framing are the header fields the client writes itself or must not send.

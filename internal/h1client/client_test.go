@@ -401,6 +401,10 @@ func TestPostDeadlineAndCancel(t *testing.T) {
 	if c.Idle() != 0 {
 		t.Fatal("an interrupted connection went back to the pool")
 	}
+	dials := c.Dials()
+	if err := c.Post(ctx, srv.URL, nil, nil, discard); !errors.Is(err, context.Canceled) || c.Dials() != dials {
+		t.Fatalf("a call with its context already done: %v, %d dials", err, c.Dials()-dials)
+	}
 }
 
 // TestPostBodyNotReadToTheEnd: a callback that leaves part of the body
@@ -441,8 +445,8 @@ func TestPostRefusesInvalidHeaders(t *testing.T) {
 			t.Fatalf("header %q accepted", h)
 		}
 	}
-	if n := s.requests.Load(); n != 0 {
-		t.Fatalf("server got %d requests", n)
+	if n := s.accepted.Load(); n != 0 || c.Dials() != 0 {
+		t.Fatalf("%d connections dialed, %d accepted, for calls refused before", c.Dials(), n)
 	}
 	if _, err := New(Options{Header: http.Header{"X-A": {"a\nb"}}}); err == nil {
 		t.Fatal("New accepted an invalid header")
