@@ -352,7 +352,7 @@ func heldFinding(before, after map[string]int) string {
 	for i, c := range changes {
 		parts[i] = fmt.Sprintf("%+d `%s`", c.N, c.Fn)
 	}
-	return fmt.Sprintf("By entry function (a goroutine dump before and after), the difference is %+d goroutines of open HTTP connections (idle keep-alive connections to the engines, kept up to 2 minutes by Caddy's transport and 90 s by `/tokenize`'s, each a read and a write loop) and %+d others: %s.", conns, others, strings.Join(parts, ", "))
+	return fmt.Sprintf("By entry function (a goroutine dump before and after), the difference is %+d goroutines of open HTTP connections (idle keep-alive connections to the engines, kept up to 2 minutes by Caddy's transport, each a read and a write loop; the `/tokenize` client's hold none) and %+d others: %s.", conns, others, strings.Join(parts, ", "))
 }
 
 // plotSoak draws TTFT p50 and p99 per minute, and the gateway's RSS at
