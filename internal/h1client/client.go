@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +122,7 @@ func New(o Options) (*Client, error) {
 
 // Supports reports whether Post can call url: an absolute http:// URL.
 func Supports(url string) bool {
-	return len(url) > len("http://") && url[:len("http://")] == "http://"
+	return len(url) > len("http://") && strings.HasPrefix(url, "http://")
 }
 
 // Dials is how many connections the client has opened.
