@@ -20,11 +20,7 @@ import (
 // still in use after a GC once the loop is over: the full cache, at the
 // default bounds (run with -benchtime of a few thousand x to fill it).
 func BenchmarkTokenizeMiss8k(b *testing.B) {
-	toks := make([]int, 8192)
-	for i := range toks {
-		toks[i] = 1000 + i*7%50000
-	}
-	resp, _ := json.Marshal(map[string]any{"count": len(toks), "max_model_len": 32768, "tokens": toks})
+	resp := tokenizeAnswer(8192)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resp)
 	}))
@@ -67,14 +63,13 @@ func BenchmarkTokenizeSend32KB(b *testing.B) {
 	tk := NewTokenizer(TokenizerOptions{})
 	defer tk.Close()
 	ctx := context.Background()
-	head := strconv.Quote(strings.Repeat("a few words of the prompt ", 32<<10/26))
-	head = head[:len(head)-1] // the request's number goes before the quote
+	head := promptHead(32 << 10)
 	prompt := make([]byte, 0, len(head)+32)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		i++
-		prompt = append(strconv.AppendInt(append(prompt[:0], head...), int64(i), 10), '"')
+		prompt = numbered(prompt, head, i)
 		if _, _, err := tk.Tokenize(ctx, srv.URL, nil, TokenizeRequest{Prompt: prompt, Verbatim: true}); err != nil {
 			b.Fatal(err)
 		}
@@ -95,18 +90,13 @@ func BenchmarkTokenizeClient(b *testing.B) {
 		prompt int // bytes of prompt text
 		ids    int
 	}{{"small", 120, 31}, {"8k", 32 << 10, 8192}, {"128k", 512 << 10, 131072}} {
-		toks := make([]int, size.ids)
-		for i := range toks {
-			toks[i] = 1000 + i*7%50000
-		}
-		resp, _ := json.Marshal(map[string]any{"count": len(toks), "max_model_len": 32768, "tokens": toks})
+		resp := tokenizeAnswer(size.ids)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(resp)
 		}))
-		head := strconv.Quote(strings.Repeat("a few words of the prompt ", size.prompt/26+1)[:size.prompt])
-		head = head[:len(head)-1]
+		head := promptHead(size.prompt)
 		for _, client := range []string{"h1client", "transport"} {
 			b.Run(size.name+"/"+client, func(b *testing.B) {
 				o := TokenizerOptions{CacheEntries: -1}
@@ -121,7 +111,7 @@ func BenchmarkTokenizeClient(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					i++
-					prompt = append(strconv.AppendInt(append(prompt[:0], head...), int64(i), 10), '"')
+					prompt = numbered(prompt, head, i)
 					if _, _, err := tk.Tokenize(context.Background(), srv.URL, nil, TokenizeRequest{Prompt: prompt, Verbatim: true}); err != nil {
 						b.Fatal(err)
 					}
@@ -140,4 +130,27 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// tokenizeAnswer is a /tokenize answer of n ids, as vLLM writes it.
+func tokenizeAnswer(n int) []byte {
+	toks := make([]int, n)
+	for i := range toks {
+		toks[i] = 1000 + i*7%50000
+	}
+	resp, _ := json.Marshal(map[string]any{"count": len(toks), "max_model_len": 32768, "tokens": toks})
+	return resp
+}
+
+// promptHead is a JSON string of about n bytes of prompt text without its
+// closing quote: numbered ends it with a request's own number.
+func promptHead(n int) string {
+	head := strconv.Quote(strings.Repeat("a few words of the prompt ", n/26+1)[:n])
+	return head[:len(head)-1]
+}
+
+// numbered writes head, i and the closing quote into buf: a prompt no
+// earlier request sent.
+func numbered(buf []byte, head string, i int) []byte {
+	return append(strconv.AppendInt(append(buf[:0], head...), int64(i), 10), '"')
 }
