@@ -72,7 +72,8 @@ const (
 	phaseFrames
 )
 
-// guardConn wraps a TCP connection handed to zmq4. It parses the inbound
+// guardConn wraps a TCP connection handed to zmq4 or read by a subConn
+// (connect mode); below, "zmq4" stands for either reader. It parses the inbound
 // ZMTP stream and only releases bytes it has validated: the greeting and the
 // peer's READY command are checked whole (zmq4 panics on malformed metadata),
 // and every frame header is checked before zmq4 reads it, so zmq4 never

@@ -1,18 +1,25 @@
 // Package zmqsub subscribes to vLLM KV-cache events over ZeroMQ and fetches
 // missed batches from vLLM's replay socket.
 //
-// It uses github.com/go-zeromq/zmq4 v0.17.0 but contains that library's
-// measured sharp edges: it re-dials itself with backoff (zmq4 never
-// reconnects after a publisher restart), probes for a ZMTP greeting before
-// dialling (zmq4's Dial hangs on non-ZMQ servers), recovers panics from
-// zmq4's handshake, reads through a single goroutine (Recv has no timeout),
-// always closes then drains (zmq4 leaks goroutines otherwise), and passes
-// every connection through a ZMTP frame guard (see GuardError) so that
-// oversized or malformed frames are refused before zmq4 allocates for them.
+// In connect mode (the gateway dials each engine's publisher, the usual
+// setup) it speaks ZMTP 3.0 itself (subConn): greeting, READY,
+// subscription, frames, and PONGs to a publisher's heartbeat PINGs, read
+// on the subscriber's own goroutine.
 //
-// Engines must run with ZMTP heartbeats off (vLLM's default): zmq4 delivers
-// PING commands as messages and never answers them. The subscriber drops
-// them, but a publisher expecting PONGs would disconnect.
+// Bind mode and the replay DEALER use github.com/go-zeromq/zmq4 v0.17.0,
+// with that library's measured sharp edges contained: the subscriber
+// re-dials itself with backoff (zmq4 never reconnects after a publisher
+// restart), recovers panics from zmq4's handshake, reads through a single
+// goroutine (Recv has no timeout), and always closes then drains (zmq4
+// leaks goroutines otherwise). In bind mode zmq4 delivers PING commands as
+// messages and never answers them: the subscriber drops them, but a
+// publisher expecting PONGs would disconnect, so engines connecting to a
+// bound subscriber must run with ZMTP heartbeats off (vLLM's default).
+//
+// Either way a probe checks for a ZMTP greeting before a dial (zmq4's Dial
+// hangs on non-ZMQ servers), and every connection passes through a ZMTP
+// frame guard (see GuardError) that refuses oversized or malformed frames
+// before anything allocates for them.
 package zmqsub
 
 import (
@@ -22,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -299,43 +307,24 @@ func (s *Subscriber) endSession(h Handler, err error) {
 	h.Disconnected(err)
 }
 
-// connectSession probes, dials and serves one connection. It reports whether
-// a session began (Connected was called).
+// connectSession probes, dials and serves one connection, reading it on
+// this goroutine (see subConn). It reports whether a session began
+// (Connected was called).
 func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error) {
 	if err := probe(ctx, s.addr, s.cfg.DialTimeout, s.cfg.ProbeTimeout); err != nil {
 		return false, err
 	}
-	z, err := s.newSubSession()
+	c, err := dialSub(ctx, s.addr, s.cfg.Topic, s.limits(string(zmq4.Pub), string(zmq4.XPub)), s.cfg.DialTimeout)
 	if err != nil {
-		return false, err
-	}
-	if err := z.dial(ctx, transportName+"://"+s.addr, s.cfg.DialTimeout); err != nil {
-		z.close()
 		return false, fmt.Errorf("zmq dial %s: %w", s.addr, err)
 	}
-	z.startReader()
+	stop := context.AfterFunc(ctx, c.shutdown)
+	defer stop()
 	s.beginSession(h)
 	s.log.Info("zmq subscription connected")
 
-	idle := newIdleTimer(s.cfg.IdleTimeout)
-	defer idle.stop()
-	var endErr error
-	for endErr == nil {
-		select {
-		case <-ctx.Done():
-			endErr = ctx.Err()
-		case <-idle.c():
-			endErr = ErrIdle
-		case r := <-z.msgs:
-			if r.err != nil {
-				endErr = fmt.Errorf("zmq recv: %w", r.err)
-				break
-			}
-			idle.reset()
-			s.deliver(h, r.msg)
-		}
-	}
-	z.close()
+	endErr := s.serveConn(ctx, h, c)
+	c.shutdown()
 	if ctx.Err() == nil {
 		s.setError(endErr)
 		s.log.Warn("zmq subscription lost; reconnecting", zap.Error(endErr))
@@ -344,18 +333,49 @@ func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error
 	return true, endErr
 }
 
+// serveConn delivers c's messages to h until the connection fails, goes
+// idle for IdleTimeout, or ctx ends, and returns why.
+func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *subConn) error {
+	var m subMessage
+	for {
+		if s.cfg.IdleTimeout > 0 {
+			c.setIdle(s.cfg.IdleTimeout)
+		}
+		err := c.read(&m)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return ErrIdle
+		case err != nil:
+			return fmt.Errorf("zmq recv: %w", err)
+		}
+		if m.command {
+			if err := c.pong(m.frames[0]); err != nil {
+				return fmt.Errorf("zmq pong: %w", err)
+			}
+		}
+		s.deliverFrames(h, m.command, m.parts())
+	}
+}
+
 // deliver filters one zmq4 message and hands a well-formed batch to h.
 func (s *Subscriber) deliver(h Handler, m zmq4.Msg) {
-	// Commands (ZMTP PINGs) and anything not [topic, 8-byte seq, payload]
-	// are dropped; so is a topic the publisher should have filtered.
-	if m.Type == zmq4.CmdMsg || len(m.Frames) != 3 || len(m.Frames[1]) != 8 ||
-		!bytes.HasPrefix(m.Frames[0], []byte(s.cfg.Topic)) {
+	s.deliverFrames(h, m.Type == zmq4.CmdMsg, m.Frames)
+}
+
+// deliverFrames hands a well-formed batch to h. Commands (ZMTP PINGs) and
+// anything not [topic, 8-byte seq, payload] are dropped; so is a topic the
+// publisher should have filtered.
+func (s *Subscriber) deliverFrames(h Handler, command bool, frames [][]byte) {
+	if command || len(frames) != 3 || len(frames[1]) != 8 ||
+		!bytes.HasPrefix(frames[0], []byte(s.cfg.Topic)) {
 		s.dropped.Add(1)
 		return
 	}
 	s.messages.Add(1)
 	s.lastMessage.Store(time.Now().UnixNano())
-	h.Message(m.Frames[0], binary.BigEndian.Uint64(m.Frames[1]), m.Frames[2])
+	h.Message(frames[0], binary.BigEndian.Uint64(frames[1]), frames[2])
 }
 
 // bindSession binds the endpoint and serves publishers that connect, each
