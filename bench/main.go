@@ -20,7 +20,8 @@
 // While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
 // (comma-separated names and rate multiples), BENCH_TIMESCALE and
 // BENCH_FLEET_REQUESTS narrow a run, BENCH_OVERHEAD_BODIES picks the
-// overhead section's request shapes (small, 8k, 8k-doc), and BENCH_SOAK (a Go duration such
+// overhead section's request shapes (small, 8k, 8k-doc) and
+// BENCH_OVERHEAD_ROUNDS its rounds (default 3), and BENCH_SOAK (a Go duration such
 // as 90s) shortens the soak; use them with -out so the committed report
 // is not touched.
 package main

@@ -204,6 +204,10 @@ func overheadParams(quick bool) OverheadParams {
 	}
 	p.Before = os.Getenv("BENCH_BEFORE_CADDY")
 	p.Bodies = keepNamed(p.Bodies, "BENCH_OVERHEAD_BODIES", func(b OverheadBody) string { return b.Name }) // development aid
+	if v, err := strconv.Atoi(os.Getenv("BENCH_OVERHEAD_ROUNDS")); err == nil && v > 0 {
+		// More rounds for a before/after on a machine whose speed drifts.
+		p.Rounds = v
+	}
 	if quick {
 		p.Phase, p.Rounds, p.Warmup, p.SerialPhase = 1, 1, 0.5, 0.5
 	}

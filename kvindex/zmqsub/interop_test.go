@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -172,5 +173,27 @@ func TestReplayFailures(t *testing.T) {
 			}
 			t.Logf("error: %v", err)
 		})
+	}
+}
+
+// TestInteropLibzmqHeartbeats: a libzmq publisher with ZMTP heartbeats on
+// pings the subscriber and drops it after 3 intervals without a PONG. The
+// subscriber answers: after ten pings (over three timeouts) its first
+// session still stands and batches arrive. (zmq4, which served connect
+// mode before, never answered, and libzmq dropped it.)
+func TestInteropLibzmqHeartbeats(t *testing.T) {
+	peer := startPeer(t, "pub", "--xpub", "--heartbeat", "50", "--bind", "tcp://127.0.0.1:0")
+	r := startRun(t, Config{Endpoint: tcpEP(peer.port()), Topic: "kv@"})
+	r.rec.expect(t, "connected", 10*time.Second)
+	if got := peer.do("waitsub 10"); !strings.HasPrefix(got, "SUB ") {
+		t.Fatalf("publisher saw no subscription: %q", got)
+	}
+	waitFor(t, 10*time.Second, "ten pings", func() bool { return r.s.Stats().Dropped >= 10 })
+	if got := peer.do("pub 3 " + testTopic + " 100"); got != "OK 2" {
+		t.Fatalf("pub: %q", got)
+	}
+	checkBatches(t, r.rec, testTopic, 0, 3, 100)
+	if st := r.s.Stats(); st.Sessions != 1 || st.Reconnects != 0 || !st.Connected {
+		t.Fatalf("the publisher dropped the subscriber: %+v", st)
 	}
 }

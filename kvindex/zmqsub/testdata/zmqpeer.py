@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """libzmq peer for zmqsub's interop tests (Debian python3-zmq).
 
-  zmqpeer.py pub [--xpub] (--bind EP | --connect EP)
-      A PUB socket like vLLM's ZmqEventPublisher (SNDHWM 100000). Prints
+  zmqpeer.py pub [--xpub] [--heartbeat MS] (--bind EP | --connect EP)
+      A PUB socket like vLLM's ZmqEventPublisher (SNDHWM 100000); with
+      --heartbeat, ZMTP heartbeats every MS ms, a peer silent for 3 MS
+      dropped (vLLM leaves them off). Prints
       "PORT <n>" once bound (or "READY" once connecting), then obeys stdin:
         waitsub SECS          (--xpub) wait for a subscription: "SUB <hex>" / "TIMEOUT"
         pub N TOPIC SIZE      publish N batches [TOPIC, seq(8 BE), payload(seq,SIZE)]: "OK <last seq>"
@@ -48,6 +50,9 @@ def run_pub(args):
     sock = ctx.socket(zmq.XPUB if args.xpub else zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, 100000)
     sock.setsockopt(zmq.LINGER, 0)
+    if args.heartbeat:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, args.heartbeat)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * args.heartbeat)
     if args.bind:
         sock.bind(args.bind)
         say("PORT", port_of(sock))
@@ -145,6 +150,7 @@ def main():
     sub = p.add_subparsers(dest="mode", required=True)
     pp = sub.add_parser("pub")
     pp.add_argument("--xpub", action="store_true")
+    pp.add_argument("--heartbeat", type=int, default=0)
     g = pp.add_mutually_exclusive_group(required=True)
     g.add_argument("--bind")
     g.add_argument("--connect")
