@@ -59,7 +59,11 @@ var cpuParts = []cpuPart{
 	// the observing writer.
 	{name: "response observed (usage, metrics)", add: []string{modPath + "caddymodule.(*observingWriter).finish", modPath + "caddymodule.(*observingWriter).WriteHeader"},
 		sub: []string{"net/http.(*response).WriteHeader"}},
-	{name: "KV events received and applied", add: []string{modPath + "fleet.(*Fleet).kvWorker", "github.com/go-zeromq/zmq4.(*qreader).listen"}},
+	// Connect mode reads and applies on the engine's worker; bind mode's
+	// readers are goroutines of their own. go-zeromq/zmq4's reader is for
+	// a BENCH_BEFORE_CADDY built before the subscriber spoke ZMTP itself.
+	{name: "KV events received and applied", add: []string{modPath + "fleet.(*Fleet).kvWorker",
+		modPath + "kvindex/zmqsub.(*boundSession).servePeer", "github.com/go-zeromq/zmq4.(*qreader).listen"}},
 	{name: "engine /metrics scrapes", add: []string{modPath + "upstreams.(*Engine).pollLoop"}},
 	{name: "HTTP client connections' goroutines (upstreams, /tokenize)", add: []string{"net/http.(*persistConn).readLoop", "net/http.(*persistConn).writeLoop"}},
 	{name: "memory allocation (within the rows above)", add: []string{"runtime.mallocgc"}},

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/text/cases"
-	"golang.org/x/text/language"
 )
 
 // ZMTP 3.x wire constants (https://rfc.zeromq.org/spec/23/).
@@ -25,7 +23,7 @@ const (
 
 	// maxCommandSize bounds a ZMTP command (READY metadata, PING, ...). Real
 	// commands are a few hundred bytes; the bound keeps the READY body small
-	// enough to be validated in the read buffer before zmq4 sees it.
+	// enough to be validated in the read buffer before it is released.
 	maxCommandSize = 16 << 10
 	// maxFramesPerMessage bounds a multipart message. vLLM sends 3 frames;
 	// a few more are let through so the subscriber can count them as dropped.
@@ -38,7 +36,7 @@ const (
 )
 
 // GuardError reports a ZMTP stream the frame guard refused. It implements
-// net.Error (never a timeout) so zmq4 treats the connection as closed.
+// net.Error, never a timeout.
 type GuardError struct {
 	Reason string
 }
@@ -53,7 +51,7 @@ func (e *GuardError) Temporary() bool { return false }
 
 var errConnShutdown = errors.New("zmqsub: connection shut down by subscriber")
 
-// guardLimits configures what a guardConn lets through to zmq4.
+// guardLimits configures what a guardConn lets through.
 type guardLimits struct {
 	maxFrame  int64    // largest data frame
 	peerTypes []string // acceptable peer Socket-Type values; empty = any
@@ -72,24 +70,22 @@ const (
 	phaseFrames
 )
 
-// guardConn wraps a TCP connection handed to zmq4 or read by a subConn
-// (connect mode); below, "zmq4" stands for either reader. It parses the inbound
-// ZMTP stream and only releases bytes it has validated: the greeting and the
-// peer's READY command are checked whole (zmq4 panics on malformed metadata),
-// and every frame header is checked before zmq4 reads it, so zmq4 never
+// guardConn wraps the TCP connection a zconn reads. It parses the inbound
+// ZMTP stream and only releases bytes it has validated: the greeting and
+// the peer's READY command are checked whole (metadata, socket type), and
+// every frame header is checked before its reader sees it, so nothing
 // allocates for a frame larger than the limit. Any violation closes the
-// connection and fails the read. Reads are also buffered, which cuts zmq4's
-// many small read syscalls per message.
+// connection and fails the read. Reads are also buffered: a reader's small
+// reads (a frame header, then its body) cost no syscall each.
 type guardConn struct {
 	net.Conn // the underlying connection (addresses, deadlines)
 
-	lim   guardLimits
-	hooks connHooks
+	lim guardLimits
 
 	rmu     sync.Mutex // serialises Read; guards the fields below
 	br      *bufio.Reader
 	phase   guardPhase
-	release int64 // validated bytes not yet handed to zmq4
+	release int64 // validated bytes not yet released to the reader
 	// readyLeft counts READY bytes still to be released; the handshake is
 	// complete when it drops to zero.
 	readyLeft int64
@@ -99,34 +95,16 @@ type guardConn struct {
 
 	emu sync.Mutex // guards err
 	err error      // sticky: once set, every Read/Write fails
-
-	// released is set (under the tracker's mutex) once the handshake was
-	// handed to zmq4, which then owns a reader goroutine for this connection.
-	released bool
-
-	closeOnce sync.Once
 }
 
-// connHooks lets the owner of a connection observe its life. All optional.
-type connHooks struct {
-	// handshake is called once the peer's READY was validated, before its last
-	// byte is released to zmq4. Returning false refuses the connection.
-	handshake func(c *guardConn) bool
-	// libClosed is called when zmq4 closes the connection itself.
-	libClosed func(c *guardConn)
-	// ended is called once, when the connection first fails for any reason.
-	ended func(c *guardConn)
-}
-
-func newGuardConn(c net.Conn, lim guardLimits, hooks connHooks) *guardConn {
+func newGuardConn(c net.Conn, lim guardLimits) *guardConn {
 	g := &guardConn{
-		Conn:  c,
-		lim:   lim,
-		hooks: hooks,
-		br:    bufio.NewReaderSize(c, readBufferSize),
+		Conn: c,
+		lim:  lim,
+		br:   bufio.NewReaderSize(c, readBufferSize),
 	}
 	if lim.handshakeTimeout > 0 {
-		// Bounds zmq4's Dial/accept handshake, which has no timeout of its own.
+		// Bounds the handshake; cleared once the peer's READY is read.
 		_ = c.SetReadDeadline(time.Now().Add(lim.handshakeTimeout))
 	}
 	return g
@@ -151,29 +129,23 @@ func (g *guardConn) fail(err error) error {
 	g.emu.Unlock()
 	if first {
 		_ = g.Conn.Close()
-		if g.hooks.ended != nil {
-			g.hooks.ended(g)
-		}
 	}
 	return err
 }
 
-// shutdown ends the connection on the subscriber's behalf. Unlike Close it is
-// not reported through hooks.libClosed, which tracks zmq4's own Close calls.
+// shutdown ends the connection on the subscriber's behalf: a read or write
+// in progress fails with errConnShutdown.
 func (g *guardConn) shutdown() { g.fail(errConnShutdown) }
 
-// Close is zmq4 closing the connection.
+// Close ends the connection; later reads and writes fail with
+// net.ErrClosed.
 func (g *guardConn) Close() error {
 	g.fail(net.ErrClosed)
-	g.closeOnce.Do(func() {
-		if g.hooks.libClosed != nil {
-			g.hooks.libClosed(g)
-		}
-	})
 	return nil
 }
 
-// Write passes zmq4's output through; a failed write ends the connection.
+// Write passes the reader's output through; a failed write ends the
+// connection.
 func (g *guardConn) Write(p []byte) (int, error) {
 	if err := g.stickyErr(); err != nil {
 		return 0, err
@@ -185,7 +157,7 @@ func (g *guardConn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Read releases validated inbound bytes to zmq4.
+// Read releases validated inbound bytes.
 func (g *guardConn) Read(p []byte) (int, error) {
 	g.rmu.Lock()
 	defer g.rmu.Unlock()
@@ -204,15 +176,10 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	if want > g.release {
 		want = g.release
 	}
-	if g.readyLeft > 0 && want >= g.readyLeft {
-		// The READY command completes with this read: the connection becomes
-		// a zmq4 connection now, so let the owner account for it first.
-		if g.hooks.handshake != nil && !g.hooks.handshake(g) {
-			return 0, g.fail(errConnShutdown)
-		}
-		if g.lim.handshakeTimeout > 0 {
-			_ = g.Conn.SetReadDeadline(time.Time{})
-		}
+	if g.readyLeft > 0 && want >= g.readyLeft && g.lim.handshakeTimeout > 0 {
+		// The READY command completes with this read: the handshake's
+		// deadline ends.
+		_ = g.Conn.SetReadDeadline(time.Time{})
 	}
 	n, err := g.br.Read(p[:want])
 	g.release -= int64(n)
@@ -229,7 +196,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 }
 
 // peek returns the next n buffered bytes, reading from the network as needed.
-// A clean EOF before the first byte stays io.EOF so zmq4 sees a closed peer.
+// A clean EOF before the first byte stays io.EOF: the reader sees a closed peer.
 func (g *guardConn) peek(n int) ([]byte, error) {
 	b, err := g.br.Peek(n)
 	if err != nil {
@@ -318,7 +285,7 @@ func (g *guardConn) frameHeader() (flags byte, size int64, hdrLen int, err error
 // checkFrame applies the per-frame and per-message limits after the handshake.
 func (g *guardConn) checkFrame(flags byte, size int64) error {
 	if flags&flagCommand != 0 {
-		// Commands (PING, ...) stand alone: zmq4 would merge one into a
+		// Commands (PING, ...) stand alone: a reader would merge one into a
 		// multipart message in progress.
 		if flags&flagMore != 0 || g.inMsg {
 			return &GuardError{Reason: "command frame inside a multipart message"}
@@ -380,9 +347,9 @@ func trimNUL(b []byte) string {
 	return string(b)
 }
 
-// checkReady validates a READY command body the way zmq4 will parse it, so
-// that zmq4's unchecked metadata parser (which panics on truncated
-// properties) and its socket-type check cannot fail once it is released.
+// checkReady validates a READY command body: every property whole, and
+// the peer's socket type, whose property name is matched regardless of
+// case as ZMTP says (the last one counts).
 func checkReady(body []byte, peerTypes []string) error {
 	if len(body) == 0 {
 		return &GuardError{Reason: "empty handshake command"}
@@ -418,8 +385,8 @@ func checkReady(body []byte, peerTypes []string) error {
 		if uint64(vl) > uint64(len(rest)) {
 			return &GuardError{Reason: "truncated metadata value"}
 		}
-		if titleCase(string(key)) == "Socket-Type" {
-			sockType, found = string(rest[:vl]), true // zmq4 keeps the last one
+		if strings.EqualFold(string(key), "Socket-Type") {
+			sockType, found = string(rest[:vl]), true
 		}
 		props = rest[vl:]
 	}
@@ -435,9 +402,4 @@ func checkReady(body []byte, peerTypes []string) error {
 		}
 	}
 	return &GuardError{Reason: fmt.Sprintf("incompatible peer socket type %q", sockType)}
-}
-
-// titleCase mirrors zmq4's metadata key normalisation exactly.
-func titleCase(s string) string {
-	return cases.Title(language.Und, cases.NoLower).String(s)
 }

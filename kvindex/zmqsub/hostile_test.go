@@ -74,7 +74,7 @@ func TestHostileBeforeSession(t *testing.T) {
 			return fakeServer(t, func(c net.Conn) { c.Write(zmtpGreeting("PLAIN", 3)); holdOpen(c) })
 		}, false},
 		{"truncated-metadata", func(t *testing.T) string {
-			// zmq4 panics parsing this READY (property cut inside its length).
+			// A property cut inside its length (zmq4, used once, panicked on it).
 			bad := zmtpCommand("READY", append(zmtpProp("Socket-Type", "PUB"), 5, 'H', 'e', 'l', 'l', 'o', 0, 0))
 			return fakeServer(t, func(c net.Conn) { serverHandshake(c, bad); holdOpen(c) })
 		}, false},
@@ -133,7 +133,7 @@ func TestHostileAfterHandshake(t *testing.T) {
 		{name: "frame-2^60", after: func() []byte { return []byte{flagLong, 0x10, 0, 0, 0, 0, 0, 0, 0} }, wantGuard: true},
 		{name: "frame-2^63", after: func() []byte { return []byte{flagLong | flagMore, 0x80, 0, 0, 0, 0, 0, 0, 0} }, wantGuard: true},
 		{name: "command-2^48", after: func() []byte { return []byte{flagLong | flagCommand, 0, 1, 0, 0, 0, 0, 0, 0} }, wantGuard: true},
-		// 512 MiB is allocatable: without the guard zmq4 would make([]byte) it.
+		// 512 MiB is allocatable: without the guard the reader would make([]byte) it.
 		{name: "frame-512MiB", maxFrame: 1 << 20, after: func() []byte { return []byte{flagLong, 0, 0, 0, 0, 0x20, 0, 0, 0} }, wantGuard: true, checkAlloc: true},
 		{name: "many-frames", maxFrame: 1 << 20, after: func() []byte {
 			var b []byte

@@ -197,3 +197,26 @@ func TestInteropLibzmqHeartbeats(t *testing.T) {
 		t.Fatalf("the publisher dropped the subscriber: %+v", st)
 	}
 }
+
+// TestInteropLibzmqHeartbeatsBound: the same with the publisher connecting
+// to a bound subscriber.
+func TestInteropLibzmqHeartbeatsBound(t *testing.T) {
+	r := startRun(t, Config{Endpoint: "tcp://127.0.0.1:0", Bind: true, Topic: "kv@"})
+	waitFor(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
+	peer := startPeer(t, "pub", "--xpub", "--heartbeat", "50", "--connect", "tcp://"+r.s.BoundAddr())
+	if l := peer.line(10 * time.Second); l != "READY" {
+		t.Fatalf("peer said %q", l)
+	}
+	r.rec.expect(t, "connected", 10*time.Second)
+	if got := peer.do("waitsub 10"); !strings.HasPrefix(got, "SUB ") {
+		t.Fatalf("publisher saw no subscription: %q", got)
+	}
+	waitFor(t, 10*time.Second, "ten pings", func() bool { return r.s.Stats().Dropped >= 10 })
+	if got := peer.do("pub 3 " + testTopic + " 100"); got != "OK 2" {
+		t.Fatalf("pub: %q", got)
+	}
+	checkBatches(t, r.rec, testTopic, 0, 3, 100)
+	if st := r.s.Stats(); st.Sessions != 1 || !st.Connected {
+		t.Fatalf("the publisher dropped the subscriber: %+v", st)
+	}
+}

@@ -128,8 +128,8 @@ func TestBindModeGuard(t *testing.T) {
 		c.Write(after)
 		return c
 	}
-	// A silent client must not block the accept loop (zmq4 handshakes
-	// inline in it); the guard's handshake deadline frees it.
+	// A silent client must not block other publishers; the guard's
+	// handshake deadline frees its goroutine.
 	silent, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +150,8 @@ func TestBindModeGuard(t *testing.T) {
 	if !errors.As(e.err, &ge) {
 		t.Fatalf("Disconnected(%v), want a GuardError", e.err)
 	}
-	// Malformed metadata would panic zmq4's accept goroutine, killing the
-	// process; the guard refuses it before zmq4 parses it.
+	// Malformed metadata is refused by the guard, and no session is
+	// reported (it panicked zmq4's accept goroutine, used once).
 	c, err = net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +167,8 @@ func TestBindModeGuard(t *testing.T) {
 	}
 }
 
-// blockingHandler stalls in Message until released, so zmq4's queue is full
-// when the session is cancelled: the case where zmq4 leaks on Close.
+// blockingHandler stalls in Message until released, so batches pile up
+// unread when the session is cancelled (zmq4, used once, leaked then).
 type blockingHandler struct {
 	connected chan struct{}
 	got       atomic.Int64
@@ -196,7 +196,7 @@ func countFDs(t *testing.T) int {
 }
 
 // TestSubscribeCloseCycles: 100 Run/cancel cycles against a live publisher
-// streaming batches, each cancelled with zmq4's queue full, leak neither
+// streaming batches, each cancelled with batches piling up unread, leak neither
 // goroutines nor file descriptors.
 func TestSubscribeCloseCycles(t *testing.T) {
 	peer := startPeer(t, "pub", "--bind", "tcp://127.0.0.1:0")
@@ -214,7 +214,7 @@ func TestSubscribeCloseCycles(t *testing.T) {
 			t.Fatal("no connection")
 		}
 		waitFor(t, 10*time.Second, "a batch", func() bool { return h.got.Load() > 0 })
-		time.Sleep(100 * time.Millisecond) // let zmq4's queue fill up
+		time.Sleep(100 * time.Millisecond) // let batches pile up unread
 		cancel()
 		close(h.release)
 		select {
@@ -240,4 +240,53 @@ func TestSubscribeCloseCycles(t *testing.T) {
 		return g1 <= g0 && fd1 <= fd0
 	})
 	t.Logf("100 cycles in %v; goroutines %d -> %d, fds %d -> %d", el, g0, g1, fd0, fd1)
+}
+
+// TestBindModePeerLimit: past maxPeers publishers, further connections are
+// closed as they arrive; once one leaves, the next is served.
+func TestBindModePeerLimit(t *testing.T) {
+	s, err := NewSubscriber(Config{Endpoint: "tcp://127.0.0.1:0", Bind: true, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.maxPeers = 2
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, rec) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, 10*time.Second, "bind", func() bool { return s.BoundAddr() != "" })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", s.BoundAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	first, second := dial(), dial()
+	for _, c := range []net.Conn{first, second} {
+		if err := serverHandshake(c, zmtpReady("PUB")); err != nil {
+			t.Fatal(err)
+		}
+		rec.expect(t, "connected", 10*time.Second)
+	}
+	third := dial()
+	third.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := third.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("a third publisher was served (read %d bytes)", n)
+	}
+	first.Close()
+	rec.expect(t, "disconnected", 10*time.Second)
+	// Its slot is free once its goroutine has returned, just after it
+	// reported the end.
+	waitFor(t, 10*time.Second, "a publisher served after one left", func() bool {
+		return serverHandshake(dial(), zmtpReady("PUB")) == nil
+	})
+	rec.expect(t, "connected", 10*time.Second)
 }

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
-	"go.uber.org/zap"
 )
 
 // ReplayIdleTimeout bounds the wait for each reply from a replay socket when
@@ -31,7 +29,7 @@ var ErrReplayFrame = errors.New("zmqsub: malformed replay reply")
 // It returns nil at the end marker (seq ff×8); an error on ctx, when no
 // reply arrives for ReplayIdleTimeout, on a malformed or out-of-order reply,
 // or when fn fails. maxFrame bounds each frame (0 = DefaultMaxFrameSize).
-// The connection is guarded like Run's (probe, frame guard, recover).
+// The connection is guarded like Run's (probe, frame guard).
 func Replay(ctx context.Context, endpoint string, startSeq uint64, maxFrame int64, fn func(seq uint64, payload []byte) error) error {
 	host, port, err := splitEndpoint(endpoint)
 	if err != nil {
@@ -49,64 +47,66 @@ func Replay(ctx context.Context, endpoint string, startSeq uint64, maxFrame int6
 	if fn == nil {
 		return errors.New("zmqsub: replay: nil callback")
 	}
-	if err := registerTransport(); err != nil {
-		return err
-	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	if err := probe(ctx, addr, DefaultDialTimeout, DefaultProbeTimeout); err != nil {
 		return fmt.Errorf("zmqsub: replay: %w", err)
 	}
-
 	lim := guardLimits{
 		maxFrame:         maxFrame,
-		peerTypes:        []string{string(zmq4.Router), string(zmq4.Rep), string(zmq4.Dealer)},
+		peerTypes:        []string{"ROUTER", "REP", "DEALER"},
 		handshakeTimeout: DefaultDialTimeout,
 	}
-	z := newZSession(zmq4.NewDealer, lim, DefaultDialTimeout, zap.NewNop())
-	defer z.close()
-	if err := z.dial(ctx, transportName+"://"+addr, DefaultDialTimeout); err != nil {
+	c, err := dialZMTP(ctx, addr, "DEALER", lim, DefaultDialTimeout)
+	if err != nil {
 		return fmt.Errorf("zmqsub: replay: dial %s: %w", addr, err)
 	}
-	z.startReader()
+	defer c.shutdown()
+	stop := context.AfterFunc(ctx, c.shutdown)
+	defer stop()
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], startSeq)
 	// The empty delimiter frame is required: vLLM's ROUTER ignores requests
 	// that are not exactly [identity, "", start_seq].
-	if err := safeCall("send", func() error { return z.sock.Send(zmq4.NewMsgFrom([]byte{}, req[:])) }); err != nil {
+	if err := c.send(DefaultDialTimeout, nil, req[:]); err != nil {
 		return fmt.Errorf("zmqsub: replay: send request: %w", err)
 	}
+	return replayReplies(ctx, c, addr, startSeq, fn)
+}
 
-	idle := time.NewTimer(ReplayIdleTimeout)
-	defer idle.Stop()
+// replayReplies reads the replies to a request for startSeq and on until
+// the end marker.
+func replayReplies(ctx context.Context, c *zconn, addr string, startSeq uint64, fn func(seq uint64, payload []byte) error) error {
 	next := startSeq // lowest acceptable seq
+	var m zmessage
 	for {
-		select {
-		case <-ctx.Done():
+		c.setIdle(ReplayIdleTimeout)
+		err := c.read(&m)
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("zmqsub: replay from %s: %w", addr, ctx.Err())
-		case <-idle.C:
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			return fmt.Errorf("zmqsub: replay from %s: no reply within %v", addr, ReplayIdleTimeout)
-		case r := <-z.msgs:
-			if r.err != nil {
-				return fmt.Errorf("zmqsub: replay from %s: %w", addr, r.err)
-			}
-			if r.msg.Type == zmq4.CmdMsg {
-				continue // a ZMTP PING; not part of the reply
-			}
-			idle.Reset(ReplayIdleTimeout)
-			seq, payload, err := parseReplay(r.msg.Frames)
-			if err != nil {
+		case err != nil:
+			return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
+		case m.command:
+			if err := c.pong(m.frames[0]); err != nil {
 				return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
 			}
-			if seq == EndSeq {
-				return nil
-			}
-			if seq < next {
-				return fmt.Errorf("zmqsub: replay from %s: %w: seq %d after %d (requested from %d)", addr, ErrReplayFrame, seq, next-1, startSeq)
-			}
-			next = seq + 1
-			if err := fn(seq, payload); err != nil {
-				return fmt.Errorf("zmqsub: replay batch %d: %w", seq, err)
-			}
+			continue // a ZMTP PING; not part of the reply
+		}
+		seq, payload, err := parseReplay(m.parts())
+		if err != nil {
+			return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
+		}
+		if seq == EndSeq {
+			return nil
+		}
+		if seq < next {
+			return fmt.Errorf("zmqsub: replay from %s: %w: seq %d after %d (requested from %d)", addr, ErrReplayFrame, seq, next-1, startSeq)
+		}
+		next = seq + 1
+		if err := fn(seq, payload); err != nil {
+			return fmt.Errorf("zmqsub: replay batch %d: %w", seq, err)
 		}
 	}
 }

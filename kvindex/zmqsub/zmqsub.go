@@ -1,25 +1,14 @@
 // Package zmqsub subscribes to vLLM KV-cache events over ZeroMQ and fetches
 // missed batches from vLLM's replay socket.
 //
-// In connect mode (the gateway dials each engine's publisher, the usual
-// setup) it speaks ZMTP 3.0 itself (subConn): greeting, READY,
-// subscription, frames, and PONGs to a publisher's heartbeat PINGs, read
-// on the subscriber's own goroutine.
-//
-// Bind mode and the replay DEALER use github.com/go-zeromq/zmq4 v0.17.0,
-// with that library's measured sharp edges contained: the subscriber
-// re-dials itself with backoff (zmq4 never reconnects after a publisher
-// restart), recovers panics from zmq4's handshake, reads through a single
-// goroutine (Recv has no timeout), and always closes then drains (zmq4
-// leaks goroutines otherwise). In bind mode zmq4 delivers PING commands as
-// messages and never answers them: the subscriber drops them, but a
-// publisher expecting PONGs would disconnect, so engines connecting to a
-// bound subscriber must run with ZMTP heartbeats off (vLLM's default).
-//
-// Either way a probe checks for a ZMTP greeting before a dial (zmq4's Dial
-// hangs on non-ZMQ servers), and every connection passes through a ZMTP
-// frame guard (see GuardError) that refuses oversized or malformed frames
-// before anything allocates for them.
+// It speaks ZMTP 3.0 itself (see zconn): greeting, READY, the
+// subscription, frames, and PONGs to a publisher's heartbeat PINGs, as a
+// SUB that dials the engines' publishers (connect mode) or accepts them
+// (bind mode), and as a DEALER to the replay sockets. Every connection
+// passes through a ZMTP frame guard (see GuardError) that refuses
+// oversized or malformed frames before anything allocates for them, and a
+// probe checks for a ZMTP greeting before a session is dialled. Failed
+// sessions are re-dialled with backoff.
 package zmqsub
 
 import (
@@ -31,11 +20,11 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
@@ -118,6 +107,9 @@ type Subscriber struct {
 	cfg  Config
 	log  *zap.Logger
 	addr string // dial address, or bind address (port fixed after first bind)
+	// maxPeers bounds the publishers served at once in bind mode
+	// (maxBoundPeers; tests lower it).
+	maxPeers int
 
 	running atomic.Bool
 
@@ -173,9 +165,10 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		log = zap.NewNop()
 	}
 	return &Subscriber{
-		cfg:  cfg,
-		log:  log.With(zap.String("endpoint", cfg.Endpoint)),
-		addr: net.JoinHostPort(host, strconv.Itoa(port)),
+		cfg:      cfg,
+		log:      log.With(zap.String("endpoint", cfg.Endpoint)),
+		addr:     net.JoinHostPort(host, strconv.Itoa(port)),
+		maxPeers: maxBoundPeers,
 	}, nil
 }
 
@@ -230,14 +223,10 @@ func (s *Subscriber) setError(err error) {
 
 // Run blocks until ctx ends, then returns nil. Network failures never end
 // it: every session that fails is retried with backoff. It returns an error
-// at once only when h is nil, the Subscriber is already running, or zmq4
-// refuses the guarded transport.
+// at once only when h is nil or the Subscriber is already running.
 func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("zmqsub: nil Handler")
-	}
-	if err := registerTransport(); err != nil {
-		return err
 	}
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("zmqsub: Subscriber is already running")
@@ -284,15 +273,6 @@ func (s *Subscriber) limits(peerTypes ...string) guardLimits {
 	return guardLimits{maxFrame: s.cfg.MaxFrameSize, peerTypes: peerTypes, handshakeTimeout: s.cfg.DialTimeout}
 }
 
-func (s *Subscriber) newSubSession() (*zsession, error) {
-	z := newZSession(zmq4.NewSub, s.limits(string(zmq4.Pub), string(zmq4.XPub)), s.cfg.DialTimeout, s.log)
-	if err := safeCall("subscribe", func() error { return z.sock.SetOption(zmq4.OptionSubscribe, s.cfg.Topic) }); err != nil {
-		z.close()
-		return nil, fmt.Errorf("zmq subscribe: %w", err)
-	}
-	return z, nil
-}
-
 // beginSession and endSession keep Stats and the Handler in step.
 func (s *Subscriber) beginSession(h Handler) {
 	if s.sessions.Add(1) > 1 {
@@ -308,13 +288,13 @@ func (s *Subscriber) endSession(h Handler, err error) {
 }
 
 // connectSession probes, dials and serves one connection, reading it on
-// this goroutine (see subConn). It reports whether a session began
+// this goroutine (see zconn). It reports whether a session began
 // (Connected was called).
 func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error) {
 	if err := probe(ctx, s.addr, s.cfg.DialTimeout, s.cfg.ProbeTimeout); err != nil {
 		return false, err
 	}
-	c, err := dialSub(ctx, s.addr, s.cfg.Topic, s.limits(string(zmq4.Pub), string(zmq4.XPub)), s.cfg.DialTimeout)
+	c, err := dialSub(ctx, s.addr, s.cfg.Topic, s.limits("PUB", "XPUB"), s.cfg.DialTimeout)
 	if err != nil {
 		return false, fmt.Errorf("zmq dial %s: %w", s.addr, err)
 	}
@@ -335,8 +315,8 @@ func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error
 
 // serveConn delivers c's messages to h until the connection fails, goes
 // idle for IdleTimeout, or ctx ends, and returns why.
-func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *subConn) error {
-	var m subMessage
+func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *zconn) error {
+	var m zmessage
 	for {
 		if s.cfg.IdleTimeout > 0 {
 			c.setIdle(s.cfg.IdleTimeout)
@@ -359,11 +339,6 @@ func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *subConn) error
 	}
 }
 
-// deliver filters one zmq4 message and hands a well-formed batch to h.
-func (s *Subscriber) deliver(h Handler, m zmq4.Msg) {
-	s.deliverFrames(h, m.Type == zmq4.CmdMsg, m.Frames)
-}
-
 // deliverFrames hands a well-formed batch to h. Commands (ZMTP PINGs) and
 // anything not [topic, 8-byte seq, payload] are dropped; so is a topic the
 // publisher should have filtered.
@@ -376,93 +351,6 @@ func (s *Subscriber) deliverFrames(h Handler, command bool, frames [][]byte) {
 	s.messages.Add(1)
 	s.lastMessage.Store(time.Now().UnixNano())
 	h.Message(frames[0], binary.BigEndian.Uint64(frames[1]), frames[2])
-}
-
-// bindSession binds the endpoint and serves publishers that connect, each
-// reported as its own Connected/Disconnected pair. It reports whether the
-// bind succeeded; it ends on ctx, or on the idle timeout while peers are
-// connected (then the socket is rebuilt).
-func (s *Subscriber) bindSession(ctx context.Context, h Handler) (bool, error) {
-	z, err := s.newSubSession()
-	if err != nil {
-		return false, err
-	}
-	var pending atomic.Int64 // handshakes not yet reported
-	notify := make(chan struct{}, 1)
-	z.t.onHandshake = func() {
-		pending.Add(1)
-		select {
-		case notify <- struct{}{}:
-		default:
-		}
-	}
-	if err := z.listen(transportName + "://" + s.addr); err != nil {
-		z.close()
-		return false, fmt.Errorf("zmq bind %s: %w", s.addr, err)
-	}
-	if a := z.sock.Addr(); a != nil {
-		s.mu.Lock()
-		s.boundAddr = a.String()
-		s.mu.Unlock()
-		if _, port, err := net.SplitHostPort(a.String()); err == nil {
-			// Rebinding after a failure must keep the port engines know.
-			host, _, _ := net.SplitHostPort(s.addr)
-			s.addr = net.JoinHostPort(host, port)
-		}
-	}
-	z.startReader()
-	s.log.Info("zmq subscriber bound", zap.String("addr", s.BoundAddr()))
-
-	peers := 0
-	announce := func() {
-		for n := pending.Swap(0); n > 0; n-- {
-			peers++
-			s.beginSession(h)
-		}
-	}
-	idle := newIdleTimer(s.cfg.IdleTimeout)
-	defer idle.stop()
-	var endErr error
-	for endErr == nil {
-		select {
-		case <-ctx.Done():
-			endErr = ctx.Err()
-		case <-idle.c():
-			if peers > 0 {
-				endErr = ErrIdle
-			} else {
-				idle.reset()
-			}
-		case <-notify:
-			announce()
-			idle.reset()
-		case r := <-z.msgs:
-			// A handshake counted before this message was read; report it
-			// first so Connected precedes the peer's messages.
-			announce()
-			if r.err != nil {
-				if peers > 0 {
-					peers--
-					err := fmt.Errorf("zmq recv: %w", r.err)
-					s.setError(err)
-					s.log.Info("zmq publisher disconnected", zap.Error(err))
-					s.connected.Store(peers > 0)
-					h.Disconnected(err)
-				}
-				continue
-			}
-			idle.reset()
-			s.deliver(h, r.msg)
-		}
-	}
-	z.close()
-	if ctx.Err() == nil {
-		s.setError(endErr)
-	}
-	for ; peers > 0; peers-- {
-		s.endSession(h, endErr)
-	}
-	return true, endErr
 }
 
 // idleTimer is an optional inactivity timer; with d == 0 it never fires.
@@ -496,4 +384,24 @@ func (it *idleTimer) stop() {
 	if it.t != nil {
 		it.t.Stop()
 	}
+}
+
+// splitEndpoint parses "tcp://host:port".
+func splitEndpoint(ep string) (host string, port int, err error) {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return "", 0, fmt.Errorf("endpoint %q: only tcp://host:port is supported", ep)
+	}
+	h, p, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", 0, fmt.Errorf("endpoint %q: %w", ep, err)
+	}
+	if p == "*" {
+		p = "0"
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 0 || n > 65535 {
+		return "", 0, fmt.Errorf("endpoint %q: bad port %q", ep, p)
+	}
+	return h, n, nil
 }
