@@ -188,7 +188,7 @@ func (b *boundSession) servePeer(ctx context.Context, nc net.Conn) {
 	defer c.shutdown()
 	stop := context.AfterFunc(ctx, c.shutdown)
 	defer stop()
-	if err := c.send(timeout, append([]byte{1}, b.s.cfg.Topic...)); err != nil {
+	if err := c.subscribe(timeout, b.s.cfg.Topic); err != nil {
 		return
 	}
 	if !b.report(ctx, peerEvent{kind: peerConnected}) {

@@ -54,18 +54,26 @@ func (m *zmessage) parts() [][]byte { return m.frames[:m.n] }
 
 // dialSub connects to the publisher at addr and completes the handshake
 // within timeout: greetings, READY commands (the guard checks the peer's
-// socket type against lim), then the subscription to topic, sent as
-// ZMTP 3.0 does: a message whose body is 1 and the topic.
+// socket type against lim), then the subscription to topic.
 func dialSub(ctx context.Context, addr, topic string, lim guardLimits, timeout time.Duration) (*zconn, error) {
 	c, err := dialZMTP(ctx, addr, "SUB", lim, timeout)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.send(timeout, append([]byte{1}, topic...)); err != nil {
+	if err := c.subscribe(timeout, topic); err != nil {
 		c.shutdown()
-		return nil, fmt.Errorf("zmtp subscribe: %w", err)
+		return nil, err
 	}
 	return c, nil
+}
+
+// subscribe sends a SUB's subscription to topic within timeout, as ZMTP
+// 3.0 does: a message whose body is 1 and the topic.
+func (c *zconn) subscribe(timeout time.Duration, topic string) error {
+	if err := c.send(timeout, append([]byte{1}, topic...)); err != nil {
+		return fmt.Errorf("zmtp subscribe: %w", err)
+	}
+	return nil
 }
 
 // dialZMTP connects to addr as a sockType socket and completes the NULL
@@ -137,8 +145,13 @@ func (c *zconn) send(timeout time.Duration, frames ...[]byte) error {
 		}
 		out = appendFrame(out, flags, f)
 	}
+	return c.writeWithin(timeout, out)
+}
+
+// writeWithin writes b, failing if that takes longer than timeout.
+func (c *zconn) writeWithin(timeout time.Duration, b []byte) error {
 	_ = c.g.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := c.g.Write(out)
+	_, err := c.g.Write(b)
 	_ = c.g.Conn.SetWriteDeadline(time.Time{})
 	return err
 }
@@ -238,10 +251,7 @@ func (c *zconn) pong(ping []byte) error {
 		return nil
 	}
 	body := append([]byte("\x04PONG"), ping[len(name)+2:]...)
-	_ = c.g.Conn.SetWriteDeadline(time.Now().Add(pongTimeout))
-	_, err := c.g.Write(appendFrame(nil, flagCommand, body))
-	_ = c.g.Conn.SetWriteDeadline(time.Time{})
-	return err
+	return c.writeWithin(pongTimeout, appendFrame(nil, flagCommand, body))
 }
 
 // pongTimeout bounds writing a PONG: a peer that reads nothing must not
