@@ -98,8 +98,13 @@ type OverheadStat struct {
 	// CPUPerReq is the Caddy process's user+system CPU per request, in
 	// microseconds (0 for the direct target).
 	CPUPerReq float64 `json:"cpu_us_per_request"`
-	RSS       int64   `json:"rss_bytes"`
-	PeakRSS   int64   `json:"peak_rss_bytes"`
+	// CPURounds is CPUPerReq for each round's phase alone, in rotation
+	// order: the report pairs them with plain Caddy's of the same round
+	// (cpuVsPlain), so that the machine's speed, which drifts between
+	// rounds, cancels out of the ratio.
+	CPURounds []float64 `json:"cpu_us_per_request_rounds,omitempty"`
+	RSS       int64     `json:"rss_bytes"`
+	PeakRSS   int64     `json:"peak_rss_bytes"`
 	// Profile is where the gateway's CPU went during one phase: the
 	// caddy-llmgw and encoding/json frames of `go tool pprof -top -cum`
 	// (the report shows the llm gateways').
@@ -220,6 +225,11 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				if t.pid != 0 {
 					cpu1, _ := procCPU(t.pid)
 					a.cpu += cpu1 - cpu0
+					perReq := 0.0 // a phase that served nothing pairs with no other
+					if len(h.lat) > 0 {
+						perReq = float64((cpu1 - cpu0).Microseconds()) / float64(len(h.lat))
+					}
+					a.rounds = append(a.rounds, perReq)
 				}
 				a.lat = append(a.lat, h.lat...)
 				a.errs += h.errs
@@ -247,6 +257,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 			}
 			if t.pid != 0 && len(a.lat) > 0 {
 				st.CPUPerReq = float64(a.cpu.Microseconds()) / float64(len(a.lat))
+				st.CPURounds = a.rounds
 				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
 			}
 			st.Latency, st.SerialLatency = percentiles(a.lat), percentiles(a.serial)
@@ -327,6 +338,7 @@ type overheadAcc struct {
 	serial   []float64 // one client's latencies
 	errs     int
 	cpu      time.Duration
+	rounds   []float64 // CPU per request of each round's phase, µs
 	wall     time.Duration
 }
 

@@ -209,7 +209,7 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 	}
 	if o := l.overhead; o != nil {
 		w("Gateway overhead (same run, alternating phases, closed loop of %d clients; CPU of the Caddy process only):\n\n", o.Params.Concurrency)
-		w("| request | gateway | CPU/request vs plain Caddy | added latency p50 / p99 vs plain | req/s vs plain |\n|---|---|---:|---:|---:|\n")
+		w("| request | gateway | CPU/request vs plain Caddy | the same, round by round: median (range) | added latency p50 / p99 vs plain | req/s vs plain |\n|---|---|---:|---:|---:|---:|\n")
 		for _, body := range o.Params.Bodies {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
@@ -217,8 +217,12 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 || strings.HasSuffix(t, beforeSuffix) {
 					continue
 				}
-				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
-					llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq,
+				byRound := "–"
+				if r, ok := cpuVsPlain(llm, plain); ok {
+					byRound = r.String()
+				}
+				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %s | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
+					llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq, byRound,
 					(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000,
 					llm.ReqPerSec, plain.ReqPerSec, llm.ReqPerSec/plain.ReqPerSec)
 			}
@@ -344,6 +348,41 @@ func (o *OverheadResult) find(body, target string) *OverheadStat {
 	return nil
 }
 
+// roundRatios is a target's CPU per request over plain Caddy's, round by
+// round: the two phases of a round run seconds apart, so the machine's
+// speed, which drifts over a run by more than the differences measured,
+// weighs on both alike.
+type roundRatios struct {
+	median, lo, hi float64
+	n              int
+}
+
+// cpuVsPlain pairs s's rounds with plain's; ok is false when no round
+// has both.
+func cpuVsPlain(s, plain *OverheadStat) (r roundRatios, ok bool) {
+	var ratios []float64
+	for i := 0; i < min(len(s.CPURounds), len(plain.CPURounds)); i++ {
+		if s.CPURounds[i] > 0 && plain.CPURounds[i] > 0 {
+			ratios = append(ratios, s.CPURounds[i]/plain.CPURounds[i])
+		}
+	}
+	if len(ratios) == 0 {
+		return roundRatios{}, false
+	}
+	slices.Sort(ratios)
+	n := len(ratios)
+	r = roundRatios{lo: ratios[0], hi: ratios[n-1], n: n, median: ratios[n/2]}
+	if n%2 == 0 {
+		r.median = (ratios[n/2-1] + ratios[n/2]) / 2
+	}
+	return r, true
+}
+
+// String is the ratios as the report writes them.
+func (r roundRatios) String() string {
+	return fmt.Sprintf("%.2f× (%.2f–%.2f×, %d rounds)", r.median, r.lo, r.hi, r.n)
+}
+
 func (b OverheadBody) label() string {
 	return fmt.Sprintf("%s (%d-token prompt, %d output tokens, non-streaming)", b.Name, b.PromptTokens, b.MaxTokens)
 }
@@ -366,7 +405,7 @@ func overheadIntro(o *OverheadResult) string {
 		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
 	}
 	before += docNote(p.Bodies)
-	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
+	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request, over all rounds; **by round** divides each round's figure by plain Caddy's of the same round and gives the median and range of those ratios, which the machine's drift in speed between rounds does not move; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
 		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
 }
 
@@ -691,7 +730,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 	for _, pl := range plots {
 		w("![%s](%s)\n\n", strings.TrimSuffix(pl, ".svg"), filepath.ToSlash(filepath.Join(plotsRel, pl)))
 	}
-	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | 1 client: p50 (added) | Caddy CPU/request | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| request | target | requests | req/s | latency p50 | p99 | added p50 / p99 vs plain | 1 client: p50 (added) | Caddy CPU/request | CPU vs plain by round: median (range) | RSS (peak) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, body := range p.Bodies {
 		plain := o.find(body.Name, "plain")
 		for _, t := range o.targets() {
@@ -710,11 +749,17 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 					serial += fmt.Sprintf(" (%+.2f)", (s.SerialLatency.P50-plain.SerialLatency.P50)*1000)
 				}
 			}
+			byRound := "–"
+			if plain != nil && strings.HasPrefix(t, "llm") {
+				if r, ok := cpuVsPlain(s, plain); ok {
+					byRound = r.String()
+				}
+			}
 			if t != "direct" {
 				cpu = fmt.Sprintf("%.0f µs", s.CPUPerReq)
 				rss = fmt.Sprintf("%.0f MiB (%.0f)", float64(s.RSS)/(1<<20), float64(s.PeakRSS)/(1<<20))
 			}
-			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, serial, cpu, rss, s.Errors)
+			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, serial, cpu, byRound, rss, s.Errors)
 		}
 	}
 	renderCPUParts(b, o)
