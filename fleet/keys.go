@@ -39,7 +39,7 @@ const maxSeenPrompts = 1 << 16
 type keptKeys struct {
 	blockSize  int
 	lora, salt string
-	tokens     []uint64 // its ids in whole blocks (a copy, or a slice nobody modifies)
+	tokens     []uint64 // a copy of its ids in whole blocks
 	keys       []uint64 // its block keys (shared with decisions: nobody modifies them)
 }
 
@@ -61,10 +61,10 @@ func (e *keptKeys) cost() int {
 // blockKeys are the prompt's block keys at blockSize for an adapter and
 // salt, in a slice of exactly their number (nil when they cannot be had):
 // the keys of the blocks it shares with a kept prompt copied, the rest
-// hashed. stable says tokens will not change after the call (the
-// tokenize cache's ids); otherwise (a pooled buffer) a kept prompt keeps a
-// copy of them. The returned keys must not be modified.
-func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, stable bool) []uint64 {
+// hashed. A kept prompt keeps a copy of tokens: callers' ids are in
+// buffers reused once a decision is made. The returned keys must not be
+// modified.
+func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string) []uint64 {
 	if blockSize <= 0 {
 		return nil
 	}
@@ -92,18 +92,15 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string, s
 	}
 	if 4*(n-reused) >= n {
 		// Mostly new to the kept prompt it would replace: keep it.
-		k.keep(&keptKeys{blockSize: blockSize, lora: lora, salt: salt, tokens: tokens[:n*blockSize], keys: keys}, stable)
+		k.keep(&keptKeys{blockSize: blockSize, lora: lora, salt: salt, tokens: tokens[:n*blockSize], keys: keys})
 	}
 	return keys
 }
 
-// keep offers e under its first key, with a copy of its ids unless they
-// are stable.
-func (k *keyKeep) keep(e *keptKeys, stable bool) {
+// keep offers e under its first key, with a copy of its ids.
+func (k *keyKeep) keep(e *keptKeys) {
 	k.kept.Offer(e.keys[0], e.cost(), func() *keptKeys {
-		if !stable {
-			e.tokens = slices.Clone(e.tokens)
-		}
+		e.tokens = slices.Clone(e.tokens)
 		return e
 	})
 }

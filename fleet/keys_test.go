@@ -58,12 +58,12 @@ func TestKeyKeep(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			k := newKeyKeep()
-			_ = k.blockKeys(base, 16, "", "", true)
-			_ = k.blockKeys(base, 16, "", "", true) // kept from its second sighting
+			_ = k.blockKeys(base, 16, "", "")
+			_ = k.blockKeys(base, 16, "", "") // kept from its second sighting
 			if r := reusedBlocks(k, c.tokens, c.bs, c.lora, c.salt); r != c.reused {
 				t.Fatalf("%d blocks come from the kept prompt, want %d", r, c.reused)
 			}
-			got := k.blockKeys(c.tokens, c.bs, c.lora, c.salt, false)
+			got := k.blockKeys(c.tokens, c.bs, c.lora, c.salt)
 			want := blockKeys(c.tokens, c.bs, c.lora, c.salt)
 			if !slices.Equal(got, want) || len(got) != cap(got) {
 				t.Fatalf("keys differ from the prompt's hashed whole (%d vs %d, cap %d)", len(got), len(want), cap(got))
@@ -96,8 +96,8 @@ func TestKeyKeepCopiesPooledIDs(t *testing.T) {
 		buf[i] = uint64(i)
 	}
 	k := newKeyKeep()
-	_ = k.blockKeys(buf, 16, "", "", false)
-	_ = k.blockKeys(buf, 16, "", "", false)
+	_ = k.blockKeys(buf, 16, "", "")
+	_ = k.blockKeys(buf, 16, "", "")
 	if k.kept.Len() != 1 {
 		t.Fatalf("%d prompts kept after two sightings, want 1", k.kept.Len())
 	}
@@ -106,14 +106,14 @@ func TestKeyKeepCopiesPooledIDs(t *testing.T) {
 		buf[i] += 1000 // the caller reuses its buffer for another prompt
 	}
 	other := blockKeys(buf, 16, "", "")
-	if got := k.blockKeys(buf, 16, "", "", false); !slices.Equal(got, other) {
+	if got := k.blockKeys(buf, 16, "", ""); !slices.Equal(got, other) {
 		t.Fatal("a prompt was given keys of the ids a reused buffer held before")
 	}
 	restored := slices.Clone(buf)
 	for i := 16; i < len(restored); i++ {
 		restored[i] -= 1000
 	}
-	if got := k.blockKeys(restored, 16, "", "", false); !slices.Equal(got, want) {
+	if got := k.blockKeys(restored, 16, "", ""); !slices.Equal(got, want) {
 		t.Fatal("the first prompt's keys differ when it comes again")
 	}
 }
@@ -128,7 +128,7 @@ func TestKeyKeepSecondSighting(t *testing.T) {
 		for j := range p {
 			p[j] = uint64(i*100000 + j)
 		}
-		_ = k.blockKeys(p, 16, "", "", false)
+		_ = k.blockKeys(p, 16, "", "")
 	}
 	if k.kept.Len() != 0 || k.kept.Bytes() != 0 {
 		t.Fatalf("distinct prompts offered once: %d kept (%d bytes)", k.kept.Len(), k.kept.Bytes())
@@ -148,7 +148,7 @@ func TestKeyKeepBudget(t *testing.T) {
 		}
 		want := blockKeys(p, 16, "", fmt.Sprint(i%3))
 		for range 2 {
-			if got := k.blockKeys(p, 16, "", fmt.Sprint(i%3), i%2 == 0); !slices.Equal(got, want) {
+			if got := k.blockKeys(p, 16, "", fmt.Sprint(i%3)); !slices.Equal(got, want) {
 				t.Fatalf("prompt %d: keys differ", i)
 			}
 		}
@@ -172,14 +172,14 @@ func BenchmarkKeyKeep8k(b *testing.B) {
 	})
 	b.Run("kept", func(b *testing.B) {
 		k := newKeyKeep()
-		_ = k.blockKeys(p, 16, "", "", true)
-		_ = k.blockKeys(p, 16, "", "", true)
+		_ = k.blockKeys(p, 16, "", "")
+		_ = k.blockKeys(p, 16, "", "")
 		q := slices.Clone(p)
 		i := 0
 		for b.Loop() {
 			i++
 			q[len(q)-1] = uint64(i)
-			_ = k.blockKeys(q, 16, "", "", false)
+			_ = k.blockKeys(q, 16, "", "")
 		}
 	})
 }

@@ -78,7 +78,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	v := f.view(q.Dials, q.Settings)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
-	releaseTokens(tokens, tr)
+	tr = releaseTokens(tokens, tr)
 	d.Tokenize = tr
 	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
 	p.cost.SetDefaults()

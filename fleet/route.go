@@ -82,6 +82,10 @@ type TokenizeResult struct {
 	Cached bool          // answered from the tokenize cache
 	Took   time.Duration // the call's duration (not for cache hits)
 	Err    error         // the call failed: routed on the approximate tier
+
+	// remote holds a /tokenize answer's ids until releaseTokens hands
+	// their buffer back (upstreams.DerivedAnswer.Release).
+	remote upstreams.DerivedAnswer
 }
 
 // Route decides where a request goes: for each candidate the prefix it
@@ -100,8 +104,7 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 	v := f.view(q.Dials, q.Settings)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d := f.decide(q, v, tokens, keys)
-	releaseTokens(tokens, tr)
-	d.Tokenize = tr
+	d.Tokenize = releaseTokens(tokens, tr)
 	return d
 }
 
@@ -262,7 +265,7 @@ func (f *Fleet) preciseMatches(tokens, keys []uint64, blockSize int, lora, salt 
 	predicting := f.index.PredictTTL() > 0
 	if keys == nil && predicting {
 		// Hashed once, for Match and for Predict.
-		keys = f.keys.blockKeys(tokens, blockSize, lora, salt, false)
+		keys = f.keys.blockKeys(tokens, blockSize, lora, salt)
 	}
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize
@@ -362,20 +365,24 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 		if !f.anyLive(v) {
 			return tokens, nil, tr
 		}
-		return tokens, f.keys.blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt, false), tr
+		return tokens, f.keys.blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt), tr
 	}
 	var tokens, keys []uint64
 	var cached bool
 	var err error
+	var ans upstreams.DerivedAnswer
 	if f.anyLive(v) {
 		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
-		tokens, keys, cached, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
-			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt, true) })
+		// The ids may be in a buffer that is reused once the decision is
+		// made: a prompt keyKeep keeps is copied (not stable).
+		ans, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
+			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt) })
+		tokens, keys, cached = ans.Tokens, ans.Derived, ans.Cached
 	} else {
 		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
 	}
-	tr := TokenizeResult{Called: true, Cached: cached, Err: err}
+	tr := TokenizeResult{Called: true, Cached: cached, Err: err, remote: ans}
 	if err != nil {
 		return nil, nil, tr
 	}

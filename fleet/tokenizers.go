@@ -141,12 +141,16 @@ var tokenBuffers = sync.Pool{New: func() any { return new([]uint64) }}
 
 const maxPooledTokens = 1 << 17
 
-// releaseTokens hands back the buffer of ids localTokens gave (tr.Local);
-// other ids (the caller's, the tokenize cache's) are left alone.
-func releaseTokens(tokens []uint64, tr TokenizeResult) {
+// releaseTokens hands back the buffer of ids localTokens gave (tr.Local)
+// or a /tokenize answer's (tr.remote, when they were this request's
+// alone); other ids (the caller's, the tokenize cache's) are left alone.
+// It returns tr without its hold on them: it must be called once.
+func releaseTokens(tokens []uint64, tr TokenizeResult) TokenizeResult {
+	tr.remote.Release()
 	if !tr.Local || tokens == nil || cap(tokens) > maxPooledTokens {
-		return
+		return tr
 	}
 	tokens = tokens[:0]
 	tokenBuffers.Put(&tokens)
+	return tr
 }

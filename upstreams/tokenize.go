@@ -244,11 +244,22 @@ func (t *Tokenizer) tagHash(tag string) tagHash {
 // cost is what the entry counts against CacheMaxBytes.
 func (ce *cacheEntry) cost() int64 { return entryCost(ce.tokens) + int64(cap(ce.derived))*8 }
 
+// target is where a /tokenize call goes, and where its ids are decoded.
+type target struct {
+	url string
+	h   http.Header
+	// into is the caller's buffer for the ids, or nil for a slice of
+	// their own. The leader of a call decodes there, and its caller
+	// owns the result unless it had to be shared (see lead).
+	into *[]uint64
+}
+
 // call is one in-flight /tokenize call that identical requests share.
 type call struct {
-	done   chan struct{}
-	tokens []uint64
-	err    error
+	done      chan struct{}
+	tokens    []uint64
+	err       error
+	followers int // callers waiting for this one's result (t.mu)
 	// retry: the leader's own context ended the call, so followers whose
 	// contexts are still live should try again rather than inherit that.
 	retry bool
@@ -421,7 +432,7 @@ func (t *Tokenizer) Stats() TokenizerStats {
 // The returned slice may be shared with the cache and other callers: it
 // must not be modified.
 func (t *Tokenizer) Tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, cached bool, err error) {
-	tokens, _, cached, err = t.tokenize(ctx, url, h, req)
+	tokens, _, cached, _, err = t.tokenize(ctx, target{url: url, h: h}, req)
 	return tokens, cached, err
 }
 
@@ -448,15 +459,15 @@ func (t *Tokenizer) TokenizeFresh(ctx context.Context, url string, h http.Header
 		return nil, ErrTokenizerBusy
 	}
 	defer func() { <-t.sem }()
-	return t.call(ctx, url, h, body)
+	return t.call(ctx, target{url: url, h: h}, body)
 }
 
 // call makes one /tokenize call, counted in the stats; the caller holds a
 // slot of t.sem.
-func (t *Tokenizer) call(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
+func (t *Tokenizer) call(ctx context.Context, tg target, body *sharedBody) ([]uint64, error) {
 	t.misses.Add(1)
 	t.inflight.Add(1)
-	toks, err := t.fetch(ctx, url, h, body)
+	toks, err := t.fetch(ctx, tg, body)
 	t.inflight.Add(-1)
 	if t.closed.Load() {
 		// Close ran while this call held its connection, which has
@@ -470,20 +481,21 @@ func (t *Tokenizer) call(ctx context.Context, url string, h http.Header, body *s
 	return toks, err
 }
 
-// tokenize is Tokenize that also returns the request's cache key.
-func (t *Tokenizer) tokenize(ctx context.Context, url string, h http.Header, req TokenizeRequest) (tokens []uint64, key cacheKey, cached bool, err error) {
+// tokenize is Tokenize that also returns the request's cache key, and
+// whether the ids are the caller's own, in tg.into (see lead).
+func (t *Tokenizer) tokenize(ctx context.Context, tg target, req TokenizeRequest) (tokens []uint64, key cacheKey, cached, owned bool, err error) {
 	if err := req.validate(); err != nil {
-		return nil, key, false, err
+		return nil, key, false, false, err
 	}
 	w := req.wire()
 	key = t.key(&w)
-	tokens, cached, err = t.lookupOrCall(ctx, key, url, h, &w)
-	return tokens, key, cached, err
+	tokens, cached, owned, err = t.lookupOrCall(ctx, key, tg, &w)
+	return tokens, key, cached, owned, err
 }
 
 // lookupOrCall answers key from the cache, or joins the identical call in
 // flight, or makes the call.
-func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
+func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, tg target, w *tokenizeWire) (toks []uint64, cached, owned bool, err error) {
 	for {
 		t.mu.Lock()
 		if el, ok := t.items[key]; ok {
@@ -491,65 +503,75 @@ func (t *Tokenizer) lookupOrCall(ctx context.Context, key cacheKey, url string, 
 			toks := el.Value.(*cacheEntry).tokens
 			t.mu.Unlock()
 			t.hits.Add(1)
-			return toks, true, nil
+			return toks, true, false, nil
 		}
 		if c, ok := t.flight[key]; ok {
+			c.followers++
 			t.mu.Unlock()
 			t.shared.Add(1)
 			select {
 			case <-c.done:
 			case <-ctx.Done():
-				return nil, false, fmt.Errorf("tokenize: %w", ctx.Err())
+				return nil, false, false, fmt.Errorf("tokenize: %w", ctx.Err())
 			}
 			if c.retry {
 				if ctx.Err() == nil {
 					continue
 				}
-				return nil, false, fmt.Errorf("tokenize: %w", ctx.Err())
+				return nil, false, false, fmt.Errorf("tokenize: %w", ctx.Err())
 			}
-			return c.tokens, false, c.err
+			return c.tokens, false, false, c.err
 		}
 		select {
 		case t.sem <- struct{}{}:
 		default:
 			t.mu.Unlock()
 			t.rejected.Add(1)
-			return nil, false, ErrTokenizerBusy
+			return nil, false, false, ErrTokenizerBusy
 		}
 		c := &call{done: make(chan struct{})}
 		t.flight[key] = c
 		t.mu.Unlock()
-		return t.lead(ctx, key, c, url, h, w)
+		toks, owned, err := t.lead(ctx, key, c, tg, w)
+		return toks, false, owned, err
 	}
 }
 
-// lead performs the shared call for key and publishes its result.
-func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, url string, h http.Header, w *tokenizeWire) ([]uint64, bool, error) {
-	if body, err := w.sharedBody(t.synchronous(url)); err != nil {
+// lead performs the shared call for key and publishes its result. With
+// tg.into the ids are decoded into the caller's buffer, and owned reports
+// that they stayed there, the caller's alone: not when the cache keeps
+// them or other callers joined the call, which then get a copy of their
+// own, so that the caller may reuse its buffer once done.
+func (t *Tokenizer) lead(ctx context.Context, key cacheKey, c *call, tg target, w *tokenizeWire) (toks []uint64, owned bool, err error) {
+	if body, err := w.sharedBody(t.synchronous(tg.url)); err != nil {
 		c.err = err
 		t.errs.Add(1)
 	} else {
-		c.tokens, c.err = t.call(ctx, url, h, body)
+		c.tokens, c.err = t.call(ctx, tg, body)
 		body.release()
 	}
 	<-t.sem
 	if c.err != nil {
 		c.retry = ctx.Err() != nil
 	}
+	owned = c.err == nil && tg.into != nil
 	keep := c.err == nil && t.cacheable(c.tokens) && t.sightedBefore(key, c.tokens)
-	if keep && cap(c.tokens) > len(c.tokens) {
-		// The decoder grew the slice by appending: keep an exact copy, or
-		// the spare capacity (up to a quarter) would be held uncounted.
-		c.tokens = append(make([]uint64, 0, len(c.tokens)), c.tokens...)
+	if keep && (owned || cap(c.tokens) > len(c.tokens)) {
+		// The cache's own copy, exact: spare capacity (up to a quarter
+		// when the decoder grew the slice) would be held uncounted.
+		c.tokens, owned = append(make([]uint64, 0, len(c.tokens)), c.tokens...), false
 	}
 	t.mu.Lock()
 	delete(t.flight, key)
 	if keep {
 		t.insert(key, c.tokens)
 	}
+	if owned && c.followers > 0 {
+		c.tokens, owned = append([]uint64(nil), c.tokens...), false
+	}
 	t.mu.Unlock()
 	close(c.done)
-	return c.tokens, false, c.err
+	return c.tokens, owned, c.err
 }
 
 // entryCost is what an entry holding toks counts against CacheMaxBytes:
@@ -600,16 +622,17 @@ func (t *Tokenizer) evictLocked() {
 	}
 }
 
-func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *sharedBody) ([]uint64, error) {
+func (t *Tokenizer) fetch(ctx context.Context, tg target, body *sharedBody) ([]uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
+	url, h := tg.url, tg.h
 	if t.synchronous(url) {
 		// The call is over when Post returns: nothing reads the body
 		// after, so the caller may release it.
 		var toks []uint64
 		var aerr error // the answer's own error, already worded
 		err := t.h1.Post(ctx, url, h, body.b, func(r *h1client.Response) error {
-			toks, aerr = t.answer(r.StatusCode, r.ContentLength, r.Body)
+			toks, aerr = t.answer(r.StatusCode, r.ContentLength, r.Body, tg.into)
 			return aerr
 		})
 		switch {
@@ -639,7 +662,7 @@ func (t *Tokenizer) fetch(ctx context.Context, url string, h http.Header, body *
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
 	defer resp.Body.Close()
-	return t.answer(resp.StatusCode, resp.ContentLength, resp.Body)
+	return t.answer(resp.StatusCode, resp.ContentLength, resp.Body, tg.into)
 }
 
 // synchronous reports whether a call to url is made by the h1client,
@@ -649,8 +672,9 @@ func (t *Tokenizer) synchronous(url string) bool {
 }
 
 // answer reads and decodes a /tokenize response: its status, declared
-// length (-1 when unknown) and body.
-func (t *Tokenizer) answer(status int, length int64, body io.Reader) ([]uint64, error) {
+// length (-1 when unknown) and body; the ids go into *into when into is
+// not nil.
+func (t *Tokenizer) answer(status int, length int64, body io.Reader, into *[]uint64) ([]uint64, error) {
 	if status != http.StatusOK {
 		return nil, fmt.Errorf("tokenize: HTTP %d: %s", status, bodySnippet(body))
 	}
@@ -672,7 +696,7 @@ func (t *Tokenizer) answer(status int, length int64, body io.Reader) ([]uint64, 
 	if err != nil {
 		err = fmt.Errorf("tokenize: %w", err)
 	} else {
-		toks, err = decodeTokenizeResume(raw, t.o.MaxTokens, t.resume)
+		toks, err = decodeTokenizeInto(raw, t.o.MaxTokens, t.resume, into)
 	}
 	// The ids are in their own slice: nothing aliases raw any more.
 	if cap(raw) <= maxPooledResponse {

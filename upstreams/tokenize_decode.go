@@ -42,10 +42,11 @@ const maxJSONDepth = 10000
 // hold of realistic ids.
 const DefaultMaxTokenizeTokens = 2 << 20
 
-// tokenScratch holds reusable buffers for answers whose count does not
-// come before their tokens: the ids are decoded there, then copied once
-// into a slice of their exact size (the result outlives the call, in the
-// cache). vLLM sends count first, so this path is the exception.
+// tokenScratch holds reusable buffers of ids: TokenizeDerived decodes
+// into one (its caller hands it back), and other calls decode answers
+// whose count does not come before their tokens there, then copy the ids
+// once into a slice of their exact size (the result outlives the call, in
+// the cache). vLLM sends count first, so that path is the exception.
 var tokenScratch = sync.Pool{New: func() any { return new([]uint64) }}
 
 // maxPooledTokens bounds the scratch buffers kept in tokenScratch (2 MiB).
@@ -74,6 +75,11 @@ type tokenizeDecoder struct {
 	offs  []int32
 	fresh int
 	arr   []byte
+
+	// into, when set, is the caller's buffer: the ids are decoded there
+	// (it is grown as needed and left holding them) instead of into a
+	// slice of their own. See Tokenizer.lead.
+	into *[]uint64
 }
 
 // decodeTokenizeResponse decodes a /tokenize answer of at most maxTokens
@@ -86,7 +92,13 @@ func decodeTokenizeResponse(raw []byte, maxTokens int) ([]uint64, error) {
 // res keeps, and offering it this answer's; res nil keeps none. The
 // result is the same either way.
 func decodeTokenizeResume(raw []byte, maxTokens int, res *tokenResume) ([]uint64, error) {
-	d := tokenizeDecoder{b: raw, maxTokens: maxTokens, res: res}
+	return decodeTokenizeInto(raw, maxTokens, res, nil)
+}
+
+// decodeTokenizeInto is decodeTokenizeResume writing the ids into *into,
+// when into is not nil: the result then aliases it.
+func decodeTokenizeInto(raw []byte, maxTokens int, res *tokenResume, into *[]uint64) ([]uint64, error) {
+	d := tokenizeDecoder{b: raw, maxTokens: maxTokens, res: res, into: into}
 	toks, err := d.answer()
 	if err == nil && res != nil && d.arr != nil {
 		res.keep(d.arr, toks, d.offs, d.fresh)
@@ -278,10 +290,16 @@ func (d *tokenizeDecoder) tokenList() error {
 	start := d.i
 	d.haveTokens, d.tokens, d.pending = true, nil, nil
 	var scratch *[]uint64
-	if d.peek() == '[' {
+	switch {
+	case d.into != nil:
+		d.tokens = d.intoBuffer(d.b[d.i:])
+	case d.peek() == '[':
 		d.tokens, scratch = d.buffer(d.b[d.i:])
 	}
 	toks, reason, fatal := d.ids(d.tokens)
+	if d.into != nil {
+		*d.into = toks[:0] // keep the array, grown or not, for the caller
+	}
 	if scratch != nil {
 		if reason == nil {
 			// The result outlives the call (in the cache): its own
@@ -400,6 +418,18 @@ func (d *tokenizeDecoder) buffer(arr []byte) ([]uint64, *[]uint64) {
 	}
 	p := tokenScratch.Get().(*[]uint64)
 	return (*p)[:0], p
+}
+
+// intoBuffer is the caller's buffer, emptied, with room for a plausible
+// count (as buffer judges it) so that decoding does not grow it by copies.
+func (d *tokenizeDecoder) intoBuffer(arr []byte) []uint64 {
+	buf := (*d.into)[:0]
+	if d.haveCount && d.count > int64(cap(buf)) && d.count <= int64(d.maxTokens) {
+		if end := bytes.IndexByte(arr, ']'); end >= 0 && d.count <= int64(end/2) {
+			buf = make([]uint64, 0, d.count)
+		}
+	}
+	return buf
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -15,31 +15,75 @@ import (
 // keeps only its 128-bit keyed hash, so a long tag (one holding client
 // input) costs the cache no more than a short one. A result the
 // cache does not hold (too large, cache off) is derived on every call.
-// Neither returned slice may be modified: both may be shared.
+// derive must return a slice of its own, not tokens or a part of them.
+//
+// The ids of a call nobody shares (most long prompts: the cache keeps one
+// only from its second sighting) are decoded into a pooled buffer, which
+// the caller hands back with Release once done with them: an 8k-token
+// answer's ids were a fresh 64 KiB each, over half of what the remote path
+// allocated.
 func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Header, req TokenizeRequest,
-	tag string, derive func(tokens []uint64) []uint64) (tokens, derived []uint64, cached bool, err error) {
-	tokens, key, cached, err := t.tokenize(ctx, url, h, req)
+	tag string, derive func(tokens []uint64) []uint64) (DerivedAnswer, error) {
+	buf := tokenScratch.Get().(*[]uint64)
+	tokens, key, cached, owned, err := t.tokenize(ctx, target{url: url, h: h, into: buf}, req)
+	a := DerivedAnswer{Tokens: tokens, Cached: cached}
+	if owned {
+		a.buf = buf
+	} else {
+		recycleTokens(buf)
+	}
 	if err != nil {
-		return nil, nil, cached, err
+		a.Release()
+		return DerivedAnswer{Cached: cached}, err
 	}
 	th := t.tagHash(tag)
 	t.mu.Lock()
 	if el, ok := t.items[key]; ok {
 		if ce := el.Value.(*cacheEntry); ce.derived != nil && ce.derivedTag == th && sameSlice(ce.tokens, tokens) {
-			derived = ce.derived
+			a.Derived = ce.derived
 			t.mu.Unlock()
-			return tokens, derived, cached, nil
+			return a, nil
 		}
 	}
 	t.mu.Unlock()
 	t.derivations.Add(1)
-	derived = derive(tokens)
+	derived := derive(tokens)
 	if cap(derived) > len(derived) {
 		// Counted whole: keep no spare capacity.
 		derived = append(make([]uint64, 0, len(derived)), derived...)
 	}
 	t.remember(key, tokens, th, derived)
-	return tokens, derived, cached, nil
+	a.Derived = derived
+	return a, nil
+}
+
+// DerivedAnswer is what TokenizeDerived returns. Neither slice may be
+// modified: both may be shared.
+type DerivedAnswer struct {
+	Tokens  []uint64 // the prompt's ids
+	Derived []uint64 // derive's value for them
+	Cached  bool     // the ids came from the cache
+	buf     *[]uint64
+}
+
+// Release hands the buffer of Tokens back for reuse when they were the
+// caller's alone; Tokens must not be read after. Derived stays valid. It
+// does nothing for shared ids, or when called again.
+func (a *DerivedAnswer) Release() {
+	if a.buf != nil {
+		recycleTokens(a.buf)
+		a.buf = nil
+	}
+	a.Tokens = nil
+}
+
+// recycleTokens puts a buffer of ids back in tokenScratch, unless it grew
+// past what the pool keeps.
+func recycleTokens(buf *[]uint64) {
+	if cap(*buf) <= maxPooledTokens {
+		*buf = (*buf)[:0]
+		tokenScratch.Put(buf)
+	}
 }
 
 // remember keeps derived, computed from tokens, in key's entry, if the

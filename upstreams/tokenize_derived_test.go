@@ -1,6 +1,7 @@
 package upstreams
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -30,7 +31,8 @@ func TestTokenizeDerived(t *testing.T) {
 		return out
 	}
 	for i := range 3 {
-		toks, derived, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+		a, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+		toks, derived, cached := a.Tokens, a.Derived, a.Cached
 		if err != nil || cached != (i > 0) || len(derived) != len(toks) || derived[0] != 2*toks[0] {
 			t.Fatalf("call %d: %v %v cached=%v %v", i, toks, derived, cached, err)
 		}
@@ -42,8 +44,8 @@ func TestTokenizeDerived(t *testing.T) {
 	if want := int64(st.CachedTokens)*8*2 + TokenizeCacheEntryOverhead; st.CachedBytes != want {
 		t.Fatalf("%d bytes counted, want %d (ids, derived words clipped to their length, overhead)", st.CachedBytes, want)
 	}
-	if _, d, _, _ := tk.TokenizeDerived(ctx, f.url(), nil, req, "one", func(toks []uint64) []uint64 { return toks[:1] }); len(d) != 1 {
-		t.Fatalf("another tag: %v", d)
+	if a, _ := tk.TokenizeDerived(ctx, f.url(), nil, req, "one", func(toks []uint64) []uint64 { return toks[:1] }); len(a.Derived) != 1 {
+		t.Fatalf("another tag: %v", a.Derived)
 	}
 	if n, st := tk.derivations.Load(), tk.Stats(); n != 2 || st.CachedBytes != int64(st.CachedTokens)*8+8+TokenizeCacheEntryOverhead {
 		t.Fatalf("another tag: derived %d times, %d bytes counted", n, st.CachedBytes)
@@ -52,7 +54,7 @@ func TestTokenizeDerived(t *testing.T) {
 	off := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, CacheEntries: -1})
 	defer off.Close()
 	for range 2 {
-		if _, _, _, err := off.TokenizeDerived(ctx, f.url(), nil, req, "double", double); err != nil {
+		if _, err := off.TokenizeDerived(ctx, f.url(), nil, req, "double", double); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,8 +80,8 @@ func TestTokenizeDerivedLongTag(t *testing.T) {
 	before := ms.HeapAlloc
 	func() {
 		tag := strings.Repeat("s", tagBytes)
-		if _, d, _, err := tk.TokenizeDerived(context.Background(), f.url(), nil, req, tag, first); err != nil || len(d) != 1 {
-			t.Fatalf("%v %v", d, err)
+		if a, err := tk.TokenizeDerived(context.Background(), f.url(), nil, req, tag, first); err != nil || len(a.Derived) != 1 {
+			t.Fatalf("%v %v", a.Derived, err)
 		}
 	}()
 	runtime.GC()
@@ -126,11 +128,114 @@ func TestTokenizeDerivedRefilledEntry(t *testing.T) {
 		}
 		return double(toks)
 	}
-	if toks, d, _, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", refill); err != nil || !equalTokens(d, double(toks)) {
-		t.Fatalf("first call: %v %v %v", toks, d, err)
+	if a, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", refill); err != nil || !equalTokens(a.Derived, double(a.Tokens)) {
+		t.Fatalf("first call: %v %v %v", a.Tokens, a.Derived, err)
 	}
-	toks, d, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+	a, err := tk.TokenizeDerived(ctx, f.url(), nil, req, "double", double)
+	toks, d, cached := a.Tokens, a.Derived, a.Cached
 	if err != nil || !cached || !equalTokens(toks, []uint64{7, 7, 7}) || !equalTokens(d, double(toks)) {
 		t.Fatalf("after the refill: ids %v, value %v (cached %v, %v), want the value of those ids", toks, d, cached, err)
+	}
+}
+
+// TestTokenizeDerivedOwnership: the ids of a call nobody shares are the
+// caller's, in a buffer Release recycles; ids the cache keeps or other
+// callers joined for are never that buffer, so recycling it and decoding
+// other answers there leaves them intact.
+func TestTokenizeDerivedOwnership(t *testing.T) {
+	f := newFakeTokenizer(t)
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second})
+	defer tk.Close()
+	ctx := context.Background()
+	keys := func(toks []uint64) []uint64 { return []uint64{uint64(len(toks))} }
+	prompt := func(s string) TokenizeRequest { return TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(s))} }
+	long := strings.Repeat("p", 2*cacheFromSecondIDs)
+	call := func(text string) DerivedAnswer {
+		t.Helper()
+		a, err := tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "n", keys)
+		if err != nil || !equalTokens(a.Tokens, expectTokens(text)) {
+			t.Fatalf("%.10q…: %d ids, %v", text, len(a.Tokens), err)
+		}
+		return a
+	}
+	first := call(long) // first sighting: not cached, so the caller's own
+	if first.buf == nil || first.Cached {
+		t.Fatalf("first call: owned %v, cached %v; want an owned answer", first.buf != nil, first.Cached)
+	}
+	first.Release()
+	first.Release()    // a second Release does nothing
+	kept := call(long) // second sighting: the cache keeps the ids
+	if kept.buf != nil {
+		t.Fatal("ids the cache keeps were handed out as the caller's own")
+	}
+	kept.Release()
+	for i := range 4 { // other answers decoded into recycled buffers
+		other := call(strings.Repeat(string(rune('a'+i)), 2*cacheFromSecondIDs))
+		other.Release()
+	}
+	if hit := call(long); !hit.Cached || !equalTokens(hit.Tokens, expectTokens(long)) {
+		t.Fatalf("cache hit after buffers were reused: cached %v, ids changed %v", hit.Cached, !equalTokens(hit.Tokens, expectTokens(long)))
+	}
+
+	// Callers that joined a call in flight share its ids: the leader's
+	// are a copy, not its buffer.
+	f.gate, f.arrived = make(chan struct{}), make(chan struct{}, 1)
+	text := strings.Repeat("s", 2*cacheFromSecondIDs)
+	var leader, follower DerivedAnswer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		leader, _ = tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "n", keys)
+	}()
+	<-f.arrived
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		follower, _ = tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "n", keys)
+	}()
+	eventually(t, "follower joined", func() bool { return tk.Stats().Shared == 1 })
+	close(f.gate)
+	<-done
+	<-followed
+	if leader.buf != nil || follower.buf != nil {
+		t.Fatalf("a shared call's ids were handed out as a caller's own (leader %v, follower %v)", leader.buf != nil, follower.buf != nil)
+	}
+	if !equalTokens(leader.Tokens, expectTokens(text)) || !equalTokens(follower.Tokens, expectTokens(text)) {
+		t.Fatal("shared call: wrong ids")
+	}
+}
+
+// TestTokenizeResumeKeepsACopy: an array kept for resuming holds its own
+// ids, not the buffer the answer was decoded into, which its caller
+// reuses.
+func TestTokenizeResumeKeepsACopy(t *testing.T) {
+	r := newTokenResume()
+	ids := make([]uint64, 4096)
+	for i := range ids {
+		ids[i] = uint64(1000 + i)
+	}
+	answer, err := json.Marshal(map[string]any{"count": len(ids), "max_model_len": 32768, "tokens": ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf []uint64
+	for range 2 { // kept from its key's second sighting
+		if _, err := decodeTokenizeInto(answer, DefaultMaxTokenizeTokens, r, &buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range buf[:cap(buf)] {
+		buf[:cap(buf)][i] = 7 // the caller reuses its buffer
+	}
+	got, err := decodeTokenizeResponse(answer, DefaultMaxTokenizeTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := decodeTokenizeResume(answer, DefaultMaxTokenizeTokens, r)
+	if err != nil || !equalTokens(resumed, got) || !equalTokens(got, ids) {
+		t.Fatalf("resumed from a kept array after its buffer was reused: %v", err)
+	}
+	if ids, _, _ := r.lookup(answer[bytes.IndexByte(answer, '['):]); len(ids) == 0 {
+		t.Fatal("the array was not kept: the test checks nothing")
 	}
 }

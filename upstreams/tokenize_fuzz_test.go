@@ -49,6 +49,13 @@ func FuzzParseTokenizeResponse(f *testing.F) {
 		if err == nil && (toks == nil || !equalTokens(toks, want)) {
 			t.Fatalf("%q: parser %v, oracle %v", b, toks, want)
 		}
+		// Decoded into a caller's buffer that holds earlier ids (as
+		// TokenizeDerived reuses one): the same answer.
+		buf := []uint64{9, 9, 9}
+		into, intoErr := decodeTokenizeInto(b, DefaultMaxTokenizeTokens, nil, &buf)
+		if (intoErr == nil) != (err == nil) || (err == nil && !equalTokens(into, toks)) {
+			t.Fatalf("%q: into a buffer %v (%v), alone %v (%v)", b, into, intoErr, toks, err)
+		}
 	})
 }
 

@@ -48,7 +48,7 @@ const maxSeenArrays = 1 << 16
 // array replaces the entry whole.
 type resumeEntry struct {
 	raw  []byte   // the array, '[' to ']', a copy of the answer's bytes
-	ids  []uint64 // its ids (the decoder's result: nobody modifies it)
+	ids  []uint64 // its ids, a copy: the decoder's result may be in a buffer its caller reuses
 	offs []int32  // offs[j]: where id j*stride starts in raw
 }
 
@@ -103,6 +103,6 @@ func (r *tokenResume) keep(arr []byte, ids []uint64, offs []int32, fresh int) {
 	}
 	h := maphash.Bytes(r.seed, arr[:r.keyBytes])
 	r.kept.Offer(h, len(arr)+8*len(ids)+4*len(offs)+64, func() *resumeEntry {
-		return &resumeEntry{raw: bytes.Clone(arr), ids: ids, offs: append([]int32(nil), offs...)}
+		return &resumeEntry{raw: bytes.Clone(arr), ids: append([]uint64(nil), ids...), offs: append([]int32(nil), offs...)}
 	})
 }

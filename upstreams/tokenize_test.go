@@ -314,7 +314,8 @@ func TestTokenizeCacheKeepsLongResultsFromSecondSighting(t *testing.T) {
 	text, derives := strings.Repeat("d", 2*cacheFromSecondIDs), 0
 	derive := func(toks []uint64) []uint64 { derives++; return []uint64{uint64(len(toks))} }
 	for i, want := range []bool{false, false, true} {
-		toks, derived, cached, err := tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "tag", derive)
+		a, err := tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "tag", derive)
+		toks, derived, cached := a.Tokens, a.Derived, a.Cached
 		if err != nil || cached != want || len(toks) != len(text) || len(derived) != 1 || derived[0] != uint64(len(text)) {
 			t.Fatalf("derived, call %d: cached %v (want %v), %d ids, %v, %v", i+1, cached, want, len(toks), derived, err)
 		}
