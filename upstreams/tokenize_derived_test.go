@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -237,5 +240,62 @@ func TestTokenizeResumeKeepsACopy(t *testing.T) {
 	}
 	if ids, _, _ := r.lookup(answer[bytes.IndexByte(answer, '['):]); len(ids) == 0 {
 		t.Fatal("the array was not kept: the test checks nothing")
+	}
+}
+
+// TestTokenizeDerivedConcurrentReuse: callers that share prompts (some
+// joining calls in flight, some answered from the cache, some owning and
+// recycling their buffers) each see exactly their prompt's ids until they
+// release them. It exercises the mix under the race detector, which sees
+// a buffer decoded into while another caller still reads it; which answers
+// are shared is checked exactly by TestTokenizeDerivedOwnership.
+func TestTokenizeDerivedConcurrentReuse(t *testing.T) {
+	f := &fakeTokenizer{}
+	// A moment per answer, so that identical requests overlap and join
+	// each other's calls.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond)
+		f.serve(w, r)
+	}))
+	defer srv.Close()
+	url := srv.URL + "/tokenize"
+	tk := NewTokenizer(TokenizerOptions{Timeout: 10 * time.Second, MaxConcurrent: 64})
+	defer tk.Close()
+	ctx := context.Background()
+	texts := make([]string, 6)
+	for i := range texts {
+		texts[i] = strings.Repeat(string(rune('k'+i)), cacheFromSecondIDs+100*i)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 150 {
+				text := texts[(g+i)%len(texts)]
+				if i%7 == 0 { // a prompt nobody else sends: always owned
+					text = fmt.Sprintf("%s-%d-%d", text, g, i)
+				}
+				req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(text))}
+				a, err := tk.TokenizeDerived(ctx, url, nil, req, "n", func(toks []uint64) []uint64 { return []uint64{uint64(len(toks))} })
+				if err == nil && (!equalTokens(a.Tokens, expectTokens(text)) || len(a.Derived) != 1 || a.Derived[0] != uint64(len(text))) {
+					err = fmt.Errorf("goroutine %d call %d: ids or value of another prompt", g, i)
+				}
+				a.Release()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st := tk.Stats(); st.Hits == 0 || st.Shared == 0 {
+		t.Fatalf("no cache hit or no joined call: the test did not mix shared and owned answers (%+v)", st)
 	}
 }
