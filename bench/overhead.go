@@ -103,6 +103,9 @@ type OverheadStat struct {
 	// (cpuVsPlain), so that the machine's speed, which drifts between
 	// rounds, cancels out of the ratio.
 	CPURounds []float64 `json:"cpu_us_per_request_rounds,omitempty"`
+	// P50Rounds is each round's latency p50 alone (seconds), paired with
+	// plain Caddy's the same way (addedP50VsPlain).
+	P50Rounds []float64 `json:"latency_p50_rounds,omitempty"`
 	RSS       int64     `json:"rss_bytes"`
 	PeakRSS   int64     `json:"peak_rss_bytes"`
 	// Profile is where the gateway's CPU went during one phase: the
@@ -231,6 +234,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 					}
 					a.rounds = append(a.rounds, perReq)
 				}
+				a.p50s = append(a.p50s, percentiles(h.lat).P50) // 0 when the phase served nothing
 				a.lat = append(a.lat, h.lat...)
 				a.errs += h.errs
 				a.wall += h.wall
@@ -261,6 +265,7 @@ func runOverhead(ctx context.Context, env *Env, p OverheadParams) (*OverheadResu
 				st.RSS, st.PeakRSS, _ = procRSS(t.pid)
 			}
 			st.Latency, st.SerialLatency = percentiles(a.lat), percentiles(a.serial)
+			st.P50Rounds = a.p50s
 			st.Profile, st.CPUParts, st.ProfiledRequests = a.profile, a.parts, a.profiled
 			log.Printf("overhead %-6s %-9s: %6.0f req/s, p50 %.2fms p99 %.2fms, 1 client p50 %.2fms, caddy cpu %.0fµs/req, rss %.0f MiB, errors %d",
 				body.Name, t.name, st.ReqPerSec, st.Latency.P50*1000, st.Latency.P99*1000, st.SerialLatency.P50*1000, st.CPUPerReq, float64(st.RSS)/(1<<20), st.Errors)
@@ -339,6 +344,7 @@ type overheadAcc struct {
 	errs     int
 	cpu      time.Duration
 	rounds   []float64 // CPU per request of each round's phase, µs
+	p50s     []float64 // latency p50 of each round's phase, seconds
 	wall     time.Duration
 }
 

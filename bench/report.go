@@ -209,7 +209,7 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 	}
 	if o := l.overhead; o != nil {
 		w("Gateway overhead (same run, alternating phases, closed loop of %d clients; CPU of the Caddy process only):\n\n", o.Params.Concurrency)
-		w("| request | gateway | CPU/request vs plain Caddy | the same, round by round: median (range) | added latency p50 / p99 vs plain | req/s vs plain |\n|---|---|---:|---:|---:|---:|\n")
+		w("| request | gateway | CPU/request vs plain Caddy | the same, round by round: median (range) | added latency p50 / p99 vs plain | added p50, round by round: median (range) | req/s vs plain |\n|---|---|---:|---:|---:|---:|---:|\n")
 		for _, body := range o.Params.Bodies {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
@@ -217,13 +217,16 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 || strings.HasSuffix(t, beforeSuffix) {
 					continue
 				}
-				byRound := "–"
+				byRound, addedByRound := "–", "–"
 				if r, ok := cpuVsPlain(llm, plain); ok {
-					byRound = r.String()
+					byRound = r.ratio()
 				}
-				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %s | %+.2f ms / %+.2f ms | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
+				if r, ok := addedP50VsPlain(llm, plain); ok {
+					addedByRound = r.millis()
+				}
+				w("| %s | `%s` | %.0f µs vs %.0f µs (**%.2f×**) | %s | %+.2f ms / %+.2f ms | %s | %.0f vs %.0f (%.2f×) |\n", o.bodyLabel(body), t,
 					llm.CPUPerReq, plain.CPUPerReq, llm.CPUPerReq/plain.CPUPerReq, byRound,
-					(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000,
+					(llm.Latency.P50-plain.Latency.P50)*1000, (llm.Latency.P99-plain.Latency.P99)*1000, addedByRound,
 					llm.ReqPerSec, plain.ReqPerSec, llm.ReqPerSec/plain.ReqPerSec)
 			}
 		}
@@ -348,39 +351,56 @@ func (o *OverheadResult) find(body, target string) *OverheadStat {
 	return nil
 }
 
-// roundRatios is a target's CPU per request over plain Caddy's, round by
-// round: the two phases of a round run seconds apart, so the machine's
-// speed, which drifts over a run by more than the differences measured,
-// weighs on both alike.
-type roundRatios struct {
+// roundStats are the median and range of one figure taken round by round
+// against plain Caddy's of the same round: the two phases of a round run
+// seconds apart, so the machine's speed, which drifts over a run by more
+// than the differences measured, weighs on both alike.
+type roundStats struct {
 	median, lo, hi float64
 	n              int
 }
 
-// cpuVsPlain pairs s's rounds with plain's; ok is false when no round
-// has both.
-func cpuVsPlain(s, plain *OverheadStat) (r roundRatios, ok bool) {
-	var ratios []float64
-	for i := 0; i < min(len(s.CPURounds), len(plain.CPURounds)); i++ {
-		if s.CPURounds[i] > 0 && plain.CPURounds[i] > 0 {
-			ratios = append(ratios, s.CPURounds[i]/plain.CPURounds[i])
+// pairRounds applies f to each round's pair of s's and plain's figures,
+// skipping rounds where either is 0 (a phase that served nothing); ok is
+// false when no round has both.
+func pairRounds(s, plain []float64, f func(x, p float64) float64) (r roundStats, ok bool) {
+	var v []float64
+	for i := 0; i < min(len(s), len(plain)); i++ {
+		if s[i] > 0 && plain[i] > 0 {
+			v = append(v, f(s[i], plain[i]))
 		}
 	}
-	if len(ratios) == 0 {
-		return roundRatios{}, false
+	if len(v) == 0 {
+		return roundStats{}, false
 	}
-	slices.Sort(ratios)
-	n := len(ratios)
-	r = roundRatios{lo: ratios[0], hi: ratios[n-1], n: n, median: ratios[n/2]}
+	slices.Sort(v)
+	n := len(v)
+	r = roundStats{lo: v[0], hi: v[n-1], n: n, median: v[n/2]}
 	if n%2 == 0 {
-		r.median = (ratios[n/2-1] + ratios[n/2]) / 2
+		r.median = (v[n/2-1] + v[n/2]) / 2
 	}
 	return r, true
 }
 
-// String is the ratios as the report writes them.
-func (r roundRatios) String() string {
+// cpuVsPlain is s's CPU per request over plain's, round by round.
+func cpuVsPlain(s, plain *OverheadStat) (roundStats, bool) {
+	return pairRounds(s.CPURounds, plain.CPURounds, func(x, p float64) float64 { return x / p })
+}
+
+// addedP50VsPlain is s's latency p50 minus plain's, in milliseconds, round
+// by round.
+func addedP50VsPlain(s, plain *OverheadStat) (roundStats, bool) {
+	return pairRounds(s.P50Rounds, plain.P50Rounds, func(x, p float64) float64 { return (x - p) * 1000 })
+}
+
+// ratio writes r as ratios.
+func (r roundStats) ratio() string {
 	return fmt.Sprintf("%.2f× (%.2f–%.2f×, %d rounds)", r.median, r.lo, r.hi, r.n)
+}
+
+// millis writes r as differences in milliseconds.
+func (r roundStats) millis() string {
+	return fmt.Sprintf("%+.2f ms (%+.2f to %+.2f, %d rounds)", r.median, r.lo, r.hi, r.n)
 }
 
 func (b OverheadBody) label() string {
@@ -405,7 +425,7 @@ func overheadIntro(o *OverheadResult) string {
 		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
 	}
 	before += docNote(p.Bodies)
-	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request, over all rounds; **by round** divides each round's figure by plain Caddy's of the same round and gives the median and range of those ratios, which the machine's drift in speed between rounds does not move; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
+	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request, over all rounds; **by round** divides each round's figure by plain Caddy's of the same round (for added latency, subtracts plain Caddy's p50 of that round from the target's) and gives the median and range over the rounds, which the machine's drift in speed between rounds does not move; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
 		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
 }
 
@@ -752,7 +772,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			byRound := "–"
 			if plain != nil && strings.HasPrefix(t, "llm") {
 				if r, ok := cpuVsPlain(s, plain); ok {
-					byRound = r.String()
+					byRound = r.ratio()
 				}
 			}
 			if t != "direct" {
