@@ -374,8 +374,6 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 	if f.anyLive(v) {
 		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
-		// The ids may be in a buffer that is reused once the decision is
-		// made: a prompt keyKeep keeps is copied (not stable).
 		ans, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
 			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt) })
 		tokens, keys, cached = ans.Tokens, ans.Derived, ans.Cached

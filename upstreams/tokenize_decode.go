@@ -306,10 +306,8 @@ func (d *tokenizeDecoder) tokenList() error {
 			// slice, of exactly its size.
 			d.tokens = append(make([]uint64, 0, len(toks)), toks...)
 		}
-		if cap(toks) <= maxPooledTokens {
-			*scratch = toks[:0]
-			tokenScratch.Put(scratch)
-		}
+		*scratch = toks
+		recycleTokens(scratch)
 	} else {
 		d.tokens = toks
 	}
@@ -411,23 +409,29 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 // honest answer of one-digit ids costs, and at most 8*maxTokens. Finding
 // the ']' is one memchr over bytes the decoder reads next anyway.
 func (d *tokenizeDecoder) buffer(arr []byte) ([]uint64, *[]uint64) {
-	if d.haveCount && d.count >= 0 && d.count <= int64(d.maxTokens) {
-		if end := bytes.IndexByte(arr, ']'); end >= 0 && d.count <= int64(end/2) {
-			return make([]uint64, 0, d.count), nil
-		}
+	if d.plausibleCount(arr) {
+		return make([]uint64, 0, d.count), nil
 	}
 	p := tokenScratch.Get().(*[]uint64)
 	return (*p)[:0], p
+}
+
+// plausibleCount reports whether the answer's count came before the
+// array arr starts and is plausible for it (see buffer).
+func (d *tokenizeDecoder) plausibleCount(arr []byte) bool {
+	if !d.haveCount || d.count < 0 || d.count > int64(d.maxTokens) {
+		return false
+	}
+	end := bytes.IndexByte(arr, ']')
+	return end >= 0 && d.count <= int64(end/2)
 }
 
 // intoBuffer is the caller's buffer, emptied, with room for a plausible
 // count (as buffer judges it) so that decoding does not grow it by copies.
 func (d *tokenizeDecoder) intoBuffer(arr []byte) []uint64 {
 	buf := (*d.into)[:0]
-	if d.haveCount && d.count > int64(cap(buf)) && d.count <= int64(d.maxTokens) {
-		if end := bytes.IndexByte(arr, ']'); end >= 0 && d.count <= int64(end/2) {
-			buf = make([]uint64, 0, d.count)
-		}
+	if d.count > int64(cap(buf)) && d.plausibleCount(arr) {
+		buf = make([]uint64, 0, d.count)
 	}
 	return buf
 }

@@ -26,16 +26,14 @@ func (t *Tokenizer) TokenizeDerived(ctx context.Context, url string, h http.Head
 	tag string, derive func(tokens []uint64) []uint64) (DerivedAnswer, error) {
 	buf := tokenScratch.Get().(*[]uint64)
 	tokens, key, cached, owned, err := t.tokenize(ctx, target{url: url, h: h, into: buf}, req)
-	a := DerivedAnswer{Tokens: tokens, Cached: cached}
-	if owned {
-		a.buf = buf
-	} else {
+	if !owned { // a failed call is never owned
 		recycleTokens(buf)
+		buf = nil
 	}
 	if err != nil {
-		a.Release()
 		return DerivedAnswer{Cached: cached}, err
 	}
+	a := DerivedAnswer{Tokens: tokens, Cached: cached, buf: buf}
 	th := t.tagHash(tag)
 	t.mu.Lock()
 	if el, ok := t.items[key]; ok {
