@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -266,35 +265,24 @@ func TestTokenizeDerivedConcurrentReuse(t *testing.T) {
 	for i := range texts {
 		texts[i] = strings.Repeat(string(rune('k'+i)), cacheFromSecondIDs+100*i)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 150 {
-				text := texts[(g+i)%len(texts)]
-				if i%7 == 0 { // a prompt nobody else sends: always owned
-					text = fmt.Sprintf("%s-%d-%d", text, g, i)
-				}
-				req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(text))}
-				a, err := tk.TokenizeDerived(ctx, url, nil, req, "n", func(toks []uint64) []uint64 { return []uint64{uint64(len(toks))} })
-				if err == nil && (!equalTokens(a.Tokens, expectTokens(text)) || len(a.Derived) != 1 || a.Derived[0] != uint64(len(text))) {
-					err = fmt.Errorf("goroutine %d call %d: ids or value of another prompt", g, i)
-				}
-				a.Release()
-				if err != nil {
-					errs <- err
-					return
-				}
+	concurrently(t, 8, func(g int) error {
+		for i := range 150 {
+			text := texts[(g+i)%len(texts)]
+			if i%7 == 0 { // a prompt nobody else sends: always owned
+				text = fmt.Sprintf("%s-%d-%d", text, g, i)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			req := TokenizeRequest{Prompt: json.RawMessage(strconv.Quote(text))}
+			a, err := tk.TokenizeDerived(ctx, url, nil, req, "n", func(toks []uint64) []uint64 { return []uint64{uint64(len(toks))} })
+			if err == nil && (!equalTokens(a.Tokens, expectTokens(text)) || len(a.Derived) != 1 || a.Derived[0] != uint64(len(text))) {
+				err = fmt.Errorf("goroutine %d call %d: ids or value of another prompt", g, i)
+			}
+			a.Release()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if st := tk.Stats(); st.Hits == 0 || st.Shared == 0 {
 		t.Fatalf("no cache hit or no joined call: the test did not mix shared and owned answers (%+v)", st)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,25 +43,14 @@ func TestTokenizeReusesConnections(t *testing.T) {
 		t.Fatalf("500 sequential calls opened %d connections, want 1", n)
 	}
 	const workers = 16
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < 500; i += workers {
-				if err := call(1000 + i); err != nil {
-					errs <- err
-					return
-				}
+	concurrently(t, workers, func(w int) error {
+		for i := w; i < 500; i += workers {
+			if err := call(1000 + i); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	n := e.Accepted()
 	t.Logf("connections accepted: 1 for 500 sequential calls, %d after 500 more from %d goroutines", n, workers)
 	if n > 1+2*workers {
