@@ -88,9 +88,9 @@ func TestQuickSmoke(t *testing.T) {
 			t.Errorf("fleet llm: decisions %d, event batches %d, mirror problems %d", r.DecisionNs.N, r.EventBatches, r.MirrorProblems)
 		}
 	}
-	wantTargets := 3 // plain, llm, direct
+	wantTargets := 5 // plain, admission, approx, llm, direct
 	if l.overhead.Params.Tokenizer != "" {
-		wantTargets = 4 // and llm-local
+		wantTargets = 6 // and llm-local
 	}
 	if len(l.overhead.Stats) != wantTargets {
 		t.Fatalf("overhead stats = %d, want %d", len(l.overhead.Stats), wantTargets)
@@ -108,7 +108,7 @@ func TestQuickSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Where only the engines know", "## 3. Fleet simulation", "## 4. Gateway overhead", "ttft_p90_tiny.svg", "hit_rate.svg"} {
+	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Where only the engines know", "## 3. Fleet simulation", "## 4. Gateway overhead", "Layer by layer", "ttft_p90_tiny.svg", "hit_rate.svg"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}

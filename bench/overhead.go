@@ -25,13 +25,14 @@ import (
 	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
-// The overhead section: what the gateway costs per request. Two Caddy
+// The overhead section: what the gateway costs per request. Caddy
 // processes run side by side in front of the same fast simulated engines —
 // "llm" (llm_admission + lb_policy llm with KV events, the full precise
-// path: body parse, /tokenize, block keys, index match, accounting) and
-// "plain" (reverse_proxy with round_robin) — plus the engines directly,
-// driven in alternating phases by the same closed-loop clients, so machine
-// noise hits all three alike.
+// path: body parse, /tokenize, block keys, index match, accounting),
+// "plain" (reverse_proxy with round_robin), and the layers between them
+// ("admission", "approx") — plus the engines directly, driven in
+// alternating phases by the same closed-loop clients, so machine noise
+// hits all of them alike.
 
 // OverheadParams configure the section.
 type OverheadParams struct {
@@ -294,8 +295,8 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 		}
 	}
 	dir := filepath.Join(env.Out, "runs", "overhead")
-	start := func(bin, name string, cfg GatewayConfig, llm bool) (overheadTarget, error) {
-		g, err := startGateway(ctx, bin, filepath.Join(dir, name), cfg, llm)
+	start := func(bin, name string, cfg GatewayConfig, kv bool) (overheadTarget, error) {
+		g, err := startGateway(ctx, bin, filepath.Join(dir, name), cfg, kv)
 		if err != nil {
 			return overheadTarget{}, fmt.Errorf("starting the %s gateway: %w", name, err)
 		}
@@ -303,29 +304,41 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 		return overheadTarget{name: name, url: g.URL, pid: g.Pid(), gw: g}, nil
 	}
 	llmCfg := GatewayConfig{Engines: fleet.Refs(true), Policy: "llm", Admission: true, PollInterval: 250 * time.Millisecond}
+	// The layers below the precise path, each the one before plus one
+	// module: the llm app's admission alone (round robin), then lb_policy
+	// llm on the approximate tree only (no KV events, no tokenization).
+	// They split the gateway's cost by what buys it.
+	admission := GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", Admission: true, PollInterval: 250 * time.Millisecond}
+	approx := admission
+	approx.Policy, approx.PolicyBody = "llm", "disable_tokenize\n"
 	type spec struct {
 		name string
 		cfg  GatewayConfig
-		llm  bool // the gateway has the llm app (its metrics are read)
+		kv   bool // it subscribes to KV events: ready once every engine's is connected
+		// before: run it on the earlier build too (Params.Before); the
+		// layers are not what a change is measured on.
+		before bool
 	}
 	configs := []spec{
-		{"plain", GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true}, false},
-		{"llm", llmCfg, true},
+		{"plain", GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true}, false, false},
+		{"admission", admission, false, false},
+		{"approx", approx, false, false},
+		{"llm", llmCfg, true, true},
 	}
 	if tokDir != "" {
 		local := llmCfg
 		local.AppBody = fmt.Sprintf("tokenizer sim-model %q\n", tokDir)
-		configs = append(configs, spec{"llm-local", local, true})
+		configs = append(configs, spec{"llm-local", local, true, true})
 	}
 	var targets []overheadTarget
 	for _, c := range configs {
-		t, err := start(env.Caddy, c.name, c.cfg, c.llm)
+		t, err := start(env.Caddy, c.name, c.cfg, c.kv)
 		if err != nil {
 			return nil, stop, err
 		}
 		targets = append(targets, t)
-		if before != "" && c.llm {
-			t, err := start(before, c.name+beforeSuffix, c.cfg, c.llm)
+		if before != "" && c.before {
+			t, err := start(before, c.name+beforeSuffix, c.cfg, c.kv)
 			if err != nil {
 				return nil, stop, err
 			}

@@ -214,7 +214,7 @@ func renderHeadline(b *strings.Builder, l *loaded) {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
 				llm := o.find(body.Name, t)
-				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 || strings.HasSuffix(t, beforeSuffix) {
+				if llm == nil || plain == nil || plain.CPUPerReq == 0 || plain.ReqPerSec == 0 || !isProduct(t) {
 					continue
 				}
 				byRound, addedByRound := "–", "–"
@@ -305,13 +305,13 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			plain := o.find(body.Name, "plain")
 			for _, t := range o.targets()[2:] {
 				llm := o.find(body.Name, t)
-				if llm != nil && plain != nil && plain.CPUPerReq > 0 && !strings.HasSuffix(t, beforeSuffix) {
+				if llm != nil && plain != nil && plain.CPUPerReq > 0 && isProduct(t) {
 					parts = append(parts, fmt.Sprintf("`%s` %.1f× plain Caddy's CPU per request on %s requests (%.0f vs %.0f µs), RSS %.0f vs %.0f MiB", t, llm.CPUPerReq/plain.CPUPerReq, body.Name, llm.CPUPerReq, plain.CPUPerReq, float64(llm.RSS)/(1<<20), float64(plain.RSS)/(1<<20)))
 				}
 			}
 		}
 		if len(parts) > 0 {
-			w("- **What it costs:** %s; where it goes is in section 4's breakdown by part and its profiles.\n", strings.Join(parts, "; "))
+			w("- **What it costs:** %s; where it goes is in section 4's layers, its breakdown by part and its profiles.%s\n", strings.Join(parts, "; "), layersFinding(o))
 		}
 	}
 	if s := l.soak; s != nil {
@@ -412,7 +412,12 @@ func overheadIntro(o *OverheadResult) string {
 	p := o.Params
 	// The gateways are the targets but the engines themselves (direct,
 	// first), which the rotation drives last.
-	gws := o.targets()[1:]
+	var gws []string
+	for _, t := range o.targets()[1:] {
+		if o.ran(t) {
+			gws = append(gws, t)
+		}
+	}
 	gateways := countWord(len(gws)) + " Caddy processes run"
 	rotation := strings.Join(append(slices.Clone(gws), "direct"), " → ")
 	local, tok := "", "the simulator's word tokenizer (one word, one token)"
@@ -424,9 +429,29 @@ func overheadIntro(o *OverheadResult) string {
 	if p.Before != "" {
 		before = "; **…@before** = the same gateway built from an earlier commit (`BENCH_BEFORE_CADDY`), right after it in every rotation, so that a change is measured before and after in one run"
 	}
+	before += layersNote(o)
 	before += docNote(p.Bodies)
 	return fmt.Sprintf("%s side by side in front of the same %d fast simulated engines (time scale %g, so an engine answers in well under a millisecond), which tokenize with %s: **llm** = `llm_admission` + `reverse_proxy { lb_policy llm }` with KV events (the full precise path: body parse, `/tokenize` on an engine, block keys, index match, accounting, event upkeep)%s; **plain** = `reverse_proxy { lb_policy round_robin }` with no llm app; **direct** = the engines without a proxy%s. %d closed-loop clients drive one target at a time for %.0f s, rotating %s, %d rounds (after a %.0f s warm-up each), so machine noise hits all of them alike. Every request is unique (a counter appended to one of a few base prompts), so the gateway's tokenize cache never hits, while the engines' prefix caches — and the gateway's KV index — match all but the last block, the most work for the index. CPU is the Caddy process's user+system time (`/proc/<pid>/stat`) per request, over all rounds; **by round** divides each round's figure by plain Caddy's of the same round (for added latency, subtracts plain Caddy's p50 of that round from the target's) and gives the median and range over the rounds, which the machine's drift in speed between rounds does not move; the `/tokenize` call's own CPU is spent in the engine and is not included. Memory is Caddy's RSS after the runs (peak in parentheses).%s\n\n",
 		gateways, p.Engines, p.TimeScale, tok, local, before, p.Concurrency, p.Phase, rotation, p.Rounds, p.Warmup, serialNote(p))
+}
+
+// layersNote describes the layers between plain Caddy and llm when the
+// run measured them; "" for results saved before it did.
+func layersNote(o *OverheadResult) string {
+	if !o.ran("admission") || !o.ran("approx") {
+		return ""
+	}
+	return "; and between plain Caddy and llm, its layers, each the one before plus one module: **admission** = the llm app (polling the engines' gauges, no KV events) and `llm_admission` (body read and parsed, the gate and its reservation, the response observed) in front of `lb_policy round_robin`; **approx** = the same with `lb_policy llm { disable_tokenize }`: the choice on the approximate prefix tree alone, no tokenization; llm and llm-local then add KV events and the precise tier (tokens, block keys, index match)"
+}
+
+// ran says the run measured target t on some body.
+func (o *OverheadResult) ran(t string) bool {
+	for _, body := range o.Params.Bodies {
+		if o.find(body.Name, t) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // docNote says which bodies are a real document's text rather than the
@@ -447,7 +472,7 @@ func docNote(bodies []OverheadBody) string {
 // countWord spells a small count, capitalized, for the start of a
 // sentence.
 func countWord(n int) string {
-	if words := []string{"No", "One", "Two", "Three", "Four", "Five", "Six"}; n >= 0 && n < len(words) {
+	if words := []string{"No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight"}; n >= 0 && n < len(words) {
 		return words[n]
 	}
 	return strconv.Itoa(n)
@@ -461,11 +486,13 @@ func serialNote(p OverheadParams) string {
 }
 
 // targets are the section's targets in the order of its tables: the
-// engines directly, plain Caddy, the llm gateway, and llm-local when the
-// run had a real tokenizer; each llm gateway followed by its run on an
-// earlier build when the run had one (OverheadParams.Before).
+// engines directly, plain Caddy, the layers (admission, approx), the llm
+// gateway, and llm-local when the run had a real tokenizer; each llm
+// gateway followed by its run on an earlier build when the run had one
+// (OverheadParams.Before). Results saved before the layers were measured
+// have no admission or approx: their rows are left out.
 func (o *OverheadResult) targets() []string {
-	t := []string{"direct", "plain"}
+	t := []string{"direct", "plain", "admission", "approx"}
 	llm := []string{"llm"}
 	if o.Params.Tokenizer != "" {
 		llm = append(llm, "llm-local")
@@ -477,6 +504,16 @@ func (o *OverheadResult) targets() []string {
 		}
 	}
 	return t
+}
+
+// isGateway says the target is a gateway built with this module, compared
+// with plain Caddy: neither the engines directly nor plain Caddy itself.
+func isGateway(t string) bool { return t != "direct" && t != "plain" }
+
+// isProduct says the target is one of the precise paths the headline
+// reports (llm, llm-local), not a layer below them or an earlier build.
+func isProduct(t string) bool {
+	return strings.HasPrefix(t, "llm") && !strings.HasSuffix(t, beforeSuffix)
 }
 
 // bodyLabel is a body's label, with its length in the real tokenizer's
@@ -759,18 +796,18 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 				continue
 			}
 			added, cpu, rss := "", "–", "–"
-			if strings.HasPrefix(t, "llm") && plain != nil {
+			if isGateway(t) && plain != nil {
 				added = fmt.Sprintf("%+.2f / %+.2f ms", (s.Latency.P50-plain.Latency.P50)*1000, (s.Latency.P99-plain.Latency.P99)*1000)
 			}
 			serial := "–"
 			if s.SerialLatency.N > 0 {
 				serial = fmt.Sprintf("%.2f ms", s.SerialLatency.P50*1000)
-				if strings.HasPrefix(t, "llm") && plain != nil && plain.SerialLatency.N > 0 {
+				if isGateway(t) && plain != nil && plain.SerialLatency.N > 0 {
 					serial += fmt.Sprintf(" (%+.2f)", (s.SerialLatency.P50-plain.SerialLatency.P50)*1000)
 				}
 			}
 			byRound := "–"
-			if plain != nil && strings.HasPrefix(t, "llm") {
+			if plain != nil && isGateway(t) {
 				if r, ok := cpuVsPlain(s, plain); ok {
 					byRound = r.ratio()
 				}
@@ -782,11 +819,12 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 			w("| %s | %s | %d | %.0f | %.2f ms | %.2f ms | %s | %s | %s | %s | %s | %d |\n", o.bodyLabel(body), t, s.Requests, s.ReqPerSec, s.Latency.P50*1000, s.Latency.P99*1000, added, serial, cpu, byRound, rss, s.Errors)
 		}
 	}
+	renderLayers(b, o)
 	renderCPUParts(b, o)
 	for _, body := range p.Bodies {
 		for _, t := range o.targets()[2:] {
-			if strings.HasSuffix(t, beforeSuffix) {
-				continue // the earlier build's profiles are saved, not shown
+			if !isProduct(t) {
+				continue // the layers' and the earlier build's profiles are saved, not shown
 			}
 			if s := o.find(body.Name, t); s != nil && len(s.Profile) > 0 {
 				w("\nWhere the `%s` gateway's CPU went during one %s phase (`go tool pprof -top -cum` of a profile taken through Caddy's admin API, lines of this module and encoding/json; flat, flat%%, sum%%, cum, cum%%):\n\n```\n%s\n```\n", t, body.Name, strings.Join(s.Profile, "\n"))
@@ -794,6 +832,56 @@ func renderOverhead(b *strings.Builder, o *OverheadResult, sf SectionFile, plots
 		}
 	}
 	w("\nOn %s the load generator, the engines and Caddy compete for the same CPUs, so req/s is a property of the whole machine; the CPU per request of the Caddy process is the number that carries over to a dedicated gateway host.\n\n", plural(sf.Machine.CPUs, "shared core"))
+}
+
+// layers stack the section's gateways from plain Caddy up, each adding one
+// part of the precise path to the one below it.
+var layers = []struct{ name, below, adds string }{
+	{"admission", "plain", "the llm app and `llm_admission`"},
+	{"approx", "admission", "`lb_policy llm`, approximate tree only"},
+	{"llm-local", "approx", "KV events and the precise tier, local tokenizer"},
+	{"llm", "approx", "KV events and the precise tier, `/tokenize`"},
+}
+
+// renderLayers writes what each layer adds to the CPU per request of the
+// one below it, over all rounds and round by round (the difference of the
+// two in the same round), and where it stands against plain Caddy.
+func renderLayers(b *strings.Builder, o *OverheadResult) {
+	var rows []string
+	for _, body := range o.Params.Bodies {
+		plain := o.find(body.Name, "plain")
+		for _, l := range layers {
+			s, below := o.find(body.Name, l.name), o.find(body.Name, l.below)
+			if s == nil || below == nil || plain == nil || plain.CPUPerReq == 0 {
+				continue
+			}
+			step := "–"
+			if r, ok := pairRounds(s.CPURounds, below.CPURounds, func(x, p float64) float64 { return x - p }); ok {
+				step = fmt.Sprintf("%+.0f µs (%+.0f to %+.0f, %d rounds)", r.median, r.lo, r.hi, r.n)
+			}
+			rows = append(rows, fmt.Sprintf("| %s | `%s` over `%s`: %s | %+.0f µs | %s | %.0f µs, %.2f× plain |\n",
+				body.Name, l.name, l.below, l.adds, s.CPUPerReq-below.CPUPerReq, step, s.CPUPerReq, s.CPUPerReq/plain.CPUPerReq))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nLayer by layer: the Caddy CPU per request each layer adds to the one below it, over all rounds and round by round (the two phases of a round ran seconds apart), and the layer's own figure:\n\n| request | layer | CPU/request added | the same, round by round: median (range) | the layer's CPU/request |\n|---|---|---:|---:|---:|\n%s", strings.Join(rows, ""))
+}
+
+// layersFinding is the headline's sentence on the layers below the precise
+// path, for the largest body the run measured them on; "" without them.
+func layersFinding(o *OverheadResult) string {
+	for i := len(o.Params.Bodies) - 1; i >= 0; i-- {
+		name := o.Params.Bodies[i].Name
+		plain, adm, apx := o.find(name, "plain"), o.find(name, "admission"), o.find(name, "approx")
+		if plain == nil || adm == nil || apx == nil || plain.CPUPerReq == 0 {
+			continue
+		}
+		return fmt.Sprintf(" Of the %s figures, `llm_admission` alone (round robin) takes %.2f× plain Caddy's CPU per request and with `lb_policy llm` on the approximate tree (no tokens, no KV events) %.2f×: the rest is the precise tier's.",
+			name, adm.CPUPerReq/plain.CPUPerReq, apx.CPUPerReq/plain.CPUPerReq)
+	}
+	return ""
 }
 
 // renderCPUParts writes, for each body, the CPU per request of each

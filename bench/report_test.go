@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +47,64 @@ func TestAddedP50VsPlain(t *testing.T) {
 	}
 	if s := got.millis(); s != "+3.25 ms (+2.00 to +4.50, 2 rounds)" {
 		t.Fatalf("written as %q", s)
+	}
+}
+
+func TestRenderLayers(t *testing.T) {
+	stat := func(target string, cpu ...float64) OverheadStat {
+		total := 0.0
+		for _, c := range cpu {
+			total += c
+		}
+		return OverheadStat{Body: "small", Target: target, CPUPerReq: total / float64(len(cpu)), CPURounds: cpu}
+	}
+	body := []OverheadBody{{Name: "small"}}
+	t.Run("each layer over the one below", func(t *testing.T) {
+		o := &OverheadResult{Params: OverheadParams{Bodies: body}, Stats: []OverheadStat{
+			stat("plain", 100, 110), stat("admission", 110, 118), stat("approx", 130, 140),
+			stat("llm", 200, 190), stat("llm-local", 150, 160)}}
+		var b strings.Builder
+		renderLayers(&b, o)
+		for _, want := range []string{
+			"| small | `admission` over `plain`: the llm app and `llm_admission` | +9 µs | +9 µs (+8 to +10, 2 rounds) | 114 µs, 1.09× plain |",
+			"| small | `approx` over `admission`: `lb_policy llm`, approximate tree only | +21 µs | +21 µs (+20 to +22, 2 rounds) | 135 µs, 1.29× plain |",
+			"| small | `llm-local` over `approx`: KV events and the precise tier, local tokenizer | +20 µs | +20 µs (+20 to +20, 2 rounds) | 155 µs, 1.48× plain |",
+			"| small | `llm` over `approx`: KV events and the precise tier, `/tokenize` | +60 µs | +60 µs (+50 to +70, 2 rounds) | 195 µs, 1.86× plain |",
+		} {
+			if !strings.Contains(b.String(), want+"\n") {
+				t.Errorf("no row %q in:\n%s", want, b.String())
+			}
+		}
+	})
+	t.Run("results saved before the layers", func(t *testing.T) {
+		o := &OverheadResult{Params: OverheadParams{Bodies: body}, Stats: []OverheadStat{stat("plain", 100), stat("llm", 200)}}
+		var b strings.Builder
+		renderLayers(&b, o)
+		if b.Len() != 0 {
+			t.Fatalf("wrote %q for a run without layers", b.String())
+		}
+		if o.ran("admission") || !o.ran("llm") {
+			t.Fatal("ran: wrong targets")
+		}
+	})
+}
+
+func TestLayersFinding(t *testing.T) {
+	bodies := []OverheadBody{{Name: "small"}, {Name: "8k"}}
+	o := &OverheadResult{Params: OverheadParams{Bodies: bodies}, Stats: []OverheadStat{
+		{Body: "small", Target: "plain", CPUPerReq: 100}, {Body: "small", Target: "admission", CPUPerReq: 110}, {Body: "small", Target: "approx", CPUPerReq: 120},
+		{Body: "8k", Target: "plain", CPUPerReq: 300}, {Body: "8k", Target: "admission", CPUPerReq: 360}, {Body: "8k", Target: "approx", CPUPerReq: 390},
+	}}
+	// The largest body with every layer measured.
+	if got := layersFinding(o); !strings.Contains(got, "Of the 8k figures") || !strings.Contains(got, "takes 1.20×") || !strings.Contains(got, "approximate tree (no tokens, no KV events) 1.30×") {
+		t.Fatalf("finding = %q", got)
+	}
+	o.Stats = o.Stats[:3]
+	if got := layersFinding(o); !strings.Contains(got, "Of the small figures") {
+		t.Fatalf("without 8k layers: %q", got)
+	}
+	o.Stats = o.Stats[:1]
+	if got := layersFinding(o); got != "" {
+		t.Fatalf("without layers: %q", got)
 	}
 }
