@@ -311,7 +311,11 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			}
 		}
 		if len(parts) > 0 {
-			w("- **What it costs:** %s; where it goes is in section 4's layers, its breakdown by part and its profiles.%s\n", strings.Join(parts, "; "), layersFinding(o))
+			where, layers := "section 4's breakdown by part and its profiles", layersFinding(o)
+			if layers != "" {
+				where = "section 4's layers, its breakdown by part and its profiles"
+			}
+			w("- **What it costs:** %s; where it goes is in %s.%s\n", strings.Join(parts, "; "), where, layers)
 		}
 	}
 	if s := l.soak; s != nil {

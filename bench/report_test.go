@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -106,5 +107,32 @@ func TestLayersFinding(t *testing.T) {
 	o.Stats = o.Stats[:1]
 	if got := layersFinding(o); got != "" {
 		t.Fatalf("without layers: %q", got)
+	}
+}
+
+// TestWhatItCostsNamesLayersOnlyWhenMeasured: results saved before the
+// layers keep their headline sentence word for word.
+func TestWhatItCostsNamesLayersOnlyWhenMeasured(t *testing.T) {
+	body := []OverheadBody{{Name: "8k"}}
+	stats := []OverheadStat{{Body: "8k", Target: "plain", CPUPerReq: 300}, {Body: "8k", Target: "llm", CPUPerReq: 600}}
+	for _, tc := range []struct {
+		name   string
+		layers bool
+		want   string
+	}{
+		{"without layers", false, "where it goes is in section 4's breakdown by part and its profiles.\n"},
+		{"with layers", true, "where it goes is in section 4's layers, its breakdown by part and its profiles. Of the 8k figures"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &OverheadResult{Params: OverheadParams{Bodies: body}, Stats: stats}
+			if tc.layers {
+				o.Stats = append(slices.Clone(stats), OverheadStat{Body: "8k", Target: "admission", CPUPerReq: 360}, OverheadStat{Body: "8k", Target: "approx", CPUPerReq: 390})
+			}
+			var b strings.Builder
+			renderFindings(&b, &loaded{overhead: o})
+			if !strings.Contains(b.String(), tc.want) {
+				t.Fatalf("findings lack %q:\n%s", tc.want, b.String())
+			}
+		})
 	}
 }
