@@ -320,15 +320,15 @@ func startOverheadTargets(ctx context.Context, env *Env, fleet *SimFleet, tokDir
 		before bool
 	}
 	configs := []spec{
-		{"plain", GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true}, false, false},
-		{"admission", admission, false, false},
-		{"approx", approx, false, false},
-		{"llm", llmCfg, true, true},
+		{name: "plain", cfg: GatewayConfig{Engines: fleet.Refs(false), Policy: "round_robin", PlainOnly: true}},
+		{name: "admission", cfg: admission},
+		{name: "approx", cfg: approx},
+		{name: "llm", cfg: llmCfg, kv: true, before: true},
 	}
 	if tokDir != "" {
 		local := llmCfg
 		local.AppBody = fmt.Sprintf("tokenizer sim-model %q\n", tokDir)
-		configs = append(configs, spec{"llm-local", local, true, true})
+		configs = append(configs, spec{name: "llm-local", cfg: local, kv: true, before: true})
 	}
 	var targets []overheadTarget
 	for _, c := range configs {

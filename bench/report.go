@@ -407,6 +407,11 @@ func (r roundStats) millis() string {
 	return fmt.Sprintf("%+.2f ms (%+.2f to %+.2f, %d rounds)", r.median, r.lo, r.hi, r.n)
 }
 
+// micros writes r as differences in microseconds.
+func (r roundStats) micros() string {
+	return fmt.Sprintf("%+.0f µs (%+.0f to %+.0f, %d rounds)", r.median, r.lo, r.hi, r.n)
+}
+
 func (b OverheadBody) label() string {
 	return fmt.Sprintf("%s (%d-token prompt, %d output tokens, non-streaming)", b.Name, b.PromptTokens, b.MaxTokens)
 }
@@ -861,7 +866,7 @@ func renderLayers(b *strings.Builder, o *OverheadResult) {
 			}
 			step := "–"
 			if r, ok := pairRounds(s.CPURounds, below.CPURounds, func(x, p float64) float64 { return x - p }); ok {
-				step = fmt.Sprintf("%+.0f µs (%+.0f to %+.0f, %d rounds)", r.median, r.lo, r.hi, r.n)
+				step = r.micros()
 			}
 			rows = append(rows, fmt.Sprintf("| %s | `%s` over `%s`: %s | %+.0f µs | %s | %.0f µs, %.2f× plain |\n",
 				body.Name, l.name, l.below, l.adds, s.CPUPerReq-below.CPUPerReq, step, s.CPUPerReq, s.CPUPerReq/plain.CPUPerReq))
@@ -874,7 +879,8 @@ func renderLayers(b *strings.Builder, o *OverheadResult) {
 }
 
 // layersFinding is the headline's sentence on the layers below the precise
-// path, for the largest body the run measured them on; "" without them.
+// path, for the last body the run measured them on (the bodies go from the
+// smallest up); "" without them.
 func layersFinding(o *OverheadResult) string {
 	for i := len(o.Params.Bodies) - 1; i >= 0; i-- {
 		name := o.Params.Bodies[i].Name
