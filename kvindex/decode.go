@@ -42,8 +42,8 @@ type Event struct {
 	// BlockHashes are the engine's block hashes in event form: ints as
 	// their two's-complement uint64, bytes via ExternalHash.
 	BlockHashes []uint64
-	// Parent is parent_block_hash; HasParent is false when it was nil
-	// (the first new block is block 0 of its request).
+	// Parent is parent_block_hash; HasParent is false when it was nil or
+	// 0 (the first new block is block 0 of its request).
 	Parent    uint64
 	HasParent bool
 	TokenIDs  []uint64
@@ -487,6 +487,11 @@ func (d *Decoder) storedField(ev *Event, i int) error {
 		ev.BlockHashes, err = d.hashes()
 	case stParent:
 		ev.Parent, ev.HasParent, err = d.optHash()
+		// 0 means no parent too: llm-d-inference-sim writes 0 for the
+		// first block of a prompt in its array format, and llm-d's
+		// consumers read it so (kvblock.EmptyBlockHash). No real chained
+		// hash is 0 but by a 2^-64 chance.
+		ev.HasParent = ev.HasParent && ev.Parent != 0
 	case stTokens:
 		ev.TokenIDs, err = d.tokens()
 	case stBlockSize:

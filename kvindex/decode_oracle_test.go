@@ -286,7 +286,7 @@ func oracleField(ev *Event, name string, v any) (err error) {
 	case "parent_block_hash":
 		if v != nil {
 			ev.Parent, err = oracleHash(v)
-			ev.HasParent = true
+			ev.HasParent = ev.Parent != 0 // 0 is llm-d's "no parent"
 		}
 	case "token_ids":
 		ev.TokenIDs, err = oracleTokenIDs(v)

@@ -587,3 +587,36 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeParentZeroIsNone: llm-d-inference-sim's array format writes
+// parent_block_hash 0 for a prompt's first block, which llm-d's consumers
+// read as no parent; nil and a real hash keep their meaning, in both
+// wire shapes.
+func TestDecodeParentZeroIsNone(t *testing.T) {
+	tests := []struct {
+		name       string
+		parent     any
+		wantHas    bool
+		wantParent uint64
+	}{
+		{"nil", nil, false, 0},
+		{"int 0", 0, false, 0},
+		{"bytes of zeros", make([]byte, 32), false, 0},
+		{"a hash", uint64(0xfedcba9876543210), true, 0xfedcba9876543210},
+		{"a negative (builtin hash) int", int64(-1), true, math.MaxUint64},
+	}
+	for _, tc := range tests {
+		for shape, ev := range map[string]any{
+			"array": arr{"BlockStored", arr{7}, tc.parent, arr{1, 2}, 2, nil, "GPU"},
+			"map":   omap{"type", "BlockStored", "block_hashes", arr{7}, "parent_block_hash", tc.parent, "token_ids", arr{1, 2}, "block_size", 2},
+		} {
+			b, err := DecodeBatch(payload(arr{1.0, arr{ev}, 0}))
+			if err != nil || len(b.Events) != 1 {
+				t.Fatalf("%s, %s: %+v %v", tc.name, shape, b, err)
+			}
+			if e := b.Events[0]; e.HasParent != tc.wantHas || e.Parent != tc.wantParent && tc.wantHas {
+				t.Errorf("%s, %s: parent %#x has %v, want %#x has %v", tc.name, shape, e.Parent, e.HasParent, tc.wantParent, tc.wantHas)
+			}
+		}
+	}
+}
