@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -37,6 +38,7 @@ const (
 // for the inter-token latency histogram.
 var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, metricKVUsageOld, metricCacheConfig,
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
+	noTotal(metricPromptTokens), noTotal(metricPrefixHits), noTotal(metricPrefixHitsOld),
 	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
 	metricITL, metricITL + "_sum", metricITL + "_count"}
 
@@ -191,13 +193,13 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 // usable: a rate from a partial set (say, without the cache hits) would be
 // wrong rather than unknown.
 func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
-	prompt, ok := optionalSum(fams[metricPromptTokens])
+	prompt, ok := optionalSum(counterFamily(fams, metricPromptTokens))
 	if !ok {
 		return
 	}
-	hitsFam := fams[metricPrefixHits]
+	hitsFam := counterFamily(fams, metricPrefixHits)
 	if len(hitsFam.GetMetric()) == 0 {
-		hitsFam = fams[metricPrefixHitsOld]
+		hitsFam = counterFamily(fams, metricPrefixHitsOld)
 	}
 	hits, ok := optionalSum(hitsFam)
 	if !ok {
@@ -209,6 +211,20 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 	}
 	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs.sum, true
 }
+
+// counterFamily is the counter family name, as vLLM exposes it (with
+// _total), else without the suffix: the text format allows a counter's
+// samples either way, and llm-d-inference-sim, among other engines that
+// speak vLLM's metrics, omits it.
+func counterFamily(fams map[string]*dto.MetricFamily, name string) *dto.MetricFamily {
+	if fam := fams[name]; len(fam.GetMetric()) > 0 {
+		return fam
+	}
+	return fams[noTotal(name)]
+}
+
+// noTotal is a counter's name without its _total suffix.
+func noTotal(name string) string { return strings.TrimSuffix(name, "_total") }
 
 // optionalSum sums a family that may be absent or invalid; ok is false then.
 func optionalSum(fam *dto.MetricFamily) (float64, bool) {

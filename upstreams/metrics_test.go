@@ -151,6 +151,9 @@ func TestParsePrefillCounters(t *testing.T) {
 		{"no prefill histogram", prompt + hits, gauges{}},
 		{"histogram without _sum", prompt + hits + "# TYPE vllm:request_prefill_time_seconds histogram\nvllm:request_prefill_time_seconds_count 3\n", gauges{}},
 		{"legacy gpu_prefix_cache_hits_total", prompt + hist + "vllm:gpu_prefix_cache_hits_total 400\n", full},
+		// llm-d-inference-sim names its counters without _total.
+		{"counters without _total", strings.ReplaceAll(prompt+hits, "_total", "") + hist, full},
+		{"one counter with _total, one without", prompt + strings.ReplaceAll(hits, "_total", "") + hist, full},
 		{"untyped _sum (no TYPE lines)", prompt + hits + "vllm:request_prefill_time_seconds_sum{engine=\"0\"} 1\n", full},
 		{"NaN prompt tokens", "vllm:prompt_tokens_total NaN\n" + hits + hist, gauges{}},
 		{"negative hits", prompt + "vllm:prefix_cache_hits_total -1\n" + hist, gauges{}},
