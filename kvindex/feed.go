@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Replayer asks the engine's replay endpoint for every buffered message
@@ -22,6 +24,13 @@ type FeedConfig struct {
 	// MaxReplay is the largest gap, in messages, worth replaying (default
 	// 10000, vLLM's default replay buffer); a larger gap resets at once.
 	MaxReplay uint64
+	// Backfill asks the replay endpoint, when a subscription starts, for
+	// every message the engine still buffers (at most MaxReplay of them),
+	// so a gateway that subscribes after the engine cached a prefix learns
+	// it as if it had been there; see Feed.backfill. BackfillTimeout
+	// bounds it (default 10s).
+	Backfill        bool
+	BackfillTimeout time.Duration
 }
 
 // Feed applies one engine's ZeroMQ event stream to its Mirror, tracking
@@ -43,6 +52,9 @@ type Feed struct {
 
 	haveSeq bool
 	last    uint64
+	// recent is what the subscription's backfill applied last, until the
+	// live stream passes it.
+	recent recentPayloads
 }
 
 // NewFeed returns a Feed applying events to m. replay may be nil when the
@@ -53,6 +65,9 @@ func NewFeed(m *Mirror, replay Replayer, cfg FeedConfig) *Feed {
 	}
 	if cfg.MaxReplay == 0 {
 		cfg.MaxReplay = 10000
+	}
+	if cfg.BackfillTimeout <= 0 {
+		cfg.BackfillTimeout = 10 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Feed{m: m, replay: replay, cfg: cfg, dec: NewDecoder(), ctx: ctx, cancel: cancel}
@@ -65,13 +80,18 @@ func (f *Feed) Close() { f.cancel() }
 
 // Connected reports that a new connection or subscription began: what was
 // published meanwhile is unknown, so the mirror is reset (reason
-// "subscribe") and the next message's sequence number is taken as is.
+// "subscribe") and the next message's sequence number is taken as is —
+// or, with Backfill, rebuilt from the engine's replay buffer first.
 func (f *Feed) Connected() {
 	f.m.wmu.Lock()
 	defer f.m.wmu.Unlock()
 	f.haveSeq = false
+	f.recent = recentPayloads{}
 	f.m.setConnected(true, nil)
 	f.m.clear("subscribe")
+	if f.cfg.Backfill && f.replay != nil {
+		f.backfill()
+	}
 }
 
 // Disconnected reports that the subscription ended. Nothing the engine does
@@ -95,6 +115,12 @@ var (
 func (f *Feed) Message(topic []byte, seq uint64, payload []byte) {
 	f.m.wmu.Lock()
 	defer f.m.wmu.Unlock()
+	if f.isDuplicate(seq, payload) {
+		return
+	}
+	if f.recent.n > 0 {
+		f.recent = recentPayloads{} // in step with the live stream from here
+	}
 	switch {
 	case !f.haveSeq || seq == f.last+1:
 	case seq > f.last+1:
@@ -159,6 +185,79 @@ func (f *Feed) fill(from, to uint64) bool {
 	}
 	f.m.noteReplay(filled, next-from, err)
 	return filled
+}
+
+// backfill replays everything the engine still buffers (vLLM keeps the
+// last buffer_steps batches, 10000 by default; at most MaxReplay are
+// applied), oldest first, when a subscription starts. Blocks stored within
+// that window and not removed in it are held, whatever came before: a
+// message lost before the window can only have stored blocks the mirror
+// never claims, or removed them. Events in the window whose parents are
+// older are orphans (see orphans.go). A hole inside the window starts it
+// anew after the hole, the mirror reset (reason "backfill"). Messages
+// published while the replay ran arrive live as well: backfill remembers
+// the payloads it applied last so Message can tell such a duplicate from
+// an engine restart (see isDuplicate). Callers hold m.wmu.
+func (f *Feed) backfill() {
+	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.BackfillTimeout)
+	defer cancel()
+	var mu sync.Mutex // fn may, against its contract, be called late
+	var applied uint64
+	started, done := false, false
+	err := f.replay(ctx, 0, func(seq uint64, payload []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case done || applied >= f.cfg.MaxReplay:
+			return errReplayDone
+		case started && seq <= f.last:
+			return nil // an overlap
+		case started && seq > f.last+1:
+			f.m.clear("backfill")
+		}
+		started = true
+		f.haveSeq, f.last = true, seq
+		f.recent.note(seq, payload)
+		f.applyPayload(seq, payload)
+		applied++
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	done = true
+	f.m.noteBackfill(applied, err)
+}
+
+// isDuplicate reports whether a live message is one the backfill applied
+// already: its sequence number at most the last one applied, and its
+// payload the one applied under that number. A restarted engine numbers
+// from 0 again, with other payloads.
+func (f *Feed) isDuplicate(seq uint64, payload []byte) bool {
+	return f.recent.n > 0 && seq <= f.last && f.recent.has(seq, payload)
+}
+
+// recentPayloads remembers the digests of the last payloads a backfill
+// applied, by sequence number: the ones a live subscription may deliver
+// again.
+type recentPayloads struct {
+	seq [64]uint64
+	sum [64]uint64
+	n   int
+}
+
+func (r *recentPayloads) note(seq uint64, payload []byte) {
+	i := r.n % len(r.seq)
+	r.seq[i], r.sum[i] = seq, xxhash.Sum64(payload)
+	r.n++
+}
+
+func (r *recentPayloads) has(seq uint64, payload []byte) bool {
+	for i := range min(r.n, len(r.seq)) {
+		if r.seq[i] == seq {
+			return r.sum[i] == xxhash.Sum64(payload)
+		}
+	}
+	return false
 }
 
 // applyPayload decodes and applies one payload. Callers hold m.wmu.

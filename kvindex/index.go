@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,10 @@ type Index struct {
 	// spec holds the speculative entries; see Predict.
 	spec *predictions
 
+	// orphaned is how many orphan blocks the mirrors keep, so that Match
+	// computes engine hashes only while some do (see orphans.go).
+	orphaned atomic.Int64
+
 	// keysPool recycles Match's key buffers, 64 KiB for a 128Ki-token
 	// prompt.
 	keysPool sync.Pool
@@ -102,6 +107,10 @@ type MirrorConfig struct {
 	Capacity int
 	// Verify configures hash verification.
 	Verify VerifyConfig
+	// Hash is how the engine computes its block hashes, when the gateway
+	// can too: blocks whose parent the mirror never saw are then kept and
+	// recognised in prompts (see orphans.go). Zero: they are skipped.
+	Hash EngineHash
 }
 
 // Errors returned by AddEngine.
@@ -370,6 +379,9 @@ type Query struct {
 	// adapter or salt do not match.
 	LoRAName  string
 	CacheSalt string
+	// Model is the request's model, which some engines' own hashes
+	// include (EngineHash, HashedPrompt.Model).
+	Model string
 	// Keys, when not nil, are the prompt's block keys at KeysBlockSize
 	// (RequestKeys with the same group, adapter and salt), which Match
 	// then uses instead of hashing the prompt again at that size.
@@ -378,7 +390,10 @@ type Query struct {
 }
 
 // Match keys q's tokens at every block size the engines use and returns
-// each engine's leading matched blocks, as MatchKeys. Multimodal prompts
+// each engine's leading matched blocks, as MatchKeys. Blocks an engine
+// announced with a parent the index never saw are recognised first, when
+// the engine's hashing is known (see orphans.go): Match then takes them
+// into the engine's mirror. Multimodal prompts
 // need their identifiers as extra keys: use Keys and MatchKeys.
 func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 	ix.spec.expire()
@@ -406,6 +421,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 	defer ix.keysPool.Put(kp)
 	for _, bs := range sizes {
 		if q.Keys != nil && bs == q.KeysBlockSize {
+			ix.recognize(q, bs, q.Keys)
 			ix.mu.RLock()
 			out = ix.matchLocked(bs, q.Group, q.Keys, out)
 			ix.mu.RUnlock()
@@ -416,6 +432,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kvindex: match: %w", err)
 		}
+		ix.recognize(q, bs, keys)
 		ix.mu.RLock()
 		out = ix.matchLocked(bs, q.Group, keys, out)
 		ix.mu.RUnlock()

@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"errors"
 	"maps"
 	"strings"
 	"sync"
@@ -18,9 +19,11 @@ import (
 //     describe copies that need a load before use; they are counted in
 //     MirrorStats.OtherTier and ignored.
 //   - A BlockStored whose parent is unknown (its request began before the
-//     subscription or the last resync) cannot be chained to a gateway key;
-//     its blocks are counted in Unchainable and skipped. They could never
-//     match a prompt from its first block anyway.
+//     subscription or the last resync) cannot be chained to a gateway key.
+//     With the engines' hashing known (MirrorConfig.Hash) its blocks are
+//     kept by engine hash until a prompt recognises them (see orphans.go);
+//     otherwise they are counted in Unchainable and UnknownParent and
+//     skipped.
 //   - Every KV-cache group is mirrored, keyed by (group, key): see
 //     Query.Group.
 type Mirror struct {
@@ -40,6 +43,9 @@ type Mirror struct {
 	groups  []*group          // by group index; nil for groups not seen
 	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
 	multiHi int               // most entries multi held since it was made
+	hash    EngineHash        // the engines' hashing, for orphans
+	orphans orphanSet         // orphan blocks by engine hash (group 0)
+	health  eventHealth       // recent BlockStored outcomes, for Trusted
 	blocks  int
 	userCap int
 	stamp   uint32
@@ -96,18 +102,34 @@ type MirrorStats struct {
 	Stored, Removed, Cleared, Unknown uint64
 	DecodeErrors                      uint64
 	LastDecodeError                   string
-	// Unchainable counts blocks skipped because their parent was unknown;
-	// Malformed, events skipped because len(token_ids) was not
+	// Unchainable counts blocks skipped because their parent was unknown
+	// and the engines' hashing is not (UnknownParent counts their
+	// events); Malformed, events skipped because len(token_ids) was not
 	// len(block_hashes)*block_size; OtherTier, events for a non-GPU medium;
 	// RemovedUnknown, removals of blocks not mirrored; Evicted, blocks
-	// dropped for capacity.
-	Unchainable, Malformed, OtherTier, RemovedUnknown, Evicted uint64
+	// dropped for capacity. Unapplied sums them up by reason.
+	Unchainable, UnknownParent, Malformed, OtherTier, RemovedUnknown, Evicted uint64
+	// OrphanEvents counts BlockStored events whose parent was unknown,
+	// kept by engine hash for recognition (see MirrorConfig.Hash); Orphans
+	// is how many engine hashes are kept now, OrphansEvicted how many were
+	// dropped for capacity, and Recognized how many blocks prompts have
+	// recognised and adopted into the mirror.
+	OrphanEvents, OrphansEvicted, Recognized uint64
+	Orphans                                  int
+	// Trusted is false while most recent BlockStored events could not be
+	// applied: routing then treats the engine as one without events.
+	Trusted bool
 	// GapsFilled counts sequence gaps the replay endpoint filled, with
 	// Replayed messages; a gap it could not fill is Resyncs["gap"].
 	GapsFilled, Replayed uint64
-	LastReplayError      string
+	// Backfills counts subscriptions that asked the replay endpoint for
+	// what the engine buffered before them (FeedConfig.Backfill);
+	// Backfilled counts the messages applied.
+	Backfills, Backfilled uint64
+	LastReplayError       string
 	// Resyncs counts full resets by reason: "subscribe", "gap",
 	// "restart", "cleared", "decode", "disconnect", "block_size",
+	// "backfill" (a hole in the replay buffer at subscription),
 	// "manual".
 	Resyncs          map[string]uint64
 	LastResync       time.Time
@@ -123,6 +145,7 @@ func newMirror(ix *Index, id string, slot int, cfg MirrorConfig) *Mirror {
 	}
 	m.st.Engine = id
 	m.st.Resyncs = make(map[string]uint64)
+	m.hash = cfg.Hash
 	m.verify.now = time.Now
 	m.verify.setConfig(cfg.Verify)
 	return m
@@ -139,6 +162,8 @@ func (m *Mirror) Stats() MirrorStats {
 	st.Blocks = m.blocks
 	st.Capacity = m.capacityLocked()
 	st.BlockSize = m.blockSizeLocked()
+	st.Orphans = m.orphans.len()
+	st.Trusted = m.health.trusted()
 	m.ix.mu.RUnlock()
 	st.Verify = m.verify.stats()
 	return st
@@ -151,6 +176,18 @@ func (m *Mirror) Connected() bool {
 	m.ix.mu.RLock()
 	defer m.ix.mu.RUnlock()
 	return m.st.Connected
+}
+
+// Trusted reports whether the mirror's recent BlockStored events were
+// mostly applied (or kept for recognition). A subscription whose events
+// arrive but cannot be used — their parents unknown and the engines'
+// hashing not configured, or malformed — leaves the mirror blind to what
+// the engine holds while it looks live; routing treats such an engine as
+// one without events until its events apply again.
+func (m *Mirror) Trusted() bool {
+	m.ix.mu.RLock()
+	defer m.ix.mu.RUnlock()
+	return m.health.trusted()
 }
 
 // BlockSize returns the engine's block size as announced by its events
@@ -235,6 +272,8 @@ func (m *Mirror) clear(reason string) {
 	}
 	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
+	m.dropOrphansLocked()
+	m.health = eventHealth{}
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
 	if reason != "removed" {
@@ -278,6 +317,54 @@ func (m *Mirror) clear(reason string) {
 		}
 		ix.mu.Unlock()
 	}
+}
+
+// eventHealth is the share of recent BlockStored events a mirror could not
+// use, counted with a decay: halved every 128 events past 256, so it
+// speaks of the last few hundred.
+type eventHealth struct{ all, bad uint32 }
+
+func (h *eventHealth) note(ok bool) {
+	h.all++
+	if !ok {
+		h.bad++
+	}
+	if h.all >= 256 {
+		h.all, h.bad = h.all/2, h.bad/2
+	}
+}
+
+// trusted is false once at least 16 recent events were seen and more than
+// half of them were unusable.
+func (h eventHealth) trusted() bool { return h.all < 16 || 2*h.bad <= h.all }
+
+// Unapplied is the mirror's events that changed nothing, by reason:
+// "unknown_parent" (BlockStored whose parent it never saw, the engines'
+// hashing unknown), "malformed", "other_tier" (not the GPU cache),
+// "unknown_type" (event tags it does not know) and "decode_error"
+// (payloads, each of one or more events, that failed to decode).
+func (s MirrorStats) Unapplied() map[string]uint64 {
+	return map[string]uint64{
+		"unknown_parent": s.UnknownParent,
+		"malformed":      s.Malformed,
+		"other_tier":     s.OtherTier,
+		"unknown_type":   s.Unknown,
+		"decode_error":   s.DecodeErrors,
+	}
+}
+
+// SetHash replaces the engines' hashing used to recognise orphan blocks;
+// orphans kept under the old one are dropped.
+func (m *Mirror) SetHash(h EngineHash) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	m.ix.mu.Lock()
+	defer m.ix.mu.Unlock()
+	if m.hash == h {
+		return
+	}
+	m.hash = h
+	m.dropOrphansLocked()
 }
 
 func isGPU(medium string) bool { return medium == "" || strings.EqualFold(medium, "GPU") }
@@ -337,6 +424,7 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 	// token_ids span blocks that have no hash.
 	if bs <= 0 || len(ev.TokenIDs) != n*bs {
 		m.st.Malformed++
+		m.health.note(false)
 		return true
 	}
 	for len(m.groups) <= ev.GroupIdx {
@@ -357,7 +445,7 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 	if ev.HasParent {
 		e, ok := g.entries[ev.Parent]
 		if !ok {
-			m.st.Unchainable += uint64(n)
+			m.keepOrphanLocked(ev)
 			return true
 		}
 		key = e.key
@@ -380,11 +468,17 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 		var err error
 		if key, err = m.kh.next(key, ev.TokenIDs[i*bs:(i+1)*bs], extra); err != nil {
 			m.st.Malformed++
+			m.health.note(false)
 			return true
 		}
 		m.pauseLocked(i)
 		m.addLocked(g, ev.BlockHashes[i], key)
+		if ev.GroupIdx == 0 && m.orphans.len() > 0 {
+			// Stored again with a known parent: no longer an orphan.
+			m.removeOrphanLocked(ev.BlockHashes[i])
+		}
 	}
+	m.health.note(true)
 	return true
 }
 
@@ -505,7 +599,9 @@ func (m *Mirror) removeLocked(ev *Event) {
 			e, ok = g.entries[h]
 		}
 		if !ok {
-			m.st.RemovedUnknown++
+			if ev.GroupIdx != 0 || !m.removeOrphanLocked(h) {
+				m.st.RemovedUnknown++
+			}
 			continue
 		}
 		if e.refs > 1 {
@@ -594,6 +690,18 @@ func (m *Mirror) noteReplay(filled bool, replayed uint64, err error) {
 		m.st.LastReplayError = err.Error()
 	}
 	m.ix.mu.Unlock()
+}
+
+// noteBackfill records a subscription's backfill (Feed.backfill): how many
+// messages it applied and how the replay ended.
+func (m *Mirror) noteBackfill(applied uint64, err error) {
+	m.ix.mu.Lock()
+	defer m.ix.mu.Unlock()
+	m.st.Backfills++
+	m.st.Backfilled += applied
+	if err != nil && !errors.Is(err, errReplayDone) {
+		m.st.LastReplayError = "backfill: " + err.Error()
+	}
 }
 
 func (m *Mirror) setConnected(c bool, err error) {
