@@ -60,11 +60,22 @@ type App struct {
 	// sequence gaps. Default: 0 (a gap resets the engine's mirror).
 	KVReplayPort int `json:"kv_replay_port,omitempty"`
 
-	// The engines' PYTHONHASHSEED. When set, a sample of BlockStored events is
-	// re-hashed exactly as vLLM does (sha256_cbor) and mismatches are exposed,
-	// so a misconfigured seed or block size is visible. Default: unset (no
-	// verification; routing does not depend on the seed).
+	// The engines' PYTHONHASHSEED (with vLLM's --prefix-caching-hash-algo
+	// sha256_cbor), or llm-d's hash seed. When set, the gateway computes
+	// the engines' own block hashes: a sample of BlockStored events is
+	// re-hashed and mismatches are exposed, so a misconfigured seed or
+	// block size is visible; and blocks announced with a parent the
+	// gateway never saw (it started after the engines cached that prefix)
+	// are recognised in the prompts that hold them. Default: unset (no
+	// verification; such blocks are counted as unapplied and skipped).
 	HashSeed *string `json:"hash_seed,omitempty"`
+
+	// How the engines hash their blocks: "sha256_cbor" (vLLM with
+	// --prefix-caching-hash-algo sha256_cbor; needs hash_seed) or
+	// "llmd_fnv64a_cbor" (llm-d-kv-cache's hashing, as
+	// llm-d-inference-sim publishes; hash_seed defaults to ""). Default:
+	// sha256_cbor once hash_seed is set.
+	HashAlgo string `json:"hash_algo,omitempty"`
 
 	// How long a prompt routed to an engine with live KV events counts as
 	// held there before its events confirm it; 0 disables. Default: 2s.
@@ -187,6 +198,7 @@ func (a *App) fleetConfig() fleet.Config {
 		KVEventsPort:           a.KVEventsPort,
 		KVReplayPort:           a.KVReplayPort,
 		HashSeed:               a.HashSeed,
+		HashAlgo:               a.HashAlgo,
 		TokenizeTimeout:        time.Duration(a.TokenizeTimeout),
 		TokenizeConcurrency:    a.TokenizeConcurrency,
 		TokenizeCacheSize:      a.TokenizeCacheSize,

@@ -47,6 +47,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    kv_events_port       <port>
 //	    kv_replay_port       <port>
 //	    hash_seed            <PYTHONHASHSEED>
+//	    hash_algo            sha256_cbor|llmd_fnv64a_cbor
 //	    idle_ttl             <duration>
 //	    tokenize_timeout     <duration>
 //	    tokenize_concurrency <n>
@@ -88,6 +89,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			var s string
 			err = parseString(d, &s)
 			a.HashSeed = &s
+		case "hash_algo":
+			err = parseString(d, &a.HashAlgo)
 		case "idle_ttl":
 			err = parseDuration(d, &a.IdleTTL)
 		case "tokenize_timeout":

@@ -162,7 +162,15 @@ var (
 	descBreaker = prometheus.NewDesc("llmgw_breaker_open",
 		"1 while the replica's circuit breaker is open.", []string{"replica"}, nil)
 	descKVEvents = prometheus.NewDesc("llmgw_kv_events_total",
-		"KV-cache events applied per engine, by type.", []string{"engine", "type"}, nil)
+		"KV-cache events received per engine, by type (llmgw_kv_events_unapplied_total counts those that changed nothing).", []string{"engine", "type"}, nil)
+	descKVUnapplied = prometheus.NewDesc("llmgw_kv_events_unapplied_total",
+		"KV-cache events per engine that changed nothing in the gateway's mirror, by reason: unknown_parent (the parent block was never seen and the engines' hashing is not configured), malformed, other_tier (not the GPU cache), unknown_type, decode_error (payloads).", []string{"engine", "reason"}, nil)
+	descKVOrphans = prometheus.NewDesc("llmgw_kv_orphan_blocks",
+		"Engine block hashes kept from events whose parent the gateway never saw, awaiting a prompt that recognises them.", []string{"engine"}, nil)
+	descKVRecognized = prometheus.NewDesc("llmgw_kv_recognized_blocks_total",
+		"Blocks stored before the gateway saw their prefix, recognised in prompts by the engines' own hashes and taken into the mirror.", []string{"engine"}, nil)
+	descKVTrusted = prometheus.NewDesc("llmgw_kv_trusted",
+		"0 while most of the engine's recent KV events cannot be applied: routing weighs it on the approximate tier.", []string{"engine"}, nil)
 	descKVBlocks = prometheus.NewDesc("llmgw_kv_index_blocks",
 		"Blocks the gateway's mirror holds per engine.", []string{"engine"}, nil)
 	descKVResyncs = prometheus.NewDesc("llmgw_kv_resyncs_total",
@@ -192,7 +200,7 @@ type fleetCollector struct{ f *fleet.Fleet }
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
 		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
-		descKVEvents, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec, descKVConnected, descKVLag,
+		descKVEvents, descKVUnapplied, descKVOrphans, descKVRecognized, descKVTrusted, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec, descKVConnected, descKVLag,
 		descTokLocal, descTokChecks, descTokMismatch, descTokFallback} {
 		ch <- d
 	}
@@ -265,6 +273,12 @@ func collectKV(ch chan<- prometheus.Metric, stats []kvindex.MirrorStats) {
 		for typ, n := range map[string]uint64{"stored": s.Stored, "removed": s.Removed, "cleared": s.Cleared, "unknown": s.Unknown} {
 			ch <- prometheus.MustNewConstMetric(descKVEvents, prometheus.CounterValue, float64(n), e, typ)
 		}
+		for reason, n := range s.Unapplied() {
+			ch <- prometheus.MustNewConstMetric(descKVUnapplied, prometheus.CounterValue, float64(n), e, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descKVOrphans, prometheus.GaugeValue, float64(s.Orphans), e)
+		ch <- prometheus.MustNewConstMetric(descKVRecognized, prometheus.CounterValue, float64(s.Recognized), e)
+		ch <- prometheus.MustNewConstMetric(descKVTrusted, prometheus.GaugeValue, boolGauge(s.Trusted), e)
 		ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(s.Blocks), e)
 		for reason, n := range s.Resyncs {
 			ch <- prometheus.MustNewConstMetric(descKVResyncs, prometheus.CounterValue, float64(n), e, reason)

@@ -180,6 +180,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 		{"alertname": "LLMGWObserverDegraded"},
 		{"alertname": "LLMGWAllEnginesStale"},
 		{"alertname": "LLMGWKVHashMismatch"},
+		{"alertname": "LLMGWKVEventsUnapplied"},
 		{"alertname": "LLMGWBreakerOpen"},
 	}
 	var alerts []map[string]string

@@ -59,6 +59,7 @@ type Fleet struct {
 	kvEventsPort int
 	kvReplayPort int
 	verifySeed   *string
+	hashAlgo     string
 	poolModels   map[string]string // pool -> model last seen, for metrics
 	policies     map[string]Settings
 	breakerCfg   routing.BreakerConfig

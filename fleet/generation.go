@@ -26,9 +26,14 @@ type Config struct {
 	// KVEventsPort and KVReplayPort derive the KV-event endpoints of
 	// engines without explicit ones: tcp://<dial host>:<port>; 0 = none.
 	KVEventsPort, KVReplayPort int
-	// HashSeed is the engines' PYTHONHASHSEED; when set, a sample of
-	// BlockStored events is re-hashed as vLLM does and mismatches counted.
-	HashSeed            *string
+	// HashSeed is the engines' PYTHONHASHSEED (or llm-d's hash seed);
+	// when set, a sample of BlockStored events is re-hashed as vLLM does
+	// and mismatches counted, and blocks whose parent the gateway never
+	// saw are recognised by the engines' own hashes (see HashAlgo).
+	HashSeed *string
+	// HashAlgo is how the engines hash their blocks: kvindex.HashSHA256CBOR
+	// (the default once HashSeed is set) or kvindex.HashLLMDFNV64aCBOR.
+	HashAlgo            string
 	TokenizeTimeout     time.Duration // deadline of one /tokenize call
 	TokenizeConcurrency int           // /tokenize calls in flight at most
 	TokenizeCacheSize   int           // tokenize cache entries
@@ -110,6 +115,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateTokenizers(); err != nil {
 		return err
+	}
+	if err := (kvindex.EngineHash{Algo: c.HashAlgo}).Validate(); err != nil {
+		return fmt.Errorf("hash_algo: %w", err)
+	}
+	if c.HashAlgo == kvindex.HashSHA256CBOR && c.HashSeed == nil {
+		return fmt.Errorf("hash_algo %s needs hash_seed: the engines' PYTHONHASHSEED", c.HashAlgo)
 	}
 	for _, p := range []int{c.KVEventsPort, c.KVReplayPort} {
 		if p < 0 || p > 65535 {
@@ -233,8 +244,8 @@ func (f *Fleet) apply(c Config) {
 	}
 	f.mu.Lock()
 	f.kvEventsPort, f.kvReplayPort = c.KVEventsPort, c.KVReplayPort
-	reverify := seedChanged(f.verifySeed, c.HashSeed)
-	f.verifySeed = c.HashSeed
+	reverify := seedChanged(f.verifySeed, c.HashSeed) || f.hashAlgo != c.HashAlgo
+	f.verifySeed, f.hashAlgo = c.HashSeed, c.HashAlgo
 	if tok != f.tokOpts {
 		// New limits take a new client; calls in flight finish on the old.
 		f.tokOpts = tok
@@ -316,25 +327,47 @@ func seedChanged(old, new *string) bool {
 	return *old != *new
 }
 
-// verifyConfig is the mirrors' hash verification under the current seed.
-// f.mu held.
-func (f *Fleet) verifyConfigLocked() kvindex.VerifyConfig {
-	if f.verifySeed == nil {
-		return kvindex.VerifyConfig{}
+// engineHashLocked is how the engines hash their blocks, as configured:
+// known once hash_seed is set (sha256_cbor unless hash_algo says
+// otherwise) or hash_algo names llm-d's hashing, whose seed defaults to
+// the empty string as llm-d's does. f.mu held.
+func (f *Fleet) engineHashLocked() kvindex.EngineHash {
+	algo := f.hashAlgo
+	if algo == "" && f.verifySeed != nil {
+		algo = kvindex.HashSHA256CBOR
 	}
-	return kvindex.VerifyConfig{Seed: *f.verifySeed, Sample: 16}
+	if algo == "" || (algo == kvindex.HashSHA256CBOR && f.verifySeed == nil) {
+		return kvindex.EngineHash{}
+	}
+	h := kvindex.EngineHash{Algo: algo}
+	if f.verifySeed != nil {
+		h.Seed = *f.verifySeed
+	}
+	return h
 }
 
-// applyVerify brings the running mirrors in line with a changed hash_seed:
-// subscriptions read the seed only when they start, and a reload that
-// changes it keeps them running. Counters restart with the new seed.
+// verifyConfig is the mirrors' hash verification under the current seed.
+// Only vLLM's sha256_cbor is verified: llm-d's root hash includes the
+// request's model name, which events do not carry. f.mu held.
+func (f *Fleet) verifyConfigLocked() kvindex.VerifyConfig {
+	if h := f.engineHashLocked(); h.Algo == kvindex.HashSHA256CBOR {
+		return kvindex.VerifyConfig{Seed: h.Seed, Sample: 16}
+	}
+	return kvindex.VerifyConfig{}
+}
+
+// applyVerify brings the running mirrors in line with a changed hash_seed
+// or hash_algo: subscriptions read them only when they start, and a reload
+// that changes them keeps them running. Counters restart with the new
+// seed, and orphans kept under the old hashing are dropped.
 func (f *Fleet) applyVerify() {
 	f.mu.Lock()
-	cfg := f.verifyConfigLocked()
+	cfg, h := f.verifyConfigLocked(), f.engineHashLocked()
 	f.mu.Unlock()
 	for _, st := range f.index.Stats() {
 		if m := f.index.Mirror(st.Engine); m != nil {
 			m.SetVerify(cfg)
+			m.SetHash(h)
 		}
 	}
 }

@@ -135,6 +135,9 @@ func TestConfigValidate(t *testing.T) {
 		{"twice", dialsConfig("127.0.0.1:1", "127.0.0.1:1"), "listed twice"},
 		{"max_inflight", testConfig(&EngineConfig{Dial: "127.0.0.1:1", MaxInflight: -1}), "max_inflight"},
 		{"zmq endpoint", testConfig(&EngineConfig{Dial: "127.0.0.1:1", KVEvents: "ipc:///x"}), "tcp://"},
+		{"unknown hash_algo", Config{HashAlgo: "sha256"}, "hash_algo"},
+		{"sha256_cbor without a seed", Config{HashAlgo: "sha256_cbor"}, "needs hash_seed"},
+		{"llm-d hashing, default seed", Config{HashAlgo: "llmd_fnv64a_cbor"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,24 +55,43 @@ type EngineReport struct {
 
 // KVReport is an engine's KV subscription and mirror.
 type KVReport struct {
-	Endpoint         string            `json:"endpoint"`
-	Mode             string            `json:"mode"`
-	Replay           string            `json:"replay,omitempty"`
-	Subscribed       bool              `json:"subscribed"`
-	Connected        bool              `json:"connected"`
-	Sessions         uint64            `json:"sessions"`
-	DialErrors       uint64            `json:"dial_errors"`
-	Dropped          uint64            `json:"dropped_messages"`
-	LastError        string            `json:"last_error,omitempty"`
-	LastSeq          *uint64           `json:"last_seq"`
-	LastMessage      time.Time         `json:"last_message,omitzero"`
-	Blocks           int               `json:"blocks"`
-	Capacity         int               `json:"capacity"`
-	Stored           uint64            `json:"stored_events"`
-	Removed          uint64            `json:"removed_events"`
-	Cleared          uint64            `json:"cleared_events"`
-	Unknown          uint64            `json:"unknown_events"`
-	DecodeErrors     uint64            `json:"decode_errors"`
+	Endpoint     string    `json:"endpoint"`
+	Mode         string    `json:"mode"`
+	Replay       string    `json:"replay,omitempty"`
+	Subscribed   bool      `json:"subscribed"`
+	Connected    bool      `json:"connected"`
+	Sessions     uint64    `json:"sessions"`
+	DialErrors   uint64    `json:"dial_errors"`
+	Dropped      uint64    `json:"dropped_messages"`
+	LastError    string    `json:"last_error,omitempty"`
+	LastSeq      *uint64   `json:"last_seq"`
+	LastMessage  time.Time `json:"last_message,omitzero"`
+	Blocks       int       `json:"blocks"`
+	Capacity     int       `json:"capacity"`
+	Stored       uint64    `json:"stored_events"`
+	Removed      uint64    `json:"removed_events"`
+	Cleared      uint64    `json:"cleared_events"`
+	Unknown      uint64    `json:"unknown_events"`
+	DecodeErrors uint64    `json:"decode_errors"`
+	// Unapplied counts events that changed nothing, by reason
+	// (kvindex.MirrorStats.Unapplied); RemovedUnknown, removals of blocks
+	// the mirror did not hold (normal for blocks stored before the
+	// subscription).
+	Unapplied      map[string]uint64 `json:"unapplied_events"`
+	RemovedUnknown uint64            `json:"removed_unknown_blocks"`
+	// OrphanBlocks are engine hashes kept from events whose parent the
+	// gateway never saw, awaiting a prompt that recognises them;
+	// OrphanEvents counts such events, RecognizedBlocks the blocks
+	// prompts recognised (see hash_seed and hash_algo).
+	OrphanBlocks int `json:"orphan_blocks"`
+	// Backfilled is how many buffered messages the replay endpoint gave
+	// the subscription when it started (FeedConfig.Backfill).
+	Backfilled       uint64 `json:"backfilled_messages"`
+	OrphanEvents     uint64 `json:"orphan_events"`
+	RecognizedBlocks uint64 `json:"recognized_blocks"`
+	// Trusted is false while most recent events could not be applied:
+	// routing then weighs the engine on the approximate tier.
+	Trusted          bool              `json:"trusted"`
 	Resyncs          map[string]uint64 `json:"resyncs"`
 	LastResync       time.Time         `json:"last_resync,omitzero"`
 	LastResyncReason string            `json:"last_resync_reason,omitempty"`
@@ -175,6 +194,10 @@ func (f *Fleet) kvReport(dial string) *KVReport {
 		r.Blocks, r.Capacity = ms.Blocks, ms.Capacity
 		r.Stored, r.Removed, r.Cleared, r.Unknown = ms.Stored, ms.Removed, ms.Cleared, ms.Unknown
 		r.DecodeErrors = ms.DecodeErrors
+		r.Unapplied, r.RemovedUnknown = ms.Unapplied(), ms.RemovedUnknown
+		r.OrphanBlocks, r.OrphanEvents, r.RecognizedBlocks = ms.Orphans, ms.OrphanEvents, ms.Recognized
+		r.Backfilled = ms.Backfilled
+		r.Trusted = ms.Trusted
 		r.Resyncs, r.LastResync, r.LastResyncReason = ms.Resyncs, ms.LastResync, ms.LastResyncReason
 		v := ms.Verify
 		r.Verify = VerifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,

@@ -208,7 +208,8 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	var m matches
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
-		m, d.keys = f.preciseMatches(tokens, keys, v.blockSize, lora, req.CacheSalt)
+		q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt, Model: req.Model}
+		m, d.keys = f.preciseMatches(q, keys, v.blockSize)
 		d.match = m
 	}
 	total := promptTokens / v.blockSize
@@ -237,6 +238,9 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
 			c.Tier = routing.Approximate
+			if tokens != nil && f.untrusted(dial) {
+				c.TierReason = routing.ReasonKVUnapplied
+			}
 			if textLen > 0 {
 				c.MatchedBlocks = int(float64(m.approx[dial]) / float64(textLen) * float64(total))
 			}
@@ -259,13 +263,13 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 // which may come after admission parked the request, so no owner could
 // give the buffer back safely; they are hashed once for Match and Predict.
 // keys, when not nil, are those keys already (from the tokenize cache).
-func (f *Fleet) preciseMatches(tokens, keys []uint64, blockSize int, lora, salt string) (matches, []uint64) {
+// q is the prompt without keys.
+func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int) (matches, []uint64) {
 	m := matches{precise: make(map[string]int)} // predicted: made when needed, as most prompts have none
-	q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: salt}
 	predicting := f.index.PredictTTL() > 0
 	if keys == nil && predicting {
 		// Hashed once, for Match and for Predict.
-		keys = f.keys.blockKeys(tokens, blockSize, lora, salt)
+		keys = f.keys.blockKeys(q.Tokens, blockSize, q.LoRAName, q.CacheSalt)
 	}
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize

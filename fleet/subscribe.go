@@ -50,10 +50,10 @@ func (f *Fleet) kvWorker(ctx context.Context, e *upstreams.Engine) {
 func (f *Fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) {
 	log := f.logger.Named("kv").With(zap.String("engine", dial))
 	f.mu.Lock()
-	verify := f.verifyConfigLocked()
+	verify, hash := f.verifyConfigLocked(), f.engineHashLocked()
 	f.mu.Unlock()
 	f.index.RemoveEngine(dial) // a mirror left by an earlier subscription is stale
-	mirror, err := f.index.AddEngine(dial, kvindex.MirrorConfig{Verify: verify})
+	mirror, err := f.index.AddEngine(dial, kvindex.MirrorConfig{Verify: verify, Hash: hash})
 	if err != nil {
 		log.Error("cannot mirror engine's KV events", zap.Error(err))
 		<-ctx.Done()
@@ -70,7 +70,9 @@ func (f *Fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) 
 			return zmqsub.Replay(ctx, ep, start, 0, fn)
 		}
 	}
-	feed := kvindex.NewFeed(mirror, replay, kvindex.FeedConfig{})
+	// Backfill: a gateway that subscribes after the engine stored a
+	// prefix learns it from the replay buffer (when there is one).
+	feed := kvindex.NewFeed(mirror, replay, kvindex.FeedConfig{Backfill: true})
 	defer feed.Close()
 	sub, err := zmqsub.NewSubscriber(zmqsub.Config{
 		Endpoint: cfg.Endpoint,
@@ -97,10 +99,17 @@ func (f *Fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) 
 }
 
 // live reports whether dial's KV mirror follows the engine (its events are
-// connected), so its blocks can be trusted for routing.
+// connected and mostly applied), so its blocks can be trusted for routing.
 func (f *Fleet) live(dial string) bool {
 	m := f.index.Mirror(dial)
-	return m != nil && m.Connected()
+	return m != nil && m.Connected() && m.Trusted()
+}
+
+// untrusted reports whether dial's events are connected but not being
+// applied (kvindex.Mirror.Trusted), which routing treats as no events.
+func (f *Fleet) untrusted(dial string) bool {
+	m := f.index.Mirror(dial)
+	return m != nil && m.Connected() && !m.Trusted()
 }
 
 func (c kvConfig) attrs() map[string]string {

@@ -272,6 +272,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 			d.Scored[i] = Scored{
 				Dial:              cands[i].Dial,
 				Tier:              cands[i].Tier,
+				TierReason:        cands[i].TierReason,
 				MatchedBlocks:     v.matched,
 				SpeculativeBlocks: speculative(cands[i], v.matched),
 				Share:             v.share,

@@ -70,6 +70,12 @@ func (o Outcome) String() string {
 // MarshalText encodes the outcome as its label.
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
+// ReasonKVUnapplied is the TierReason of a candidate whose KV events are
+// connected but mostly not being applied (their parents unknown, or
+// malformed): its mirror would say it holds nothing, so it is weighed on
+// the approximate tier instead.
+const ReasonKVUnapplied = "kv_events_unapplied"
+
 // Candidate is one upstream the request could go to, with what the caller
 // knows about its cache and its load. Values from outside (engine gauges)
 // are sanitised by Pick: NaN and negatives count as 0.
@@ -81,6 +87,9 @@ type Candidate struct {
 	// or Approximate (prefix tree). Any other tier means "no prefix
 	// information" and MatchedBlocks is ignored.
 	Tier Tier
+	// TierReason, when set, is why the candidate is on its tier although
+	// a better one was expected; see ReasonKVUnapplied.
+	TierReason string
 	// MatchedBlocks is how many leading full blocks of the prompt the
 	// candidate holds. For the approximate tier the caller converts its
 	// matched share to the same unit (share × Request.TotalBlocks).
@@ -142,6 +151,8 @@ type Request struct {
 type Scored struct {
 	Dial string `json:"dial"`
 	Tier Tier   `json:"tier"`
+	// TierReason is Candidate.TierReason.
+	TierReason string `json:"tier_reason,omitempty"`
 	// MatchedBlocks is the match after clamping to the prompt.
 	MatchedBlocks int `json:"matched_blocks"`
 	// SpeculativeBlocks is how many of MatchedBlocks are speculative
