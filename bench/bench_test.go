@@ -178,6 +178,26 @@ func checkScenarios(t *testing.T, q *QualityResult) {
 	if b == nil || b.Bursts == nil || b.Bursts.Bursts != 3 || b.Bursts.EnginesMax < 1 {
 		t.Errorf("burst llm: want 3 bursts with engines counted: %+v", b)
 	}
+	checkLateJoin(t, q)
+}
+
+// checkLateJoin checks the smoke plan's late-join: every case compared
+// its 12 requests, both gateways explained each, every routed request
+// completed, and the reference gateway, which saw the warm-up, found the
+// prefixes.
+func checkLateJoin(t *testing.T, q *QualityResult) {
+	t.Helper()
+	lj := q.lateJoinResult("late-join")
+	if lj == nil || len(lj.Cases) != len(lateJoinCases) || lj.Warm != 4 {
+		t.Fatalf("late-join: want %d cases after 4 warm-up requests: %+v", len(lateJoinCases), lj)
+	}
+	for _, c := range lj.Cases {
+		ref := summarizeHits(c.Rows, refSide, nil)
+		if len(c.Rows) != 12 || ref.Errors > 0 || summarizeRouted(c).Failed > 0 || ref.rate() == 0 || c.RefBlocks == 0 {
+			t.Errorf("late-join %s: %d rows, %d not explained, %d failed, reference hit rate %.3f, %d blocks mirrored", c.Name, len(c.Rows),
+				ref.Errors, summarizeRouted(c).Failed, ref.rate(), c.RefBlocks)
+		}
+	}
 }
 
 // TestSoakSmoke runs the soak section end to end, briefly: the real test

@@ -18,7 +18,8 @@
 // found there, so -only refreshes one section of an existing report.
 //
 // While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
-// (comma-separated names and rate multiples), BENCH_TIMESCALE and
+// (comma-separated names and rate multiples), BENCH_SCENARIOS (the
+// scenarios section's plans, e.g. late-join), BENCH_TIMESCALE and
 // BENCH_FLEET_REQUESTS narrow a run, BENCH_OVERHEAD_BODIES picks the
 // overhead section's request shapes (small, 8k, 8k-doc) and
 // BENCH_OVERHEAD_ROUNDS its rounds (default 3), and BENCH_SOAK (a Go duration such

@@ -295,7 +295,9 @@ func scenarioParams(quick bool) QualityParams {
 		p.Plans = []QualityPlan{{Workload: WorkloadSpec{Name: "gateways-2", Kind: "prefix", Groups: 8, PerGroup: 4, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 32, Seed: 21},
 			Rates: []float64{1}, Scenario: &ScenarioOptions{Desc: "tiny", Gateways: 2, BypassShare: 0.3, Warm: true, RestartEvery: 2, Policies: []string{"llm", "llm-approx"}}},
 			{Workload: WorkloadSpec{Name: "burst", Kind: "burst", Groups: 3, PerGroup: 4, SystemTokens: 512, QuestionTokens: 32, OutputTokens: 16, Seed: 25},
-				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}}}
+				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}},
+			lateJoinPlan(WorkloadSpec{Name: "late-join", Kind: "prefix", Groups: 2, PerGroup: 8, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 4, Seed: 26},
+				LateJoinOptions{WarmPerGroup: 2, Compared: 12}, "")}
 	}
 	return p
 }
@@ -341,5 +343,39 @@ func scenarioPlans() []QualityPlan {
 			Scenario: &ScenarioOptions{BurstSize: 16, BurstWindow: 0.05, Policies: []string{"llm", "llm-nospec", "least_conn", "round_robin"},
 				Why:  "keeping a burst on one or two engines saves 14 or 15 prefills of 4096 tokens, but those engines then prefill the burst's own questions one step after another, while `round_robin` spreads the 16 over 8 engines that prefill in parallel: at this load the saved work does not yet show in TTFT.",
 				Desc: "each group is a burst of 16 requests within 50 ms (bursts a Poisson process), a 4096-token prefix nobody holds yet plus 128 tokens of its own; the first request is routed before any engine has announced its blocks, so only speculative entries (`speculative_ttl`, 2 s of wall time) keep the rest with it."}},
+		lateJoinPlan(WorkloadSpec{Name: "late-join", Kind: "prefix", Groups: 8, PerGroup: 30, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 4,
+			Reference: "prefix-high's prompts, 4 output tokens", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200}, lateJoinWhy),
+		lateJoinPlan(WorkloadSpec{Name: "late-join-noreplay", Kind: "prefix", Groups: 8, PerGroup: 30, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 4,
+			Reference: "late-join without the engines' replay endpoints", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200, NoReplay: true}, lateJoinWhy),
 	}
 }
+
+// lateJoinPlan is the late-join scenario (issue 35) on workload w: each
+// group's first warmPerGroup requests warm the engines through the
+// gateway present from the start, at 1× cap₀; the next compared requests
+// go one at a time. The answers are a few tokens long, streamed one by
+// one, so that 200 requests one at a time take seconds, not minutes, and
+// TTFT is the prefill.
+func lateJoinPlan(w WorkloadSpec, o LateJoinOptions, why string) QualityPlan {
+	m := model32B()
+	m.TokenScale = 1
+	o.WarmRate, o.AppBody = 1, "hash_algo sha256_cbor\nhash_seed 0"
+	warmPerGroup, compared := o.WarmPerGroup, o.Compared
+	replay := ""
+	if o.NoReplay {
+		replay = " The gateways are not given the engines' replay endpoints, so a new one cannot backfill: it learns from live events alone."
+	}
+	return QualityPlan{Workload: w, Scenario: &ScenarioOptions{Model: &m, Policies: []string{"llm"}, Why: why,
+		LateJoin: &o,
+		Desc: fmt.Sprintf("the engines are warmed through one gateway (%d requests of each of %d groups), then another gateway starts, or the only one restarts: "+
+			"is the new gateway blind to the prefixes the engines already hold, and to the blocks extending them? Both gateways are asked where each of the next %d requests would go, on the same engine state (admin `POST /llm/explain`), while one of them routes it.",
+			warmPerGroup, w.Groups, compared) + replay}}
+}
+
+// lateJoinWhy bounds the late-join scenario's figures from its shape.
+// Each group is 8 × 30 sessions in the plan: 5 warm it up, 25 are
+// compared.
+const lateJoinWhy = "each prompt is 2,317 tokens (2,048 words of system prompt, 256 of question and the chat template's 13), 144 full blocks, of which the group's system prompt fills 128, so no gateway's precise hit rate can pass 128/144 = 88.9%. " +
+	"Each of the 8 groups' first compared request names a prefix no event has named since the new gateway subscribed, so a gateway that learns from live events can match 192 of the 200 at most, a ratio of 0.96; only replaying the engines' event history when it subscribes could go past that. " +
+	"The routed requests' engine hit rate and TTFT move much less than the precise hit rate: on an idle fleet a blind gateway's load-only pick (a tie-break on a hash of the prompt's first block, the same in every gateway with the same engines) sends a group to the engine the early gateway chose whenever that choice was a tie-break too, and the engine hits; where it lands elsewhere, that engine prefills the group cold and announces it from its first block, which any gateway chains — so a gateway routing alone pays at most one cold prefill per group. " +
+	"How many groups land where the early gateway placed them depends on the ports of each case's fresh fleet, so a gateway that cannot chain orphan events scores differently from run to run in the routing cases (all groups on their holders: 0%)."

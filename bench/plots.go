@@ -65,15 +65,21 @@ func plotHitRate(dir, ext, name string, q *QualityResult, rateOf func(workload s
 	p.Title.Text = "Prefix-cache hit rate (cached / prompt tokens), per workload and policy"
 	p.Y.Label.Text = "hit rate"
 	p.Y.Min, p.Y.Max = 0, 1
+	// Workloads without runs (late-join's comparison has no rate ladder)
+	// get no empty slot.
 	var names []string
+	var workloads []QualityWorkload
 	for _, w := range q.Workloads {
-		names = append(names, w.Spec.Name)
+		if len(q.rates(w.Spec.Name)) > 0 {
+			names = append(names, w.Spec.Name)
+			workloads = append(workloads, w)
+		}
 	}
 	width := vg.Points(12)
 	n := len(q.Params.Policies)
 	for i, pol := range q.Params.Policies {
 		vals := make(plotter.Values, len(names))
-		for j, w := range q.Workloads {
+		for j, w := range workloads {
 			if r := q.at(w.Spec.Name, pol.Name, rateOf(w.Spec.Name)); r != nil {
 				vals[j] = r.Summary.HitRate
 			}

@@ -160,6 +160,9 @@ type QualityResult struct {
 	Params    QualityParams     `json:"params"`
 	Workloads []QualityWorkload `json:"workloads"`
 	Runs      []QualityRun      `json:"runs"`
+	// LateJoin holds the late-join plans' results, which are no runs of
+	// a rate ladder.
+	LateJoin []LateJoinResult `json:"late_join,omitempty"`
 }
 
 // derive computes a workload's fleet settings.
@@ -201,6 +204,16 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 		sessions, err := plan.Workload.Build(p.Model.tokenScale())
 		if err != nil {
 			return nil, err
+		}
+		if plan.Scenario.lateJoin() {
+			lj, err := runLateJoin(ctx, env, p, qw, sessions)
+			if lj != nil {
+				res.LateJoin = append(res.LateJoin, *lj)
+			}
+			if err != nil {
+				return res, fmt.Errorf("%s: %w", plan.Workload.Name, err)
+			}
+			continue
 		}
 		for _, x := range plan.Rates {
 			for _, pol := range p.Policies {

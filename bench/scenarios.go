@@ -46,6 +46,11 @@ type ScenarioOptions struct {
 	TimeScale float64      `json:"time_scale,omitempty"`
 	// Policies names the section's policies this plan runs; nil = all.
 	Policies []string `json:"policies,omitempty"`
+	// LateJoin makes the plan a late-join plan (issue 35, latejoin.go):
+	// no rate ladder, but a warm-up through one gateway and requests
+	// compared one at a time between a gateway started after it and one
+	// subscribed all along.
+	LateJoin *LateJoinOptions `json:"late_join,omitempty"`
 }
 
 // apply returns the section's parameters with the plan's overrides.

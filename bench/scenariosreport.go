@@ -16,6 +16,9 @@ import (
 // round_robin saturates, and TTFT p90 against the rate for every
 // scenario with a ladder.
 func plotScenarios(dir, ext string, q *QualityResult) ([]string, error) {
+	if len(q.Runs) == 0 {
+		return nil, nil // a late-join run alone: nothing on a rate ladder
+	}
 	hit, err := plotHitRate(dir, ext, "scenarios_hit_rate", q, q.satRate)
 	if err != nil {
 		return nil, err
@@ -47,6 +50,9 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 		for _, x := range q.rates(qw.Spec.Name) {
 			rs = append(rs, fmt.Sprintf("%g", x))
 		}
+		if qw.Scenario.lateJoin() {
+			rs = append(rs, fmt.Sprintf("warm-up at %g, then one at a time", qw.Scenario.LateJoin.WarmRate))
+		}
 		w("| %s | %s | %d | %d × %d | %d | %.2f | %g× | %.1f | %.1f | %s |\n", qw.Spec.Name, qw.Spec.Shape(), qw.Spec.Requests(), p.Engines, qw.Model.MaxNumSeqs,
 			qw.KVBlocks, qw.Rho, qw.TimeScale, qw.CapMiss, qw.CapHit, strings.Join(rs, ", "))
 	}
@@ -68,6 +74,10 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 
 // renderScenario writes one scenario's table.
 func renderScenario(b *strings.Builder, q *QualityResult, qw QualityWorkload) {
+	if qw.Scenario.lateJoin() {
+		renderLateJoin(b, q, qw)
+		return
+	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	name := qw.Spec.Name
 	desc := ""
@@ -172,7 +182,7 @@ func scenarioGoals(q *QualityResult) []string {
 				name, x, many.Summary.HitRate*100, many.Summary.HitRate/one.Summary.HitRate, one.Summary.HitRate*100))
 		}
 	}
-	return out
+	return append(out, lateJoinGoals(q)...)
 }
 
 // goalLine is one scenario's comparison at rate x.
@@ -232,6 +242,9 @@ func comparedPolicy(qw QualityWorkload) string {
 // at the rate where round_robin saturates (gateways-N at its highest
 // rate), precise against approximate routing and round_robin.
 func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
+	if len(q.Runs) == 0 {
+		return // a late-join run alone: its figures are in section 2
+	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("Where only the engines know what they hold (section 2: real Caddy, %d engines of a 32B-like cost model; hit rate and TTFT p90 in simulated seconds):\n\n", q.Params.Engines)
 	w("| scenario | rate | `llm` (precise) | `llm-approx` | `round_robin` |\n|---|---:|---:|---:|---:|\n")
