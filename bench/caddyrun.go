@@ -319,6 +319,21 @@ func getOK(ctx context.Context, c *http.Client, url string) (*http.Response, err
 	return resp, nil
 }
 
+// saveGet writes the body of a successful GET of url to path, at most
+// 64 MiB of it.
+func saveGet(ctx context.Context, c *http.Client, url, path string) error {
+	resp, err := getOK(ctx, c, url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	resp, err := getOK(ctx, c, url)
 	if err != nil {

@@ -592,16 +592,7 @@ func caughtUp(dials []string, published, base []uint64, states []kvState) bool {
 
 // saveEngines writes gw's GET /llm/engines as it answers it.
 func (st *stage) saveEngines(ctx context.Context, gw *Gateway, path string) error {
-	resp, err := getOK(ctx, st.admin, gw.AdminBase+"/llm/engines")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
+	return saveGet(ctx, st.admin, gw.AdminBase+"/llm/engines", path)
 }
 
 // mirrored is how many blocks gw mirrors over every engine.

@@ -528,16 +528,7 @@ func saveProfile(ctx context.Context, gw *Gateway, p profileSpec) error {
 	if p.over > 0 {
 		u += fmt.Sprintf("?seconds=%d", max(1, int(p.over.Seconds())))
 	}
-	resp, err := getOK(ctx, http.DefaultClient, u)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(p.path, b, 0o644)
+	return saveGet(ctx, http.DefaultClient, u, p.path)
 }
 
 // saveAllocs records what the gateway allocated during d (a delta of its

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -495,16 +494,7 @@ func watchStalls(ctx context.Context, prog *Progress, fleet *SimFleet, gw *Gatew
 
 // saveGoroutines writes Caddy's goroutine dump (admin /debug/pprof).
 func saveGoroutines(ctx context.Context, c *http.Client, gw *Gateway, path string) error {
-	resp, err := getOK(ctx, c, gw.AdminBase+"/debug/pprof/goroutine?debug=2")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
+	return saveGet(ctx, c, gw.AdminBase+"/debug/pprof/goroutine?debug=2", path)
 }
 
 // saveRecords writes one JSON record per line, for digging into a run.
