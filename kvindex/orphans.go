@@ -110,6 +110,9 @@ func (m *Mirror) keepOrphanLocked(ev *Event) {
 	}
 	m.st.OrphanEvents++
 	m.health.note(true)
+	// Requests for its adapter are then matched under it, as for a
+	// chained event.
+	m.ix.noteLoRALocked(ev.LoRAName)
 	limit := m.capacityLocked()
 	m.addOrphanLocked(ev.Parent, limit)
 	for _, h := range ev.BlockHashes {

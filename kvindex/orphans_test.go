@@ -335,3 +335,20 @@ func TestFeedBackfillRestartRightAfter(t *testing.T) {
 	}
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{})
 }
+
+// TestOrphanNotesLoRA: an adapter first seen in an orphan event is known
+// to the index, so its requests are matched (and recognised) under it.
+func TestOrphanNotesLoRA(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	_, f := newHashedFeed(t, ix, "e1", EngineHash{Algo: HashSHA256CBOR, Seed: "0"})
+	e := newEngineSim(t, "0", 4)
+	p := prompt(16, 9)
+	extra := RequestExtraKeys("sql-adapter", "", 4)
+	ev := e.stored(p, extra, 2, 4)
+	ev[7] = "sql-adapter"
+	e.msg(f, ev)
+	if !ix.IsLoRA("sql-adapter") {
+		t.Fatal("the adapter of an orphan event is unknown to the index")
+	}
+	wantMatch(t, ix, Query{Tokens: p, LoRAName: "sql-adapter"}, map[string]int{"e1": 4})
+}
