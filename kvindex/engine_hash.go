@@ -52,7 +52,8 @@ type HashedPrompt struct {
 	Tokens    []uint64
 	BlockSize int
 	// Model is the request's model as the engine names it: llm-d's root
-	// hash includes it (vLLM's does not).
+	// hash includes it (vLLM's does not). llm-d-inference-sim hashes its
+	// first served name whatever alias a request used.
 	Model string
 	// LoRAName and CacheSalt are the extra keys vLLM hashes (see
 	// RequestBlockExtraKeys).
