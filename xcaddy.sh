@@ -200,7 +200,7 @@ fuzz_one() {
 # every package of the test binary, all of Caddy for caddymodule, which
 # took 509 s of a 1,050 s CI run on 2 cores. Their seeds still run in
 # go test, and the body handling they exercise is fuzzed where it lives
-# (internal/readahead FuzzBody, admission FuzzParseRequest).
+# (internal/readahead FuzzBody, openai FuzzParseRequest).
 FUZZ_SKIP_PACKAGES='^\./caddymodule/'
 fuzz_targets() {
 	grep -rl --include='*_test.go' '^func Fuzz' . | grep -Ev "$FUZZ_SKIP_PACKAGES" | while read -r f; do

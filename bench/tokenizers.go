@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // Runs on a real vocabulary: the simulated engines tokenize with a real
@@ -45,7 +45,7 @@ func realTokenizer(ctx context.Context, root, name string) (string, *localtok.Mo
 // chatTokens counts a chat request body's prompt tokens with m, as an
 // engine on that tokenizer would.
 func chatTokens(m *localtok.Model, body []byte) (int, error) {
-	req, err := admission.ParseRequest(body)
+	req, err := openai.ParseRequest(body)
 	if err != nil {
 		return 0, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/earlyreject"
 	"github.com/llmgw/caddy-llmgw/internal/spanattr"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -31,7 +32,7 @@ func init() {
 // reverse proxy's cloned request shares the vars map, see
 // caddyhttp.GetVar).
 const (
-	varRequest     = "llm.request"     // *admission.Request
+	varRequest     = "llm.request"     // *openai.Request
 	varReservation = "llm.reservation" // *upstreams.Reservation
 	varPool        = "llm.pool"        // string
 	varPlacement   = "llm.placement"   // *fleet.Placement: where admission counted the request
@@ -223,7 +224,7 @@ func (h *Admission) Validate() error {
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if !admission.IsInference(r) {
+	if !openai.IsInference(r) {
 		return next.ServeHTTP(w, r)
 	}
 	req, fb, err := h.prepare(w, r)
@@ -271,7 +272,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 // prepare reads and parses the body, reinstalls it for the proxy and
 // leaves the parsed request in the vars. A nil request means the client
 // was answered (the error is the handler's result).
-func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.Request, *followingBody, error) {
+func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Request, *followingBody, error) {
 	body, status, err := h.readBody(w, r)
 	if err != nil {
 		// The client may still be sending its body: earlyreject drains it,
@@ -279,7 +280,7 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*admission.
 		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
 		return nil, nil, nil
 	}
-	req, err := admission.ParseRequest(body)
+	req, err := openai.ParseRequest(body)
 	if err != nil {
 		return nil, nil, writeRequestError(w, err)
 	}
@@ -364,7 +365,7 @@ func (h *Admission) streamError(w http.ResponseWriter, ow *observingWriter, err 
 	if st < 400 {
 		st = http.StatusBadGateway
 	}
-	ev := admission.ErrorEvent(msg, st)
+	ev := openai.ErrorEvent(msg, st)
 	if ow.aborted {
 		// The cut may have fallen inside an event: end it first (a blank
 		// line without data is no event).
@@ -425,7 +426,7 @@ func (a *admitted) refused(band admission.Band, reason string) {
 // admit passes the request through the pool's gate, parking it while no
 // engine has room. done reports that the request was answered (refused) or
 // its client left, and must not be proxied.
-func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, req *admission.Request) (a admitted, done bool) {
+func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, req *openai.Request) (a admitted, done bool) {
 	dials := h.dials()
 	lim := h.limits()
 	if lim.FailClosed && !h.fleet.AnyKnown(dials) {
@@ -480,7 +481,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	a.refused(band, "max_park")
 	if sseSent {
-		_, _ = w.Write(admission.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
+		_, _ = w.Write(openai.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
 		flush(w)
 		return a, true
 	}
@@ -521,7 +522,7 @@ func (h *Admission) band(r *http.Request) admission.Band {
 // other policies (they route on their own, and a request queued at its
 // prefix holder would land elsewhere) and for requests the policy pins by
 // their cache key.
-func (h *Admission) place(r *http.Request, req *admission.Request, dials []string) *fleet.Placement {
+func (h *Admission) place(r *http.Request, req *openai.Request, dials []string) *fleet.Placement {
 	s, ok := h.fleet.PolicyOf(h.Pool)
 	if !ok {
 		return nil
@@ -574,7 +575,7 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 		hdr.Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
 		sseSent = true
-		if _, err := w.Write(admission.KeepAlive); err != nil {
+		if _, err := w.Write(openai.KeepAlive); err != nil {
 			waiter.Leave()
 			return parkClientGone, sseSent
 		}
@@ -596,7 +597,7 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 			}
 			return parkTimedOut, sseSent
 		case <-tick:
-			_, err := w.Write(admission.KeepAlive)
+			_, err := w.Write(openai.KeepAlive)
 			if err == nil {
 				err = http.NewResponseController(w).Flush()
 			}
@@ -627,7 +628,7 @@ func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band adm
 // writeRequestError answers a body ParseRequest rejected with 400 and an
 // OpenAI-style error naming the field at fault.
 func writeRequestError(w http.ResponseWriter, err error) error {
-	var re *admission.RequestError
+	var re *openai.RequestError
 	if !errors.As(err, &re) {
 		return writeJSONError(w, http.StatusBadRequest, err.Error())
 	}
@@ -646,7 +647,7 @@ func writeJSONError(w http.ResponseWriter, status int, msg string) error {
 	if status >= 500 {
 		typ = "server_error"
 	}
-	_, _ = w.Write(admission.ErrorJSON(msg, typ, status))
+	_, _ = w.Write(openai.ErrorJSON(msg, typ, status))
 	return nil
 }
 

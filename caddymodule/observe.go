@@ -8,7 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // observingWriter sits between reverse_proxy and the client. It measures the
@@ -26,7 +26,7 @@ type observingWriter struct {
 	start   time.Time
 	model   string
 	req     *http.Request
-	obs     *admission.StreamObserver
+	obs     *openai.StreamObserver
 	body    bytes.Buffer // non-streaming JSON body prefix, for usage
 	// onResponse, if set, runs when the upstream's response starts;
 	// onFirst at a stream's first token (its prefill is over).
@@ -69,9 +69,9 @@ func (o *observingWriter) WriteHeader(code int) {
 	if o.onResponse != nil {
 		o.onResponse()
 	}
-	if mt, _ := admission.MediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
+	if mt, _ := openai.MediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
-		o.obs = admission.NewStreamObserver(admission.StreamConfig{
+		o.obs = openai.NewStreamObserver(openai.StreamConfig{
 			Start: o.start, OnFirst: o.onFirst,
 			OnITL: func(d time.Duration) { h.Observe(d.Seconds()) },
 		})
@@ -126,7 +126,7 @@ func (o *observingWriter) finish() {
 	case o.status >= 400:
 		outcome = "client_error"
 	}
-	var u admission.Usage
+	var u openai.Usage
 	var haveUsage bool
 	if o.obs != nil {
 		st := o.obs.Stats()
@@ -138,7 +138,7 @@ func (o *observingWriter) finish() {
 			outcome = "stream_error"
 		}
 	} else if o.status > 0 && o.status < 400 {
-		u, haveUsage, _ = admission.ParseUsage(o.body.Bytes())
+		u, haveUsage, _ = openai.ParseUsage(o.body.Bytes())
 	}
 	if o.aborted {
 		outcome = "aborted"

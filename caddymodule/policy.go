@@ -16,10 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/readahead"
 	"github.com/llmgw/caddy-llmgw/internal/spanattr"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -323,7 +323,7 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 // A request llm_admission placed goes to the engine its reservation counts
 // on, the decision admission made, while that engine is a candidate (not
 // failed by this request, drained or behind an open breaker since).
-func (p *Policy) choose(r *http.Request, req *admission.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, fleet.Decision) {
+func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, fleet.Decision) {
 	d := fleet.Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	if len(cands) == 0 {
 		return nil, d
@@ -378,11 +378,11 @@ func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
 // body itself (bounded in size and time, and restored for the upstream)
 // when that handler did not run. The body is read at most once per
 // request; when the policy read it whole, every attempt gets it afresh.
-func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
+func (p *Policy) request(r *http.Request, st *selectState) *openai.Request {
 	if st.body != nil {
 		r.Body = io.NopCloser(bytes.NewReader(st.body))
 	}
-	if req, ok := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request); ok && req != nil {
+	if req, ok := caddyhttp.GetVar(r.Context(), varRequest).(*openai.Request); ok && req != nil {
 		return req
 	}
 	if st.bodyRead {
@@ -420,7 +420,7 @@ func (p *Policy) request(r *http.Request, st *selectState) *admission.Request {
 	}
 	st.body = body
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	req, err := admission.ParseRequest(body)
+	req, err := openai.ParseRequest(body)
 	if err != nil {
 		return nil
 	}

@@ -22,8 +22,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // selectWithin runs p.Select and fails the test if it has not returned
@@ -135,7 +135,7 @@ func TestPolicyBodyRead(t *testing.T) {
 			}()
 			selectWithin(t, p, r, 30*time.Second)
 			close(selected)
-			req, _ := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request)
+			req, _ := caddyhttp.GetVar(r.Context(), varRequest).(*openai.Request)
 			if (req != nil) != c.parsed {
 				t.Fatalf("parsed %v, want %v", req != nil, c.parsed)
 			}

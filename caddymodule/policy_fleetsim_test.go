@@ -8,8 +8,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/internal/fleetsim"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -38,7 +38,7 @@ func TestPolicyMatchesFleetSim(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			req, err := admission.ParseRequest(body)
+			req, err := openai.ParseRequest(body)
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // FuzzPolicyBody: whatever the client sends, Select (without llm_admission)
@@ -50,7 +50,7 @@ func FuzzPolicyBody(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, parsed := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request)
+			_, parsed := caddyhttp.GetVar(r.Context(), varRequest).(*openai.Request)
 			if attempt == 0 || parsed {
 				if string(got) != string(body) {
 					t.Fatalf("attempt %d: upstream gets %q, client sent %q", attempt, got, body)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -54,11 +55,11 @@ func TestSelectFollowsPlacement(t *testing.T) {
 			s.Tokenize = false
 			prompt := strings.Repeat("a shared system prompt ", 200)
 			body := `{"model":"m","messages":[{"role":"user","content":"` + prompt + ` and a question"}]}`
-			req, err := admission.ParseRequest([]byte(body))
+			req, err := openai.ParseRequest([]byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}
-			hotReq, _ := admission.ParseRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]}`))
+			hotReq, _ := openai.ParseRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]}`))
 			f.Routed(hotReq, fleet.Decision{}, hot) // the prefix lives on hot
 			place := f.Place(context.Background(), fleet.Query{Request: req, Dials: dials, Settings: s})
 			res, _, ok := f.ReservePlaced(place, dials, fleet.Limits{KV: 0.9}, admission.PassAny)

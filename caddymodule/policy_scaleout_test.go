@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -119,7 +119,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			if r.upstream != e.Addr() || r.tier != "precise" {
 				t.Errorf("gateway 1, prefix %d: %s on %q, want %s on precise; explain: %s", i, r.upstream, r.tier, e.Addr(), explainJSON(t, body))
 			}
-			req, err := admission.ParseRequest([]byte(body))
+			req, err := openai.ParseRequest([]byte(body))
 			if err != nil {
 				t.Fatal(err)
 			}

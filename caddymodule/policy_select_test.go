@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -125,7 +125,7 @@ func TestPolicySelectBody(t *testing.T) {
 			if u == nil {
 				t.Fatal("no upstream picked")
 			}
-			req, _ := caddyhttp.GetVar(r.Context(), varRequest).(*admission.Request)
+			req, _ := caddyhttp.GetVar(r.Context(), varRequest).(*openai.Request)
 			if (req != nil) != c.parsed {
 				t.Fatalf("parsed %v, want %v", req != nil, c.parsed)
 			}
@@ -296,7 +296,7 @@ func TestPolicySelectDrainAndSaturation(t *testing.T) {
 			h.Done()
 		}
 	}()
-	req, err := admission.ParseRequest([]byte(chatBody(false, "saturated")))
+	req, err := openai.ParseRequest([]byte(chatBody(false, "saturated")))
 	if err != nil {
 		t.Fatal(err)
 	}

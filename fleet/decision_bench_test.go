@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // BenchmarkDecision is one request's whole routing decision, body in to
@@ -139,7 +139,7 @@ func benchDecision(b *testing.B, ss *simSetup, head, tail []byte, tokens []uint6
 		i++
 		body = append(strconv.AppendInt(append(body[:0], head...), int64(i), 10), tail...)
 		t0 := time.Now()
-		req, err := admission.ParseRequest(body)
+		req, err := openai.ParseRequest(body)
 		if err != nil {
 			b.Fatal(err)
 		}

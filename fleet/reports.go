@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -321,7 +322,7 @@ type Explanation struct {
 
 // Explain routes a request as the pool's policy would and scores every
 // candidate, without proxying, reserving or learning anything.
-func (f *Fleet) Explain(ctx context.Context, req *admission.Request, pool string) (Explanation, error) {
+func (f *Fleet) Explain(ctx context.Context, req *openai.Request, pool string) (Explanation, error) {
 	dials := f.PoolDials(pool)
 	if len(dials) == 0 {
 		return Explanation{}, fmt.Errorf("pool %q: %w", pool, ErrNoEngines)
@@ -372,7 +373,7 @@ type PlacementReport struct {
 }
 
 // explainPlacement places req and weighs it without reserving anything.
-func (f *Fleet) explainPlacement(ctx context.Context, req *admission.Request, dials []string, s Settings) *PlacementReport {
+func (f *Fleet) explainPlacement(ctx context.Context, req *openai.Request, dials []string, s Settings) *PlacementReport {
 	p := f.Place(ctx, Query{Request: req, Dials: dials, Settings: s})
 	if p == nil {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -36,7 +37,7 @@ func TestExplain(t *testing.T) {
 
 	empty := New(f.logger, Options{ManualScrape: true})
 	defer empty.Close()
-	if _, err := empty.Explain(context.Background(), &admission.Request{Model: "m"}, "default"); !errors.Is(err, ErrNoEngines) {
+	if _, err := empty.Explain(context.Background(), &openai.Request{Model: "m"}, "default"); !errors.Is(err, ErrNoEngines) {
 		t.Fatalf("explain on an empty fleet: %v, want ErrNoEngines", err)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -37,9 +37,9 @@ func DefaultSettings() Settings {
 // engines?
 type Query struct {
 	// Request is the parsed request; nil routes on load alone. Its raw
-	// fields must be valid JSON, as admission.ParseRequest leaves them:
+	// fields must be valid JSON, as openai.ParseRequest leaves them:
 	// they are sent to /tokenize verbatim.
-	Request *admission.Request
+	Request *openai.Request
 	// Dials are the candidate engines, in the proxy's order.
 	Dials    []string
 	Settings Settings
@@ -131,7 +131,7 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 // per engine (kvindex.IndexConfig.MaxPredictedPerEngine, 32768 blocks by
 // default) then counts from the run's end rather than the prompt's start:
 // a prompt that long would have its blocks past the bound predicted.
-func (f *Fleet) Routed(req *admission.Request, d Decision, dial string) {
+func (f *Fleet) Routed(req *openai.Request, d Decision, dial string) {
 	if req == nil {
 		return
 	}
@@ -348,7 +348,7 @@ func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) (tokens, keys
 // when they cannot be had): they are kept in the tokenize cache entry
 // with the ids, so that a repeated prompt is neither tokenized nor hashed
 // again.
-func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v view) ([]uint64, []uint64, TokenizeResult) {
+func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) ([]uint64, []uint64, TokenizeResult) {
 	pick := -1
 	for i, l := range v.loads {
 		if pick < 0 || tokenizeRank(l) > tokenizeRank(v.loads[pick]) ||
@@ -396,7 +396,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *admission.Request, v vie
 
 // tokenizeRequest is the /tokenize request for req: the fields that
 // change the rendered prompt, copied from the client body as they are.
-func tokenizeRequest(req *admission.Request) upstreams.TokenizeRequest {
+func tokenizeRequest(req *openai.Request) upstreams.TokenizeRequest {
 	return upstreams.TokenizeRequest{
 		Model:                req.Model,
 		Prompt:               req.Prompt,
@@ -430,7 +430,7 @@ const approxMaxBytes = 4096 * 64
 // loraOf returns the LoRA adapter req asks for, or "" for the base model.
 // A request for an adapter is matched under the adapter's name, which vLLM
 // hashes into every block; the base model's blocks are no hit for it.
-func (f *Fleet) loraOf(req *admission.Request) string {
+func (f *Fleet) loraOf(req *openai.Request) string {
 	if f.index.IsLoRA(req.Model) {
 		return req.Model
 	}
@@ -459,7 +459,7 @@ func tokenizeRank(l upstreams.Load) int {
 // equal — another LoRA adapter, another cache_salt — do not share a prefix
 // in the tree. The namespace is empty for the base model without a salt,
 // the common case.
-func approxKey(req *admission.Request, lora string) (key string, nsLen int) {
+func approxKey(req *openai.Request, lora string) (key string, nsLen int) {
 	raw := req.Prompt
 	if len(req.Messages) > 0 {
 		raw = req.Messages
@@ -481,7 +481,7 @@ func approxKey(req *admission.Request, lora string) (key string, nsLen int) {
 
 // promptIDs returns the prompt of a completion request given as token ids
 // (vLLM hashes them as they are: no tokenizing needed), or nil.
-func promptIDs(req *admission.Request) []uint64 {
+func promptIDs(req *openai.Request) []uint64 {
 	p := bytes.TrimSpace(req.Prompt)
 	if len(p) < 3 || p[0] != '[' || len(req.Messages) > 0 {
 		return nil

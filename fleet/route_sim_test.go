@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -25,7 +25,7 @@ import (
 type simSetup struct {
 	f      *Fleet
 	dials  []string
-	req    *admission.Request
+	req    *openai.Request
 	tokens []uint64
 	s      Settings
 }
@@ -110,7 +110,7 @@ func newSimSetups(tb testing.TB, n, promptTokens int, tokenizeURLs ...string) []
 			})
 		}
 	}
-	req, err := admission.ParseRequest([]byte(simChat(prefix, "and now the question")))
+	req, err := openai.ParseRequest([]byte(simChat(prefix, "and now the question")))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func newSimSetups(tb testing.TB, n, promptTokens int, tokenizeURLs ...string) []
 
 // tokenize is tokenizeKeyed without the keys, for tests that only want
 // the ids.
-func (f *Fleet) tokenize(ctx context.Context, req *admission.Request, v view) ([]uint64, TokenizeResult) {
+func (f *Fleet) tokenize(ctx context.Context, req *openai.Request, v view) ([]uint64, TokenizeResult) {
 	tokens, _, tr := f.tokenizeKeyed(ctx, req, v)
 	return tokens, tr
 }
@@ -279,7 +279,7 @@ func TestTokenizeAvoidsFailingEngine(t *testing.T) {
 		l := f.registry.Ensure(dials[0]).Load()
 		return l.Known && l.Failures > 0
 	})
-	req, err := admission.ParseRequest([]byte(simChat(simWords("tok", 64), "a question")))
+	req, err := openai.ParseRequest([]byte(simChat(simWords("tok", 64), "a question")))
 	if err != nil {
 		t.Fatal(err)
 	}

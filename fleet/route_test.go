@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
-func chatRequest(t testing.TB, extra map[string]any, content string) *admission.Request {
+func chatRequest(t testing.TB, extra map[string]any, content string) *openai.Request {
 	t.Helper()
 	body := map[string]any{"model": "sim-model", "max_tokens": 8,
 		"messages": []map[string]string{{"role": "user", "content": content}}}
@@ -25,7 +25,7 @@ func chatRequest(t testing.TB, extra map[string]any, content string) *admission.
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := admission.ParseRequest(b)
+	req, err := openai.ParseRequest(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func FuzzPromptIDs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, prompt []byte) {
-		ids := promptIDs(&admission.Request{Prompt: prompt})
+		ids := promptIDs(&openai.Request{Prompt: prompt})
 		if ids != nil && len(ids) == 0 {
 			t.Fatal("empty, non-nil ids")
 		}
@@ -164,7 +164,7 @@ func FuzzPromptIDs(f *testing.F) {
 		if oracle != (ids != nil) || !slices.Equal(ids, want) && oracle {
 			t.Fatalf("promptIDs(%q) = %v, encoding/json: %v (%v)", prompt, ids, want, err)
 		}
-		if ids := promptIDs(&admission.Request{Prompt: prompt, Messages: []byte(`[]`)}); ids != nil {
+		if ids := promptIDs(&openai.Request{Prompt: prompt, Messages: []byte(`[]`)}); ids != nil {
 			t.Fatal("ids for a chat request")
 		}
 	})

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // TokenizerConfig names one model's tokenizer: a local Hugging Face
@@ -117,7 +117,7 @@ func (f *Fleet) TokenizerStats() []localtok.Stats {
 // the /tokenize call a sampled check compares with. The ids are in a
 // pooled buffer: the caller hands it back with releaseTokens once the
 // decision is made.
-func (f *Fleet) localTokens(req *admission.Request, remote func(context.Context) ([]uint64, error)) (tokens []uint64, ok bool) {
+func (f *Fleet) localTokens(req *openai.Request, remote func(context.Context) ([]uint64, error)) (tokens []uint64, ok bool) {
 	s := f.local.Load()
 	if s == nil {
 		return nil, false

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/internal/simwords"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // loadRealModel loads a real model's tokenizer directory from
@@ -114,7 +114,7 @@ func BenchmarkTokenizeChat(b *testing.B) {
 				for b.Loop() {
 					n++
 					body = append(strconv.AppendInt(append(body[:0], head...), int64(n), 10), tail...)
-					req, err := admission.ParseRequest(body)
+					req, err := openai.ParseRequest(body)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/chattemplate"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/tokenizer"
 )
 
@@ -90,13 +90,13 @@ func (m *Model) Dir() string { return m.dir }
 // prompt encoded with them (unless it asks not to). ErrRemote means the
 // engine must tokenize it; any other error is a request this model cannot
 // render (the engine would most likely reject it too).
-func (m *Model) Tokenize(req *admission.Request) ([]uint64, error) {
+func (m *Model) Tokenize(req *openai.Request) ([]uint64, error) {
 	return m.AppendTokenize(nil, req)
 }
 
 // AppendTokenize is Tokenize appending the ids to dst, so that a caller
 // can reuse a buffer; on error dst is returned as it was.
-func (m *Model) AppendTokenize(dst []uint64, req *admission.Request) ([]uint64, error) {
+func (m *Model) AppendTokenize(dst []uint64, req *openai.Request) ([]uint64, error) {
 	switch {
 	case len(req.Messages) > 0:
 		return m.chatTokens(dst, req)
@@ -108,7 +108,7 @@ func (m *Model) AppendTokenize(dst []uint64, req *admission.Request) ([]uint64, 
 
 // promptTokens encodes a completions prompt given as a string or a list of
 // one string; token ids, and batches of prompts, are not rendered here.
-func (m *Model) promptTokens(dst []uint64, req *admission.Request) ([]uint64, error) {
+func (m *Model) promptTokens(dst []uint64, req *openai.Request) ([]uint64, error) {
 	var text string
 	p := bytes.TrimSpace(req.Prompt)
 	switch {
@@ -132,7 +132,7 @@ func (m *Model) promptTokens(dst []uint64, req *admission.Request) ([]uint64, er
 // chatTokens renders the messages with the model's template and encodes
 // the text. vLLM encodes a rendered chat with add_special_tokens=false by
 // default: the template writes BOS itself where the model wants it.
-func (m *Model) chatTokens(dst []uint64, req *admission.Request) ([]uint64, error) {
+func (m *Model) chatTokens(dst []uint64, req *openai.Request) ([]uint64, error) {
 	if m.chat == nil || req.ChatTemplate != "" {
 		return dst, ErrRemote
 	}
@@ -168,7 +168,7 @@ func (m *Model) chatTokens(dst []uint64, req *admission.Request) ([]uint64, erro
 //
 // Strings that must be decoded (escapes, non-ASCII) go into *arena; the
 // others are views of the request's body, which nothing changes.
-func chatInput(req *admission.Request, arena *[]byte) (chattemplate.Input, error) {
+func chatInput(req *openai.Request, arena *[]byte) (chattemplate.Input, error) {
 	in := chattemplate.Input{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
 	in.ContinueFinalMessage = req.ContinueFinalMessage != nil && *req.ContinueFinalMessage
 	var err error

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // The fixtures in testdata are tiny byte-level BPE tokenizers with a
@@ -33,9 +33,9 @@ func loadFixture(t testing.TB, name string) *Model {
 	return m
 }
 
-func parse(t testing.TB, body string) *admission.Request {
+func parse(t testing.TB, body string) *openai.Request {
 	t.Helper()
-	req, err := admission.ParseRequest([]byte(body))
+	req, err := openai.ParseRequest([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}

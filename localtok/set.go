@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // AnyModel is the model name of the entry that serves requests for models
@@ -125,14 +125,14 @@ func (s *Set) lookup(model string) *entry {
 // local error, or a model fallen back after mismatches. A sample of the
 // local results is checked against remote, an engine's /tokenize for the
 // same request, in the background; remote nil skips the check.
-func (s *Set) Tokenize(req *admission.Request, remote RemoteFunc) (ids []uint64, ok bool) {
+func (s *Set) Tokenize(req *openai.Request, remote RemoteFunc) (ids []uint64, ok bool) {
 	return s.AppendTokenize(nil, req, remote)
 }
 
 // AppendTokenize is Tokenize appending the ids to dst, so that a caller
 // can reuse a buffer (a sampled check keeps a copy of its own). Without
 // local ids it returns dst as it was and false.
-func (s *Set) AppendTokenize(dst []uint64, req *admission.Request, remote RemoteFunc) (ids []uint64, ok bool) {
+func (s *Set) AppendTokenize(dst []uint64, req *openai.Request, remote RemoteFunc) (ids []uint64, ok bool) {
 	e := s.lookup(req.Model)
 	if e == nil {
 		return dst, false

@@ -94,7 +94,7 @@ type TokenizeRequest struct {
 	ChatTemplateKwargs   json.RawMessage
 	Tools                json.RawMessage
 	// Verbatim says the raw fields are each one valid JSON value of the
-	// right kind, as admission.ParseRequest leaves them (it validated the
+	// right kind, as openai.ParseRequest leaves them (it validated the
 	// whole client body): they are then copied into the /tokenize body
 	// as they are, neither validated nor compacted again. Encoding them
 	// with encoding/json was 10% of the gateway's CPU on 8k-token

@@ -5,12 +5,12 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // tokenizeRequestOf fills a TokenizeRequest from a parsed client body, as
 // the fleet does.
-func tokenizeRequestOf(r *admission.Request, verbatim bool) TokenizeRequest {
+func tokenizeRequestOf(r *openai.Request, verbatim bool) TokenizeRequest {
 	return TokenizeRequest{
 		Model: r.Model, Prompt: r.Prompt, Messages: r.Messages,
 		AddGenerationPrompt: r.AddGenerationPrompt, ContinueFinalMessage: r.ContinueFinalMessage,
@@ -43,7 +43,7 @@ func FuzzTokenizeBodyVerbatim(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := admission.ParseRequest(body)
+		r, err := openai.ParseRequest(body)
 		if err != nil {
 			return
 		}
@@ -53,7 +53,7 @@ func FuzzTokenizeBodyVerbatim(f *testing.F) {
 
 func TestTokenizeBodyVerbatim(t *testing.T) {
 	for _, s := range verbatimBodySeeds {
-		r, err := admission.ParseRequest([]byte(s))
+		r, err := openai.ParseRequest([]byte(s))
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -61,7 +61,7 @@ func TestTokenizeBodyVerbatim(t *testing.T) {
 	}
 }
 
-func checkVerbatimBody(t *testing.T, r *admission.Request) {
+func checkVerbatimBody(t *testing.T, r *openai.Request) {
 	t.Helper()
 	old := tokenizeRequestOf(r, false)
 	if old.validate() != nil {

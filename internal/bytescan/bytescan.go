@@ -1,5 +1,5 @@
 // Package bytescan holds the word-at-a-time byte tests that the JSON
-// scanners (admission's request parser, chattemplate's decoder) and the
+// scanners (openai's request parser, chattemplate's decoder) and the
 // tokenizer's normalizers run over long prompts: read eight bytes at once,
 // they cost a fraction of a per-byte loop.
 package bytescan

@@ -25,6 +25,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -489,7 +490,7 @@ func (s *fleetSim) arrive(burst, pos int) error {
 
 // query is the routing question of a request.
 func (s *fleetSim) query(r *desReq) fleet.Query {
-	return fleet.Query{Request: &admission.Request{Model: "sim-model", Prompt: r.text}, Dials: s.dials, Settings: s.settings,
+	return fleet.Query{Request: &openai.Request{Model: "sim-model", Prompt: r.text}, Dials: s.dials, Settings: s.settings,
 		Tokens: r.tokens[:r.promptLen]}
 }
 

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // Attribute keys.
@@ -54,7 +54,7 @@ const RouteEvent = "llmgw.route"
 
 // Admission is what llm_admission decided about a request.
 type Admission struct {
-	Request *admission.Request // nil: nothing about the model is known
+	Request *openai.Request // nil: nothing about the model is known
 	Pool    string
 	Band    string
 	// Outcome is "" when the request was admitted, else why not: a reason
@@ -98,7 +98,7 @@ func SetAdmission(span trace.Span, a Admission) {
 
 // SetRoute puts a routing decision and its pick (the upstream's dial
 // address) on span, as attributes and as a RouteEvent. req may be nil.
-func SetRoute(span trace.Span, req *admission.Request, d fleet.Decision, pick string) {
+func SetRoute(span trace.Span, req *openai.Request, d fleet.Decision, pick string) {
 	if span == nil || !span.IsRecording() {
 		return
 	}
@@ -118,7 +118,7 @@ func SetRoute(span trace.Span, req *admission.Request, d fleet.Decision, pick st
 }
 
 // requestAttrs are the GenAI attributes of a parsed request.
-func requestAttrs(req *admission.Request) []attribute.KeyValue {
+func requestAttrs(req *openai.Request) []attribute.KeyValue {
 	if req == nil {
 		return nil
 	}

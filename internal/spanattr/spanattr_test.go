@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
 
@@ -39,7 +39,7 @@ func recorded(t *testing.T, f func(trace.Span)) (map[attribute.Key]attribute.Val
 }
 
 func TestSetRoute(t *testing.T) {
-	req := &admission.Request{Model: "m", Messages: []byte(`[]`)}
+	req := &openai.Request{Model: "m", Messages: []byte(`[]`)}
 	d := fleet.Decision{Decision: routing.Decision{Index: 1, Tier: routing.Precise, Outcome: routing.Hit, Share: 0.5},
 		Tokens: 100, BlockSize: 16, Tokenize: fleet.TokenizeResult{Called: true, Took: 3 * time.Millisecond}}
 	attrs, events := recorded(t, func(s trace.Span) { SetRoute(s, req, d, "10.0.0.2:8000") })
@@ -62,7 +62,7 @@ func TestSetRoute(t *testing.T) {
 }
 
 func TestSetAdmission(t *testing.T) {
-	req := &admission.Request{Model: "m", Prompt: []byte(`"hi"`)}
+	req := &openai.Request{Model: "m", Prompt: []byte(`"hi"`)}
 	pl := &fleet.Placement{Tier: routing.Approximate, Reason: fleet.ReasonHit, Engine: "e:1",
 		Tokenize: fleet.TokenizeResult{Local: true, Took: time.Millisecond}}
 	attrs, _ := recorded(t, func(s trace.Span) {

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 const (
@@ -203,7 +203,7 @@ func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
 // is handed to the gateway's own local tokenizer package, which renders it
 // as vLLM does. A prompt given as token ids is taken as it is.
 func (e *Engine) realTokens(req *genRequest, chat bool) ([]uint64, error) {
-	areq := &admission.Request{Model: req.Model, Tools: req.Tools, AddSpecialTokens: req.AddSpecialTokens,
+	areq := &openai.Request{Model: req.Model, Tools: req.Tools, AddSpecialTokens: req.AddSpecialTokens,
 		AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: &req.ContinueFinalMessage,
 		ChatTemplateKwargs: req.ChatTemplateKwargs}
 	if chat {

@@ -1,4 +1,4 @@
-package admission
+package openai
 
 import (
 	"net/http/httptest"
