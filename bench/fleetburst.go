@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/fleetsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 )
 
 // The fleet section's burst scenario (issue 13): groups arrive as bursts

@@ -6,7 +6,7 @@ import (
 	"log"
 	"strings"
 
-	"github.com/llmgw/caddy-llmgw/internal/fleetsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 )
 
 // The fleet section's scenarios where only the engines know what they

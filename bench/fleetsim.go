@@ -6,10 +6,10 @@ import (
 	"log"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/fleetsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 )
 
-// The fleet section runs internal/fleetsim: the gateway's own core (a real
+// The fleet section runs internal/sim/fleetsim: the gateway's own core (a real
 // fleet.Fleet: admission, routing, accounting, the KV index fed vLLM
 // event batches) against a discrete-event model of N engines, at fleet
 // sizes one machine cannot run as processes.

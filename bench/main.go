@@ -8,7 +8,7 @@
 //
 // Sections: "quality" (real Caddy processes with each load-balancing
 // policy in front of simulated vLLM engines, over a rate ladder),
-// "fleet" (the gateway's core, package fleet, driven by internal/fleetsim's
+// "fleet" (the gateway's core, package fleet, driven by internal/sim/fleetsim's
 // discrete-event model of 8 to 256 engines), "overhead" (Caddy with
 // llm_admission and lb_policy llm against plain reverse_proxy) and
 // "soak" (caddymodule's TestReliabilitySoak for 10 minutes against the

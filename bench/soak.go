@@ -157,7 +157,7 @@ type SoakGauge struct {
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
 	// Held counts goroutines by entry function, before and after the
-	// load (internal/goroutines).
+	// load (internal/testutil/goroutines).
 	Held map[string]int `json:"held,omitempty"`
 	// StepMs and ScrapeLeadMs are each engine's step time and local
 	// accounting's scrape lead from /llm/engines, in milliseconds.

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/llmgw/caddy-llmgw/internal/goroutines"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/goroutines"
 )
 
 // The soak's part of the report: section 5, its line in the findings and
@@ -283,7 +283,7 @@ func soakSetupText(r *SoakRun) string {
 		park = fmt.Sprintf("%d slots for %d clients, so requests rarely park in `llm_admission`", slots, r.Workers)
 	}
 	return fmt.Sprintf("[`TestReliabilitySoak`](caddymodule/reliability_soak_test.go) runs for **%s**: %d clients in a closed loop (each sends its next request as soon as its last one ends) through the gateway, in front of %s (max_num_seqs %d, %g× faster than real time, KV events over ZeroMQ) with `max_inflight %d` each: %s (`max_park %s`, `queue_size %d`, SSE heartbeats every %s). The llm app polls the engines every %s (`poll_interval`); the proxy retries a failed request up to %s (`lb_retries`). Three requests in four stream; half continue one of %d long conversations (a shared prefix), 15%% ask for the high or low band, the rest are one-off prompts. Faults: an engine restarts every %s (%s), one engine cuts its streams after %d tokens for %s every %s (%s), and the config is reloaded every %s (%s); goroutines and RSS are read every %s. GOMAXPROCS %d; %s. Latencies are wall times measured by the clients, of served requests only: TTFT is the time to a stream's first token or to a non-streaming response, including any time parked in admission; total is to the end of the response.",
-		r.duration(), r.Workers, plural(c.Engines, "[`vllmsim`](internal/vllmsim) engine"), c.MaxNumSeqs, c.TimeScale, c.MaxInflight, park,
+		r.duration(), r.Workers, plural(c.Engines, "[`vllmsim`](internal/sim/vllmsim) engine"), c.MaxNumSeqs, c.TimeScale, c.MaxInflight, park,
 		c.MaxPark, c.QueueSize, every(c.Heartbeat), every(c.PollInterval), plural(c.LBRetries, "time"), c.Conversations,
 		every(sc.RestartEvery), plural(r.Restarts, "restart"), c.CutAfter, every(sc.CutFor), every(sc.CutEvery), plural(r.Cuts, "episode"),
 		every(sc.ReloadEvery), plural(r.Reloads, "reload"), every(sc.GaugeEvery), r.GOMAXPROCS, gateway)

@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 func TestPercentiles(t *testing.T) {
@@ -339,7 +339,7 @@ func TestSoakReport(t *testing.T) {
 		"**Under a 2m30s soak** (mixed load with 3 engine restarts, 1 stream-cut episode and 1 config reload): 1000 requests, 93.0% served, every one ended in a way the injected faults explain",
 		"![soak_ttft](plots/soak_ttft.svg)",
 		"Command: `BENCH_SOAK=2m30s go run ./bench -only soak`",
-		"in front of 4 [`vllmsim`](internal/vllmsim) engines (max_num_seqs 16, 5× faster than real time",
+		"in front of 4 [`vllmsim`](internal/sim/vllmsim) engines (max_num_seqs 16, 5× faster than real time",
 		"with `max_inflight 8` each: 32 slots for 48 clients, so requests park in `llm_admission` (`max_park 10s`, `queue_size 512`, SSE heartbeats every 2 s)",
 		"polls the engines every 500 ms (`poll_interval`); the proxy retries a failed request up to 2 times",
 		"one of 8 long conversations",
@@ -379,7 +379,7 @@ func TestSoakReport(t *testing.T) {
 	md = render(l, "plots", nil, time.Minute)
 	for _, want := range []string{
 		"Command: `go run ./bench -quick -only soak`",
-		"in front of 3 [`vllmsim`](internal/vllmsim) engines",
+		"in front of 3 [`vllmsim`](internal/sim/vllmsim) engines",
 		"with `max_inflight 20` each: 60 slots for 48 clients, so requests rarely park",
 		"an engine restarts every 6 s (3 restarts), one engine cuts its streams after 5 tokens for 1.3 s every 13.3 s (1 episode), and the config is reloaded every 16 s (1 reload); goroutines and RSS are read every 4 s.",
 		"one every 4 s)",
@@ -514,7 +514,7 @@ func TestReportStatesPlan(t *testing.T) {
 		"with a soak of 1 minute",
 		"on 3 simulated vLLM engines behind a real Caddy",
 		"Command: `go run ./bench -quick -only quality`",
-		"a fresh fleet of 3 [`vllmsim`](internal/vllmsim) engines",
+		"a fresh fleet of 3 [`vllmsim`](internal/sim/vllmsim) engines",
 		"`llm { poll_interval 400ms;",
 		"`reverse_proxy <3 engines> {",
 		fmt.Sprintf("the prefill of its %d shared tokens", spec.SystemTokens),

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/llmgw/caddy-llmgw/internal/simwords"
+	"github.com/llmgw/caddy-llmgw/internal/sim/simwords"
 )
 
 // A workload is a list of sessions. A session is a conversation of one or

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestSecurityAdminAPIOnlyOnAdminListener: the /llm/* routes live on

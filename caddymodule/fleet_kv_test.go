@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestKVSubscriptionLifecycle: the llm app subscribes to every engine's KV

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestGatewaySmoke: a streaming and a non-streaming chat completion through

@@ -15,7 +15,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // tlsEdgeClient trusts Caddy's local CA (tls internal) and speaks HTTP/2.

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testdep"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
 // The early-refusal tests post bodies over max_body (1 MiB by default) the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestAdmissionMetricsOutage: an engine whose /metrics errors, hangs or

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // relHugeMetrics serves /metrics pages of 50 MB of well-formed comment

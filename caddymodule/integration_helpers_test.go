@@ -26,7 +26,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // The integration tests run one in-process Caddy (caddytest), reloaded by

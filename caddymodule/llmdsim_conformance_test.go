@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/llmdsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/llmdsim"
 )
 
 // The conformance scenario's shape: engines, prompt groups, how many

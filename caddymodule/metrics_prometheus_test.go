@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/prombin"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/prombin"
 )
 
 // noDataExpected lists dashboard queries (by "panel title / refId") that

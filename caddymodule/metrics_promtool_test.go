@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/llmgw/caddy-llmgw/internal/prombin"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/prombin"
 )
 
 // The operators' kit in deploy/: a Grafana dashboard and Prometheus alert

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestPolicyCacheKey: with cache_key_header, 1,000 requests of 50 sessions

@@ -8,7 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/llmgw/caddy-llmgw/internal/fleetsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 )

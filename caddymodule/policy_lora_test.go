@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestPolicyLoRAPrecise: vLLM hashes a LoRA request's blocks with the

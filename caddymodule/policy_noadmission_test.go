@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestPolicyWithoutAdmission: without llm_admission the policy reads the

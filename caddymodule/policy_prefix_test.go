@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // polPrefixWords is the shared system prompt's length in words (~tokens).

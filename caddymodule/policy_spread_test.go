@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestPolicyColdSpread: prompts nobody holds spread over every replica.

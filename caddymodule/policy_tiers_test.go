@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestPolicyApproximateTier: when an engine's KV events go stale (its

@@ -6,11 +6,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/goroutines"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/goroutines"
 )
 
 // The soak's goroutine accounting: what holds the goroutines a gateway has
-// after the load that it did not have before it (internal/goroutines
+// after the load that it did not have before it (internal/testutil/goroutines
 // counts them by entry function). Open HTTP connections — idle keep-alive
 // connections to the engines above all — are the only goroutines a
 // healthy gateway may hold more of after the load.

@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/goroutines"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/goroutines"
 )
 
 // The soak: a long mixed load through the gateway while engines restart,
@@ -63,7 +63,7 @@ type soakGauge struct {
 	At         string  `json:"at"`
 	Goroutines float64 `json:"goroutines"`
 	RSSMiB     float64 `json:"rss_mib"`
-	// Held counts the goroutines by entry function (internal/goroutines),
+	// Held counts the goroutines by entry function (internal/testutil/goroutines),
 	// in the gauges before and after the load.
 	Held map[string]int `json:"held,omitempty"`
 	// StepMs and ScrapeLeadMs are each engine's step time and scrape lead

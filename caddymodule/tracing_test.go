@@ -17,8 +17,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/spanattr"
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
 )
 
 // otlpReceiver is an in-process OTLP/HTTP (protobuf) trace receiver, the

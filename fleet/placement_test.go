@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/admission"
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 

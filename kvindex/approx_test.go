@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/gcscan"
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/gcscan"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 )
 
 func approxOf(tr *ApproxTree, text string) (string, int) {

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )

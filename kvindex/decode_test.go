@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"github.com/vmihailenco/msgpack/v5"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"go.uber.org/goleak"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
-	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 )
 
 func TestGoldenHashCases(t *testing.T) {

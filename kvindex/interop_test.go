@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 )

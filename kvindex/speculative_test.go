@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 )
 
 const specBS = 16

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 )
 
 // refSpecWalk is the walk of the engines with predictions as it was

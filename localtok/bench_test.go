@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/simwords"
+	"github.com/llmgw/caddy-llmgw/internal/sim/simwords"
 	"github.com/llmgw/caddy-llmgw/openai"
 )
 

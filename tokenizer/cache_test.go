@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/gcscan"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/gcscan"
 )
 
 func TestWordCache(t *testing.T) {

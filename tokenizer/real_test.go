@@ -9,7 +9,7 @@ import (
 // JS reference, @huggingface/tokenizers 0.2.0, in real_ids_test.go. It runs
 // when LLMGW_TOKENIZER_FILES names a directory holding
 // <name>/tokenizer.json for qwen3, llama3_1, deepseek_v3, gptoss, gemma3
-// and llama2; the big conformance suite lives in internal/tokconformance.
+// and llama2; the big conformance suite lives in internal/testutil/tokconformance.
 func TestRealTokenizers(t *testing.T) {
 	for _, name := range realNames {
 		t.Run(name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/gcscan"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/gcscan"
 )
 
 func TestVocabTable(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testclock"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 )
 
 // TestOccupy: a long prefill's hold shows in Load.Occupied until its

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // TestTokenizeReusesConnections: the tokenizer's default client keeps its

@@ -1,5 +1,5 @@
 // Command vllmsim runs a fleet of simulated vLLM engines (see package
-// internal/vllmsim): one OpenAI-compatible HTTP server per data-parallel
+// internal/sim/vllmsim): one OpenAI-compatible HTTP server per data-parallel
 // rank, with KV-cache events over ZeroMQ when -kv-port is set.
 //
 //	vllmsim -n 4 -port 8000 -kv-port 5557 -replay-port 5600 -time-scale 10
@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/localtok"
 )
 

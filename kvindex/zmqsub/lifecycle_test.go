@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/pyzmq"
 )
 
 // TestPublisherRestart kills the libzmq publisher (like kill -9 of an

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+root=$(cd "$here/../../.." && pwd)
 dest=${1:-$root/.cache/tokenizers}
 mkdir -p "$dest"
 # Absolute: the download below runs in a temporary directory.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/llmgw/caddy-llmgw/internal/golden"
-	"github.com/llmgw/caddy-llmgw/internal/pyzmq"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )

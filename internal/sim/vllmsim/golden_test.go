@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/llmgw/caddy-llmgw/internal/golden"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
 )

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/chattemplate"
-	"github.com/llmgw/caddy-llmgw/internal/testdep"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 	"github.com/llmgw/caddy-llmgw/tokenizer"
 )
 
@@ -118,7 +118,7 @@ func filesDir(t *testing.T) string {
 	if dir != "" {
 		return dir
 	}
-	const how = "fetch them with internal/tokconformance/fetch-tokenizers.sh " +
+	const how = "fetch them with internal/testutil/tokconformance/fetch-tokenizers.sh " +
 		"and run with LLMGW_TOKENIZER_FILES=<repo>/.cache/tokenizers (./xcaddy.sh test does both)"
 	testdep.Dep{What: "the real tokenizer files", Hint: how}.Require(t, errors.New("LLMGW_TOKENIZER_FILES is not set"))
 	return ""
@@ -216,7 +216,7 @@ func checkModel(t *testing.T, e lockEntry, dir string) {
 	// reason that has nothing to do with the code.
 	stamp, err := os.ReadFile(filepath.Join(dir, ".verified"))
 	if err != nil {
-		t.Fatalf("%v: fetch the files with internal/tokconformance/fetch-tokenizers.sh", err)
+		t.Fatalf("%v: fetch the files with internal/testutil/tokconformance/fetch-tokenizers.sh", err)
 	}
 	if first, _, _ := strings.Cut(string(stamp), "\n"); first != e.integrity {
 		t.Fatalf("%s holds %s, tokenizers.lock pins %s: fetch again", dir, first, e.integrity)

@@ -42,8 +42,8 @@
 // <repo>/.cache/tokenizers/<name>/. ./xcaddy.sh test runs it and sets
 // LLMGW_TOKENIZER_FILES to that directory. Run alone:
 //
-//	internal/tokconformance/fetch-tokenizers.sh
-//	LLMGW_TOKENIZER_FILES=$PWD/.cache/tokenizers go test ./internal/tokconformance/
+//	internal/testutil/tokconformance/fetch-tokenizers.sh
+//	LLMGW_TOKENIZER_FILES=$PWD/.cache/tokenizers go test ./internal/testutil/tokconformance/
 //
 // Without LLMGW_TOKENIZER_FILES the test skips, and fails when CI is set.
 //
@@ -51,9 +51,9 @@
 //
 // With node 18+ and npm, from the repository root:
 //
-//	internal/tokconformance/fetch-tokenizers.sh
-//	cd internal/tokconformance/gen && npm ci
-//	LLMGW_TOKENIZER_FILES=$PWD/../../../.cache/tokenizers node gen.mjs
+//	internal/testutil/tokconformance/fetch-tokenizers.sh
+//	cd internal/testutil/tokconformance/gen && npm ci
+//	LLMGW_TOKENIZER_FILES=$PWD/../../../../.cache/tokenizers node gen.mjs
 //
 // node gen.mjs qwen3 regenerates one model. The output depends only on the
 // inputs (seeded PRNG, strftime_now fixed at the date recorded in each

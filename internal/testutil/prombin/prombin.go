@@ -6,7 +6,7 @@
 // Without them a developer's run skips those tests with a loud message, but
 // a CI run (environment variable CI non-empty) fails: a silent skip there
 // would let a renamed metric or label break the dashboard and the alerts
-// while the run stays green (internal/testdep).
+// while the run stays green (internal/testutil/testdep).
 package prombin
 
 import (
@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/testdep"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
 // Binaries are the Prometheus programs the tests run.

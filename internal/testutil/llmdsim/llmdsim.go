@@ -50,7 +50,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/testdep"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
 // Version is the llm-d-inference-sim release build.sh builds and these
@@ -83,7 +83,7 @@ func Binary(t testing.TB) string {
 	}
 	testdep.Dep{
 		What: "llm-d-inference-sim " + Version + " (the third-party engine peer)",
-		Hint: "build it with internal/llmdsim/build.sh DIR and set " + EnvBinary + "=DIR/llm-d-inference-sim-" + Version + " (./xcaddy.sh test does both)",
+		Hint: "build it with internal/testutil/llmdsim/build.sh DIR and set " + EnvBinary + "=DIR/llm-d-inference-sim-" + Version + " (./xcaddy.sh test does both)",
 	}.Require(t, err)
 	return path
 }

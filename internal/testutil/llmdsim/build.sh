@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh DIR — build llm-d-inference-sim (the llm-d project's vLLM
 # simulator, a real third-party engine with KV-cache events) into
-# DIR/llm-d-inference-sim-v0.10.2 for the tests in internal/llmdsim and
+# DIR/llm-d-inference-sim-v0.10.2 for the tests in internal/testutil/llmdsim and
 # caddymodule that run against it.
 #
 # The simulator is built from the nested module peer/ (its own go.mod and

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llmgw/caddy-llmgw/internal/testdep"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
 // Python is the interpreter the interop tests run: Debian's, whose
