@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
@@ -162,7 +164,7 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 			}
 		}
 		cancel()
-		eventually(t, 10*time.Second, "scrapes and tokenize calls seen", func() bool {
+		testwait.For(t, 10*time.Second, "scrapes and tokenize calls seen", func() bool {
 			return len(rec.seen("/metrics")) >= 3 && len(rec.seen("/tokenize")) >= 1
 		})
 		t.Logf("%s: %d scrapes, %d tokenize calls", phase.name, len(rec.seen("/metrics")), len(rec.seen("/tokenize")))
@@ -174,7 +176,7 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 			}
 		}
 		if phase.fail {
-			eventually(t, 10*time.Second, "scrape failures reported", func() bool {
+			testwait.For(t, 10*time.Second, "scrape failures reported", func() bool {
 				r := getEngineReport(t, e.Addr())
 				return r.Failures >= 3 && r.LastError != ""
 			})
@@ -199,7 +201,7 @@ func TestSecurityEngineKeysAndLogs(t *testing.T) {
 		t.Errorf("the running config does not hold the placeholder")
 	}
 	var logs []byte
-	eventually(t, 10*time.Second, "the poller's failures logged", func() bool {
+	testwait.For(t, 10*time.Second, "the poller's failures logged", func() bool {
 		logs, _ = os.ReadFile(logFile)
 		return strings.Contains(string(logs), "llm.fleet.poller") && strings.Contains(string(logs), "500")
 	})
@@ -266,7 +268,7 @@ func TestSecurityKVEndpointsOnlyConfigured(t *testing.T) {
 			t.Fatalf("request: %+v", s)
 		}
 		var r fleet.EngineReport
-		eventually(t, 10*time.Second, "derived subscription connected", func() bool {
+		testwait.For(t, 10*time.Second, "derived subscription connected", func() bool {
 			r = getEngineReport(t, e.Addr())
 			return r.KV != nil && r.KV.Connected
 		})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
@@ -81,7 +83,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	go func() {
 		long <- send(ctx, "", chat{system: prefix, user: "a long answer please", maxTokens: 3000, stream: true}.body(), nil)
 	}()
-	eventually(t, 15*time.Second, "the long request to reach the holder", func() bool {
+	testwait.For(t, 15*time.Second, "the long request to reach the holder", func() bool {
 		st := holder.Stats()
 		return st.Running+st.Waiting > 0
 	})
@@ -129,7 +131,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	// wall time at TimeScale 20. The holder's step time is the gateway's
 	// wall-time measure of that stream, not the engine's histogram (which
 	// reads 20 ms), and the scrape lead is sized from it.
-	eventually(t, 15*time.Second, "the holder's step time", func() bool {
+	testwait.For(t, 15*time.Second, "the holder's step time", func() bool {
 		r := getEngineReport(t, holder.Addr())
 		return r.StepSeconds > 0 && r.StepSeconds < 0.01 && r.ScrapeLeadSeconds > 0 && r.ScrapeLeadSeconds <= 2*r.StepSeconds+0.005+1e-9
 	})
@@ -138,7 +140,7 @@ func TestPolicyAdminExplainEnginesDrain(t *testing.T) {
 	// usage still counts the answer's blocks and costs it every cold
 	// request; the 30 below take less than a poll interval, so without
 	// this wait they could all go elsewhere (it failed 1 run in 6).
-	eventually(t, 15*time.Second, "a scrape of the holder after the long answer", func() bool {
+	testwait.For(t, 15*time.Second, "a scrape of the holder after the long answer", func() bool {
 		r := getEngineReport(t, holder.Addr())
 		return r.Known && r.Running == 0 && r.KVUsage == 0
 	})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/localtok"
 )
@@ -67,7 +69,7 @@ func TestTokenizerLocalRoutesWithoutTokenize(t *testing.T) {
 	var raw struct {
 		Tokenizer string `json:"tokenizer"`
 	}
-	eventually(t, 10*time.Second, "the prompt's blocks indexed", func() bool {
+	testwait.For(t, 10*time.Second, "the prompt's blocks indexed", func() bool {
 		adminJSON(t, http.MethodPost, "/llm/explain", body, &ex)
 		return ex.Tier == "precise" && ex.Outcome == "hit"
 	})
@@ -110,7 +112,7 @@ func TestTokenizerDriftFallsBack(t *testing.T) {
 			t.Fatalf("request %d: %+v", sent, r)
 		}
 	}
-	eventually(t, 10*time.Second, "the model falls back", fellBack)
+	testwait.For(t, 10*time.Second, "the model falls back", fellBack)
 	t.Logf("fell back after %d requests", sent)
 	if v := metricValue(t, "llmgw_tokenizer_fallback", `model="sim-model"`); v != 1 {
 		t.Errorf("llmgw_tokenizer_fallback = %v", v)

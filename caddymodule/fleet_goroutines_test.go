@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -77,7 +79,7 @@ func TestReliabilityLifecycleGoroutines(t *testing.T) {
 		}
 		g := gateway{engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}
 		g.load(t)
-		eventually(t, 10*time.Second, "subscriptions connected", func() bool {
+		testwait.For(t, 10*time.Second, "subscriptions connected", func() bool {
 			for _, e := range engines {
 				if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
 					return false
@@ -98,7 +100,7 @@ func TestReliabilityLifecycleGoroutines(t *testing.T) {
 		g.engines, g.upstreams = g.engines[:1], []string{engines[0].Addr()}
 		g.appExtra = "\t\tidle_ttl 1ms\n"
 		g.load(t)
-		eventually(t, 10*time.Second, "dropped engine forgotten", func() bool {
+		testwait.For(t, 10*time.Second, "dropped engine forgotten", func() bool {
 			return getEngineReport(t, engines[1].Addr()).Dial == ""
 		})
 		relNoLLMApp(t)

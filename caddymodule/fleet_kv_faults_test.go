@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
@@ -36,7 +38,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 		t.Helper()
 		before := getEngineReport(t, a.Addr()).KV.Stored
 		direct(t, a, chatBody(false, text))
-		eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
+		testwait.For(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 			r := getEngineReport(t, a.Addr())
 			return r.KV.Stored > before && r.KV.Blocks > 0
 		})
@@ -56,7 +58,7 @@ func TestReliabilityEngineRestartRoutingRecovers(t *testing.T) {
 	if err := a.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "mirror reset and resubscribed", func() bool {
+	testwait.For(t, 10*time.Second, "mirror reset and resubscribed", func() bool {
 		r := getEngineReport(t, a.Addr()).KV
 		return r != nil && r.Connected && r.Sessions > before.Sessions && r.Blocks == 0
 	})
@@ -111,7 +113,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 	waitKV := func(t *testing.T, v env, what string, cond func(r *fleet.KVReport) bool) *fleet.KVReport {
 		t.Helper()
 		var last *fleet.KVReport
-		eventually(t, 15*time.Second, what, func() bool {
+		testwait.For(t, 15*time.Second, what, func() bool {
 			last = getKV(t, v)
 			return cond(last)
 		})
@@ -285,7 +287,7 @@ func TestReliabilityKVPublisherFaults(t *testing.T) {
 					t.Logf("served on tier %s", s.header.Get("X-Llm-Tier"))
 				}
 			}
-			eventually(t, 5*time.Second, "the engine to count the 3 requests served", func() bool {
+			testwait.For(t, 5*time.Second, "the engine to count the 3 requests served", func() bool {
 				return e.Stats().RequestsServed >= served+3
 			})
 			if res, err := client.Get("http://" + adminAddr + "/llm/engines"); err != nil || res.StatusCode != http.StatusOK {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -43,7 +45,7 @@ func TestSpeculativeEntriesMetric(t *testing.T) {
 			if n := spec("inserted") - inserted; n < 20 {
 				t.Fatalf("%v entries inserted for a 400-token prompt, want its ~25 blocks", n)
 			}
-			eventually(t, 10*time.Second, "the engine's events confirm the entries", func() bool {
+			testwait.For(t, 10*time.Second, "the engine's events confirm the entries", func() bool {
 				return spec("confirmed")-confirmed >= 20
 			})
 		})

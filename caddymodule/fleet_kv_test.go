@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -23,7 +25,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 	// arrives, so the requests below wait for both (waitKV).
 	waitKV(t, a, b)
 	direct(t, a, chatBody(false, longText(200)))
-	eventually(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
+	testwait.For(t, 10*time.Second, "engine a's blocks mirrored", func() bool {
 		r := getEngineReport(t, a.Addr())
 		return r.KV.Blocks > 0 && r.KV.LastSeq != nil
 	})
@@ -52,13 +54,13 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 	if err := a.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "mirror reset after restart", func() bool {
+	testwait.For(t, 10*time.Second, "mirror reset after restart", func() bool {
 		r := getEngineReport(t, a.Addr())
 		return r.KV != nil && r.KV.Connected && r.KV.Blocks == 0 && r.KV.Sessions > sessions
 	})
 	waitKV(t, a)
 	direct(t, a, chatBody(false, longText(100)))
-	eventually(t, 10*time.Second, "blocks mirrored again after restart", func() bool {
+	testwait.For(t, 10*time.Second, "blocks mirrored again after restart", func() bool {
 		return getEngineReport(t, a.Addr()).KV.Blocks > 0
 	})
 
@@ -66,7 +68,7 @@ func TestKVSubscriptionLifecycle(t *testing.T) {
 	// idle (a removed engine that the new config still routes to, or that
 	// has requests in flight, lives on as a discovered engine until then).
 	gateway{engines: kvEngines(a), appExtra: "\t\tidle_ttl 500ms\n"}.load(t)
-	eventually(t, 10*time.Second, "engine b's subscription stopped", func() bool {
+	testwait.For(t, 10*time.Second, "engine b's subscription stopped", func() bool {
 		r := getEngineReport(t, b.Addr())
 		return r.KV == nil
 	})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -77,10 +79,10 @@ func TestFleetLifecycleClosesTokenizeConnections(t *testing.T) {
 	// connections go at once.
 	g.appExtra = "\t\ttokenize_timeout 10s\n\t\tpoll_timeout 2s\n\t\ttokenize_concurrency 8\n"
 	g.load(t)
-	eventually(t, 10*time.Second, "the replaced tokenizer's connections closed", func() bool { return tok.open.Load() == 0 })
+	testwait.For(t, 10*time.Second, "the replaced tokenizer's connections closed", func() bool { return tok.open.Load() == 0 })
 	sendThree("second config")
 	// No config uses the llm app: the fleet is destroyed, its tokenizer's
 	// connections with it.
 	relNoLLMApp(t)
-	eventually(t, 10*time.Second, "the destroyed fleet's tokenize connections closed", func() bool { return tok.open.Load() == 0 })
+	testwait.For(t, 10*time.Second, "the destroyed fleet's tokenize connections closed", func() bool { return tok.open.Load() == 0 })
 }

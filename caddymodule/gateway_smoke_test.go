@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
@@ -47,7 +49,7 @@ func TestGatewaySmoke(t *testing.T) {
 	if code != http.StatusOK || own != 2 {
 		t.Fatalf("/llm/engines: %d, %d of this test's engines configured in %d", code, own, len(engs))
 	}
-	eventually(t, 5*time.Second, "KV subscriptions connected", func() bool {
+	testwait.For(t, 5*time.Second, "KV subscriptions connected", func() bool {
 		for _, e := range engines {
 			r := getEngineReport(t, e.Addr())
 			if r.KV == nil || !r.KV.Connected {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
@@ -23,7 +25,7 @@ func tlsEdgeClient(t *testing.T) *http.Client {
 	t.Helper()
 	rootFile := filepath.Join(caddy.AppDataDir(), "pki", "authorities", "local", "root.crt")
 	var pem []byte
-	eventually(t, 20*time.Second, "Caddy's local CA root", func() bool {
+	testwait.For(t, 20*time.Second, "Caddy's local CA root", func() bool {
 		var err error
 		pem, err = os.ReadFile(rootFile)
 		return err == nil && len(pem) > 0
@@ -71,7 +73,7 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 		return do(c, req, onData)
 	}
 	var s reply
-	eventually(t, 20*time.Second, "a TLS response (certificate issued)", func() bool {
+	testwait.For(t, 20*time.Second, "a TLS response (certificate issued)", func() bool {
 		s = stream("warm up", 4, nil)
 		return s.err == nil
 	})
@@ -121,7 +123,7 @@ func TestTLSEdgeHTTP2Streaming(t *testing.T) {
 		siteExtra: "\ttls internal\n",
 		admission: "\t\tmax_park 2s\n\t\theartbeat 200ms\n",
 	}.load(t)
-	eventually(t, 10*time.Second, "engine seen full", func() bool {
+	testwait.For(t, 10*time.Second, "engine seen full", func() bool {
 		r := getEngineReport(t, full)
 		return r.Known && r.KVUsage >= 0.9
 	})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -74,7 +76,7 @@ func bandGateway(t *testing.T, e *vllmsim.Engine, admissionExtra string) (rec *u
 	t.Helper()
 	rec = newUpstreamRecorder(t, e)
 	gateway{engines: []gatewayEngine{{dial: rec.addr()}}, pollInterval: "30s", admission: "\t\tmax_inflight 1\n" + admissionExtra}.load(t)
-	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, rec.addr()).Known })
+	testwait.For(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, rec.addr()).Known })
 	occ, end := openOccupant(t)
 	occ.next(t, 10*time.Second) // streaming from the engine
 	return rec, end
@@ -120,7 +122,7 @@ func TestAdmissionAging(t *testing.T) {
 	defer cancel()
 	reqs := []bandReq{{"low", "low", map[string]string{"X-Priority": "low"}}}
 	chans := parkInOrder(t, ctx, reqs)
-	eventually(t, 10*time.Second, "the low request parked longer than aging", func() bool {
+	testwait.For(t, 10*time.Second, "the low request parked longer than aging", func() bool {
 		return getQueue(t).Pools["default"]["low"].OldestWait > 0.2
 	})
 	more := []bandReq{

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
@@ -189,7 +191,7 @@ func TestEarlyRejectHTTP2(t *testing.T) {
 		return do(c, req, nil)
 	}
 	var r reply
-	eventually(t, 20*time.Second, "a TLS response (certificate issued)", func() bool {
+	testwait.For(t, 20*time.Second, "a TLS response (certificate issued)", func() bool {
 		r = post(false)
 		return r.err == nil
 	})

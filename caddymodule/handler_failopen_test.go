@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -35,7 +37,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 				appExtra:  outageApp,
 				admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n",
 			}.load(t)
-			eventually(t, 10*time.Second, "engine stale", func() bool {
+			testwait.For(t, 10*time.Second, "engine stale", func() bool {
 				r := getEngineReport(t, e.Addr())
 				return r.Stale && !r.Known && r.Failures >= 3
 			})
@@ -87,7 +89,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			// The outage ends: the engine is known again, and at its limit
 			// the next request parks instead of failing open.
 			e.SetFaults(vllmsim.Faults{})
-			eventually(t, 10*time.Second, "engine recovered", func() bool {
+			testwait.For(t, 10*time.Second, "engine recovered", func() bool {
 				r := getEngineReport(t, e.Addr())
 				return r.Known && !r.Stale && !r.Degraded
 			})

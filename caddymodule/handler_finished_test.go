@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
@@ -29,7 +31,7 @@ func TestAdmissionFinishedFreesSlotBeforeNextPoll(t *testing.T) {
 		appExtra:  "\t\tpoll_interval 5s\n",
 		admission: "\t\tmax_inflight 1\n\t\tmax_park 30s\n",
 	}.load(t)
-	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
+	testwait.For(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 	occ, endOccupant := openOccupant(t)
 	occ.next(t, 10*time.Second) // streaming from the engine
@@ -85,7 +87,7 @@ func TestPolicyFinishedNotSaturatedBeforeNextPoll(t *testing.T) {
 		engineExtra: "\t\t\tmax_inflight 1\n",
 		admission:   "-",
 	}.load(t)
-	eventually(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
+	testwait.For(t, 15*time.Second, "engine gauges known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 	occ, endOccupant := openOccupant(t)
 	occ.next(t, 10*time.Second)
@@ -104,7 +106,7 @@ func TestPolicyFinishedNotSaturatedBeforeNextPoll(t *testing.T) {
 		explain("occupant running and scraped", "saturated")
 		endOccupant()
 	})
-	eventually(t, poll/2, "the occupant's reservation released", func() bool {
+	testwait.For(t, poll/2, "the occupant's reservation released", func() bool {
 		return getEngineReport(t, e.Addr()).Inflight == 0
 	})
 	explain("occupant ended", "")
@@ -123,7 +125,7 @@ func endAfterScrape(t *testing.T, dial string, poll time.Duration, end func()) (
 	for range 3 {
 		prev := getEngineReport(t, dial).ScrapedAt
 		var r fleet.EngineReport
-		eventually(t, 2*poll, "a fresh scrape", func() bool {
+		testwait.For(t, 2*poll, "a fresh scrape", func() bool {
 			r = getEngineReport(t, dial)
 			return r.ScrapedAt.After(prev)
 		})

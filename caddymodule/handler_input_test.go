@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
@@ -71,7 +73,7 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 			gateway{engines: []gatewayEngine{eng}, pollInterval: "100ms", appExtra: "\t\tpoll_timeout 5s\n"}.load(t)
 			t.Cleanup(func() { resetGateway(t) })
 			var r fleet.EngineReport
-			eventually(t, 20*time.Second, "five failed scrapes", func() bool {
+			testwait.For(t, 20*time.Second, "five failed scrapes", func() bool {
 				r = getEngineReport(t, e.Addr())
 				return r.Failures >= 5
 			})
@@ -227,7 +229,7 @@ func TestReliabilityDeclaredBodyNotPreallocated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, fmt.Sprintf("%d handlers reading their body", conns), func() bool {
+	testwait.For(t, 20*time.Second, fmt.Sprintf("%d handlers reading their body", conns), func() bool {
 		return countGoroutines("(*Admission).readBody") >= conns
 	})
 	heap1 := heapInuse()

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -47,7 +49,7 @@ func TestReliabilityReloadUnderLoad(t *testing.T) {
 	}
 	cfg(0).load(t)
 	t.Cleanup(func() { resetGateway(t) })
-	eventually(t, 10*time.Second, "subscriptions connected", func() bool {
+	testwait.For(t, 10*time.Second, "subscriptions connected", func() bool {
 		for _, e := range engines {
 			if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
 				return false
@@ -196,7 +198,7 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 		admission:    "\t\tqueue_size 20000\n\t\tmax_park 10m\n\t\theartbeat 1m\n",
 	}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
-	eventually(t, 10*time.Second, "engine seen full", func() bool {
+	testwait.For(t, 10*time.Second, "engine seen full", func() bool {
 		r := getEngineReport(t, full)
 		return r.Known && r.KVUsage >= 0.9
 	})
@@ -258,7 +260,7 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	started := time.Now()
 	waitLine("ready", 120*time.Second)
 	lastLog := time.Now()
-	eventually(t, 120*time.Second, fmt.Sprintf("%d requests parked", n), func() bool {
+	testwait.For(t, 120*time.Second, fmt.Sprintf("%d requests parked", n), func() bool {
 		d := queueDepth(t, "")
 		if p := proxied.Load(); p > 0 {
 			t.Fatalf("%d requests reached the full engine (%d parked)", p, d)
@@ -277,7 +279,7 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	if _, err := fmt.Fprintln(stdin, "close"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "queue drained", func() bool { return queueDepth(t, "") == 0 })
+	testwait.For(t, 60*time.Second, "queue drained", func() bool { return queueDepth(t, "") == 0 })
 	drainedIn := time.Since(closedAt)
 	waitLine("closed", 30*time.Second)
 	if p := proxied.Load(); p > 0 {
@@ -285,7 +287,7 @@ func TestReliabilityParkedClientsDisconnect(t *testing.T) {
 	}
 	// Counted by each handler right after its waiter left the queue.
 	var gone float64
-	eventually(t, 30*time.Second, fmt.Sprintf("%d counted as client_gone", n), func() bool {
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d counted as client_gone", n), func() bool {
 		gone = metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`) - gone0
 		return gone >= float64(n)
 	})

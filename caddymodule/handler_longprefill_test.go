@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -19,7 +21,7 @@ func TestLongPrefillHoldEndsAtFirstToken(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, PrefillTokensPerSec: 1000, DecodeStepTime: 10 * time.Millisecond})[0]
 	gateway{engines: kvEngines(e), admission: "\t\tlong_prefill 100\n\t\tprefill_rate 1\n", patient: true}.load(t)
 	t.Cleanup(func() { resetGateway(t) })
-	eventually(t, 10*time.Second, "engine gauged", func() bool { return getEngineReport(t, e.Addr()).Known })
+	testwait.For(t, 10*time.Second, "engine gauged", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -35,7 +37,7 @@ func TestLongPrefillHoldEndsAtFirstToken(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	// The engine prefills 1,200 tokens for ~1.2 s: the hold shows.
-	eventually(t, 5*time.Second, "the engine occupied by the long prefill", func() bool {
+	testwait.For(t, 5*time.Second, "the engine occupied by the long prefill", func() bool {
 		return getEngineReport(t, e.Addr()).Occupied > 60
 	})
 	sc := bufio.NewScanner(resp.Body)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -47,7 +49,7 @@ func TestAdmissionSoftCapOvershoot(t *testing.T) {
 				appExtra:  "\t\tpoll_interval 500ms\n",
 				admission: fmt.Sprintf("\t\tmax_inflight %d\n\t\tmax_park 60s\n\t\tqueue_size 100\n\t\tlocal_accounting %s\n", limit, mode),
 			}.load(t)
-			eventually(t, 10*time.Second, "engine known", func() bool { return getEngineReport(t, e.Addr()).Known })
+			testwait.For(t, 10*time.Second, "engine known", func() bool { return getEngineReport(t, e.Addr()).Known })
 
 			var max atomic.Int64
 			stop := make(chan struct{})

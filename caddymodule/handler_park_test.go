@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -184,11 +186,11 @@ func TestAdmissionClientGone(t *testing.T) {
 	<-lowCh
 	s.res.Body.Close()
 	gone := time.Now()
-	eventually(t, 5*time.Second, "queue empty after clients left", func() bool {
+	testwait.For(t, 5*time.Second, "queue empty after clients left", func() bool {
 		return queueDepth(t, "") == 0 && metricValue(t, "llmgw_admission_queue_depth") == 0
 	})
 	t.Logf("queue empty %v after the clients disconnected", time.Since(gone))
-	eventually(t, 5*time.Second, "client_gone counted", func() bool {
+	testwait.For(t, 5*time.Second, "client_gone counted", func() bool {
 		return metricValue(t, "llmgw_admission_rejected_total", `reason="client_gone"`) >= before+3
 	})
 	if st := e.Stats(); st.Running+st.Waiting != 1 {
@@ -243,7 +245,7 @@ func TestAdmissionReservationFollowsProxy(t *testing.T) {
 	if l, _ := s.next(t, 10*time.Second); !strings.HasPrefix(l, "data: ") {
 		t.Fatalf("stream: %q", l)
 	}
-	eventually(t, 10*time.Second, "the gateway's request running on engine a", func() bool {
+	testwait.For(t, 10*time.Second, "the gateway's request running on engine a", func() bool {
 		st := a.Stats()
 		return st.Running+st.Waiting == 2
 	})

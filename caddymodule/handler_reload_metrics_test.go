@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -175,7 +177,7 @@ func TestAdmissionAdminShapes(t *testing.T) {
 	parked := sendAsync(pctx, "", chatBody(false, "parked"), map[string]string{"X-Priority": "high"})
 	waitQueueDepth(t, "high", 1)
 	// The oldest wait is checked below to be reported in seconds.
-	eventually(t, 10*time.Second, "the parked request's wait past 100ms", func() bool {
+	testwait.For(t, 10*time.Second, "the parked request's wait past 100ms", func() bool {
 		return getQueue(t).Pools["default"]["high"].OldestWait >= 0.1
 	})
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
@@ -199,7 +201,7 @@ func TestReliabilityAllEnginesDown(t *testing.T) {
 		}
 	}
 	check("fresh gauges")
-	eventually(t, 10*time.Second, "gauges stale", func() bool {
+	testwait.For(t, 10*time.Second, "gauges stale", func() bool {
 		for _, e := range engines {
 			if r := getEngineReport(t, e.Addr()); r.Known {
 				return false
@@ -223,7 +225,7 @@ func TestReliabilityAllEnginesDown(t *testing.T) {
 		w.tick(err)
 	}
 	defer back.Close()
-	eventually(t, 20*time.Second, "served again", func() bool {
+	testwait.For(t, 20*time.Second, "served again", func() bool {
 		return send(ctx, "", chat{user: "back", maxTokens: 8, stream: true}.body(), nil).complete()
 	})
 }

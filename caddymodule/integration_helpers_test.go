@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/caddyserver/caddy/v2/caddytest"
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -670,13 +672,6 @@ func longText(words int) string {
 	return b.String()
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for w := newWait(t, d, what); !cond(); w.tick() {
-	}
-}
-
 // lazy is a failure detail computed only if the failure happens.
 type lazy func() string
 
@@ -923,7 +918,7 @@ func waitBusy(t testing.TB, dial string, busy int) {
 	// started directly: an older one may count a gateway request that has
 	// finished since, whose slot admission (rightly) treats as free.
 	since := time.Now()
-	eventually(t, 10*time.Second, fmt.Sprintf("gateway sees %d busy on %s", busy, dial), func() bool {
+	testwait.For(t, 10*time.Second, fmt.Sprintf("gateway sees %d busy on %s", busy, dial), func() bool {
 		r := getEngineReport(t, dial)
 		return r.Known && r.ScrapedAt.After(since) && r.Running+r.Waiting >= float64(busy)
 	})
@@ -933,7 +928,7 @@ func waitBusy(t testing.TB, dial string, busy int) {
 func waitKV(t testing.TB, engines ...*vllmsim.Engine) {
 	t.Helper()
 	for _, e := range engines {
-		eventually(t, 15*time.Second, "KV subscription to "+e.Addr(), func() bool {
+		testwait.For(t, 15*time.Second, "KV subscription to "+e.Addr(), func() bool {
 			r := getEngineReport(t, e.Addr())
 			return r.KV != nil && r.KV.Connected
 		})
@@ -950,7 +945,7 @@ func waitKV(t testing.TB, engines ...*vllmsim.Engine) {
 func waitBlocks(t testing.TB, dial string, n int) fleet.EngineReport {
 	t.Helper()
 	var r fleet.EngineReport
-	eventually(t, 15*time.Second, fmt.Sprintf("%d KV blocks on %s", n, dial), func() bool {
+	testwait.For(t, 15*time.Second, fmt.Sprintf("%d KV blocks on %s", n, dial), func() bool {
 		r = getEngineReport(t, dial)
 		return r.KV != nil && r.KV.Blocks >= n
 	})
@@ -993,7 +988,7 @@ func idle(r fleet.EngineReport) bool { return r.Running == 0 && r.Waiting == 0 }
 // waitGauges waits until the gateway's view of dial satisfies cond.
 func waitGauges(t testing.TB, dial, what string, cond func(fleet.EngineReport) bool) {
 	t.Helper()
-	eventually(t, 15*time.Second, what, func() bool { return cond(getEngineReport(t, dial)) })
+	testwait.For(t, 15*time.Second, what, func() bool { return cond(getEngineReport(t, dial)) })
 }
 
 // occupant is a request sent straight to an engine, bypassing the gateway —
@@ -1027,7 +1022,7 @@ func occupy(t testing.TB, e *vllmsim.Engine, n int) []*occupant {
 			send(ctx, e.URL()+"/v1/chat/completions", body, nil)
 		}()
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("%d occupants running on the engine", n), func() bool {
+	testwait.For(t, 10*time.Second, fmt.Sprintf("%d occupants running on the engine", n), func() bool {
 		st := e.Stats()
 		return st.Running+st.Waiting >= base+n
 	})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/testutil/llmdsim"
 )
 
@@ -229,7 +231,7 @@ func waitLLMDSimEvents(t *testing.T, engines []*llmdsim.Engine) map[string]uint6
 	t.Helper()
 	stored := map[string]uint64{}
 	for i, e := range engines {
-		eventually(t, 15*time.Second, "the KV session from "+e.Addr(), func() bool {
+		testwait.For(t, 15*time.Second, "the KV session from "+e.Addr(), func() bool {
 			r := getEngineReport(t, e.Addr())
 			return r.KV != nil && r.KV.Connected
 		})
@@ -269,7 +271,7 @@ func waitStored(t *testing.T, engines []*llmdsim.Engine, stored map[string]uint6
 	}
 	for _, e := range engines {
 		dial := e.Addr()
-		eventually(t, 15*time.Second, fmt.Sprintf("%s on %s (%d events)", what, dial, want[dial]), func() bool {
+		testwait.For(t, 15*time.Second, fmt.Sprintf("%s on %s (%d events)", what, dial, want[dial]), func() bool {
 			return getEngineReport(t, dial).KV.Stored >= stored[dial]+want[dial]
 		})
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/prombin"
@@ -96,7 +98,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	// Cut engine 1's KV subscription: the mirror records a "disconnect"
 	// reset, which LLMGWKVSubscriptionDown and the derived panel read.
 	kvProxy.close()
-	eventually(t, 10*time.Second, "the KV disconnect in the metrics", func() bool {
+	testwait.For(t, 10*time.Second, "the KV disconnect in the metrics", func() bool {
 		return metricValue(t, "llmgw_kv_resyncs_total", `reason="disconnect"`, `engine="`+engines[1].Addr()+`"`) >= 1
 	})
 	// The queries read the state of this scrape: on a loaded machine a

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -303,7 +305,7 @@ func TestPolicyBodyReadStalledClients(t *testing.T) {
 
 	// One leaves: its read-ahead goroutine ends with its connection.
 	_ = leaver.Close()
-	eventually(t, 20*time.Second, "no body read-ahead left", func() bool { return aheadGoroutines() <= 1 })
+	testwait.For(t, 20*time.Second, "no body read-ahead left", func() bool { return aheadGoroutines() <= 1 })
 
 	// The other sends the rest: it is answered, and the engine got every byte.
 	if _, err := io.WriteString(resumer, body[half:]); err != nil {
@@ -334,7 +336,7 @@ func TestPolicyBodyReadStalledClients(t *testing.T) {
 	if string(got) != body {
 		t.Fatalf("the engine got %d bytes, the client sent %d", len(got), len(body))
 	}
-	eventually(t, 20*time.Second, "no body read-ahead left", func() bool { return aheadGoroutines() == 0 })
+	testwait.For(t, 20*time.Second, "no body read-ahead left", func() bool { return aheadGoroutines() == 0 })
 }
 
 // BenchmarkPolicyBodyRead: the policy's own read and parse of a request

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -87,7 +89,7 @@ func TestPolicyDynamicUpstreamsAndReload(t *testing.T) {
 	// block the holder announces after the reload is mirrored: the reload
 	// has ended the old session, and the event came through the new one.
 	direct(t, holder, chat{system: "After the reload." + words("post", 64), user: "warm"}.body())
-	eventually(t, 15*time.Second, "a block announced after the reload mirrored", func() bool {
+	testwait.For(t, 15*time.Second, "a block announced after the reload mirrored", func() bool {
 		r := getEngineReport(t, holder.Addr()).KV
 		return r != nil && r.Stored > blocks.Stored
 	})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
@@ -75,7 +77,7 @@ func TestPolicyLateJoinRecognisesHeldPrefix(t *testing.T) {
 		t.Fatalf("before any event of the holder: %+v, want precise with 0 blocks (blind)", c)
 	}
 	direct(t, holder, second)
-	eventually(t, 10*time.Second, "the holder's orphan event", func() bool {
+	testwait.For(t, 10*time.Second, "the holder's orphan event", func() bool {
 		kv := getEngineReport(t, holder.Addr()).KV
 		return kv.OrphanEvents > 0
 	})
@@ -119,7 +121,7 @@ func TestPolicyLateJoinBackfill(t *testing.T) {
 	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
 	waitKV(t, engines...)
 	for i, e := range engines {
-		eventually(t, 10*time.Second, "backfilled mirror of "+e.Addr(), func() bool {
+		testwait.For(t, 10*time.Second, "backfilled mirror of "+e.Addr(), func() bool {
 			return getEngineReport(t, e.Addr()).KV.Backfilled > 0
 		})
 		body := chat{system: prefixes[i], user: "the first question through the gateway", maxTokens: 1}.body()
@@ -157,7 +159,7 @@ func TestPolicyLateJoinUnappliedFallsBack(t *testing.T) {
 	for i := range systems {
 		direct(t, e, chat{system: systems[i], user: "a later question", maxTokens: 1}.body())
 	}
-	eventually(t, 10*time.Second, "unapplied events counted", func() bool {
+	testwait.For(t, 10*time.Second, "unapplied events counted", func() bool {
 		kv := getEngineReport(t, e.Addr()).KV
 		return kv.Unapplied["unknown_parent"] >= 16 && !kv.Trusted
 	})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
@@ -84,7 +86,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	// Repair the engine: after the cooldown one request probes it, and its
 	// success closes the breaker. The dead upstream stays out.
 	bad.SetFaults(vllmsim.Faults{})
-	eventually(t, 30*time.Second, "the cooldown to end", func() bool {
+	testwait.For(t, 30*time.Second, "the cooldown to end", func() bool {
 		st, _ := breaker(bad.Addr())
 		return st == "half_open"
 	})
@@ -104,7 +106,7 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 	}
 	// The outcome is reported when the handler returns, which may be just
 	// after the client has read the whole answer.
-	eventually(t, 5*time.Second, "the successful probe to close the breaker", func() bool {
+	testwait.For(t, 5*time.Second, "the successful probe to close the breaker", func() bool {
 		st, _ := breaker(bad.Addr())
 		return st == "closed"
 	})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/openai"
@@ -30,7 +32,7 @@ func TestPolicyHashVerification(t *testing.T) {
 	}
 	traffic("right")
 	for _, e := range engines {
-		eventually(t, 10*time.Second, "verified hashes on "+e.Addr(), func() bool {
+		testwait.For(t, 10*time.Second, "verified hashes on "+e.Addr(), func() bool {
 			v := getEngineReport(t, e.Addr()).KV.Verify
 			return v.Enabled && v.Verified > 0
 		})
@@ -46,7 +48,7 @@ func TestPolicyHashVerification(t *testing.T) {
 	g.load(t)
 	traffic("wrong")
 	for _, e := range engines {
-		eventually(t, 10*time.Second, "hash mismatches on "+e.Addr(), func() bool {
+		testwait.For(t, 10*time.Second, "hash mismatches on "+e.Addr(), func() bool {
 			return getEngineReport(t, e.Addr()).KV.Verify.Mismatched > 0
 		})
 		if v := metricValue(t, "llmgw_kv_hash_mismatches_total", `engine="`+e.Addr()+`"`); v == 0 {
@@ -82,7 +84,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			t.Fatalf("%s: %v", e.Addr(), err)
 		}
 		cancel()
-		eventually(t, 10*time.Second, "second gateway connected to "+e.Addr(), func() bool {
+		testwait.For(t, 10*time.Second, "second gateway connected to "+e.Addr(), func() bool {
 			m := second.Index().Mirror(e.Addr())
 			return m != nil && m.Connected()
 		})
@@ -94,7 +96,7 @@ func TestPolicyScaleOut(t *testing.T) {
 		prefixes[i] = fmt.Sprintf("Tenant %d instructions.", i) + words(fmt.Sprintf("t%d", i), 1200)
 		direct(t, e, chat{system: prefixes[i], user: "warm", maxTokens: 1}.body())
 		waitBlocks(t, e.Addr(), 1200/16)
-		eventually(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
+		testwait.For(t, 10*time.Second, "second gateway's mirror of "+e.Addr(), func() bool {
 			m := second.Index().Mirror(e.Addr())
 			return m != nil && m.Stats().Blocks == getEngineReport(t, e.Addr()).KV.Blocks
 		})
@@ -106,7 +108,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			// the warm-up) end, e may look busy and rightly lose the
 			// prefix to an idle engine (see waitIdle).
 			waitIdle(t, e.Addr())
-			eventually(t, 10*time.Second, "second gateway's gauges of "+e.Addr()+" idle", func() bool {
+			testwait.For(t, 10*time.Second, "second gateway's gauges of "+e.Addr()+" idle", func() bool {
 				for _, r := range second.EngineReports() {
 					if r.Dial == e.Addr() {
 						return idle(r)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -237,7 +239,7 @@ func TestPolicySelectReportsOutcome(t *testing.T) {
 			// Ending the request (cancel) starts a report registered with
 			// context.AfterFunc before cancel returns: once no such
 			// goroutine is left, any report has run.
-			eventually(t, 5*time.Second, "the end-of-request report, if any, to have run", func() bool {
+			testwait.For(t, 5*time.Second, "the end-of-request report, if any, to have run", func() bool {
 				return countGoroutines("created by context.(*afterFuncCtx).cancel", "caddymodule.(*Policy)") == 0
 			})
 			if st := f.Breaker().State(u.Dial, time.Now()); st != routing.StateClosed {
@@ -245,7 +247,7 @@ func TestPolicySelectReportsOutcome(t *testing.T) {
 			}
 			continue
 		}
-		eventually(t, 5*time.Second, "the 500 to open the breaker", func() bool {
+		testwait.For(t, 5*time.Second, "the 500 to open the breaker", func() bool {
 			return f.Breaker().State(u.Dial, time.Now()) == routing.StateOpen
 		})
 		f.SetBreaker(routing.BreakerConfig{Failures: 2, Cooldown: time.Hour}) // fresh breakers

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/goroutines"
 )
@@ -116,7 +118,7 @@ func startSoakGateway(t *testing.T, bin, cfg string) *soakGateway {
 			<-g.done
 		}
 	})
-	eventually(t, 30*time.Second, "the Caddy process's admin endpoint", func() bool {
+	testwait.For(t, 30*time.Second, "the Caddy process's admin endpoint", func() bool {
 		res, err := client.Get("http://" + adminAddr + "/llm/engines")
 		if err != nil {
 			return false
@@ -435,7 +437,7 @@ func (s *soak) startGateway() {
 		s.load(0)
 		t.Cleanup(func() { resetGateway(t) })
 	}
-	eventually(t, 20*time.Second, "subscriptions connected", func() bool {
+	testwait.For(t, 20*time.Second, "subscriptions connected", func() bool {
 		for _, e := range s.engines {
 			if r := getEngineReport(t, e.Addr()); r.KV == nil || !r.KV.Connected {
 				return false

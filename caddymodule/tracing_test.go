@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -189,7 +191,7 @@ func tracedSend(t *testing.T, body string, header map[string]string) (reply, []b
 func (o *otlpReceiver) await(t *testing.T, id []byte) *tracepb.Span {
 	t.Helper()
 	var s *tracepb.Span
-	eventually(t, 20*time.Second, "the request's span at the OTLP receiver", func() bool {
+	testwait.For(t, 20*time.Second, "the request's span at the OTLP receiver", func() bool {
 		s = o.span(id)
 		return s != nil
 	})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
@@ -104,7 +106,7 @@ func newSimSetups(tb testing.TB, n, promptTokens int, tokenizeURLs ...string) []
 		}
 		simPost(tb, ctx, e.URL()+"/v1/chat/completions", simChat(prefix, "warm"))
 		for _, ss := range out {
-			waitFor(tb, ctx, dials[i]+" mirrored and gauged", func() bool {
+			testwait.For(tb, time.Minute, dials[i]+" mirrored and gauged", func() bool {
 				m := ss.f.index.Mirror(dials[i])
 				return m != nil && m.Stats().Blocks >= promptTokens/16 && m.Connected() && ss.f.registry.Ensure(dials[i]).Load().Known
 			})
@@ -136,16 +138,6 @@ func newSimSetups(tb testing.TB, n, promptTokens int, tokenizeURLs ...string) []
 func (f *Fleet) tokenize(ctx context.Context, req *openai.Request, v view) ([]uint64, TokenizeResult) {
 	tokens, _, tr := f.tokenizeKeyed(ctx, req, v)
 	return tokens, tr
-}
-
-func waitFor(tb testing.TB, ctx context.Context, what string, cond func() bool) {
-	tb.Helper()
-	for !cond() {
-		if ctx.Err() != nil {
-			tb.Fatalf("%s: never", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // simWords is n distinct words: about n tokens for vllmsim's tokenizer.
@@ -271,11 +263,11 @@ func TestTokenizeAvoidsFailingEngine(t *testing.T) {
 	f.Start(f.NewGeneration(cfg, zap.NewNop()))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	waitFor(t, ctx, "both engines gauged", func() bool {
+	testwait.For(t, time.Minute, "both engines gauged", func() bool {
 		return f.registry.Ensure(dials[0]).Load().Known && f.registry.Ensure(dials[1]).Load().Known
 	})
 	_ = engines[0].Close()
-	waitFor(t, ctx, "the closed engine's poll failing", func() bool {
+	testwait.For(t, time.Minute, "the closed engine's poll failing", func() bool {
 		l := f.registry.Ensure(dials[0]).Load()
 		return l.Known && l.Failures > 0
 	})

@@ -9,19 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or 10s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+)
 
 func engineSays(ids []uint64) RemoteFunc {
 	return func(context.Context) ([]uint64, error) { return ids, nil }
@@ -59,7 +49,7 @@ func TestSetFallsBackOnMismatches(t *testing.T) {
 		if sent++; sent > 200 {
 			t.Fatal("no fallback within 200 sampled requests")
 		}
-		waitFor(t, "the check", func() bool { st := statsOf(t, s, "m"); return st.Checked+st.Dropped >= uint64(sent) })
+		testwait.For(t, 10*time.Second, "the check", func() bool { st := statsOf(t, s, "m"); return st.Checked+st.Dropped >= uint64(sent) })
 	}
 	st := statsOf(t, s, "m")
 	if st.Mismatches != 3 || st.FirstMismatch == nil || st.FirstMismatch.Position != 0 ||
@@ -94,7 +84,7 @@ func TestSetMatchingEngine(t *testing.T) {
 			t.Fatal("not tokenized locally")
 		}
 	}
-	waitFor(t, "20 checks", func() bool { st := statsOf(t, s, AnyModel); return st.Checked+st.Dropped == 20 })
+	testwait.For(t, 10*time.Second, "20 checks", func() bool { st := statsOf(t, s, AnyModel); return st.Checked+st.Dropped == 20 })
 	if st := statsOf(t, s, AnyModel); st.Mismatches != 0 || st.FellBack || st.Local != 20 || st.Checked == 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -116,7 +106,7 @@ func TestSetCheckOwnsItsIDs(t *testing.T) {
 			ids[i] = 999 // the next request's ids
 		}
 	}
-	waitFor(t, "20 checks", func() bool { st := statsOf(t, s, "m"); return st.Checked+st.Dropped == 20 })
+	testwait.For(t, 10*time.Second, "20 checks", func() bool { st := statsOf(t, s, "m"); return st.Checked+st.Dropped == 20 })
 	if st := statsOf(t, s, "m"); st.Mismatches != 0 || st.Checked == 0 {
 		t.Fatalf("stats %+v: the checks saw the reused buffer", st)
 	}
@@ -148,7 +138,7 @@ func TestSetChecksAreBounded(t *testing.T) {
 		t.Fatalf("100 requests took %v behind a stalled check", d)
 	}
 	close(release)
-	waitFor(t, "the queued checks", func() bool {
+	testwait.For(t, 10*time.Second, "the queued checks", func() bool {
 		st := statsOf(t, s, "m")
 		return st.CheckErrors+st.Dropped == 100
 	})

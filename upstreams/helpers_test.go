@@ -165,18 +165,6 @@ func concurrently(t *testing.T, n int, f func(w int) error) {
 	}
 }
 
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // fastOpts polls often so state machines move quickly in tests; the timeout
 // is generous so a loaded machine (-race, shared cores) does not fail
 // scrapes that should succeed.

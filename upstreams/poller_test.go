@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -47,7 +49,7 @@ func TestPollerFailureModesStaleAndRecovery(t *testing.T) {
 			if !ok {
 				t.Fatal("engine not registered")
 			}
-			eventually(t, "first scrape", func() bool { return e.Load().Known })
+			testwait.For(t, 15*time.Second, "first scrape", func() bool { return e.Load().Known })
 			if l := e.Load(); l.Running != 5 || l.Waiting != 2 || l.KVUsage != 0.5 || l.BlockSize != 16 || l.NumGPUBlocks != 1000 || l.Degraded {
 				t.Fatalf("load after first scrape: %+v", l)
 			}
@@ -55,8 +57,8 @@ func TestPollerFailureModesStaleAndRecovery(t *testing.T) {
 			for episode := 1; episode <= 2; episode++ {
 				f.setMode(tc.mode)
 				// Below StaleAfter the last good values stay known.
-				eventually(t, "a failed poll", func() bool { return e.Load().Failures >= 1 })
-				eventually(t, "stale", func() bool { return e.Load().Stale })
+				testwait.For(t, 15*time.Second, "a failed poll", func() bool { return e.Load().Failures >= 1 })
+				testwait.For(t, 15*time.Second, "stale", func() bool { return e.Load().Stale })
 				l := e.Load()
 				if l.Known || !strings.Contains(l.LastError, tc.wantErr) {
 					t.Fatalf("stale load: %+v, want error containing %q", l, tc.wantErr)
@@ -65,12 +67,12 @@ func TestPollerFailureModesStaleAndRecovery(t *testing.T) {
 					t.Fatal("a later failure must not mark the self-check degraded")
 				}
 				// More failures do not count the transition again.
-				eventually(t, "more failures", func() bool { return e.Load().Failures >= o.StaleAfter+2 })
+				testwait.For(t, 15*time.Second, "more failures", func() bool { return e.Load().Failures >= o.StaleAfter+2 })
 				if got := r.StaleTransitions(); got != uint64(episode) {
 					t.Fatalf("StaleTransitions = %d, want %d", got, episode)
 				}
 				f.setMode(modeOK)
-				eventually(t, "recovery", func() bool { return e.Load().Known })
+				testwait.For(t, 15*time.Second, "recovery", func() bool { return e.Load().Known })
 				if l := e.Load(); l.Failures != 0 || l.LastError != "" || l.Stale {
 					t.Fatalf("after recovery: %+v", l)
 				}
@@ -90,7 +92,7 @@ func TestStaleBeforeFirstSuccessIsCounted(t *testing.T) {
 	defer r.Close()
 	r.Apply([]EngineConfig{{Dial: f.dial()}}, o)
 	e, _ := r.Get(f.dial())
-	eventually(t, "stale", func() bool { return e.Load().Stale })
+	testwait.For(t, 15*time.Second, "stale", func() bool { return e.Load().Stale })
 	if r.StaleTransitions() != 1 {
 		t.Fatalf("StaleTransitions = %d", r.StaleTransitions())
 	}
@@ -110,11 +112,11 @@ func TestSelfCheckDegradedLoggedOnce(t *testing.T) {
 	defer r.Close()
 	r.Apply([]EngineConfig{{Dial: f.dial()}, {Dial: good.dial()}}, o)
 	e, _ := r.Get(f.dial())
-	eventually(t, "several failed polls", func() bool { return e.Load().Failures >= 5 })
+	testwait.For(t, 15*time.Second, "several failed polls", func() bool { return e.Load().Failures >= 5 })
 	if l := e.Load(); !l.Degraded || !strings.Contains(l.LastError, metricWaiting) {
 		t.Fatalf("load: %+v", l)
 	}
-	eventually(t, "good engine known", func() bool { ge, _ := r.Get(good.dial()); return ge.Load().Known })
+	testwait.For(t, 15*time.Second, "good engine known", func() bool { ge, _ := r.Get(good.dial()); return ge.Load().Known })
 	if r.Degraded() != 1 {
 		t.Fatalf("Degraded() = %d, want 1", r.Degraded())
 	}
@@ -123,7 +125,7 @@ func TestSelfCheckDegradedLoggedOnce(t *testing.T) {
 		t.Fatalf("ERROR logs: %+v", errs)
 	}
 	f.setMode(modeOK)
-	eventually(t, "self-check passes", func() bool { return !e.Load().Degraded })
+	testwait.For(t, 15*time.Second, "self-check passes", func() bool { return !e.Load().Degraded })
 	if r.Degraded() != 0 || !e.Load().Known {
 		t.Fatalf("Degraded() = %d, load %+v", r.Degraded(), e.Load())
 	}
@@ -143,7 +145,7 @@ func TestScrapeSendsHeadersAndRedactsNothingSecret(t *testing.T) {
 	h := http.Header{"Authorization": {"Bearer s3cret-key"}}
 	r.Apply([]EngineConfig{{Dial: f.dial(), Header: h, MetricsURL: f.srv.URL + "/metrics?token=s3cret-q"}}, o)
 	e, _ := r.Get(f.dial())
-	eventually(t, "stale", func() bool { return e.Load().Stale })
+	testwait.For(t, 15*time.Second, "stale", func() bool { return e.Load().Stale })
 	if f.auth() != "Bearer s3cret-key" {
 		t.Fatalf("Authorization = %q", f.auth())
 	}
@@ -332,10 +334,10 @@ func TestPollIntervalHotUpdate(t *testing.T) {
 	r := NewRegistry(o)
 	defer r.Close()
 	r.Apply([]EngineConfig{{Dial: f.dial()}}, o)
-	eventually(t, "first scrape", func() bool { return f.hits.Load() == 1 })
+	testwait.For(t, 15*time.Second, "first scrape", func() bool { return f.hits.Load() == 1 })
 	o.PollInterval = 10 * time.Millisecond
 	r.Apply([]EngineConfig{{Dial: f.dial()}}, o) // must wake the hour-long wait
-	eventually(t, "faster polling", func() bool { return f.hits.Load() >= 5 })
+	testwait.For(t, 15*time.Second, "faster polling", func() bool { return f.hits.Load() >= 5 })
 }
 
 // TestManualScrape: with ManualScrape no poller runs, even for configured

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // workerLog records Worker starts and stops per dial.
@@ -72,8 +74,8 @@ func TestApplyAddKeepRemoveRestart(t *testing.T) {
 	r.Apply([]EngineConfig{{Dial: fa.dial(), MaxInflight: 8}, {Dial: fb.dial(), Pool: "p1"}}, o)
 	a, _ := r.Get(fa.dial())
 	b, _ := r.Get(fb.dial())
-	eventually(t, "both known", func() bool { return a.Load().Known && b.Load().Known })
-	eventually(t, "workers started", func() bool { s1, _ := wl.counts(fa.dial()); s2, _ := wl.counts(fb.dial()); return s1 == 1 && s2 == 1 })
+	testwait.For(t, 15*time.Second, "both known", func() bool { return a.Load().Known && b.Load().Known })
+	testwait.For(t, 15*time.Second, "workers started", func() bool { s1, _ := wl.counts(fa.dial()); s2, _ := wl.counts(fb.dial()); return s1 == 1 && s2 == 1 })
 	if c := b.Config(); !c.Static || c.Pool != "p1" || c.MetricsURL != "http://"+fb.dial()+"/metrics" || c.TokenizeURL != "http://"+fb.dial()+"/tokenize" {
 		t.Fatalf("config defaults: %+v", c)
 	}
@@ -109,7 +111,7 @@ func TestApplyAddKeepRemoveRestart(t *testing.T) {
 		t.Fatalf("Engines() = %v, want %v", got, want)
 	}
 	c, _ := r.Get(fc.dial())
-	eventually(t, "C known", func() bool { return c.Load().Known })
+	testwait.For(t, 15*time.Second, "C known", func() bool { return c.Load().Known })
 
 	// Config change on A: poller and worker restart, same *Engine, state kept.
 	hdr := http.Header{"Authorization": {"Bearer k2"}}
@@ -117,11 +119,11 @@ func TestApplyAddKeepRemoveRestart(t *testing.T) {
 	if a2, _ := r.Get(fa.dial()); a2 != a || runHandleOf(r, a) == runA {
 		t.Fatal("changed engine: want same *Engine with a new poller")
 	}
-	eventually(t, "worker A restarted", func() bool { s, st := wl.counts(fa.dial()); return s == 2 && st == 1 })
+	testwait.For(t, 15*time.Second, "worker A restarted", func() bool { s, st := wl.counts(fa.dial()); return s == 2 && st == 1 })
 	if wl.cfg(fa.dial()).Header.Get("Authorization") != "Bearer k2" {
 		t.Fatal("restarted worker did not see the new config")
 	}
-	eventually(t, "new header used", func() bool { return fa.auth() == "Bearer k2" })
+	testwait.For(t, 15*time.Second, "new header used", func() bool { return fa.auth() == "Bearer k2" })
 	if l := a.Load(); l.Inflight != 1 {
 		t.Fatalf("accounting lost across restart: %+v", l)
 	}
@@ -173,11 +175,11 @@ func TestEnsureAndGC(t *testing.T) {
 		t.Fatal("Ensure before Apply must not start a poller; engine is dynamic")
 	}
 	r.Apply(nil, o)
-	eventually(t, "pre-Apply engine polled", func() bool { return a.Load().Known })
+	testwait.For(t, 15*time.Second, "pre-Apply engine polled", func() bool { return a.Load().Known })
 
 	b := r.Ensure(fb.dial())
 	c := r.Ensure(fc.dial())
-	eventually(t, "dynamic engines polled", func() bool { return b.Load().Known && c.Load().Known })
+	testwait.For(t, 15*time.Second, "dynamic engines polled", func() bool { return b.Load().Known && c.Load().Known })
 	rc := c.Reserve()
 
 	// Keep a in use; b idles out; c has a request in flight.
@@ -195,8 +197,8 @@ func TestEnsureAndGC(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, "idle b collected", func() bool { _, ok := r.Get(fb.dial()); return !ok })
-	eventually(t, "b's worker stopped", func() bool { _, st := wl.counts(fb.dial()); return st == 1 })
+	testwait.For(t, 15*time.Second, "idle b collected", func() bool { _, ok := r.Get(fb.dial()); return !ok })
+	testwait.For(t, 15*time.Second, "b's worker stopped", func() bool { _, st := wl.counts(fb.dial()); return st == 1 })
 	time.Sleep(3 * o.IdleTTL)
 	if _, ok := r.Get(fa.dial()); !ok {
 		t.Fatal("engine in use was collected")
@@ -205,7 +207,7 @@ func TestEnsureAndGC(t *testing.T) {
 		t.Fatal("engine with a request in flight was collected")
 	}
 	rc.Done()
-	eventually(t, "c collected after Done", func() bool { _, ok := r.Get(fc.dial()); return !ok })
+	testwait.For(t, 15*time.Second, "c collected after Done", func() bool { _, ok := r.Get(fc.dial()); return !ok })
 	close(stop)
 	wg.Wait()
 
@@ -214,7 +216,7 @@ func TestEnsureAndGC(t *testing.T) {
 	if b2 == b {
 		t.Fatal("collected engine reused")
 	}
-	eventually(t, "b2 polled", func() bool { return b2.Load().Known })
+	testwait.For(t, 15*time.Second, "b2 polled", func() bool { return b2.Load().Known })
 	if s, _ := wl.counts(fb.dial()); s != 2 {
 		t.Fatalf("worker b starts = %d", s)
 	}
@@ -228,7 +230,7 @@ func TestCloseStopsEverythingAndIsFinal(t *testing.T) {
 	r := NewRegistry(o)
 	r.Apply([]EngineConfig{{Dial: fa.dial()}}, o)
 	a, _ := r.Get(fa.dial())
-	eventually(t, "known", func() bool { return a.Load().Known })
+	testwait.For(t, 15*time.Second, "known", func() bool { return a.Load().Known })
 	res := a.Reserve()
 	r.Close()
 	r.Close()
@@ -323,7 +325,7 @@ func TestEnsureOddDialsFailCleanly(t *testing.T) {
 	r.Apply(nil, o)
 	for _, d := range []string{"", "has space:80", "127.0.0.1:1", "%zz"} {
 		e := r.Ensure(d)
-		eventually(t, "failed poll for "+d, func() bool { l := e.Load(); return l.Failures > 0 && l.Degraded })
+		testwait.For(t, 15*time.Second, "failed poll for "+d, func() bool { l := e.Load(); return l.Failures > 0 && l.Degraded })
 		if l := e.Load(); l.Known || l.LastError == "" {
 			t.Fatalf("%q: %+v", d, l)
 		}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // TestSentRestampsReservation: a request reserved before a scrape started
@@ -129,7 +131,7 @@ func TestSentJustBeforeScrapeStaysDispatched(t *testing.T) {
 	f.gate = gate
 	f.mu.Unlock()
 	resume <- struct{}{}
-	eventually(t, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
+	testwait.For(t, 15*time.Second, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
 	<-time.After(o.PollInterval * 3 / 2)
 	f.mu.Lock()
 	f.gate = nil
@@ -188,12 +190,12 @@ func TestLeadFollowsStepTime(t *testing.T) {
 	if !ok {
 		t.Fatal("engine not registered")
 	}
-	eventually(t, "the first scrape", func() bool { return e.Load().Known })
+	testwait.For(t, 15*time.Second, "the first scrape", func() bool { return e.Load().Known })
 	if l := e.Load(); l.StepTime != 0 || l.ScrapeLead != gaugeLag {
 		t.Fatalf("before a second scrape: step %v lead %v, want 0 and %v", l.StepTime, l.ScrapeLead, gaugeLag)
 	}
 	f.setITL(5+100*0.1, 200) // 100 gaps of 100 ms since the first scrape
-	eventually(t, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
+	testwait.For(t, 15*time.Second, "the third scrape", func() bool { _, ok := f.arrival(2); return ok })
 	const want = 2*100*time.Millisecond + apiLag
 	if l := e.Load(); l.StepTime != 100*time.Millisecond || l.ScrapeLead != want {
 		t.Fatalf("step %v lead %v, want 100ms and %v", l.StepTime, l.ScrapeLead, want)

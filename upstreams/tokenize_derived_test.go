@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // TestTokenizeDerived: the derived value is computed once per entry and
@@ -195,7 +197,7 @@ func TestTokenizeDerivedOwnership(t *testing.T) {
 		defer close(followed)
 		follower, _ = tk.TokenizeDerived(ctx, f.url(), nil, prompt(text), "n", keys)
 	}()
-	eventually(t, "follower joined", func() bool { return tk.Stats().Shared == 1 })
+	testwait.For(t, 15*time.Second, "follower joined", func() bool { return tk.Stats().Shared == 1 })
 	close(f.gate)
 	<-done
 	<-followed

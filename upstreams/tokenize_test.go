@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // fakeTokenizer is a real HTTP /tokenize endpoint. Its token ids are the
@@ -502,7 +504,7 @@ func TestTokenizeCloseClosesConnections(t *testing.T) {
 		t.Fatal("no connection open after the calls: keep-alive is off?")
 	}
 	tk.Close()
-	eventually(t, "idle connections closed", func() bool { return open.Load() == 0 })
+	testwait.For(t, 15*time.Second, "idle connections closed", func() bool { return open.Load() == 0 })
 
 	// Calls in flight during Close, one of them started after it (which
 	// makes net/http stop closing connections as they become idle): their
@@ -527,7 +529,7 @@ func TestTokenizeCloseClosesConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the in-flight call's connection closed", func() bool { return open.Load() == 0 })
+	testwait.For(t, 15*time.Second, "the in-flight call's connection closed", func() bool { return open.Load() == 0 })
 }
 
 func TestTokenizeFailures(t *testing.T) {
@@ -667,7 +669,7 @@ func TestTokenizeSharesIdenticalConcurrentCalls(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); results[i], _, errs[i] = tk.Tokenize(context.Background(), f.url(), nil, req) }()
 	}
-	eventually(t, "followers joined", func() bool { return tk.Stats().Shared == n-1 })
+	testwait.For(t, 15*time.Second, "followers joined", func() bool { return tk.Stats().Shared == n-1 })
 	close(f.gate)
 	wg.Wait()
 	for i := range n {
@@ -698,7 +700,7 @@ func TestTokenizeFollowerSurvivesLeaderCancel(t *testing.T) {
 		toks, _, err = tk.Tokenize(context.Background(), f.url(), nil, req)
 		followerDone <- err
 	}()
-	eventually(t, "follower joined", func() bool { return tk.Stats().Shared == 1 })
+	testwait.For(t, 15*time.Second, "follower joined", func() bool { return tk.Stats().Shared == 1 })
 	cancel()
 	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("leader: %v", err)
@@ -865,7 +867,7 @@ func TestTokenizeIdleConnectionsCapped(t *testing.T) {
 	}
 	// The transport closes the oldest idle connections past the cap as the
 	// last calls hand theirs back.
-	eventually(t, fmt.Sprintf("at most %d connections open", 2*maxConcurrent), func() bool { return open.Load() <= 2*maxConcurrent })
+	testwait.For(t, 15*time.Second, fmt.Sprintf("at most %d connections open", 2*maxConcurrent), func() bool { return open.Load() <= 2*maxConcurrent })
 	if n := open.Load(); n < maxConcurrent {
 		t.Fatalf("%d connections open after the calls: keep-alive is off?", n)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // newClient is a Client with o, closed at the test's end.
@@ -58,17 +60,6 @@ func newConnServer(tb testing.TB, h http.HandlerFunc) *connServer {
 	s.Start()
 	tb.Cleanup(s.Close)
 	return s
-}
-
-// waitFor polls cond until it holds or 5 s passed.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	for end := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(end) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestPostSendsTheRequest(t *testing.T) {
@@ -332,7 +323,7 @@ func TestPostRepeatsOnStaleConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.CloseClientConnections()
-	waitFor(t, "the server to close the connection", func() bool { return srv.closed.Load() == 1 })
+	testwait.For(t, 5*time.Second, "the server to close the connection", func() bool { return srv.closed.Load() == 1 })
 	if err := post(srv.URL); err != nil {
 		t.Fatalf("call after the server closed the idle connection: %v", err)
 	}
@@ -391,7 +382,7 @@ func TestPostDeadlineAndCancel(t *testing.T) {
 
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() {
-		waitFor(t, "the second connection", func() bool { return srv.opened.Load() == 2 })
+		testwait.For(t, 5*time.Second, "the second connection", func() bool { return srv.opened.Load() == 2 })
 		cancel()
 	}()
 	err = c.Post(ctx, srv.URL, nil, nil, discard)
@@ -491,7 +482,7 @@ func TestIdleConnectionsClose(t *testing.T) {
 	if err := c.Post(context.Background(), srv.URL, nil, nil, discard); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the idle connection to close", func() bool { return srv.closed.Load() == 1 && c.Idle() == 0 })
+	testwait.For(t, 5*time.Second, "the idle connection to close", func() bool { return srv.closed.Load() == 1 && c.Idle() == 0 })
 
 	c = newClient(t, Options{})
 	if err := c.Post(context.Background(), srv.URL, nil, nil, discard); err != nil {
@@ -501,11 +492,11 @@ func TestIdleConnectionsClose(t *testing.T) {
 		t.Fatalf("idle %d, want 1", c.Idle())
 	}
 	c.Close()
-	waitFor(t, "Close to close the idle connection", func() bool { return srv.closed.Load() == 2 })
+	testwait.For(t, 5*time.Second, "Close to close the idle connection", func() bool { return srv.closed.Load() == 2 })
 	if err := c.Post(context.Background(), srv.URL, nil, nil, discard); err != nil {
 		t.Fatalf("call after Close: %v", err)
 	}
-	waitFor(t, "the call's connection to close", func() bool { return srv.closed.Load() == 3 })
+	testwait.For(t, 5*time.Second, "the call's connection to close", func() bool { return srv.closed.Load() == 3 })
 	if c.Idle() != 0 {
 		t.Fatal("a closed client kept a connection")
 	}
@@ -540,7 +531,7 @@ func TestPoolBounds(t *testing.T) {
 	if c.Dials() != 5 || c.Idle() != 2 {
 		t.Fatalf("%d dials, %d idle, want 5 and 2", c.Dials(), c.Idle())
 	}
-	waitFor(t, "the other three to close", func() bool { return srv.closed.Load() == 3 })
+	testwait.For(t, 5*time.Second, "the other three to close", func() bool { return srv.closed.Load() == 3 })
 }
 
 // TestPostLongBody: a body too long for the pooled buffer is written
@@ -610,7 +601,7 @@ func TestPostSkipsIdleConnectionsTheServerClosed(t *testing.T) {
 		t.Fatalf("%d idle connections, want 3", c.Idle())
 	}
 	srv.CloseClientConnections()
-	waitFor(t, "the server to close them", func() bool { return srv.closed.Load() == 3 })
+	testwait.For(t, 5*time.Second, "the server to close them", func() bool { return srv.closed.Load() == 3 })
 	if err := post(); err != nil {
 		t.Fatalf("call after the server closed every idle connection: %v", err)
 	}
@@ -650,12 +641,12 @@ func TestConnAlive(t *testing.T) {
 	}
 	c, s := pair()
 	s.Close()
-	waitFor(t, "the close to be seen", func() bool { return !connAlive(c) })
+	testwait.For(t, 5*time.Second, "the close to be seen", func() bool { return !connAlive(c) })
 	c, s = pair()
 	if _, err := s.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the unasked byte to be seen", func() bool { return !connAlive(c) })
+	testwait.For(t, 5*time.Second, "the unasked byte to be seen", func() bool { return !connAlive(c) })
 	// The peek took nothing: the byte is still there to read.
 	b := make([]byte, 1)
 	if _, err := io.ReadFull(c, b); err != nil || b[0] != 'x' {

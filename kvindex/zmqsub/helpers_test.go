@@ -209,18 +209,6 @@ func startRun(t testing.TB, cfg Config) *running {
 	return &running{s: s, rec: rec, stop: stop}
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func tcpEP(port int) string { return fmt.Sprintf("tcp://127.0.0.1:%d", port) }
 
 func hasPrefix(s, p string) bool { return strings.HasPrefix(s, p) }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // fastCfg keeps hostile-peer tests short: small timeouts, quick backoff.
@@ -96,10 +98,10 @@ func TestHostileBeforeSession(t *testing.T) {
 			addr := tc.addr(t)
 			fd0 := countFDs(t)
 			r := startRun(t, fastCfg(addr))
-			waitFor(t, 10*time.Second, "3 dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
+			testwait.For(t, 10*time.Second, "3 dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
 			stopPromptly(t, r)
 			// Failed handshakes leave no connection open on either side.
-			waitFor(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
+			testwait.For(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
 			st := r.s.Stats()
 			if st.Sessions != 0 || st.Connected {
 				t.Fatalf("a session began: %+v", st)
@@ -192,7 +194,7 @@ func TestHostileAfterHandshake(t *testing.T) {
 				}
 			}
 			stopPromptly(t, r)
-			waitFor(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
+			testwait.For(t, 5*time.Second, "fds back to baseline", func() bool { return countFDs(t) <= fd0 })
 			if tc.checkAlloc {
 				var after runtime.MemStats
 				runtime.ReadMemStats(&after)

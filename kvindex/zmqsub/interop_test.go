@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 const testTopic = "kv@pod-1@model"
@@ -189,7 +191,7 @@ func TestInteropLibzmqHeartbeats(t *testing.T) {
 	})
 	t.Run("bind", func(t *testing.T) {
 		r := startRun(t, Config{Endpoint: "tcp://127.0.0.1:0", Bind: true, Topic: "kv@"})
-		waitFor(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
+		testwait.For(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
 		peer := startPeer(t, "pub", "--xpub", "--heartbeat", "50", "--connect", "tcp://"+r.s.BoundAddr())
 		if l := peer.line(10 * time.Second); l != "READY" {
 			t.Fatalf("peer said %q", l)
@@ -207,7 +209,7 @@ func checkHeartbeatsAnswered(t *testing.T, r *running, peer *pyPeer) {
 	if got := peer.do("waitsub 10"); !strings.HasPrefix(got, "SUB ") {
 		t.Fatalf("publisher saw no subscription: %q", got)
 	}
-	waitFor(t, 10*time.Second, "ten pings", func() bool { return r.s.Stats().Dropped >= 10 })
+	testwait.For(t, 10*time.Second, "ten pings", func() bool { return r.s.Stats().Dropped >= 10 })
 	if got := peer.do("pub 3 " + testTopic + " 100"); got != "OK 2" {
 		t.Fatalf("pub: %q", got)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	"github.com/llmgw/caddy-llmgw/internal/testutil/pyzmq"
 )
 
@@ -70,7 +72,7 @@ func TestPublisherStartsLater(t *testing.T) {
 	pyzmq.Require(t)
 	port := freePort(t)
 	r := startRun(t, Config{Endpoint: tcpEP(port)})
-	waitFor(t, 10*time.Second, "dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
+	testwait.For(t, 10*time.Second, "dial errors", func() bool { return r.s.Stats().DialErrors >= 3 })
 	peer := startPeer(t, "pub", "--xpub", "--bind", tcpEP(port))
 	peer.port()
 	back := time.Now()
@@ -86,7 +88,7 @@ func TestPublisherStartsLater(t *testing.T) {
 func TestBindMode(t *testing.T) {
 	pyzmq.Require(t)
 	r := startRun(t, Config{Endpoint: "tcp://127.0.0.1:0", Bind: true})
-	waitFor(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
+	testwait.For(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
 	ep := "tcp://" + r.s.BoundAddr()
 	for round := range 3 {
 		peer := startPeer(t, "pub", "--xpub", "--connect", ep)
@@ -114,7 +116,7 @@ func TestBindMode(t *testing.T) {
 // TestBindModeGuard: the guard also protects the listening side.
 func TestBindModeGuard(t *testing.T) {
 	r := startRun(t, Config{Endpoint: "tcp://127.0.0.1:0", Bind: true, MaxFrameSize: 1 << 20, DialTimeout: 300 * time.Millisecond})
-	waitFor(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
+	testwait.For(t, 10*time.Second, "bind", func() bool { return r.s.BoundAddr() != "" })
 	addr := r.s.BoundAddr()
 	dialPub := func(after []byte) net.Conn {
 		c, err := net.Dial("tcp", addr)
@@ -213,7 +215,7 @@ func TestSubscribeCloseCycles(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no connection")
 		}
-		waitFor(t, 10*time.Second, "a batch", func() bool { return h.got.Load() > 0 })
+		testwait.For(t, 10*time.Second, "a batch", func() bool { return h.got.Load() > 0 })
 		time.Sleep(100 * time.Millisecond) // let batches pile up unread
 		cancel()
 		close(h.release)
@@ -235,7 +237,7 @@ func TestSubscribeCloseCycles(t *testing.T) {
 	}
 	el := time.Since(start)
 	var g1, fd1 int
-	waitFor(t, 5*time.Second, "goroutines and fds to settle", func() bool {
+	testwait.For(t, 5*time.Second, "goroutines and fds to settle", func() bool {
 		g1, fd1 = runtime.NumGoroutine(), countFDs(t)
 		return g1 <= g0 && fd1 <= fd0
 	})
@@ -260,7 +262,7 @@ func TestBindModePeerLimit(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, 10*time.Second, "bind", func() bool { return s.BoundAddr() != "" })
+	testwait.For(t, 10*time.Second, "bind", func() bool { return s.BoundAddr() != "" })
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", s.BoundAddr())
 		if err != nil {
@@ -285,7 +287,7 @@ func TestBindModePeerLimit(t *testing.T) {
 	rec.expect(t, "disconnected", 10*time.Second)
 	// Its slot is free once its goroutine has returned, just after it
 	// reported the end.
-	waitFor(t, 10*time.Second, "a publisher served after one left", func() bool {
+	testwait.For(t, 10*time.Second, "a publisher served after one left", func() bool {
 		return serverHandshake(dial(), zmtpReady("PUB")) == nil
 	})
 	rec.expect(t, "connected", 10*time.Second)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/llmgw/caddy-llmgw/upstreams"
@@ -56,7 +58,7 @@ func TestDerivedPrefillRate(t *testing.T) {
 	if !ok {
 		t.Fatal("engine not registered")
 	}
-	waitFor(t, "first scrape", func() bool { return eng.Load().Known })
+	testwait.For(t, 15*time.Second, "first scrape", func() bool { return eng.Load().Known })
 
 	// Sequential requests, each prefilled alone; the second half shares the
 	// first half's prompts, so cached tokens must be left out.
@@ -69,24 +71,12 @@ func TestDerivedPrefillRate(t *testing.T) {
 		t.Fatalf("no cache hits: %+v", st)
 	}
 	done := time.Now()
-	waitFor(t, "a scrape after the last request", func() bool { return eng.Load().ScrapedAt.After(done) })
+	testwait.For(t, 15*time.Second, "a scrape after the last request", func() bool { return eng.Load().ScrapedAt.After(done) })
 	got := eng.Load().PrefillRate
 	uncached := float64(st.PromptTokens - st.CachedTokens)
 	t.Logf("derived %.0f uncached tokens/s, configured %d (%.0f%%); %d prompt tokens, %d cached", got, rate, 100*got/rate, st.PromptTokens, st.CachedTokens)
 	if !(got > 0.7*rate && got <= rate) {
 		t.Fatalf("derived prefill rate %.0f, want within 30%% below %d (uncached %v)", got, rate, uncached)
-	}
-}
-
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -124,11 +114,7 @@ func TestGaugesLagOneStep(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
+		testwait.For(t, 10*time.Second, what, cond)
 	}
 	// Background requests end with the test: their context is cancelled
 	// (the engine aborts them) and the test waits for them.

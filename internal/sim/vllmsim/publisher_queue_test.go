@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // TestSubConnSpuriousWakeup: a wake-up that finds the queue empty must not
@@ -41,19 +43,11 @@ func TestSubConnSpuriousWakeup(t *testing.T) {
 	}()
 	until := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testwait.For(t, 10*time.Second, what, func() bool {
 			s.mu.Lock()
-			ok := cond()
-			s.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer s.mu.Unlock()
+			return cond()
+		})
 	}
 	next := func(want string) {
 		t.Helper()
