@@ -258,6 +258,19 @@ cmd_test() {
 		fi
 		die "go test failed"
 	fi
+	# The Kubernetes manifest, decoded strictly into the Kubernetes API types
+	# and held to SECURITY.md, in a module of its own so that k8s.io/api stays
+	# out of the product's graph (./... above does not enter it). With a
+	# bin/caddy built from this very source it also checks Caddy's own
+	# adaptation of the gateway's Caddyfile. Seconds, once its modules are
+	# downloaded.
+	log "deploy/manifesttest: go vet, go test"
+	local caddy_bin=""
+	if [[ -x "$BIN/caddy" && -f "$BIN/caddy.stamp" && "$(cat "$BIN/caddy.stamp")" == "$(source_stamp)" ]]; then
+		caddy_bin="$BIN/caddy"
+	fi
+	(cd deploy/manifesttest && go vet ./... && LLMGW_CADDY="$caddy_bin" go test -count=1 ./...) ||
+		die "deploy/manifesttest failed"
 	# Two lanes side by side, one fuzzing worker each: the same CPU as one
 	# lane of two workers, in half the wall time (fuzzing is bounded by
 	# -fuzztime, not by work).
