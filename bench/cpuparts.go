@@ -44,7 +44,7 @@ var cpuParts = []cpuPart{
 	{name: "  placement (tokens, block keys, index match)", add: []string{modPath + "caddymodule.(*Admission).place"}},
 	{name: "    local tokenizer (chat template and encoding)", add: []string{modPath + "localtok.(*Set).AppendTokenize"}},
 	{name: "      of which the chat template", add: []string{modPath + "chattemplate.(*Template).Render"}},
-	{name: "    /tokenize call (the gateway's side)", add: []string{modPath + "upstreams.(*Tokenizer).TokenizeDerived"}},
+	{name: "    /tokenize call (the gateway's side)", add: []string{modPath + "remotetok.(*Tokenizer).TokenizeDerived"}},
 	// Block keys are hashed where the ids arrive (inside the /tokenize
 	// call, as its answer's derived keys, or beside the local tokenizer),
 	// else in the match: these two rows may overlap, and the first may

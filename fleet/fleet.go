@@ -12,6 +12,7 @@ import (
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/remotetok"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -32,8 +33,8 @@ type Fleet struct {
 	// keys keeps recent prompts' block keys, so that a prompt sharing
 	// their first blocks hashes only the rest (keys.go).
 	keys      *keyKeep
-	tokenizer atomic.Pointer[upstreams.Tokenizer]
-	tokOpts   upstreams.TokenizerOptions // guarded by mu
+	tokenizer atomic.Pointer[remotetok.Tokenizer]
+	tokOpts   remotetok.TokenizerOptions // guarded by mu
 	// local is the running config's local tokenizers, nil without any;
 	// tokModels keeps loaded tokenizer directories across reloads.
 	local     atomic.Pointer[localtok.Set]
@@ -109,7 +110,7 @@ func New(logger *zap.Logger, o Options) *Fleet {
 	ro := f.registryOptions(nil)
 	ro.ManualScrape, ro.Now = o.ManualScrape, f.now
 	f.registry = upstreams.NewRegistry(ro)
-	f.tokenizer.Store(upstreams.NewTokenizer(upstreams.TokenizerOptions{}))
+	f.tokenizer.Store(remotetok.NewTokenizer(remotetok.TokenizerOptions{}))
 	return f
 }
 

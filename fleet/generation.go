@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/remotetok"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -237,7 +238,7 @@ func (f *Fleet) apply(c Config) {
 		f.stop = cancel
 		go f.kicker(ctx)
 	})
-	tok := upstreams.TokenizerOptions{
+	tok := remotetok.TokenizerOptions{
 		Timeout:       c.TokenizeTimeout,
 		MaxConcurrent: c.TokenizeConcurrency,
 		CacheEntries:  c.TokenizeCacheSize,
@@ -249,7 +250,7 @@ func (f *Fleet) apply(c Config) {
 	if tok != f.tokOpts {
 		// New limits take a new client; calls in flight finish on the old.
 		f.tokOpts = tok
-		f.tokenizer.Swap(upstreams.NewTokenizer(tok)).Close()
+		f.tokenizer.Swap(remotetok.NewTokenizer(tok)).Close()
 	}
 	f.mu.Unlock()
 	if reverify {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/openai"
+	"github.com/llmgw/caddy-llmgw/remotetok"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -84,8 +85,8 @@ type TokenizeResult struct {
 	Err    error         // the call failed: routed on the approximate tier
 
 	// remote holds a /tokenize answer's ids until releaseTokens hands
-	// their buffer back (upstreams.DerivedAnswer.Release).
-	remote upstreams.DerivedAnswer
+	// their buffer back (remotetok.DerivedAnswer.Release).
+	remote remotetok.DerivedAnswer
 }
 
 // Route decides where a request goes: for each candidate the prefix it
@@ -374,7 +375,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	var tokens, keys []uint64
 	var cached bool
 	var err error
-	var ans upstreams.DerivedAnswer
+	var ans remotetok.DerivedAnswer
 	if f.anyLive(v) {
 		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
@@ -396,8 +397,8 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 
 // tokenizeRequest is the /tokenize request for req: the fields that
 // change the rendered prompt, copied from the client body as they are.
-func tokenizeRequest(req *openai.Request) upstreams.TokenizeRequest {
-	return upstreams.TokenizeRequest{
+func tokenizeRequest(req *openai.Request) remotetok.TokenizeRequest {
+	return remotetok.TokenizeRequest{
 		Model:                req.Model,
 		Prompt:               req.Prompt,
 		Messages:             req.Messages,

@@ -2,11 +2,8 @@ package upstreams
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 )
 
@@ -42,36 +39,6 @@ func BenchmarkScrapeParse(b *testing.B) {
 	for b.Loop() {
 		if _, err := scrape(ctx, &o, srv.URL+"/metrics", nil, &buf, &scratch); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkTokenizeCacheHit: a ~6 KB multi-turn chat request served from
-// the cache (canonicalisation + hashing + LRU touch).
-func BenchmarkTokenizeCacheHit(b *testing.B) {
-	var msgs []map[string]string
-	msgs = append(msgs, map[string]string{"role": "system", "content": strings.Repeat("You are a helpful assistant. ", 80)})
-	for i := range 10 {
-		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("question %d: %s", i, strings.Repeat("lorem ipsum ", 20))})
-		msgs = append(msgs, map[string]string{"role": "assistant", "content": fmt.Sprintf("answer %d", i)})
-	}
-	raw, _ := json.Marshal(msgs)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"count":3,"max_model_len":8192,"tokens":[1,2,3]}`)
-	}))
-	defer srv.Close()
-	tk := NewTokenizer(TokenizerOptions{})
-	defer tk.Close()
-	req := TokenizeRequest{Model: "m", Messages: raw, ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":false}`)}
-	ctx := context.Background()
-	if _, _, err := tk.Tokenize(ctx, srv.URL, nil, req); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(raw)))
-	for b.Loop() {
-		if _, cached, err := tk.Tokenize(ctx, srv.URL, nil, req); err != nil || !cached {
-			b.Fatal(err, cached)
 		}
 	}
 }

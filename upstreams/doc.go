@@ -9,8 +9,7 @@
 // reloads: the owner calls [Registry.Apply] on every config start, which keeps
 // running engines (and their state) untouched.
 //
-// A [Tokenizer] is a bounded, cached, concurrency-limited client for an
-// engine's /tokenize endpoint.
+// The engines' /tokenize client is package remotetok.
 //
 // Nothing in this package imports Caddy.
 package upstreams

@@ -145,26 +145,6 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// concurrently runs f on n goroutines, each given its number, and fails t
-// with the first error any of them returns.
-func concurrently(t *testing.T, n int, f func(w int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range n {
-		wg.Go(func() {
-			if err := f(w); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
 // fastOpts polls often so state machines move quickly in tests; the timeout
 // is generous so a loaded machine (-race, shared cores) does not fail
 // scrapes that should succeed.

@@ -1,20 +1,17 @@
 package upstreams
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
+	"github.com/llmgw/caddy-llmgw/internal/httpbody"
 )
 
 // maxRetainedBuf caps the per-poller buffers kept between scrapes, so one
@@ -326,34 +323,11 @@ func scrape(ctx context.Context, o *Options, url string, header http.Header, buf
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return gauges{}, fmt.Errorf("scrape metrics: HTTP %d: %s", resp.StatusCode, bodySnippet(resp.Body))
+		return gauges{}, fmt.Errorf("scrape metrics: HTTP %d: %s", resp.StatusCode, httpbody.Snippet(resp.Body))
 	}
-	*buf, err = readLimited(resp.Body, o.MaxMetricsBytes, *buf)
+	*buf, err = httpbody.ReadLimited(resp.Body, o.MaxMetricsBytes, *buf)
 	if err != nil {
 		return gauges{}, fmt.Errorf("scrape metrics: %w", err)
 	}
 	return parseGauges(*buf, scratch)
-}
-
-var errTooLarge = errors.New("response too large")
-
-// readLimited reads all of r into buf (reused) but fails once more than limit
-// bytes arrive, so a huge or endless body costs at most limit+1 bytes.
-func readLimited(r io.Reader, limit int64, buf []byte) ([]byte, error) {
-	b := bytes.NewBuffer(buf[:0])
-	n, err := b.ReadFrom(io.LimitReader(r, limit+1))
-	if err != nil {
-		return b.Bytes(), fmt.Errorf("read body: %w", err)
-	}
-	if n > limit {
-		return b.Bytes(), fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)
-	}
-	return b.Bytes(), nil
-}
-
-// bodySnippet returns a short quoted prefix of an error body for messages.
-func bodySnippet(r io.Reader) string {
-	var p [160]byte
-	n, _ := io.ReadFull(r, p[:])
-	return strconv.Quote(string(bytes.TrimSpace(p[:n])))
 }

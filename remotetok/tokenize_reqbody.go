@@ -1,4 +1,4 @@
-package upstreams
+package remotetok
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 // headers flushed on their own before it, one more write and TCP segment
 // per call, which costs more than allocating a short body; a long body
 // takes several writes anyway, and its allocation is what costs. The
-// synchronous client (internal/h1client) writes from the slice itself, so
+// synchronous client (remotetok/internal/h1client) writes from the slice itself, so
 // every body it sends is pooled, and goes back when its call returns.
 const minPooledRequest = 64 << 10
 

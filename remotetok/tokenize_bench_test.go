@@ -1,8 +1,9 @@
-package upstreams
+package remotetok
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,7 +78,7 @@ func BenchmarkTokenizeSend32KB(b *testing.B) {
 }
 
 // BenchmarkTokenizeClient compares the two clients of a /tokenize call
-// on loopback: the default one (internal/h1client: the call made on the
+// on loopback: the default one (remotetok/internal/h1client: the call made on the
 // caller's goroutine) and net/http's Transport (what a TokenizerOptions
 // Client gets, and what the default used before), for a small chat (31
 // ids in the answer), an 8k one (32 KiB sent, 8192 ids back) and a 128k
@@ -153,4 +154,34 @@ func promptHead(n int) string {
 // earlier request sent.
 func numbered(buf []byte, head string, i int) []byte {
 	return append(strconv.AppendInt(append(buf[:0], head...), int64(i), 10), '"')
+}
+
+// BenchmarkTokenizeCacheHit: a ~6 KB multi-turn chat request served from
+// the cache (canonicalisation + hashing + LRU touch).
+func BenchmarkTokenizeCacheHit(b *testing.B) {
+	var msgs []map[string]string
+	msgs = append(msgs, map[string]string{"role": "system", "content": strings.Repeat("You are a helpful assistant. ", 80)})
+	for i := range 10 {
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("question %d: %s", i, strings.Repeat("lorem ipsum ", 20))})
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": fmt.Sprintf("answer %d", i)})
+	}
+	raw, _ := json.Marshal(msgs)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"count":3,"max_model_len":8192,"tokens":[1,2,3]}`)
+	}))
+	defer srv.Close()
+	tk := NewTokenizer(TokenizerOptions{})
+	defer tk.Close()
+	req := TokenizeRequest{Model: "m", Messages: raw, ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":false}`)}
+	ctx := context.Background()
+	if _, _, err := tk.Tokenize(ctx, srv.URL, nil, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, cached, err := tk.Tokenize(ctx, srv.URL, nil, req); err != nil || !cached {
+			b.Fatal(err, cached)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package upstreams
+package remotetok
 
 import (
 	"bufio"
@@ -580,7 +580,7 @@ func TestTokenizeFailures(t *testing.T) {
 }
 
 // tokenizeClients are the two ways a Tokenizer calls: its default client
-// (internal/h1client for http:// engines) and a caller's net/http Client
+// (remotetok/internal/h1client for http:// engines) and a caller's net/http Client
 // (TokenizerOptions.Client; also the default's for https:// engines).
 var tokenizeClients = []struct {
 	name   string

@@ -1,4 +1,4 @@
-package upstreams
+package remotetok
 
 import (
 	"bytes"
@@ -16,8 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmgw/caddy-llmgw/internal/h1client"
+	"github.com/llmgw/caddy-llmgw/internal/httpbody"
 	"github.com/llmgw/caddy-llmgw/internal/sighting"
+	"github.com/llmgw/caddy-llmgw/remotetok/internal/h1client"
 )
 
 // TokenizerOptions tunes a [Tokenizer]. Zero fields take the defaults.
@@ -42,7 +43,7 @@ type TokenizerOptions struct {
 	MaxTokens int
 	// Client makes the calls; default a dedicated client whose idle
 	// connections [Tokenizer.Close] closes: for http:// engines, calls
-	// made on the caller's goroutine (internal/h1client); for https://
+	// made on the caller's goroutine (remotetok/internal/h1client); for https://
 	// ones, a net/http Transport of its own.
 	Client *http.Client
 }
@@ -343,7 +344,7 @@ func NewTokenizer(o TokenizerOptions) *Tokenizer {
 // o: one for http:// engines, one for https:// ones.
 //
 // Calls to http:// engines, all of them in practice, are made on the
-// caller's goroutine (internal/h1client): net/http's Transport handed each
+// caller's goroutine (remotetok/internal/h1client): net/http's Transport handed each
 // call between the caller and the two goroutines of its connection, some
 // 15–25 µs of CPU per call. Its idle connections hold no goroutine, only a
 // socket and a 4 KiB read buffer. Both clients dial, keep alive and bound
@@ -370,7 +371,7 @@ func newTokenizeClients(o TokenizerOptions) (*h1client.Client, *http.Client) {
 		Header:         http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}},
 	})
 	if err != nil {
-		panic("upstreams: the tokenize client's fixed headers: " + err.Error()) // constants: a programming error
+		panic("remotetok: the tokenize client's fixed headers: " + err.Error()) // constants: a programming error
 	}
 	return h1, &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
@@ -676,7 +677,7 @@ func (t *Tokenizer) synchronous(url string) bool {
 // not nil.
 func (t *Tokenizer) answer(status int, length int64, body io.Reader, into *[]uint64) ([]uint64, error) {
 	if status != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: HTTP %d: %s", status, bodySnippet(body))
+		return nil, fmt.Errorf("tokenize: HTTP %d: %s", status, httpbody.Snippet(body))
 	}
 	bp := responseBufs.Get().(*[]byte)
 	buf := *bp
@@ -691,7 +692,7 @@ func (t *Tokenizer) answer(status int, length int64, body io.Reader, into *[]uin
 			buf = make([]byte, 0, want)
 		}
 	}
-	raw, err := readLimited(body, t.o.MaxResponseBytes, buf)
+	raw, err := httpbody.ReadLimited(body, t.o.MaxResponseBytes, buf)
 	var toks []uint64
 	if err != nil {
 		err = fmt.Errorf("tokenize: %w", err)
