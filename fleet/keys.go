@@ -69,12 +69,13 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string) [
 		return nil
 	}
 	n := len(tokens) / blockSize
-	keys, err := kvindex.RequestKeys(make([]uint64, 0, n), tokens[:min(len(tokens), blockSize)], blockSize, 0, lora, salt)
+	spec := kvindex.KeySpec{BlockSize: blockSize, LoRAName: lora, CacheSalt: salt}
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, n), tokens[:min(len(tokens), blockSize)], spec)
 	if err != nil {
 		return nil
 	}
 	if n < k.minBlocks {
-		if keys, err = kvindex.ContinueRequestKeys(keys, tokens, blockSize, 0, lora, salt); err != nil {
+		if keys, err = kvindex.ContinueRequestKeys(keys, tokens, spec); err != nil {
 			return nil
 		}
 		return keys
@@ -87,7 +88,7 @@ func (k *keyKeep) blockKeys(tokens []uint64, blockSize int, lora, salt string) [
 			keys, reused = append(keys[:0], e.keys[:shared]...), shared
 		}
 	}
-	if keys, err = kvindex.ContinueRequestKeys(keys, tokens, blockSize, 0, lora, salt); err != nil {
+	if keys, err = kvindex.ContinueRequestKeys(keys, tokens, spec); err != nil {
 		return nil
 	}
 	if 4*(n-reused) >= n {

@@ -16,7 +16,7 @@ func blockKeys(tokens []uint64, blockSize int, lora, salt string) []uint64 {
 	if blockSize <= 0 {
 		return nil
 	}
-	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, blockSize, 0, lora, salt)
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, kvindex.KeySpec{BlockSize: blockSize, LoRAName: lora, CacheSalt: salt})
 	if err != nil {
 		return nil
 	}

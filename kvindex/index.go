@@ -427,7 +427,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 			ix.mu.RUnlock()
 			continue
 		}
-		keys, err := RequestKeys((*kp)[:0], q.Tokens, bs, q.Group, q.LoRAName, q.CacheSalt)
+		keys, err := RequestKeys((*kp)[:0], q.Tokens, KeySpec{BlockSize: bs, Group: q.Group, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt})
 		*kp = keys
 		if err != nil {
 			return nil, fmt.Errorf("kvindex: match: %w", err)

@@ -164,33 +164,44 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 	return dst, nil
 }
 
+// KeySpec is what a text-only prompt's block keys depend on besides its
+// tokens: the engine's block size and KV-cache group, and the request's
+// LoRA adapter and cache salt (vLLM's extra keys, see RequestExtraKeys).
+type KeySpec struct {
+	BlockSize int
+	Group     int
+	LoRAName  string
+	CacheSalt string
+}
+
 // RequestKeys is Keys for a text-only request, whose extra keys are its
 // LoRA adapter and cache salt (see RequestExtraKeys), without
 // materialising them per block.
-func RequestKeys(dst, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
-	return requestKeysFrom(dst, 0, tokens, blockSize, group, loraName, cacheSalt)
+func RequestKeys(dst, tokens []uint64, s KeySpec) ([]uint64, error) {
+	return requestKeysFrom(dst, 0, tokens, s)
 }
 
 // ContinueRequestKeys is RequestKeys for a prompt whose first len(known)
 // block keys are known already (those of a prompt with the same first
 // len(known)*blockSize tokens, adapter and salt): it appends the keys of
 // the blocks after them to known, hashing only those.
-func ContinueRequestKeys(known, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
-	if blockSize > 0 && len(known) > len(tokens)/blockSize {
-		return known, fmt.Errorf("kvindex: %d keys known for a prompt of %d blocks", len(known), len(tokens)/blockSize)
+func ContinueRequestKeys(known, tokens []uint64, s KeySpec) ([]uint64, error) {
+	if s.BlockSize > 0 && len(known) > len(tokens)/s.BlockSize {
+		return known, fmt.Errorf("kvindex: %d keys known for a prompt of %d blocks", len(known), len(tokens)/s.BlockSize)
 	}
-	return requestKeysFrom(known, len(known), tokens, blockSize, group, loraName, cacheSalt)
+	return requestKeysFrom(known, len(known), tokens, s)
 }
 
 // requestKeysFrom appends to dst the keys of tokens' blocks from block
 // from on, dst ending with block from-1's key when from > 0.
-func requestKeysFrom(dst []uint64, from int, tokens []uint64, blockSize, group int, loraName, cacheSalt string) ([]uint64, error) {
+func requestKeysFrom(dst []uint64, from int, tokens []uint64, s KeySpec) ([]uint64, error) {
+	blockSize := s.BlockSize
 	if blockSize <= 0 {
 		return dst, errBlockSize
 	}
-	first, rest := RequestBlockExtraKeys(loraName, cacheSalt)
+	first, rest := RequestBlockExtraKeys(s.LoRAName, s.CacheSalt)
 	var h keyHasher
-	key := rootKey(group)
+	key := rootKey(s.Group)
 	if from > 0 {
 		key = dst[len(dst)-1]
 	}

@@ -65,7 +65,7 @@ func TestKeys(t *testing.T) {
 	}
 	for _, c := range [][2]string{{"", ""}, {"l", ""}, {"", "s"}, {"l", "s"}} {
 		want, _ := Keys(nil, p, 8, 2, RequestExtraKeys(c[0], c[1], len(p)/8))
-		got, err := RequestKeys(nil, p, 8, 2, c[0], c[1])
+		got, err := RequestKeys(nil, p, KeySpec{BlockSize: 8, Group: 2, LoRAName: c[0], CacheSalt: c[1]})
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("requestKeys%v = %v, %v; Keys gives %v", c, got, err, want)
 		}
@@ -75,14 +75,14 @@ func TestKeys(t *testing.T) {
 	}
 	// Continuing from any number of known keys gives the whole prompt's.
 	for _, c := range [][2]string{{"", ""}, {"l", "s"}} {
-		whole, _ := RequestKeys(nil, p, 8, 2, c[0], c[1])
+		whole, _ := RequestKeys(nil, p, KeySpec{BlockSize: 8, Group: 2, LoRAName: c[0], CacheSalt: c[1]})
 		for k := 0; k <= len(whole); k++ {
-			got, err := ContinueRequestKeys(append([]uint64(nil), whole[:k]...), p, 8, 2, c[0], c[1])
+			got, err := ContinueRequestKeys(append([]uint64(nil), whole[:k]...), p, KeySpec{BlockSize: 8, Group: 2, LoRAName: c[0], CacheSalt: c[1]})
 			if err != nil || fmt.Sprint(got) != fmt.Sprint(whole) {
 				t.Fatalf("%v from %d known keys: %v, %v; want %v", c, k, got, err, whole)
 			}
 		}
-		if _, err := ContinueRequestKeys(append(whole, 1), p, 8, 2, c[0], c[1]); err == nil {
+		if _, err := ContinueRequestKeys(append(whole, 1), p, KeySpec{BlockSize: 8, Group: 2, LoRAName: c[0], CacheSalt: c[1]}); err == nil {
 			t.Fatalf("%v: more keys known than the prompt has blocks was accepted", c)
 		}
 	}

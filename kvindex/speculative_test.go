@@ -40,7 +40,7 @@ func newSpecFixture(t *testing.T, cfg IndexConfig) *specFixture {
 	}
 	x.store("a", prompt(specBS, 99), 0, 1, 1<<40)
 	var err error
-	if x.keys, err = RequestKeys(nil, x.p, specBS, 0, "", ""); err != nil || len(x.keys) != 16 {
+	if x.keys, err = RequestKeys(nil, x.p, KeySpec{BlockSize: specBS}); err != nil || len(x.keys) != 16 {
 		t.Fatalf("keys: %d, %v", len(x.keys), err)
 	}
 	return x
@@ -288,7 +288,7 @@ func TestPredictionBounds(t *testing.T) {
 		t.Fatalf("a: %+v, want its 8 leading blocks", got)
 	}
 	x.clk.Advance(time.Millisecond)
-	other, _ := RequestKeys(nil, prompt(4*specBS, 7), specBS, 0, "", "")
+	other, _ := RequestKeys(nil, prompt(4*specBS, 7), KeySpec{BlockSize: specBS})
 	x.ix.Predict("a", specBS, 0, other)
 	if got := x.match("a"); got.Blocks != 4 {
 		t.Fatalf("a after a newer prediction: %+v, want the leading 4 blocks kept", got)
@@ -412,7 +412,7 @@ func TestPredictionTotalBelowPerEngine(t *testing.T) {
 func TestPredictionTotalEvictsOldestFirst(t *testing.T) {
 	x := newSpecFixture(t, IndexConfig{MaxPredicted: 12, MaxPredictedPerEngine: 12})
 	keysOf := func(salt uint64, blocks int) []uint64 {
-		k, err := RequestKeys(nil, prompt(blocks*specBS, salt), specBS, 0, "", "")
+		k, err := RequestKeys(nil, prompt(blocks*specBS, salt), KeySpec{BlockSize: specBS})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -505,7 +505,7 @@ func TestPredictStepsLetOthersIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys, err := RequestKeys(nil, prompt((4*lockStep+10)*specBS, 7), specBS, 0, "", "")
+	keys, err := RequestKeys(nil, prompt((4*lockStep+10)*specBS, 7), KeySpec{BlockSize: specBS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +556,7 @@ func TestDropPredictionsInSteps(t *testing.T) {
 	if _, err := ix.AddEngine("a", MirrorConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	keys, err := RequestKeys(nil, prompt((3*lockStep+5)*specBS, 9), specBS, 0, "", "")
+	keys, err := RequestKeys(nil, prompt((3*lockStep+5)*specBS, 9), KeySpec{BlockSize: specBS})
 	if err != nil {
 		t.Fatal(err)
 	}

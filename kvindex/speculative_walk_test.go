@@ -71,7 +71,7 @@ func TestSpecWalkMatchesTwoWalks(t *testing.T) {
 	clk := testclock.New(time.Unix(1000, 0))
 	x := &specFixture{t: t, clk: clk, ix: NewIndex(IndexConfig{Now: clk.Now}), p: prompt(40*specBS, 7)}
 	x.ix.SetPredictTTL(time.Hour)
-	keys, err := RequestKeys(nil, x.p, specBS, 0, "", "")
+	keys, err := RequestKeys(nil, x.p, KeySpec{BlockSize: specBS})
 	if err != nil {
 		t.Fatal(err)
 	}
