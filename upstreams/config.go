@@ -166,8 +166,9 @@ type Options struct {
 	// keeps its own clock and whose engines have no /metrics to fetch.
 	// Only the value given to [NewRegistry] is used.
 	ManualScrape bool
-	// Now is the clock of the engines' drain rates and scrape times, so a
-	// simulation on its own clock sees rates in its time; default
+	// Now is the clock of the engines' drain rates, scrape times and idle
+	// times, so a simulation on its own clock sees rates in its time and a
+	// test can age a dynamic engine without sleeping; default
 	// time.Now. Only the value given to [NewRegistry] is used.
 	Now func() time.Time
 }

@@ -79,7 +79,7 @@ func newEngine(r *Registry, cfg EngineConfig) *Engine {
 	return e
 }
 
-func (e *Engine) touch() { e.lastUsed.Store(time.Now().UnixNano()) }
+func (e *Engine) touch() { e.lastUsed.Store(e.reg.now().UnixNano()) }
 
 // Dial returns the engine's dial address (the registry key).
 func (e *Engine) Dial() string { return e.dial }

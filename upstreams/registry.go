@@ -158,7 +158,7 @@ func (r *Registry) Apply(cfgs []EngineConfig, opts Options) {
 	}
 	var restarts []restart
 	var stops []*runHandle
-	now := time.Now()
+	now := r.now()
 
 	r.mu.Lock()
 	for _, dial := range order {
@@ -380,7 +380,7 @@ func (r *Registry) collect(ctx context.Context) {
 		return
 	}
 	o := r.options()
-	now := time.Now()
+	now := r.now()
 	var stops []*runHandle
 	r.mu.Lock()
 	for dial, e := range r.engines {

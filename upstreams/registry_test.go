@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
@@ -161,10 +162,17 @@ func TestEnsureAndGC(t *testing.T) {
 	fa, fb, fc := newFakeEngine(t), newFakeEngine(t), newFakeEngine(t)
 	wl := newWorkerLog()
 	o := fastOpts()
-	o.IdleTTL = 150 * time.Millisecond
+	// Idle time is read from the registry's clock: the test ages engines
+	// by advancing it and collects them itself, sleeping nowhere. The
+	// registry's own collection runs every 15s of wall time, beyond the
+	// test's, and would decide the same.
+	clk := testclock.New(time.Unix(1_700_000_000, 0))
+	o.Now = clk.Now
+	o.IdleTTL = time.Minute
 	o.Worker = wl.worker
 	r := NewRegistry(o)
 	defer r.Close()
+	collect := func() { r.collect(context.Background()) }
 
 	// Before the first Apply nothing runs.
 	a := r.Ensure(fa.dial())
@@ -182,34 +190,31 @@ func TestEnsureAndGC(t *testing.T) {
 	testwait.For(t, 15*time.Second, "dynamic engines polled", func() bool { return b.Load().Known && c.Load().Known })
 	rc := c.Reserve()
 
-	// Keep a in use; b idles out; c has a request in flight.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				r.Ensure(fa.dial())
-			}
-		}
-	}()
-	testwait.For(t, 15*time.Second, "idle b collected", func() bool { _, ok := r.Get(fb.dial()); return !ok })
+	// a is used again within IdleTTL; b is not; c has a request in flight.
+	clk.Advance(40 * time.Second)
+	r.Ensure(fa.dial())
+	clk.Advance(30 * time.Second)
+	collect()
+	if _, ok := r.Get(fb.dial()); ok {
+		t.Fatal("engine idle for 70s of a 60s IdleTTL was not collected")
+	}
 	testwait.For(t, 15*time.Second, "b's worker stopped", func() bool { _, st := wl.counts(fb.dial()); return st == 1 })
-	time.Sleep(3 * o.IdleTTL)
 	if _, ok := r.Get(fa.dial()); !ok {
 		t.Fatal("engine in use was collected")
 	}
 	if _, ok := r.Get(fc.dial()); !ok {
 		t.Fatal("engine with a request in flight was collected")
 	}
-	rc.Done()
-	testwait.For(t, 15*time.Second, "c collected after Done", func() bool { _, ok := r.Get(fc.dial()); return !ok })
-	close(stop)
-	wg.Wait()
+	rc.Done() // uses c: idle from now
+	clk.Advance(61 * time.Second)
+	r.Ensure(fa.dial())
+	collect()
+	if _, ok := r.Get(fc.dial()); ok {
+		t.Fatal("c not collected an IdleTTL after its request was done")
+	}
+	if _, ok := r.Get(fa.dial()); !ok {
+		t.Fatal("engine in use was collected")
+	}
 
 	// A collected dial comes back as a fresh engine.
 	b2 := r.Ensure(fb.dial())
@@ -341,23 +346,24 @@ func TestApplyShorterIdleTTLTakesEffectNow(t *testing.T) {
 	}))
 	defer srv.Close()
 	dial := strings.TrimPrefix(srv.URL, "http://")
-	r := NewRegistry(Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	clk := testclock.New(time.Unix(1_700_000_000, 0))
+	o := Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute, Now: clk.Now}
+	r := NewRegistry(o)
 	defer r.Close()
-	r.Apply([]EngineConfig{{Dial: dial}}, Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	r.Apply([]EngineConfig{{Dial: dial}}, o)
 	r.Ensure(dial) // used recently: removal demotes it to dynamic
-	r.Apply(nil, Options{PollInterval: time.Hour, IdleTTL: 10 * time.Minute})
+	r.Apply(nil, o)
 	if _, ok := r.Get(dial); !ok {
 		t.Fatal("recently used engine removed at once; want it demoted")
 	}
-	r.Apply(nil, Options{PollInterval: time.Hour, IdleTTL: 20 * time.Millisecond})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := r.Get(dial); !ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("demoted engine not collected after IdleTTL was shortened")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The registry's own collection re-arms at once for the new IdleTTL
+	// (every 50ms of wall time now, not every 2.5 minutes), and finds the
+	// engine idle on its clock.
+	o.IdleTTL = 20 * time.Millisecond
+	r.Apply(nil, o)
+	clk.Advance(time.Second)
+	testwait.For(t, 5*time.Second, "the demoted engine collected after IdleTTL was shortened", func() bool {
+		_, ok := r.Get(dial)
+		return !ok
+	})
 }
