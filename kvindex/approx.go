@@ -23,7 +23,8 @@ type ApproxConfig struct {
 	// MaxChunks bounds the chunks of one text considered (default 4096);
 	// longer texts are matched and recorded up to that prefix.
 	MaxChunks int
-	// Now is the clock (default time.Now), injectable for tests.
+	// Now is the time source (default time.Now), injectable for tests; it
+	// is read as the speculative entries read theirs (see clock).
 	Now func() time.Time
 }
 
@@ -41,8 +42,9 @@ type ApproxConfig struct {
 // at its default bound cost every collection ~20 ms of CPU, more than the
 // rest of a gateway's heap (BenchmarkApproxTreeGC).
 type ApproxTree struct {
-	cfg  ApproxConfig
-	hash chunkHasher
+	cfg   ApproxConfig
+	clock *clock // the index's time policy; its times are the slab's
+	hash  chunkHasher
 
 	mu    sync.RWMutex
 	nodes map[uint64]int32 // chunk hash → index in slab
@@ -103,10 +105,7 @@ func NewApproxTree(cfg ApproxConfig) *ApproxTree {
 	// Nodes are indexed by int32: the bound and the chunks of one insert
 	// over it must fit.
 	cfg.MaxNodes, cfg.MaxChunks = min(cfg.MaxNodes, 1<<30), min(cfg.MaxChunks, 1<<20)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	t := &ApproxTree{cfg: cfg, hash: newChunkHasher(), engines: make(map[string]uint16)}
+	t := &ApproxTree{cfg: cfg, clock: newClock(cfg.Now), hash: newChunkHasher(), engines: make(map[string]uint16)}
 	t.clearLocked()
 	return t
 }
@@ -159,7 +158,7 @@ func (t *ApproxTree) Insert(text, engine string) {
 	keys := *kp
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.cfg.Now().UnixNano()
+	now := t.clock.monotonic()
 	eng, ok := t.engineLocked(engine)
 	if !ok {
 		return
@@ -371,7 +370,7 @@ func (t *ApproxTree) Match(text string) (matches []ApproxMatch, total int) {
 	keys := *kp
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	cutoff := t.cfg.Now().UnixNano() - int64(t.cfg.TTL)
+	cutoff := t.clock.read() - int64(t.cfg.TTL)
 	var active []uint16
 	matched := 0 // chunks every engine in active has
 	for i, k := range keys {

@@ -21,9 +21,6 @@ import (
 type predictions struct {
 	n    atomic.Int64 // live entries, for the lock-free fast path
 	next atomic.Int64 // when the oldest entry expires (see clockLocked); MaxInt64 when none
-	// skew is added to the clock's readings: the steps back it took
-	// (see clockLocked). seen is the latest time read, skew included.
-	skew, seen atomic.Int64
 	// size holds, by slot, the block size predictions were made at, for
 	// engines whose mirror has not learnt its own yet; 0 when the slot has
 	// none.
@@ -38,9 +35,8 @@ type predictions struct {
 
 	mu        sync.RWMutex
 	ttl       time.Duration
-	now       func() time.Time
-	epoch     time.Time // the clock's reading at construction
-	stamp     int64     // the latest entry time given (see stampLocked)
+	clock     *clock
+	stamp     int64 // the latest entry time given (see stampLocked)
 	perEngine int
 	total     int
 	slots     []predSlot
@@ -101,17 +97,13 @@ const (
 func newPredictions(cfg IndexConfig, banks int) *predictions {
 	p := &predictions{
 		size:      make([]atomic.Int32, cfg.MaxEngines),
-		now:       cfg.Now,
+		clock:     newClock(cfg.Now),
 		perEngine: cfg.MaxPredictedPerEngine,
 		total:     cfg.MaxPredicted,
 		slots:     make([]predSlot, cfg.MaxEngines),
 		banks:     make([]*keyTable, banks),
 		has:       make([]uint64, banks),
 	}
-	if p.now == nil {
-		p.now = time.Now
-	}
-	p.epoch = p.now()
 	p.stamp = math.MinInt64
 	if p.perEngine <= 0 {
 		p.perEngine = defaultMaxPredictedPerEngine
@@ -133,27 +125,13 @@ func newPredictions(cfg IndexConfig, banks int) *predictions {
 // any reports whether any entry may be live.
 func (p *predictions) any() bool { return p.n.Load() > 0 }
 
-// read is the clock's reading in ns since epoch, skew included.
-func (p *predictions) read() int64 { return int64(p.now().Sub(p.epoch)) + p.skew.Load() }
+// read is the clock's reading, for a look without the lock.
+func (p *predictions) read() int64 { return p.clock.read() }
 
-// clockLocked returns the time now, in ns since epoch, never earlier than
-// a time it returned before. time.Now's readings carry Go's monotonic
-// clock, which Sub uses, so a step of the wall clock changes nothing. A
-// clock without one (a fake, a reading stripped of it) may step back: the
-// step is added to skew, so time stands still across it and moves on from
-// there. Were it not, every entry would live the step longer, and a
-// slot's fifo would stop being in time order, so an entry of before the
-// step at its head would hold back the sweep of all behind it. p.mu held
-// for writing.
-func (p *predictions) clockLocked() int64 {
-	t := p.read()
-	if seen := p.seen.Load(); t < seen {
-		p.skew.Add(seen - t)
-		t = seen
-	}
-	p.seen.Store(t)
-	return t
-}
+// clockLocked returns the time now, never earlier than a time it returned
+// before (see clock): a slot's fifo stays in time order. p.mu held for
+// writing.
+func (p *predictions) clockLocked() int64 { return p.clock.monotonic() }
 
 // stampLocked is the time for new entries: clockLocked, made later than
 // any stamp given before (by a nanosecond per Predict within one reading
@@ -179,7 +157,7 @@ const lockStep = 64
 // the index's writers are not held up by a long sweep either.
 func (p *predictions) expire() {
 	for {
-		if now := p.read(); now >= p.seen.Load() && now < p.next.Load() {
+		if now := p.read(); now >= p.clock.latest() && now < p.next.Load() {
 			return
 		}
 		p.mu.Lock()
