@@ -169,7 +169,9 @@ type Options struct {
 	// Now is the clock of the engines' drain rates, scrape times and idle
 	// times, so a simulation on its own clock sees rates in its time and a
 	// test can age a dynamic engine without sleeping; default
-	// time.Now. Only the value given to [NewRegistry] is used.
+	// time.Now. The registry's own goroutines call it too (the idle
+	// collection), so it must be safe for concurrent use. Only the value
+	// given to [NewRegistry] is used.
 	Now func() time.Time
 }
 

@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -226,9 +227,12 @@ func (q *eventQueue) Pop() any {
 
 // fleetSim is one run's state.
 type fleetSim struct {
-	p       Params
-	bs      int
-	now     float64
+	p   Params
+	bs  int
+	now float64
+	// nowNS is now in ns, for clock: the fleet's registry reads its
+	// clock from goroutines of its own too (idle collection).
+	nowNS   atomic.Int64
 	q       eventQueue
 	qseq    uint64
 	engines []*desEngine
@@ -302,7 +306,7 @@ func (s *fleetSim) push(t float64, kind, eng int) {
 
 // clock is the simulated time as the fleet and the gate read it.
 func (s *fleetSim) clock() time.Time {
-	return s.epoch.Add(time.Duration(s.now * float64(time.Second)))
+	return s.epoch.Add(time.Duration(s.nowNS.Load()))
 }
 
 // Run simulates one run to its end: every request completed or refused.
@@ -327,6 +331,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		}
 		ev := heap.Pop(&s.q).(simEvent)
 		s.now = ev.t
+		s.nowNS.Store(int64(ev.t * float64(time.Second)))
 		if err := s.handle(ev); err != nil {
 			return s.res, err
 		}
