@@ -164,7 +164,7 @@ func TestReliabilityEngineDiesMidStream(t *testing.T) {
 // once an engine is back.
 func TestReliabilityAllEnginesDown(t *testing.T) {
 	// Engine 0 comes back on its address at the end: a port from below the
-	// ephemeral range stays free meanwhile (see freePort).
+	// ephemeral range stays free meanwhile (see freeport.Port).
 	addr := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t, "127.0.0.1"))
 	engines := append(startEngines(t, 1, vllmsim.Config{Addr: addr}), startEngines(t, 1, vllmsim.Config{})...)
 	gateway{engines: kvEngines(engines...), appExtra: "\t\tstale_after 2\n"}.load(t)

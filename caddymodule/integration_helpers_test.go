@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/freeport"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -34,7 +34,7 @@ import (
 // The integration tests run one in-process Caddy (caddytest), reloaded by
 // each test, in front of simulated vLLM engines on loopback. Its admin,
 // HTTP and HTTPS ports are chosen when the test binary starts (see
-// freePort), so that test processes of this package and of the others run
+// freeport.Port), so that test processes of this package and of the others run
 // side by side; LLMGW_TEST_ADMIN_PORT / LLMGW_TEST_HTTP_PORT pin the first
 // two instead.
 var (
@@ -52,67 +52,17 @@ func envPort(name string) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
 	}
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		panic(err)
 	}
 	return port
 }
 
-// freePort returns a TCP port that nothing listens on, on any interface or,
-// when hosts are given, on each of them (IP addresses).
-//
-// The port is free when probed, not reserved: whoever binds it later may
-// find it taken. Ports from listening on :0 would come from the kernel's
-// ephemeral range, which is where it also picks every other :0 listener
-// and the local port of every outgoing connection of every process — and
-// the tests of the other packages, running in parallel, open thousands. So
-// the port is drawn at random from below that range, where no port is ever
-// assigned implicitly: it stays free until someone names it, as the test
-// that closes an engine and starts it again on the same address needs.
-func freePort(hosts ...string) (int, error) {
-	if len(hosts) == 0 {
-		hosts = []string{""}
-	}
-	lo, hi := 10000, ephemeralLow()
-	for range 100 {
-		port := lo + rand.IntN(hi-lo)
-		held := make([]net.Listener, 0, len(hosts))
-		for _, h := range hosts {
-			ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
-			if err != nil {
-				break
-			}
-			held = append(held, ln)
-		}
-		for _, ln := range held {
-			ln.Close()
-		}
-		if len(held) == len(hosts) {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("no TCP port in [%d, %d) free on %q", lo, hi, hosts)
-}
-
-// ephemeralLow is the first port of Linux's ephemeral range (32768 where
-// it cannot be read).
-func ephemeralLow() int {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
-				lo = v
-			}
-		}
-	}
-	return lo
-}
-
-// mustFreePort is freePort for a test.
+// mustFreePort is freeport.Port for a test.
 func mustFreePort(t testing.TB, hosts ...string) int {
 	t.Helper()
-	port, err := freePort(hosts...)
+	port, err := freeport.Port(hosts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +49,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/freeport"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
@@ -530,12 +530,12 @@ type portSet struct {
 	taken map[int]bool
 }
 
-// free is freePort, never returning a port it returned before.
+// free is freeport.Port, never returning a port it returned before.
 func (s *portSet) free(host string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for range 100 {
-		port, err := freePort(host)
+		port, err := freeport.Port(host)
 		if err != nil {
 			return 0, err
 		}
@@ -545,41 +545,6 @@ func (s *portSet) free(host string) (int, error) {
 		}
 	}
 	return 0, errors.New("llmdsim: no TCP port free that was not handed out already")
-}
-
-// freePort returns a TCP port nothing listens on at host ("" = every
-// interface). It is drawn at random from below the kernel's ephemeral
-// range: ports from listening on :0 come from that range, where the
-// kernel also picks the local port of every outgoing connection of every
-// process (the tests of other packages, running in parallel, open
-// thousands), so a port from it is soon taken; below it no port is
-// assigned without being named. Free when probed, not reserved: start
-// retries when it loses the race.
-func freePort(host string) (int, error) {
-	lo, hi := 10000, ephemeralLow()
-	for range 100 {
-		port := lo + rand.IntN(hi-lo)
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return port, nil
-	}
-	return 0, fmt.Errorf("llmdsim: no TCP port in [%d, %d) free on %q", lo, hi, host)
-}
-
-// ephemeralLow is the first port of Linux's ephemeral range (32768 where
-// it cannot be read).
-func ephemeralLow() int {
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
-				return v
-			}
-		}
-	}
-	return 32768
 }
 
 // lastLines is the last n lines of s: a failing test shows what the
