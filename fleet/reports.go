@@ -84,12 +84,12 @@ type KVReport struct {
 	// gateway never saw, awaiting a prompt that recognises them;
 	// OrphanEvents counts such events, RecognizedBlocks the blocks
 	// prompts recognised (see hash_seed and hash_algo).
-	OrphanBlocks int `json:"orphan_blocks"`
-	// Backfilled is how many buffered messages the replay endpoint gave
-	// the subscription when it started (FeedConfig.Backfill).
-	Backfilled       uint64 `json:"backfilled_messages"`
+	OrphanBlocks     int    `json:"orphan_blocks"`
 	OrphanEvents     uint64 `json:"orphan_events"`
 	RecognizedBlocks uint64 `json:"recognized_blocks"`
+	// Backfilled is how many buffered messages the replay endpoint gave
+	// the subscription when it started (FeedConfig.Backfill).
+	Backfilled uint64 `json:"backfilled_messages"`
 	// Trusted is false while most recent events could not be applied:
 	// routing then weighs the engine on the approximate tier.
 	Trusted          bool              `json:"trusted"`

@@ -214,10 +214,12 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 		d.match = m
 	}
 	total := promptTokens / v.blockSize
-	live := make([]bool, len(q.Dials))
+	live, unapplied := make([]bool, len(q.Dials)), make([]bool, len(q.Dials))
 	allPrecise := tokens != nil
 	for i, dial := range q.Dials {
-		live[i] = tokens != nil && f.live(dial)
+		if tokens != nil {
+			live[i], unapplied[i] = f.kvState(dial)
+		}
 		allPrecise = allPrecise && live[i]
 	}
 	if !allPrecise {
@@ -239,7 +241,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
 			c.Tier = routing.Approximate
-			if tokens != nil && f.untrusted(dial) {
+			if unapplied[i] {
 				c.TierReason = routing.ReasonKVUnapplied
 			}
 			if textLen > 0 {

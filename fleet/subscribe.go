@@ -101,15 +101,20 @@ func (f *Fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) 
 // live reports whether dial's KV mirror follows the engine (its events are
 // connected and mostly applied), so its blocks can be trusted for routing.
 func (f *Fleet) live(dial string) bool {
-	m := f.index.Mirror(dial)
-	return m != nil && m.Connected() && m.Trusted()
+	live, _ := f.kvState(dial)
+	return live
 }
 
-// untrusted reports whether dial's events are connected but not being
-// applied (kvindex.Mirror.Trusted), which routing treats as no events.
-func (f *Fleet) untrusted(dial string) bool {
+// kvState is dial's KV mirror as routing sees it: live (see live), or
+// unapplied: its events are connected but mostly not being applied
+// (kvindex.Mirror.Trusted), which routing treats as no events.
+func (f *Fleet) kvState(dial string) (live, unapplied bool) {
 	m := f.index.Mirror(dial)
-	return m != nil && m.Connected() && !m.Trusted()
+	if m == nil {
+		return false, false
+	}
+	connected, trusted := m.State()
+	return connected && trusted, connected && !trusted
 }
 
 func (c kvConfig) attrs() map[string]string {

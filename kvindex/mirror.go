@@ -190,6 +190,14 @@ func (m *Mirror) Trusted() bool {
 	return m.health.trusted()
 }
 
+// State is Connected and Trusted read together, under one lock: what
+// routing asks of every candidate of every request.
+func (m *Mirror) State() (connected, trusted bool) {
+	m.ix.mu.RLock()
+	defer m.ix.mu.RUnlock()
+	return m.st.Connected, m.health.trusted()
+}
+
 // BlockSize returns the engine's block size as announced by its events
 // (group 0, else the lowest group seen), or 0 before the first BlockStored.
 func (m *Mirror) BlockSize() int {
