@@ -149,13 +149,9 @@ func (f *Feed) fill(from, to uint64) bool {
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.ReplayTimeout)
 	defer cancel()
 	next := from
-	var mu sync.Mutex // fn may, against its contract, be called late
-	done := false
-	err := f.replay(ctx, from, func(seq uint64, payload []byte) error {
-		mu.Lock()
-		defer mu.Unlock()
+	err := f.replayGuarded(ctx, from, func(seq uint64, payload []byte) error {
 		switch {
-		case done || next == to:
+		case next == to:
 			return errReplayDone
 		case seq < next:
 			return nil // already applied: an overlap, not a hole
@@ -169,9 +165,6 @@ func (f *Feed) fill(from, to uint64) bool {
 		}
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	done = true
 	// Success is judged by what was applied, not by how the replay ended.
 	filled := next == to
 	switch {
@@ -201,14 +194,11 @@ func (f *Feed) fill(from, to uint64) bool {
 func (f *Feed) backfill() {
 	ctx, cancel := context.WithTimeout(f.ctx, f.cfg.BackfillTimeout)
 	defer cancel()
-	var mu sync.Mutex // fn may, against its contract, be called late
 	var applied uint64
-	started, done := false, false
-	err := f.replay(ctx, 0, func(seq uint64, payload []byte) error {
-		mu.Lock()
-		defer mu.Unlock()
+	started := false
+	err := f.replayGuarded(ctx, 0, func(seq uint64, payload []byte) error {
 		switch {
-		case done || applied >= f.cfg.MaxReplay:
+		case applied >= f.cfg.MaxReplay:
 			return errReplayDone
 		case started && seq <= f.last:
 			return nil // an overlap
@@ -222,10 +212,28 @@ func (f *Feed) backfill() {
 		applied++
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	done = true
 	f.m.noteBackfill(applied, err)
+}
+
+// replayGuarded calls the Replayer with fn, which it shields from calls
+// made after the Replayer returned: the contract forbids them, but fn
+// changes the mirror and the feed's state, which the caller reads once
+// replayGuarded returns.
+func (f *Feed) replayGuarded(ctx context.Context, start uint64, fn func(seq uint64, payload []byte) error) error {
+	var mu sync.Mutex
+	done := false
+	err := f.replay(ctx, start, func(seq uint64, payload []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return errReplayDone
+		}
+		return fn(seq, payload)
+	})
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	return err
 }
 
 // isDuplicate reports whether a live message is one the backfill applied

@@ -14,85 +14,59 @@ package kvindex
 // mirror had seen them stored.
 
 // orphanSet is a bounded set of engine block hashes, evicted oldest first.
+// It keeps them in a group of its own, whose fifo, staleness and
+// compaction are the mirror's; the entries' gateway keys are unknown and
+// left 0.
 type orphanSet struct {
-	m     map[uint64]uint32 // engine hash → insertion stamp
-	hi    int               // most entries m held since made (see shrinkMap)
-	fifoH []uint64          // insertion order; items whose stamp differs are stale
-	fifoS []uint32
-	head  int
+	g     group
 	stamp uint32
 }
 
-func (o *orphanSet) len() int { return len(o.m) }
+func (o *orphanSet) len() int { return len(o.g.entries) }
 
 func (o *orphanSet) has(h uint64) bool {
-	_, ok := o.m[h]
+	_, ok := o.g.entries[h]
 	return ok
 }
 
 // add keeps h, evicting the oldest entries beyond limit. It returns how
 // many entries the set gained (1 or 0) and how many it evicted.
 func (o *orphanSet) add(h uint64, limit int) (added, evicted int) {
-	if _, ok := o.m[h]; ok {
+	g := &o.g
+	if _, ok := g.entries[h]; ok {
 		return 0, 0
 	}
-	for len(o.m) >= max(limit, 1) && o.evictOldest() {
+	for len(g.entries) >= max(limit, 1) && g.skipStale() {
+		delete(g.entries, g.fifoH[g.head])
+		g.head++
 		evicted++
 	}
-	if o.m == nil {
-		o.m = make(map[uint64]uint32)
+	if g.entries == nil {
+		g.entries = make(map[uint64]blockEntry)
 	}
 	o.stamp++
-	o.m[h] = o.stamp
-	o.hi = max(o.hi, len(o.m))
-	o.fifoH = append(o.fifoH, h)
-	o.fifoS = append(o.fifoS, o.stamp)
-	if len(o.fifoH) >= fifoLimit(len(o.m)) {
-		o.compact()
+	g.entries[h] = blockEntry{refs: 1, stamp: o.stamp}
+	g.entriesHi = max(g.entriesHi, len(g.entries))
+	g.fifoH = append(g.fifoH, h)
+	g.fifoS = append(g.fifoS, o.stamp)
+	if len(g.fifoH) >= fifoLimit(len(g.entries)) {
+		g.compact()
 	}
 	return 1, evicted
 }
 
 // remove drops h and reports whether it was there.
 func (o *orphanSet) remove(h uint64) bool {
-	if _, ok := o.m[h]; !ok {
+	g := &o.g
+	if _, ok := g.entries[h]; !ok {
 		return false
 	}
-	delete(o.m, h)
-	o.m, o.hi = shrinkMap(o.m, o.hi)
-	if len(o.fifoH) >= fifoLimit(len(o.m)) {
-		o.compact()
+	delete(g.entries, h)
+	g.entries, g.entriesHi = shrinkMap(g.entries, g.entriesHi)
+	if len(g.fifoH) >= fifoLimit(len(g.entries)) {
+		g.compact()
 	}
 	return true
-}
-
-func (o *orphanSet) evictOldest() bool {
-	for o.head < len(o.fifoH) {
-		h, s := o.fifoH[o.head], o.fifoS[o.head]
-		o.head++
-		if cur, ok := o.m[h]; ok && cur == s {
-			delete(o.m, h)
-			return true
-		}
-	}
-	return false
-}
-
-// compact drops consumed and stale fifo items, as group.compact does.
-func (o *orphanSet) compact() {
-	j := 0
-	for i := o.head; i < len(o.fifoH); i++ {
-		h, s := o.fifoH[i], o.fifoS[i]
-		if cur, ok := o.m[h]; ok && cur == s {
-			o.fifoH[j], o.fifoS[j] = h, s
-			j++
-		}
-	}
-	o.fifoH, o.fifoS, o.head = o.fifoH[:j], o.fifoS[:j], 0
-	if c, want := cap(o.fifoH), fifoLimit(len(o.m))+1; c > 2*want {
-		o.fifoH = append(make([]uint64, 0, want), o.fifoH...)
-		o.fifoS = append(make([]uint32, 0, want), o.fifoS...)
-	}
 }
 
 // keepOrphanLocked handles a BlockStored of n blocks whose parent the

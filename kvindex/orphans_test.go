@@ -193,8 +193,8 @@ func TestOrphanSetBounded(t *testing.T) {
 			o.remove(uint64(i))
 		}
 	}
-	if o.len() > 100 || len(o.fifoH) > 2*fifoLimit(100) {
-		t.Fatalf("set %d, fifo %d", o.len(), len(o.fifoH))
+	if o.len() > 100 || len(o.g.fifoH) > 2*fifoLimit(100) {
+		t.Fatalf("set %d, fifo %d", o.len(), len(o.g.fifoH))
 	}
 	// The newest survive.
 	for i := 9999; i > 9990; i-- {
