@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // In bind mode the engines connect to the subscriber. Each connection is
@@ -50,7 +51,7 @@ type peerEvent struct {
 type boundSession struct {
 	s      *Subscriber
 	ln     net.Listener
-	lim    guardLimits
+	cfg    zmtp.Config // each accepted SUB connection's
 	events chan peerEvent
 	peers  int // announced (Connected) and not yet ended; Run's goroutine only
 }
@@ -67,7 +68,7 @@ func (s *Subscriber) bindSession(ctx context.Context, h Handler) (bool, error) {
 	}
 	s.noteBound(ln.Addr())
 	s.log.Info("zmq subscriber bound", zap.String("addr", s.BoundAddr()))
-	b := &boundSession{s: s, ln: ln, lim: s.limits("PUB", "XPUB"), events: make(chan peerEvent, 64)}
+	b := &boundSession{s: s, ln: ln, cfg: s.subConfig(), events: make(chan peerEvent, 64)}
 	peersCtx, stopPeers := context.WithCancel(ctx)
 	accepted := make(chan struct{})
 	go func() {
@@ -179,34 +180,33 @@ func (b *boundSession) accept(ctx context.Context) {
 // subscription (a refused handshake is never reported), then its messages,
 // until it fails or ctx ends.
 func (b *boundSession) servePeer(ctx context.Context, nc net.Conn) {
-	timeout := b.s.cfg.DialTimeout
-	c, err := startZMTP(ctx, nc, "SUB", b.lim, timeout)
+	c, err := zmtp.Start(ctx, nc, b.cfg)
 	if err != nil {
 		b.s.log.Debug("zmq publisher refused", zap.Error(err))
 		return
 	}
-	defer c.shutdown()
-	stop := context.AfterFunc(ctx, c.shutdown)
+	defer c.Shutdown()
+	stop := context.AfterFunc(ctx, c.Shutdown)
 	defer stop()
-	if err := c.subscribe(timeout, b.s.cfg.Topic); err != nil {
+	if err := subscribe(c, b.cfg.Timeout, b.s.cfg.Topic); err != nil {
 		return
 	}
 	if !b.report(ctx, peerEvent{kind: peerConnected}) {
 		return
 	}
-	var m zmessage
+	var m zmtp.Message
 	for {
-		if err := c.read(&m); err != nil {
+		if err := c.Read(&m); err != nil {
 			b.report(ctx, peerEvent{kind: peerEnded, err: err})
 			return
 		}
-		if m.command {
-			if err := c.pong(m.frames[0]); err != nil {
+		if m.Command {
+			if err := c.Pong(m.Parts()[0]); err != nil {
 				b.report(ctx, peerEvent{kind: peerEnded, err: err})
 				return
 			}
 		}
-		ev := peerEvent{kind: peerMessage, command: m.command, frames: append([][]byte(nil), m.parts()...)}
+		ev := peerEvent{kind: peerMessage, command: m.Command, frames: append([][]byte(nil), m.Parts()...)}
 		if !b.report(ctx, ev) {
 			return
 		}

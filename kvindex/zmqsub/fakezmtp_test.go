@@ -7,9 +7,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // Hand-written ZMTP 3.0 wire pieces for fake peers.
+
+// The wire constants, under the names these tests knew before the ZMTP
+// code moved to internal/zmtp.
+const (
+	greetingLen = zmtp.GreetingLen
+	flagMore    = zmtp.FlagMore
+	flagLong    = zmtp.FlagLong
+	flagCommand = zmtp.FlagCommand
+
+	maxKeptBuffer = zmtp.MaxKeptBuffer
+)
 
 func zmtpGreeting(mechanism string, major byte) []byte {
 	g := make([]byte, greetingLen)

@@ -19,9 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// zmq4's PUB socket (used only as a benchmark publisher) leaves its
-	// writer goroutine behind after Close; our code creates no PUB sockets.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+	goleak.VerifyTestMain(m)
 }
 
 // pyPeer is a running testdata/zmqpeer.py process.

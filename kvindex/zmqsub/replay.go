@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // ReplayIdleTimeout bounds the wait for each reply from a replay socket when
@@ -51,23 +53,19 @@ func Replay(ctx context.Context, endpoint string, startSeq uint64, maxFrame int6
 	if err := probe(ctx, addr, DefaultDialTimeout, DefaultProbeTimeout); err != nil {
 		return fmt.Errorf("zmqsub: replay: %w", err)
 	}
-	lim := guardLimits{
-		maxFrame:         maxFrame,
-		peerTypes:        []string{"ROUTER", "REP", "DEALER"},
-		handshakeTimeout: DefaultDialTimeout,
-	}
-	c, err := dialZMTP(ctx, addr, "DEALER", lim, DefaultDialTimeout)
+	cfg := zmtp.Config{SocketType: zmtp.Dealer, PeerTypes: zmtp.PeerTypes(zmtp.Dealer), MaxFrame: maxFrame, Timeout: DefaultDialTimeout}
+	c, err := dialZMTP(ctx, addr, cfg)
 	if err != nil {
 		return fmt.Errorf("zmqsub: replay: dial %s: %w", addr, err)
 	}
-	defer c.shutdown()
-	stop := context.AfterFunc(ctx, c.shutdown)
+	defer c.Shutdown()
+	stop := context.AfterFunc(ctx, c.Shutdown)
 	defer stop()
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], startSeq)
 	// The empty delimiter frame is required: vLLM's ROUTER ignores requests
 	// that are not exactly [identity, "", start_seq].
-	if err := c.send(DefaultDialTimeout, nil, req[:]); err != nil {
+	if err := c.Send(DefaultDialTimeout, nil, req[:]); err != nil {
 		return fmt.Errorf("zmqsub: replay: send request: %w", err)
 	}
 	return replayReplies(ctx, c, addr, startSeq, fn)
@@ -75,12 +73,12 @@ func Replay(ctx context.Context, endpoint string, startSeq uint64, maxFrame int6
 
 // replayReplies reads the replies to a request for startSeq and on until
 // the end marker.
-func replayReplies(ctx context.Context, c *zconn, addr string, startSeq uint64, fn func(seq uint64, payload []byte) error) error {
+func replayReplies(ctx context.Context, c *zmtp.Conn, addr string, startSeq uint64, fn func(seq uint64, payload []byte) error) error {
 	next := startSeq // lowest acceptable seq
-	var m zmessage
+	var m zmtp.Message
 	for {
-		c.setIdle(ReplayIdleTimeout)
-		err := c.read(&m)
+		c.SetIdle(ReplayIdleTimeout)
+		err := c.Read(&m)
 		switch {
 		case ctx.Err() != nil:
 			return fmt.Errorf("zmqsub: replay from %s: %w", addr, ctx.Err())
@@ -88,13 +86,13 @@ func replayReplies(ctx context.Context, c *zconn, addr string, startSeq uint64, 
 			return fmt.Errorf("zmqsub: replay from %s: no reply within %v", addr, ReplayIdleTimeout)
 		case err != nil:
 			return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
-		case m.command:
-			if err := c.pong(m.frames[0]); err != nil {
+		case m.Command:
+			if err := c.Pong(m.Parts()[0]); err != nil {
 				return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
 			}
 			continue // a ZMTP PING; not part of the reply
 		}
-		seq, payload, err := parseReplay(m.parts())
+		seq, payload, err := parseReplay(m.Parts())
 		if err != nil {
 			return fmt.Errorf("zmqsub: replay from %s: %w", addr, err)
 		}

@@ -1,7 +1,7 @@
 // Package zmqsub subscribes to vLLM KV-cache events over ZeroMQ and fetches
 // missed batches from vLLM's replay socket.
 //
-// It speaks ZMTP 3.0 itself (see zconn): greeting, READY, the
+// It speaks ZMTP 3.0 itself (internal/zmtp): greeting, READY, the
 // subscription, frames, and PONGs to a publisher's heartbeat PINGs, as a
 // SUB that dials the engines' publishers (connect mode) or accepts them
 // (bind mode), and as a DEALER to the replay sockets. Every connection
@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // Defaults for zero Config fields.
@@ -269,8 +270,10 @@ func (s *Subscriber) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-func (s *Subscriber) limits(peerTypes ...string) guardLimits {
-	return guardLimits{maxFrame: s.cfg.MaxFrameSize, peerTypes: peerTypes, handshakeTimeout: s.cfg.DialTimeout}
+// subConfig is how a SUB connection of s is set up: against publishers
+// only, with s's frame limit and handshake timeout.
+func (s *Subscriber) subConfig() zmtp.Config {
+	return zmtp.Config{SocketType: zmtp.Sub, PeerTypes: zmtp.PeerTypes(zmtp.Sub), MaxFrame: s.cfg.MaxFrameSize, Timeout: s.cfg.DialTimeout}
 }
 
 // beginSession and endSession keep Stats and the Handler in step.
@@ -288,23 +291,23 @@ func (s *Subscriber) endSession(h Handler, err error) {
 }
 
 // connectSession probes, dials and serves one connection, reading it on
-// this goroutine (see zconn). It reports whether a session began
+// this goroutine. It reports whether a session began
 // (Connected was called).
 func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error) {
 	if err := probe(ctx, s.addr, s.cfg.DialTimeout, s.cfg.ProbeTimeout); err != nil {
 		return false, err
 	}
-	c, err := dialSub(ctx, s.addr, s.cfg.Topic, s.limits("PUB", "XPUB"), s.cfg.DialTimeout)
+	c, err := dialSub(ctx, s.addr, s.cfg.Topic, s.subConfig())
 	if err != nil {
 		return false, fmt.Errorf("zmq dial %s: %w", s.addr, err)
 	}
-	stop := context.AfterFunc(ctx, c.shutdown)
+	stop := context.AfterFunc(ctx, c.Shutdown)
 	defer stop()
 	s.beginSession(h)
 	s.log.Info("zmq subscription connected")
 
 	endErr := s.serveConn(ctx, h, c)
-	c.shutdown()
+	c.Shutdown()
 	if ctx.Err() == nil {
 		s.setError(endErr)
 		s.log.Warn("zmq subscription lost; reconnecting", zap.Error(endErr))
@@ -315,13 +318,13 @@ func (s *Subscriber) connectSession(ctx context.Context, h Handler) (bool, error
 
 // serveConn delivers c's messages to h until the connection fails, goes
 // idle for IdleTimeout, or ctx ends, and returns why.
-func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *zconn) error {
-	var m zmessage
+func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *zmtp.Conn) error {
+	var m zmtp.Message
 	for {
 		if s.cfg.IdleTimeout > 0 {
-			c.setIdle(s.cfg.IdleTimeout)
+			c.SetIdle(s.cfg.IdleTimeout)
 		}
-		err := c.read(&m)
+		err := c.Read(&m)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -330,12 +333,12 @@ func (s *Subscriber) serveConn(ctx context.Context, h Handler, c *zconn) error {
 		case err != nil:
 			return fmt.Errorf("zmq recv: %w", err)
 		}
-		if m.command {
-			if err := c.pong(m.frames[0]); err != nil {
+		if m.Command {
+			if err := c.Pong(m.Parts()[0]); err != nil {
 				return fmt.Errorf("zmq pong: %w", err)
 			}
 		}
-		s.deliverFrames(h, m.command, m.parts())
+		s.deliverFrames(h, m.Command, m.Parts())
 	}
 }
 

@@ -1,4 +1,4 @@
-package zmqsub
+package zmtp
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func validPrefix() []byte {
 	return append(zmtpGreeting("NULL", 3), zmtpReady("PUB")...)
 }
 
-// readFrames reads g as a zconn does (greeting, READY, then frame
+// readFrames reads g as a Conn does (greeting, READY, then frame
 // headers and bodies with io.ReadFull) and checks every frame the guard
 // released against the limits. It returns the bytes read and the first
 // error.
@@ -61,7 +61,7 @@ func readFrames(t testing.TB, g *guardConn, limit int64) ([]byte, error) {
 		got.Write(b[:k])
 		return b, err
 	}
-	if _, err := read(greetingLen); err != nil {
+	if _, err := read(GreetingLen); err != nil {
 		return got.Bytes(), err
 	}
 	first := true
@@ -72,13 +72,13 @@ func readFrames(t testing.TB, g *guardConn, limit int64) ([]byte, error) {
 			return got.Bytes(), err
 		}
 		size := int64(hdr[1])
-		if hdr[0]&flagLong != 0 {
+		if hdr[0]&FlagLong != 0 {
 			rest, err := read(7)
 			if err != nil {
 				return got.Bytes(), err
 			}
 			u := binary.BigEndian.Uint64(append([]byte{hdr[1]}, rest...))
-			if u > uint64(limit+messageOverhead) {
+			if u > uint64(limit+MessageOverhead) {
 				t.Fatalf("guard released a header announcing %d bytes (limit %d)", u, limit)
 			}
 			size = int64(u)
@@ -86,9 +86,9 @@ func readFrames(t testing.TB, g *guardConn, limit int64) ([]byte, error) {
 		if hdr[0]&^flagsKnown != 0 {
 			t.Fatalf("guard released reserved flags 0x%02x", hdr[0])
 		}
-		isCmd := hdr[0]&flagCommand != 0
+		isCmd := hdr[0]&FlagCommand != 0
 		switch {
-		case isCmd && size > maxCommandSize:
+		case isCmd && size > MaxCommandSize:
 			t.Fatalf("guard released a %d-byte command", size)
 		case !isCmd && size > limit:
 			t.Fatalf("guard released a %d-byte frame (limit %d)", size, limit)
@@ -96,10 +96,10 @@ func readFrames(t testing.TB, g *guardConn, limit int64) ([]byte, error) {
 		if !isCmd {
 			frames++
 			msgBytes += size
-			if frames > maxFramesPerMessage || msgBytes > limit+messageOverhead {
+			if frames > MaxFramesPerMessage || msgBytes > limit+MessageOverhead {
 				t.Fatalf("guard released a message of %d frames / %d bytes", frames, msgBytes)
 			}
-			if hdr[0]&flagMore == 0 {
+			if hdr[0]&FlagMore == 0 {
 				frames, msgBytes = 0, 0
 			}
 		}
@@ -144,7 +144,7 @@ func TestGuardStreams(t *testing.T) {
 		{"curve", append(zmtpGreeting("CURVE", 3), zmtpReady("PUB")...), "mechanism"},
 		{"null-suffix", append(zmtpGreeting("NULLX", 3), zmtpReady("PUB")...), "mechanism"},
 		{"data-before-ready", append(zmtpGreeting("NULL", 3), msg...), "READY"},
-		{"ready-with-more", append(zmtpGreeting("NULL", 3), zmtpFrame(flagCommand|flagMore, []byte("\x05READY"))...), "READY"},
+		{"ready-with-more", append(zmtpGreeting("NULL", 3), zmtpFrame(FlagCommand|FlagMore, []byte("\x05READY"))...), "READY"},
 		{"hello", append(zmtpGreeting("NULL", 3), zmtpCommand("HELLO", nil)...), "HELLO"},
 		{"error", append(zmtpGreeting("NULL", 3), zmtpCommand("ERROR", []byte("\x03bad"))...), `"bad"`},
 		{"no-socket-type", append(zmtpGreeting("NULL", 3), zmtpCommand("READY", zmtpProp("Identity", ""))...), "socket type"},
@@ -154,13 +154,13 @@ func TestGuardStreams(t *testing.T) {
 		{"rep", append(zmtpGreeting("NULL", 3), zmtpReady("REP")...), "REP"},
 		{"empty-key", append(zmtpGreeting("NULL", 3), zmtpCommand("READY", zmtpProp("", "x"))...), "empty metadata"},
 		{"value-overrun", append(zmtpGreeting("NULL", 3), zmtpCommand("READY", zmtpProp("Socket-Type", "PUB")[:15])...), "truncated"},
-		{"name-overrun", append(zmtpGreeting("NULL", 3), zmtpFrame(flagCommand, []byte{9, 'R'})...), "truncated"},
-		{"huge-frame", append(validPrefix(), flagLong, 0x10, 0, 0, 0, 0, 0, 0, 0), "announces"},
+		{"name-overrun", append(zmtpGreeting("NULL", 3), zmtpFrame(FlagCommand, []byte{9, 'R'})...), "truncated"},
+		{"huge-frame", append(validPrefix(), FlagLong, 0x10, 0, 0, 0, 0, 0, 0, 0), "announces"},
 		{"frame-over-limit", append(validPrefix(), zmtpFrame(0, make([]byte, 4097))...), "limit 4096"},
-		{"huge-command", append(validPrefix(), zmtpCommand("PING", make([]byte, maxCommandSize))...), "command"},
-		{"command-mid-message", append(append(validPrefix(), zmtpFrame(flagMore, []byte("a"))...), zmtpCommand("PING", nil)...), "inside a multipart"},
+		{"huge-command", append(validPrefix(), zmtpCommand("PING", make([]byte, MaxCommandSize))...), "command"},
+		{"command-mid-message", append(append(validPrefix(), zmtpFrame(FlagMore, []byte("a"))...), zmtpCommand("PING", nil)...), "inside a multipart"},
 		{"reserved-flags", append(validPrefix(), 0x08, 0), "reserved"},
-		{"truncated-header", append(validPrefix(), flagLong, 0, 0), "unexpected EOF"},
+		{"truncated-header", append(validPrefix(), FlagLong, 0, 0), "unexpected EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, chunk := range []int{1, 3, 64 << 10} {
@@ -187,17 +187,17 @@ func TestGuardStreams(t *testing.T) {
 }
 
 // FuzzFrameGuard feeds arbitrary byte streams through the guard, read
-// frame by frame and then by a zconn, handshake and messages: neither may
+// frame by frame and then by a Conn, handshake and messages: neither may
 // panic, and the guard must never alter bytes or release a frame over the
 // limit or a READY that is not whole.
 func FuzzFrameGuard(f *testing.F) {
 	msg := zmtpMessage([]byte("kv@x"), seqBytes(3), []byte("payload"))
 	f.Add(append(validPrefix(), msg...), uint8(7), uint16(1024))
 	f.Add(append(validPrefix(), zmtpCommand("PING", []byte{0, 1})...), uint8(1), uint16(64))
-	f.Add(append(validPrefix(), flagLong, 0x10, 0, 0, 0, 0, 0, 0, 0), uint8(255), uint16(1024))
+	f.Add(append(validPrefix(), FlagLong, 0x10, 0, 0, 0, 0, 0, 0, 0), uint8(255), uint16(1024))
 	f.Add(append(zmtpGreeting("NULL", 3), zmtpCommand("READY", []byte{11, 'S'})...), uint8(3), uint16(100))
 	f.Add(append(zmtpGreeting("NULL", 3), zmtpCommand("READY", append(zmtpProp("Socket-Type", "PUB"), 5, 'H', 'e', 'l', 'l', 'o', 0, 0))...), uint8(3), uint16(100))
-	f.Add(append(validPrefix(), zmtpFrame(flagMore, make([]byte, 300))...), uint8(50), uint16(200))
+	f.Add(append(validPrefix(), zmtpFrame(FlagMore, make([]byte, 300))...), uint8(50), uint16(200))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"), uint8(4), uint16(100))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8, limit uint16) {
 		lim := guardLimits{maxFrame: int64(limit), peerTypes: []string{"PUB", "XPUB"}}
@@ -207,17 +207,17 @@ func FuzzFrameGuard(f *testing.F) {
 			t.Fatal("guard altered the stream")
 		}
 
-		c := &zconn{g: newGuardConn(newStreamConn(data, int(chunk)), lim)}
-		if c.handshake("SUB") != nil {
+		c := &Conn{g: newGuardConn(newStreamConn(data, int(chunk)), lim)}
+		if c.handshake(Sub, nil) != nil {
 			return
 		}
-		var m zmessage
+		var m Message
 		for range len(data) + 1 {
-			if c.read(&m) != nil {
+			if c.Read(&m) != nil {
 				break
 			}
-			if m.command {
-				_ = c.pong(m.frames[0])
+			if m.Command {
+				_ = c.Pong(m.frames[0])
 			}
 		}
 	})

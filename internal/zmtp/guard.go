@@ -1,4 +1,4 @@
-package zmqsub
+package zmtp
 
 import (
 	"bufio"
@@ -14,23 +14,27 @@ import (
 
 // ZMTP 3.x wire constants (https://rfc.zeromq.org/spec/23/).
 const (
-	greetingLen = 64
+	// GreetingLen is the length of the greeting each peer sends first.
+	GreetingLen = 64
 
-	flagMore    = 0x01
-	flagLong    = 0x02
-	flagCommand = 0x04
-	flagsKnown  = flagMore | flagLong | flagCommand
+	// FlagMore, FlagLong and FlagCommand are a frame header's flag bits:
+	// more frames follow, an 8-byte size, a command frame.
+	FlagMore    = 0x01
+	FlagLong    = 0x02
+	FlagCommand = 0x04
+	flagsKnown  = FlagMore | FlagLong | FlagCommand
 
-	// maxCommandSize bounds a ZMTP command (READY metadata, PING, ...). Real
+	// MaxCommandSize bounds a ZMTP command (READY metadata, PING, ...). Real
 	// commands are a few hundred bytes; the bound keeps the READY body small
 	// enough to be validated in the read buffer before it is released.
-	maxCommandSize = 16 << 10
-	// maxFramesPerMessage bounds a multipart message. vLLM sends 3 frames;
-	// a few more are let through so the subscriber can count them as dropped.
-	maxFramesPerMessage = 16
-	// messageOverhead is what a multipart message may carry beyond one
-	// MaxFrameSize payload (topic, sequence number and stray extra frames).
-	messageOverhead = 64 << 10
+	MaxCommandSize = 16 << 10
+	// MaxFramesPerMessage bounds a multipart message. vLLM sends 3 frames;
+	// a few more are let through so a subscriber can count them as dropped.
+	MaxFramesPerMessage = 16
+	// MessageOverhead is what a multipart message may carry beyond one
+	// frame of the maximum size (topic, sequence number and stray extra
+	// frames).
+	MessageOverhead = 64 << 10
 
 	readBufferSize = 64 << 10
 )
@@ -41,7 +45,7 @@ type GuardError struct {
 	Reason string
 }
 
-func (e *GuardError) Error() string { return "zmqsub: zmtp guard: " + e.Reason }
+func (e *GuardError) Error() string { return "zmtp guard: " + e.Reason }
 
 // Timeout implements net.Error.
 func (e *GuardError) Timeout() bool { return false }
@@ -49,7 +53,8 @@ func (e *GuardError) Timeout() bool { return false }
 // Temporary implements net.Error.
 func (e *GuardError) Temporary() bool { return false }
 
-var errConnShutdown = errors.New("zmqsub: connection shut down by subscriber")
+// ErrShutdown fails the reads and writes of a connection ended by Shutdown.
+var ErrShutdown = errors.New("zmtp: connection shut down")
 
 // guardLimits configures what a guardConn lets through.
 type guardLimits struct {
@@ -59,7 +64,7 @@ type guardLimits struct {
 	handshakeTimeout time.Duration
 }
 
-func (l guardLimits) maxMessage() int64 { return l.maxFrame + messageOverhead }
+func (l guardLimits) maxMessage() int64 { return l.maxFrame + MessageOverhead }
 
 // guardPhase is where a guardConn is in the inbound ZMTP stream.
 type guardPhase uint8
@@ -70,7 +75,7 @@ const (
 	phaseFrames
 )
 
-// guardConn wraps the TCP connection a zconn reads. It parses the inbound
+// guardConn wraps the connection a Conn reads. It parses the inbound
 // ZMTP stream and only releases bytes it has validated: the greeting and
 // the peer's READY command are checked whole (metadata, socket type), and
 // every frame header is checked before its reader sees it, so nothing
@@ -133,9 +138,9 @@ func (g *guardConn) fail(err error) error {
 	return err
 }
 
-// shutdown ends the connection on the subscriber's behalf: a read or write
-// in progress fails with errConnShutdown.
-func (g *guardConn) shutdown() { g.fail(errConnShutdown) }
+// shutdown ends the connection on its owner's behalf: a read or write in
+// progress fails with ErrShutdown.
+func (g *guardConn) shutdown() { g.fail(ErrShutdown) }
 
 // Close ends the connection; later reads and writes fail with
 // net.ErrClosed.
@@ -213,14 +218,14 @@ func (g *guardConn) peek(n int) ([]byte, error) {
 func (g *guardConn) advance() error {
 	switch g.phase {
 	case phaseGreeting:
-		b, err := g.peek(greetingLen)
+		b, err := g.peek(GreetingLen)
 		if err != nil {
 			return err
 		}
 		if err := checkGreeting(b); err != nil {
 			return err
 		}
-		g.release = greetingLen
+		g.release = GreetingLen
 		g.phase = phaseReady
 		return nil
 	case phaseReady:
@@ -228,11 +233,11 @@ func (g *guardConn) advance() error {
 		if err != nil {
 			return err
 		}
-		if flags&flagCommand == 0 || flags&flagMore != 0 {
+		if flags&FlagCommand == 0 || flags&FlagMore != 0 {
 			return &GuardError{Reason: "expected a READY command after the greeting"}
 		}
-		if size > maxCommandSize {
-			return &GuardError{Reason: fmt.Sprintf("handshake command of %d bytes exceeds %d", size, maxCommandSize)}
+		if size > MaxCommandSize {
+			return &GuardError{Reason: fmt.Sprintf("handshake command of %d bytes exceeds %d", size, MaxCommandSize)}
 		}
 		b, err := g.peek(hdrLen + int(size))
 		if err != nil {
@@ -268,7 +273,7 @@ func (g *guardConn) frameHeader() (flags byte, size int64, hdrLen int, err error
 	if flags&^flagsKnown != 0 {
 		return 0, 0, 0, &GuardError{Reason: fmt.Sprintf("reserved frame flag bits set (0x%02x)", flags)}
 	}
-	if flags&flagLong == 0 {
+	if flags&FlagLong == 0 {
 		return flags, int64(b[1]), 2, nil
 	}
 	b, err = g.peek(9)
@@ -284,14 +289,14 @@ func (g *guardConn) frameHeader() (flags byte, size int64, hdrLen int, err error
 
 // checkFrame applies the per-frame and per-message limits after the handshake.
 func (g *guardConn) checkFrame(flags byte, size int64) error {
-	if flags&flagCommand != 0 {
+	if flags&FlagCommand != 0 {
 		// Commands (PING, ...) stand alone: a reader would merge one into a
 		// multipart message in progress.
-		if flags&flagMore != 0 || g.inMsg {
+		if flags&FlagMore != 0 || g.inMsg {
 			return &GuardError{Reason: "command frame inside a multipart message"}
 		}
-		if size > maxCommandSize {
-			return &GuardError{Reason: fmt.Sprintf("command of %d bytes exceeds %d", size, maxCommandSize)}
+		if size > MaxCommandSize {
+			return &GuardError{Reason: fmt.Sprintf("command of %d bytes exceeds %d", size, MaxCommandSize)}
 		}
 		return nil
 	}
@@ -300,13 +305,13 @@ func (g *guardConn) checkFrame(flags byte, size int64) error {
 	}
 	g.msgFrames++
 	g.msgBytes += size
-	if g.msgFrames > maxFramesPerMessage {
-		return &GuardError{Reason: fmt.Sprintf("message has more than %d frames", maxFramesPerMessage)}
+	if g.msgFrames > MaxFramesPerMessage {
+		return &GuardError{Reason: fmt.Sprintf("message has more than %d frames", MaxFramesPerMessage)}
 	}
 	if g.msgBytes > g.lim.maxMessage() {
 		return &GuardError{Reason: fmt.Sprintf("message exceeds %d bytes", g.lim.maxMessage())}
 	}
-	if flags&flagMore != 0 {
+	if flags&FlagMore != 0 {
 		g.inMsg = true
 	} else {
 		g.inMsg, g.msgFrames, g.msgBytes = false, 0, 0
