@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 	"go.uber.org/goleak"
 )
 
@@ -136,8 +136,8 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sub := dialZMTP(t, e.KVEndpoint(), zmq4.Sub)
-		rep := dialZMTP(t, e.ReplayEndpoint(), zmq4.Dealer)
+		sub := dialZMTP(t, e.KVEndpoint(), zmtp.Sub)
+		rep := dialZMTP(t, e.ReplayEndpoint(), zmtp.Dealer)
 		tr := &http.Transport{}
 		c := &http.Client{Transport: tr}
 		var wg sync.WaitGroup
@@ -181,7 +181,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 
 // dialZMTP connects and completes a ZMTP handshake as sockType; the caller
 // closes the connection.
-func dialZMTP(t *testing.T, ep string, sockType zmq4.SocketType) net.Conn {
+func dialZMTP(t *testing.T, ep string, sockType string) net.Conn {
 	t.Helper()
 	e, err := parseEndpoint(ep, "127.0.0.1")
 	if err != nil {
@@ -191,12 +191,11 @@ func dialZMTP(t *testing.T, ep string, sockType zmq4.SocketType) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := handshake(c, sockType, false); err != nil {
-		c.Close()
+	if _, err := handshake(context.Background(), c, sockType); err != nil {
 		t.Fatal(err)
 	}
-	if sockType == zmq4.Sub {
-		_, _ = c.Write(appendFrames(nil, []byte{1}))
+	if sockType == zmtp.Sub {
+		_, _ = c.Write(zmtp.AppendMessage(nil, []byte{1}))
 	}
 	return c
 }

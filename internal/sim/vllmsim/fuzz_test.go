@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // fuzzEngine is an engine whose request parsing is exercised without
@@ -119,38 +120,39 @@ type byteConn struct {
 func (c *byteConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
 func (c *byteConn) Write(p []byte) (int, error)      { return len(p), nil }
 func (c *byteConn) SetDeadline(time.Time) error      { return nil }
+func (c *byteConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *byteConn) SetWriteDeadline(time.Time) error { return nil }
 func (c *byteConn) Close() error                     { return nil }
 
 // zmtpPeerGreeting is a valid ZMTP 3.0 NULL greeting plus READY from a peer.
 func zmtpPeerGreeting(sockType string) []byte {
-	g := make([]byte, greetingLen)
+	g := make([]byte, zmtp.GreetingLen)
 	g[0], g[9], g[10] = 0xff, 0x7f, 3
 	copy(g[12:], "NULL")
 	prop := append([]byte{11}, "Socket-Type"...)
 	prop = append(prop, 0, 0, 0, byte(len(sockType)))
 	prop = append(prop, sockType...)
 	body := append(append([]byte{5}, "READY"...), prop...)
-	return append(g, append([]byte{flagCommand, byte(len(body))}, body...)...)
+	return append(g, append([]byte{zmtp.FlagCommand, byte(len(body))}, body...)...)
 }
 
 // FuzzPeerStream feeds arbitrary bytes after a valid handshake, and
 // arbitrary handshakes, to the frame guard and reader: no panic, no frame
 // over the limit.
 func FuzzPeerStream(f *testing.F) {
-	f.Add(appendFrames(nil, []byte{1}), true)
-	f.Add(appendFrames(nil, nil, make([]byte, 8)), true)
-	f.Add([]byte{flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, true)
-	f.Add([]byte{flagMore, 0, flagMore, 0, flagMore, 0}, true)
-	f.Add(bytes.Repeat([]byte{flagMore, 1, 'x'}, 40), true)
+	f.Add(zmtpWire([]byte{1}), true)
+	f.Add(zmtpWire(nil, make([]byte, 8)), true)
+	f.Add([]byte{zmtp.FlagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, true)
+	f.Add([]byte{zmtp.FlagMore, 0, zmtp.FlagMore, 0, zmtp.FlagMore, 0}, true)
+	f.Add(bytes.Repeat([]byte{zmtp.FlagMore, 1, 'x'}, 40), true)
 	f.Add(zmtpPeerGreeting("SUB")[:70], false)
-	f.Add(append(zmtpPeerGreeting("SUB")[:64], flagCommand|flagLong, 0, 0, 1, 0, 0, 0, 0, 0), false)
+	f.Add(append(zmtpPeerGreeting("SUB")[:64], zmtp.FlagCommand|zmtp.FlagLong, 0, 0, 1, 0, 0, 0, 0, 0), false)
 	f.Fuzz(func(t *testing.T, data []byte, afterHandshake bool) {
 		in := data
 		if afterHandshake {
 			in = append(zmtpPeerGreeting("SUB"), data...)
 		}
-		g, err := handshake(&byteConn{r: bytes.NewReader(in)}, zmq4.Pub, true)
+		g, err := handshake(context.Background(), &byteConn{r: bytes.NewReader(in)}, zmtp.Pub)
 		if err != nil {
 			return
 		}

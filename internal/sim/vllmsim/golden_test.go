@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"go.uber.org/goleak"
@@ -106,7 +104,7 @@ func TestZMQFramesGolden(t *testing.T) {
 			e := startEngine(t, Config{TimeScale: 100, KVEvents: &KVEventsConfig{
 				Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: z.Topic, LegacyReplayLayout: legacy,
 			}})
-			sub := dialRaw(t, e.KVEndpoint(), zmq4.Sub)
+			sub := dialRaw(t, e.KVEndpoint(), "SUB")
 			// A subscription to the whole topic: flags 0, length, 0x01 topic.
 			writeRaw(t, sub, append([]byte{0, byte(1 + len(z.Topic)), 1}, z.Topic...))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -123,7 +121,7 @@ func TestZMQFramesGolden(t *testing.T) {
 			}
 			wantWire(t, sub, "PUB message", zmtpWire(z.Frame0, z.Frame1, payload))
 
-			dealer := dialRaw(t, e.ReplayEndpoint(), zmq4.Dealer)
+			dealer := dialRaw(t, e.ReplayEndpoint(), "DEALER")
 			writeRaw(t, dealer, zmtpWire(z.ReplayRequest...))
 			if start := binary.BigEndian.Uint64(z.ReplayRequest[1]); start > z.Seq {
 				t.Fatalf("golden replay starts at %d, after the seq %d published", start, z.Seq)
@@ -161,10 +159,16 @@ func zmtpWire(frames ...[]byte) []byte {
 // rawPeer is a connection past the ZMTP handshake, read byte for byte.
 type rawPeer struct {
 	c net.Conn
-	r io.Reader // the handshake's reader: it may hold bytes already read
+	r io.Reader
 }
 
-func dialRaw(t *testing.T, ep string, sockType zmq4.SocketType) rawPeer {
+// dialRaw connects and completes the ZMTP 3.0 NULL handshake as sockType,
+// written from the spec rather than with internal/zmtp: the 64-byte
+// greeting (signature 0xff, 8 padding bytes, 0x7f; version 3.0; mechanism
+// "NULL"; as-server 0), then a READY command (flags 0x04) with the
+// Socket-Type property; the peer's greeting and READY are read exactly, so
+// nothing after them is consumed.
+func dialRaw(t *testing.T, ep string, sockType string) rawPeer {
 	t.Helper()
 	e, err := parseEndpoint(ep, "127.0.0.1")
 	if err != nil {
@@ -175,11 +179,28 @@ func dialRaw(t *testing.T, ep string, sockType zmq4.SocketType) rawPeer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	g, err := handshake(c, sockType, false)
-	if err != nil {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3
+	copy(greeting[12:], "NULL")
+	ready := append([]byte("\x05READY\x0bSocket-Type"), 0, 0, 0, byte(len(sockType)))
+	ready = append(ready, sockType...)
+	if _, err := c.Write(append(append(greeting, 0x04, byte(len(ready))), ready...)); err != nil {
 		t.Fatal(err)
 	}
-	return rawPeer{c: c, r: g}
+	peer := make([]byte, 64+2)
+	if _, err := io.ReadFull(c, peer); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if peer[0] != 0xff || peer[9] != 0x7f || peer[64] != 0x04 {
+		t.Fatalf("handshake: greeting %x, READY header %x", peer[:64], peer[64:])
+	}
+	body := make([]byte, peer[65])
+	if _, err := io.ReadFull(c, body); err != nil || !bytes.HasPrefix(body, []byte("\x05READY")) {
+		t.Fatalf("handshake: READY %q, %v", body, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return rawPeer{c: c, r: c}
 }
 
 func writeRaw(t *testing.T, p rawPeer, b []byte) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -56,8 +56,8 @@ func postJSON(t testing.TB, c *http.Client, url string, body any) (int, []byte) 
 	return resp.StatusCode, out
 }
 
-// testSub is a minimal SUB client on a raw connection: zmq4's handshake,
-// the simulator's frame reader; each message goes to msgs.
+// testSub is a minimal SUB client on a raw connection: internal/zmtp's
+// handshake and reader; each message goes to msgs.
 type testSub struct {
 	c    net.Conn
 	msgs chan [][]byte
@@ -74,12 +74,12 @@ func dialSub(t testing.TB, ep, topic string) *testSub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := handshake(c, zmq4.Sub, false)
+	g, err := handshake(context.Background(), c, zmtp.Sub)
 	if err != nil {
 		c.Close()
 		t.Fatal(err)
 	}
-	if _, err := c.Write(appendFrames(nil, append([]byte{1}, topic...))); err != nil {
+	if _, err := c.Write(zmtp.AppendMessage(nil, append([]byte{1}, topic...))); err != nil {
 		t.Fatal(err)
 	}
 	s := &testSub{c: c, msgs: make(chan [][]byte, 4096), done: make(chan struct{})}

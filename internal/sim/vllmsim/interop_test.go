@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -13,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/golden"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/pyzmq"
 	"github.com/llmgw/caddy-llmgw/kvindex"
-	"go.uber.org/goleak"
 )
 
 // pyProc runs testdata/kvsub.py and yields its JSON lines.
@@ -294,74 +291,6 @@ func TestPythonReplay(t *testing.T) {
 				t.Fatalf("end marker %v", m)
 			}
 		})
-	}
-}
-
-// TestZmq4ClientInterop subscribes and replays with go-zeromq/zmq4's own
-// SUB and DEALER sockets, the library the gateway uses.
-func TestZmq4ClientInterop(t *testing.T) {
-	// zmq4 v0.17.0 client sockets leave reader goroutines behind after
-	// Close (see the zmq4 notes); they belong to the client library. The
-	// check is registered first so that it runs after the engine's Close.
-	ignore := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*qreader).listen"),
-		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*Conn).read"),
-		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*socket).connReaper"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore...) })
-	e := startEngine(t, Config{TimeScale: 100, KVEvents: &KVEventsConfig{
-		Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@z",
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	sub := zmq4.NewSub(ctx)
-	defer sub.Close()
-	if err := sub.Dial(e.KVEndpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.WaitKVSubscribers(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if st, body := postJSON(t, newClient(t), e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("zmq four ", 20), "max_tokens": 1}); st != 200 {
-		t.Fatalf("status %d: %s", st, body)
-	}
-	msg, err := sub.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msg.Frames) != 3 || string(msg.Frames[0]) != "kv@z" || binary.BigEndian.Uint64(msg.Frames[1]) != 0 {
-		t.Fatalf("frames %q", msg.Frames)
-	}
-	b := decodeBatch(t, msg.Frames[2])
-	if len(b.events) != 1 {
-		t.Fatalf("events %v", b.events)
-	}
-
-	dealer := zmq4.NewDealer(ctx)
-	defer dealer.Close()
-	if err := dealer.Dial(e.ReplayEndpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if err := dealer.Send(zmq4.NewMsgFrom([]byte{}, make([]byte, 8))); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := dealer.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Frames) != 4 || len(rep.Frames[0]) != 0 || string(rep.Frames[1]) != "kv@z" || !bytes.Equal(rep.Frames[3], msg.Frames[2]) {
-		t.Fatalf("replay frames %q", rep.Frames)
-	}
-	end, err := dealer.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(end.Frames) != 4 || !bytes.Equal(end.Frames[2], endSeq) {
-		t.Fatalf("end frames %q", end.Frames)
 	}
 }
 

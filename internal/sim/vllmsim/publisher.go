@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
 // endSeq is vLLM's replay end marker: (-1).to_bytes(8, "big", signed=True).
@@ -161,7 +161,7 @@ func (p *publisher) publish(payload []byte) uint64 {
 			continue
 		}
 		if wire == nil {
-			wire = appendFrames(make([]byte, 0, len(p.topic)+len(payload)+32), p.topic, seqb[:], payload)
+			wire = zmtp.AppendMessage(make([]byte, 0, len(p.topic)+len(payload)+32), p.topic, seqb[:], payload)
 		}
 		if s.enqueue(wire, p.cfg.HWM) {
 			p.sent++
@@ -265,7 +265,7 @@ func (p *publisher) servePub(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(p.ctx, func() { _ = c.Close() })
 	defer stop()
-	g, err := handshake(c, zmq4.Pub, p.ln != nil)
+	g, err := handshake(p.ctx, c, zmtp.Pub)
 	if err != nil {
 		return
 	}
@@ -367,7 +367,7 @@ func (s *subConn) command(cmd []byte) {
 	case "CANCEL":
 		s.subscribe(false, body)
 	case "PING":
-		if pong, ok := pongReply(cmd); ok {
+		if pong := zmtp.AppendPong(nil, cmd); pong != nil {
 			s.enqueue(pong, 1<<30)
 		}
 	}
@@ -428,7 +428,7 @@ func (p *publisher) serveReplay(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(p.ctx, func() { _ = c.Close() })
 	defer stop()
-	g, err := handshake(c, zmq4.Router, true)
+	g, err := handshake(p.ctx, c, zmtp.Router)
 	if err != nil {
 		return
 	}
@@ -439,10 +439,8 @@ func (p *publisher) serveReplay(c net.Conn) {
 			return
 		}
 		if isCmd {
-			if pong, ok := pongReply(frames[0]); ok {
-				if _, err := c.Write(pong); err != nil {
-					return
-				}
+			if err := g.Pong(frames[0]); err != nil {
+				return
 			}
 			continue
 		}
@@ -456,18 +454,18 @@ func (p *publisher) serveReplay(c net.Conn) {
 		for _, e := range entries {
 			binary.BigEndian.PutUint64(seqb[:], e.seq)
 			if p.cfg.LegacyReplayLayout {
-				out = appendFrames(out[:0], nil, seqb[:], e.payload)
+				out = zmtp.AppendMessage(out[:0], nil, seqb[:], e.payload)
 			} else {
-				out = appendFrames(out[:0], nil, p.topic, seqb[:], e.payload)
+				out = zmtp.AppendMessage(out[:0], nil, p.topic, seqb[:], e.payload)
 			}
 			if _, err := c.Write(out); err != nil {
 				return
 			}
 		}
 		if p.cfg.LegacyReplayLayout {
-			out = appendFrames(out[:0], nil, endSeq, nil)
+			out = zmtp.AppendMessage(out[:0], nil, endSeq, nil)
 		} else {
-			out = appendFrames(out[:0], nil, nil, endSeq, nil)
+			out = zmtp.AppendMessage(out[:0], nil, nil, endSeq, nil)
 		}
 		if _, err := c.Write(out); err != nil {
 			return
