@@ -15,8 +15,8 @@ import (
 )
 
 // relOurGoroutines lists the goroutines running code of this module (the
-// fleet's pollers, KV subscriptions, kicker, engine simulators) or of
-// zmq4, other than test goroutines.
+// fleet's pollers, KV subscriptions, kicker, engine simulators), other
+// than test goroutines.
 func relOurGoroutines() []string {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -25,7 +25,7 @@ func relOurGoroutines() []string {
 		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "relOurGoroutines") {
 			continue
 		}
-		if strings.Contains(g, "llmgw/caddy-llmgw/") || strings.Contains(g, "go-zeromq/zmq4") {
+		if strings.Contains(g, "llmgw/caddy-llmgw/") {
 			out = append(out, g)
 		}
 	}
@@ -58,7 +58,7 @@ func relNoLLMApp(t *testing.T) {
 // (engines added and removed, KV subscriptions started and stopped, a
 // reload changing settings, requests served), and afterwards the goroutine
 // count is back at its baseline. Once no config uses the llm app, the
-// fleet is destroyed and no goroutine of this module or of zmq4 is left.
+// fleet is destroyed and no goroutine of this module is left.
 func TestReliabilityLifecycleGoroutines(t *testing.T) {
 	relNoLLMApp(t)
 	t.Cleanup(func() { resetGateway(t) })
