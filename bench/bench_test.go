@@ -33,7 +33,7 @@ func TestQuickSmoke(t *testing.T) {
 		Out: out, Markdown: filepath.Join(out, "BENCHMARKS.md"), Plots: filepath.Join(out, "plots"), PlotExt: ".svg",
 		Only: map[string]bool{"quality": true, "scenarios": true, "fleet": true, "overhead": true},
 	}
-	env := &Env{Root: root, Out: out, Quick: true, RunDeadline: time.Minute, Command: "go test ./bench -run TestQuickSmoke"}
+	env := &Env{Root: root, Out: out, Quick: true, RunDeadline: time.Minute, Command: "go -C bench test -run TestQuickSmoke ."}
 	if err := runSections(ctx, env, o, smokePlan(), t.TempDir(), time.Now()); err != nil {
 		t.Fatal(err)
 	}

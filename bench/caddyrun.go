@@ -34,17 +34,19 @@ func buildCaddy(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
-// repoRoot is the directory of the module's go.mod.
+// repoRoot is the directory of the gateway module, the repository root:
+// the harness is a module of its own (bench/go.mod) whose replace
+// directive points at it, so go list names it from either module.
 func repoRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", gatewayModule).Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go list -m %s (run the harness from bench/, e.g. %s): %w", gatewayModule, runCommand, err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the caddy-llmgw module")
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", errors.New("not inside the caddy-llmgw repository")
 	}
-	return filepath.Dir(mod), nil
+	return dir, nil
 }
 
 // freePort returns a loopback port that was free a moment ago.

@@ -29,8 +29,8 @@ type cpuPart struct {
 	add, sub []string
 }
 
-// modPath prefixes this module's function names in a profile.
-const modPath = "github.com/llmgw/caddy-llmgw/"
+// modPath prefixes the gateway module's function names in a profile.
+const modPath = gatewayModule + "/"
 
 // cpuParts are the rows of the breakdown; nil add is the whole profile.
 // Indented names are within the row above them.

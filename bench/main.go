@@ -2,9 +2,13 @@
 // gateway overhead and a soak, measured side by side, with the tables of
 // BENCHMARKS.md and the plots under bench/plots generated from one run.
 //
-//	go run ./bench              # everything, about 35 minutes on 2 cores
-//	go run ./bench -quick       # a smoke run, < 7 minutes
-//	go run ./bench -only overhead,fleet
+//	go -C bench run .              # everything, about 35 minutes on 2 cores
+//	go -C bench run . -quick       # a smoke run, < 7 minutes
+//	go -C bench run . -only overhead,fleet
+//
+// The harness is a module of its own (bench/go.mod, built against this
+// checkout through a replace directive), so that gonum/plot stays out of
+// the gateway module's dependency graph: run it from bench/, as above.
 //
 // Sections: "quality" (real Caddy processes with each load-balancing
 // policy in front of simulated vLLM engines, over a rate ladder),
@@ -165,10 +169,16 @@ func run(ctx context.Context, args []string) error {
 	return runSections(ctx, env, o, plan, tmp, started)
 }
 
+// gatewayModule is the module the harness measures: the repository root.
+const gatewayModule = "github.com/llmgw/caddy-llmgw"
+
+// runCommand runs the harness from the repository root.
+const runCommand = "go -C bench run ."
+
 // commandLine is how this run was invoked, for the report.
 func commandLine(args []string) string {
 	if len(args) == 0 {
-		return "go run ./bench"
+		return runCommand
 	}
-	return "go run ./bench " + strings.Join(args, " ")
+	return runCommand + " " + strings.Join(args, " ")
 }

@@ -144,7 +144,7 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Benchmarks\n\n")
-	w("Everything below — tables and plots — is produced by one command, from scratch:\n\n```sh\ngo run ./bench\n```\n\n")
+	w("Everything below — tables and plots — is produced by one command, from scratch:\n\n```sh\ngo -C bench run .\n```\n\n")
 	if total > 0 {
 		w("That run took **%s** of wall time.", total.Round(time.Second))
 	}
@@ -155,7 +155,7 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	}
 	w(" Machine: %d × %s, %s, %s (load average at the end of the last section: %s; the machine was shared with other jobs, so absolute speeds are noisy — every comparison below is between configurations measured in the same run, alternating or back to back).\n\n",
 		m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Load)
-	w("`go run ./bench -quick` is a smoke run of every section (< 7 minutes, with a soak of %s); `go run ./bench -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim.go`, driving [`internal/sim/fleetsim`](internal/sim/fleetsim)), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n", every(soakDuration(true)))
+	w("`go -C bench run . -quick` is a smoke run of every section (< 7 minutes, with a soak of %s); `go -C bench run . -only quality|fleet|overhead|soak` re-runs one section and re-renders this file from the results saved under `bench/results/` (not committed). The harness lives in [`bench/`](bench/), a Go module of its own (so that the plotting library stays out of the gateway module's dependencies): load generator (`loadgen.go`), workloads (`workload.go`), Caddy runner (`caddyrun.go`), routing-quality runs (`quality.go`), fleet simulation (`fleetsim.go`, driving [`internal/sim/fleetsim`](internal/sim/fleetsim)), overhead runs (`overhead.go`), the soak (`soak.go`, running [`caddymodule/reliability_soak_test.go`](caddymodule/reliability_soak_test.go)), this report (`report.go`, `plots.go`, `soakreport.go`); every parameter is in `plans.go`.\n\n", every(soakDuration(true)))
 
 	if l.quality != nil || l.scenarios != nil || l.overhead != nil || l.soak != nil {
 		w("## Headline\n\n")

@@ -168,9 +168,9 @@ type SectionFile struct {
 // result (the plain or the -quick one).
 func (f SectionFile) rerun(section string) string {
 	if f.Quick {
-		return "go run ./bench -quick -only " + section
+		return runCommand + " -quick -only " + section
 	}
-	return "go run ./bench -only " + section
+	return runCommand + " -only " + section
 }
 
 func saveSection(env *Env, name string, v any, t0 time.Time) error {

@@ -29,7 +29,7 @@ func realTokenizer(ctx context.Context, root, name string) (string, *localtok.Mo
 	dir := filepath.Join(base, name)
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
 		log.Printf("fetching the real tokenizer files into %s", base)
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "internal", "tokconformance", "fetch-tokenizers.sh"), base)
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "internal", "testutil", "tokconformance", "fetch-tokenizers.sh"), base)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return "", nil, fmt.Errorf("fetching tokenizer %s: %w", name, err)

@@ -310,7 +310,7 @@ func TestSoakReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	env := &Env{Out: dir, Command: "go run ./bench -only soak"}
+	env := &Env{Out: dir, Command: "go -C bench run . -only soak"}
 	res := &SoakResult{Params: SoakParams{Duration: 150 * time.Second, Test: "TestReliabilitySoak", Package: "./caddymodule"}, Command: "go test …", Passed: true, Run: run}
 	if err := saveSection(env, "soak", res, time.Now()); err != nil {
 		t.Fatal(err)
@@ -338,7 +338,7 @@ func TestSoakReport(t *testing.T) {
 		"goroutines +4 and RSS +14.5 MiB over the whole soak",
 		"**Under a 2m30s soak** (mixed load with 3 engine restarts, 1 stream-cut episode and 1 config reload): 1000 requests, 93.0% served, every one ended in a way the injected faults explain",
 		"![soak_ttft](plots/soak_ttft.svg)",
-		"Command: `BENCH_SOAK=2m30s go run ./bench -only soak`",
+		"Command: `BENCH_SOAK=2m30s go -C bench run . -only soak`",
 		"in front of 4 [`vllmsim`](internal/sim/vllmsim) engines (max_num_seqs 16, 5× faster than real time",
 		"with `max_inflight 8` each: 32 slots for 48 clients, so requests park in `llm_admission` (`max_park 10s`, `queue_size 512`, SSE heartbeats every 2 s)",
 		"polls the engines every 500 ms (`poll_interval`); the proxy retries a failed request up to 2 times",
@@ -378,7 +378,7 @@ func TestSoakReport(t *testing.T) {
 	}
 	md = render(l, "plots", nil, time.Minute)
 	for _, want := range []string{
-		"Command: `go run ./bench -quick -only soak`",
+		"Command: `go -C bench run . -quick -only soak`",
 		"in front of 3 [`vllmsim`](internal/sim/vllmsim) engines",
 		"with `max_inflight 20` each: 60 slots for 48 clients, so requests rarely park",
 		"an engine restarts every 6 s (3 restarts), one engine cuts its streams after 5 tokens for 1.3 s every 13.3 s (1 episode), and the config is reloaded every 16 s (1 reload); goroutines and RSS are read every 4 s.",
@@ -388,7 +388,7 @@ func TestSoakReport(t *testing.T) {
 			t.Errorf("quick soak: report lacks %q", want)
 		}
 	}
-	for _, stale := range []string{"45 s", "100 s", "2 minutes", "every 30 s", "4 [`vllmsim`]", "max_inflight 8", "`go run ./bench -only soak`"} {
+	for _, stale := range []string{"45 s", "100 s", "2 minutes", "every 30 s", "4 [`vllmsim`]", "max_inflight 8", "`go -C bench run . -only soak`"} {
 		if strings.Contains(md, stale) {
 			t.Errorf("quick soak: report states %q, the full soak's configuration", stale)
 		}
@@ -513,14 +513,14 @@ func TestReportStatesPlan(t *testing.T) {
 	for _, want := range []string{
 		"with a soak of 1 minute",
 		"on 3 simulated vLLM engines behind a real Caddy",
-		"Command: `go run ./bench -quick -only quality`",
+		"Command: `go -C bench run . -quick -only quality`",
 		"a fresh fleet of 3 [`vllmsim`](internal/sim/vllmsim) engines",
 		"`llm { poll_interval 400ms;",
 		"`reverse_proxy <3 engines> {",
 		fmt.Sprintf("the prefill of its %d shared tokens", spec.SystemTokens),
 		fmt.Sprintf("hashing %d groups onto 3 engines", spec.Groups),
 		"## 3. Fleet simulation: 4 to 16 engines",
-		"Command: `go run ./bench -quick -only fleet`",
+		"Command: `go -C bench run . -quick -only fleet`",
 		"every 100 ms of simulated time",
 		"On 5 shared cores the load generator",
 	} {
