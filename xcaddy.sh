@@ -170,15 +170,27 @@ ensure_llmd_sim() {
 	log "         build it with: internal/testutil/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
 }
 
-# fuzz_one fuzzes one target for $FUZZTIME with one worker, writing to
+# module_of prints the directory of the Go module that holds package
+# directory $1 (./a/b): the nearest one upwards with a go.mod. A nested
+# module's packages (bench/, deploy/manifesttest) are not in the root
+# module, so go must run from the nested module's directory to build them.
+module_of() {
+	local d=$1
+	while [[ ! -f "$d/go.mod" && $d != . ]]; do d=$(dirname "$d"); done
+	printf '%s\n' "$d"
+}
+
+# fuzz_one fuzzes target $2 of package directory $1 for $FUZZTIME with
+# one worker, from the directory of the module that holds it, writing to
 # the lane's log $3. Go 1.26's fuzzing coordinator can fail a target with
 # a bare "context deadline exceeded" as -fuzztime expires while a worker
 # is mid-input (golang/go#75804, fixed in Go 1.27): no input failed then,
 # and none was written. Such a run returns 1 so the caller runs it once
 # more; a second one, or any real failure, dies.
 fuzz_one() {
-	local out="$3.run"
-	if go test -run '^$' -fuzz "^${2}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 1 "$1" >"$out" 2>&1; then
+	local out="$3.run" mod
+	mod=$(module_of "$1")
+	if go -C "$mod" test -run '^$' -fuzz "^${2}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime 5s -parallel 1 ".${1#"$mod"}" >"$out" 2>&1; then
 		cat "$out" >>"$3"
 		return 0
 	fi
@@ -271,6 +283,13 @@ cmd_test() {
 	fi
 	(cd deploy/manifesttest && go vet ./... && LLMGW_CADDY="$caddy_bin" go test -count=1 ./...) ||
 		die "deploy/manifesttest failed"
+	# The benchmark harness, a module of its own so that gonum/plot (its
+	# plots) stays out of the product's graph; ./... above does not enter it.
+	# Its smoke tests build Caddy from this checkout and run every section
+	# of the harness end to end on a tiny plan (minutes).
+	log "bench: go vet, go test -race"
+	(cd bench && go vet ./... && go test -race -timeout 20m -count=1 ./...) ||
+		die "bench failed"
 	# Two lanes side by side, one fuzzing worker each: the same CPU as one
 	# lane of two workers, in half the wall time (fuzzing is bounded by
 	# -fuzztime, not by work).
