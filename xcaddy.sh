@@ -242,6 +242,23 @@ fuzz_lane() {
 	done <"$test_tmp/fuzz-targets"
 }
 
+# test_failed prints the failing output of go test log $1 and dies with
+# $2. A failing package prints everything it wrote, mostly Caddy's JSON
+# logs, which buries the failure: only the other lines are shown, the
+# head and tail of them when there are many.
+test_failed() {
+	local short="$1.short"
+	grep -v '^{"level"' "$1" >"$short" || true
+	if (($(wc -l <"$short") <= 400)); then
+		cat "$short" >&2
+	else
+		head -n 250 "$short" >&2
+		echo "[... $(($(wc -l <"$short") - 400)) lines ...]" >&2
+		tail -n 150 "$short" >&2
+	fi
+	die "$2"
+}
+
 cmd_test() {
 	ensure_test_deps
 	# Global, not local: the EXIT trap runs after this function has returned.
@@ -253,23 +270,25 @@ cmd_test() {
 	log "gofmt"
 	local unformatted; unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
 	[[ -z "$unformatted" ]] || die "not gofmt-formatted: $unformatted"
-	log "go vet"
-	go vet ./...
-	log "go test -race (packages in parallel: each test process picks its own ports)"
-	# A failing package prints everything it wrote, mostly Caddy's JSON logs,
-	# which buries the failure; repeat the non-log lines at the end.
-	if ! go test -race -timeout 20m -count=1 ./... 2>&1 | tee "$test_tmp/go-test.log"; then
-		log "FAILED; the test output without Caddy's JSON log lines:"
-		grep -v '^{"level"' "$test_tmp/go-test.log" >"$test_tmp/go-test.short" || true
-		if (($(wc -l <"$test_tmp/go-test.short") <= 400)); then
-			cat "$test_tmp/go-test.short" >&2
-		else
-			head -n 250 "$test_tmp/go-test.short" >&2
-			echo "[... $(($(wc -l <"$test_tmp/go-test.short") - 400)) lines ...]" >&2
-			tail -n 150 "$test_tmp/go-test.short" >&2
-		fi
-		die "go test failed"
-	fi
+	# -race: vet then reuses the race-instrumented build that go test needs
+	# (one compile of Caddy and everything else instead of two; no file of
+	# the project depends on the race build tag).
+	log "go vet -race"
+	go vet -race ./...
+	(cd bench && go vet -race ./...) || die "go vet failed in bench/"
+	# The benchmark harness is a module of its own so that gonum/plot (its
+	# plots) stays out of the product's graph; ./... does not enter it. Its
+	# smoke tests build Caddy from this checkout and run every section of
+	# the harness end to end on a tiny plan, mostly waiting on the engines'
+	# simulated time: they run alongside the root module's tests.
+	log "go test -race, the root module and bench/ side by side (each test process picks its own ports)"
+	(cd bench && go test -race -timeout 20m -count=1 ./...) >"$test_tmp/bench-test.log" 2>&1 &
+	local bench_pid=$! root_ok=1 bench_ok=1
+	go test -race -timeout 20m -count=1 ./... >"$test_tmp/go-test.log" 2>&1 || root_ok=0
+	wait "$bench_pid" || bench_ok=0
+	cat "$test_tmp/go-test.log" "$test_tmp/bench-test.log" | grep -v '^{"level"' | grep -E '^(ok|FAIL|---|panic)' || true
+	((root_ok)) || test_failed "$test_tmp/go-test.log" "go test failed"
+	((bench_ok)) || test_failed "$test_tmp/bench-test.log" "go test failed in bench/"
 	# The Kubernetes manifest, decoded strictly into the Kubernetes API types
 	# and held to SECURITY.md, in a module of its own so that k8s.io/api stays
 	# out of the product's graph (./... above does not enter it). With a
@@ -283,13 +302,6 @@ cmd_test() {
 	fi
 	(cd deploy/manifesttest && go vet ./... && LLMGW_CADDY="$caddy_bin" go test -count=1 ./...) ||
 		die "deploy/manifesttest failed"
-	# The benchmark harness, a module of its own so that gonum/plot (its
-	# plots) stays out of the product's graph; ./... above does not enter it.
-	# Its smoke tests build Caddy from this checkout and run every section
-	# of the harness end to end on a tiny plan (minutes).
-	log "bench: go vet, go test -race"
-	(cd bench && go vet ./... && go test -race -timeout 20m -count=1 ./...) ||
-		die "bench failed"
 	# Two lanes side by side, one fuzzing worker each: the same CPU as one
 	# lane of two workers, in half the wall time (fuzzing is bounded by
 	# -fuzztime, not by work).
