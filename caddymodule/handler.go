@@ -440,7 +440,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	// result or a completion); what it writes is read here after Ready is
 	// closed or Leave returned, both ordered after it.
 	try := func(pass admission.Pass) bool {
-		rr, fo, ok := h.fleet.ReservePlaced(a.place, h.dials(), lim, pass)
+		rr, fo, ok := h.reserve(a.place, lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
@@ -487,6 +487,19 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	h.reject(w, gate, band, waiter.Position(), "max_park")
 	return a, true
+}
+
+// reserve is one try at admitting the request: on its placement when it
+// has one, else on the engine with the most room (an unplaced request
+// enters the gate without a preferred pass, see enterGate).
+func (h *Admission) reserve(place *fleet.Placement, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+	if place != nil {
+		return place.Reserve(h.dials(), lim, pass)
+	}
+	if pass == admission.PassPreferred {
+		return nil, false, false
+	}
+	return h.fleet.TryReserve(h.dials(), lim)
 }
 
 // enterGate asks the gate for admission; a placed request may go ahead of

@@ -62,7 +62,7 @@ func TestSelectFollowsPlacement(t *testing.T) {
 			hotReq, _ := openai.ParseRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]}`))
 			f.Routed(hotReq, fleet.Decision{}, hot) // the prefix lives on hot
 			place := f.Place(context.Background(), fleet.Query{Request: req, Dials: dials, Settings: s})
-			res, _, ok := f.ReservePlaced(place, dials, fleet.Limits{KV: 0.9}, admission.PassAny)
+			res, _, ok := place.Reserve(dials, fleet.Limits{KV: 0.9}, admission.PassAny)
 			if !ok || place.Engine != hot || res.Engine().Dial() != hot {
 				t.Fatalf("admission placed on %q (reason %q), want %s", place.Engine, place.Reason, hot)
 			}

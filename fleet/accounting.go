@@ -20,13 +20,13 @@ type Limits struct {
 	// PrefillRate is the engines' prefill speed in prompt tokens per
 	// second, for weighing a wait at a request's prefix holder against the
 	// prefill it saves and for how long a long prompt occupies its engine
-	// (see ReservePlaced). 0 means each engine's own rate, derived from its
+	// (see Placement.Reserve). 0 means each engine's own rate, derived from its
 	// counters, else DefaultPrefillRate; a negative value never lets a
 	// request wait at a full holder.
 	PrefillRate float64
 	// LongPrefill is the uncached prompt length, in tokens, above which a
 	// request occupies its engine for its whole prefill (see
-	// ReservePlaced). 0 means DefaultLongPrefill; a negative value
+	// Placement.Reserve). 0 means DefaultLongPrefill; a negative value
 	// disables the rule.
 	LongPrefill int
 	// HonorBreaker counts no room on an engine the routing circuit

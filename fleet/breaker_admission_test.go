@@ -39,7 +39,7 @@ func newAdmitter(t *testing.T, f *Fleet, dials []string, lim Limits) *admitter {
 func (a *admitter) enter(p *Placement) (*admission.Waiter, bool) {
 	a.t.Helper()
 	try := func(pass admission.Pass) bool {
-		r, _, ok := a.f.ReservePlaced(p, a.dials, a.lim, pass)
+		r, _, ok := reservePlaced(a.f, p, a.dials, a.lim, pass)
 		if ok {
 			a.res = append(a.res, r)
 		}
@@ -55,6 +55,18 @@ func (a *admitter) enter(p *Placement) (*admission.Waiter, bool) {
 	default:
 		return w, false
 	}
+}
+
+// reservePlaced is the admission handler's try: p's Reserve, or for a
+// request it did not place (p nil) TryReserve, which has nothing to prefer.
+func reservePlaced(f *Fleet, p *Placement, dials []string, lim Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+	if p != nil {
+		return p.Reserve(dials, lim, pass)
+	}
+	if pass == admission.PassPreferred {
+		return nil, false, false
+	}
+	return f.TryReserve(dials, lim)
 }
 
 // last is the engine the latest reservation counts on, "" before any.

@@ -39,9 +39,9 @@ const (
 // holding any of it hold. It keeps no prompt or token ids: a parked
 // request costs its body and a few words per holder (and, while
 // speculative entries are on, its block keys, one word per block, for
-// [Fleet.Routed]). Each try ([Fleet.ReservePlaced]) weighs it against the loads of
-// that moment. The try runs under the admission gate's lock and writes the
-// outcome fields; read them once the request is admitted.
+// [Fleet.Routed]). Each try ([Placement.Reserve]) weighs it against the
+// loads of that moment. The try runs under the admission gate's lock and
+// writes the outcome fields; read them once the request is admitted.
 type Placement struct {
 	Holder   string       // "" when no candidate holds a block of the prompt
 	Cached   int          // prompt tokens cached at Holder, credited by tier
@@ -66,6 +66,7 @@ type Placement struct {
 	req      routing.Request
 	cost     routing.Config
 	decision Decision
+	f        *Fleet
 }
 
 // Place computes a request's placement among dials (see Placement). It
@@ -80,7 +81,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	tr = releaseTokens(tokens, tr)
 	d.Tokenize = tr
-	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d}
+	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d, f: f}
 	p.cost.SetDefaults()
 	for _, c := range cands {
 		if c.MatchedBlocks <= 0 {
@@ -157,7 +158,7 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 	return Decision{}, false
 }
 
-// ReservePlaced is TryReserve for a placed request (p nil: TryReserve).
+// Reserve is [Fleet.TryReserve] for a placed request.
 // An engine may take the request when it has room as TryReserve counts
 // it, or — when it holds the request's prefix (at least half of the
 // longest match, by its own blocks: predicted ones do not count here) —
@@ -181,13 +182,11 @@ func (p *Placement) Decision(dials []string) (Decision, bool) {
 // Limits.LongPrefill occupies that engine for its expected prefill (see
 // longPrefill): until then the engine has no room for anyone else, and a
 // holder's wait counts at least that long.
-func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
-	if p == nil {
-		if pass == admission.PassPreferred {
-			return nil, false, false
-		}
-		return f.TryReserve(dials, lim)
-	}
+//
+// failOpen says the request was admitted on unknown engine state; ok
+// false that no engine may take it now.
+func (p *Placement) Reserve(dials []string, lim Limits, pass admission.Pass) (res *upstreams.Reservation, failOpen, ok bool) {
+	f := p.f
 	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Occupies = "", "", 0, 0, 0
 	var loads []dialLoad
 	if pass == admission.PassPreferred {
@@ -199,7 +198,7 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 		if pass == admission.PassPreferred {
 			return nil, false, false
 		}
-		res, failOpen, ok := f.TryReserve(dials, lim)
+		res, failOpen, ok = f.TryReserve(dials, lim)
 		if ok && failOpen {
 			p.Reason = ReasonFailOpen
 		}
@@ -216,7 +215,7 @@ func (f *Fleet) ReservePlaced(p *Placement, dials []string, lim Limits, pass adm
 	case p.Holder != "":
 		reason = ReasonMoved
 	}
-	res := p.reserve(loads[i].e, reason, d)
+	res = p.reserve(loads[i].e, reason, d)
 	if p.Occupies = p.longPrefill(loads[i], lim); p.Occupies > 0 {
 		res.Occupy(p.Occupies)
 	}
@@ -279,7 +278,7 @@ func (p *Placement) holdersAmong(dials []string) []string {
 }
 
 // weigh marks which engines of loads may take the request (see
-// ReservePlaced) and reports whether any may.
+// Placement.Reserve) and reports whether any may.
 func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 	alt := -1 // the roomiest engine that is no holder: the cold alternative
 	for i := range loads {

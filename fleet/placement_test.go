@@ -74,7 +74,7 @@ func TestPrefixHitWait(t *testing.T) {
 		if p.Holder != hot {
 			t.Fatalf("%s: holder %q, want %s", tc.name, p.Holder, hot)
 		}
-		res, failOpen, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+		res, failOpen, ok := p.Reserve(dials, lim, admission.PassAny)
 		if !ok || failOpen || res.Engine().Dial() != tc.want || p.Reason != tc.reason {
 			t.Fatalf("%s: ok=%v failOpen=%v engine %v reason %q (wait %v, bound %v), want %s/%s",
 				tc.name, ok, failOpen, res.Engine().Dial(), p.Reason, p.Wait, p.WaitBound, tc.want, tc.reason)
@@ -103,13 +103,13 @@ func TestPlacedHolderFirst(t *testing.T) {
 	text := strings.Repeat("the shared system prompt ", 100)
 	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
 	p := placedOn(t, f, dials, text+" question")
-	res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred)
+	res, _, ok := p.Reserve(dials, lim, admission.PassPreferred)
 	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
 		t.Fatalf("holder with room: ok=%v reason %q", ok, p.Reason)
 	}
 	// The holder is now full (3 running + 1 dispatched) and has no drain
 	// rate: no wait is worth it.
-	if res2, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred); ok {
+	if res2, _, ok := p.Reserve(dials, lim, admission.PassPreferred); ok {
 		t.Fatalf("PassPreferred reserved on %s with the holder full", res2.Engine().Dial())
 	}
 	res.Done()
@@ -152,7 +152,7 @@ func newStarvation(t *testing.T, aging time.Duration) *starvation {
 func (m *starvation) enter(text string) *admission.Waiter {
 	p := placedOn(m.t, m.f, m.dials, text)
 	w, err := m.g.EnterPlaced(admission.Normal, func(pass admission.Pass) bool {
-		res, _, ok := m.f.ReservePlaced(p, m.dials, Limits{KV: 0.9}, pass)
+		res, _, ok := p.Reserve(m.dials, Limits{KV: 0.9}, pass)
 		if ok {
 			m.admitted = append(m.admitted, res)
 		}
@@ -313,7 +313,7 @@ func TestPlacedColdWithoutHolder(t *testing.T) {
 	if p.Holder != "" {
 		t.Fatalf("holder %q for a prompt no engine holds", p.Holder)
 	}
-	res, _, ok := f.ReservePlaced(p, dials, Limits{KV: 0.9}, admission.PassAny)
+	res, _, ok := p.Reserve(dials, Limits{KV: 0.9}, admission.PassAny)
 	if !ok || p.Reason != ReasonCold {
 		t.Fatalf("ok=%v reason %q, want %q", ok, p.Reason, ReasonCold)
 	}
@@ -339,7 +339,7 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 	tryHot := func(step, want, reason string) {
 		t.Helper()
 		p := placedOn(t, f, dials, hot+" and a question")
-		res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+		res, _, ok := p.Reserve(dials, lim, admission.PassAny)
 		if !ok || res.Engine().Dial() != want || p.Reason != reason || p.Occupies != 0 {
 			t.Fatalf("%s: ok=%v engine %v reason %q occupies %v, want %s/%s", step, ok, res.Engine().Dial(), p.Reason, p.Occupies, want, reason)
 		}
@@ -348,7 +348,7 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 	tryHot("before", a, ReasonHit)
 
 	p := placedOn(t, f, []string{a}, long)
-	res, _, ok := f.ReservePlaced(p, []string{a}, lim, admission.PassAny)
+	res, _, ok := p.Reserve([]string{a}, lim, admission.PassAny)
 	if !ok || res.Engine().Dial() != a {
 		t.Fatalf("long prompt: ok=%v engine %v", ok, res.Engine().Dial())
 	}
@@ -369,7 +369,7 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 
 	lim.LongPrefill = -1
 	p = placedOn(t, f, []string{a}, long)
-	res, _, _ = f.ReservePlaced(p, []string{a}, lim, admission.PassAny)
+	res, _, _ = p.Reserve([]string{a}, lim, admission.PassAny)
 	defer res.Done()
 	if p.Occupies != 0 || f.Registry().Ensure(a).Load().Occupied != 0 {
 		t.Fatalf("long_prefill -1: occupies %v", p.Occupies)

@@ -37,7 +37,7 @@ type EngineReport struct {
 	DrainRate  float64   `json:"drain_rate"`
 	// PrefillRate is the engine's prefill speed derived from its counters
 	// (uncached prompt tokens/s; 0 until known); Occupied how much longer
-	// a long prompt's prefill holds it (see ReservePlaced).
+	// a long prompt's prefill holds it (see Placement.Reserve).
 	PrefillRate float64 `json:"prefill_rate"`
 	Occupied    float64 `json:"occupied_seconds"`
 	// StepSeconds is the engine's mean scheduler step (0 until known;
@@ -356,7 +356,7 @@ func (f *Fleet) Explain(ctx context.Context, req *openai.Request, pool string) (
 
 // PlacementReport is a request's placement as POST /llm/explain shows it:
 // the prefix holder admission found, and for a full holder the expected
-// wait there against the most it may be (see ReservePlaced), with the
+// wait there against the most it may be (see Placement.Reserve), with the
 // default limits (kv_limit 0.9, each engine's own prefill rate, long_prefill 16384).
 type PlacementReport struct {
 	Holder       string       `json:"holder,omitempty"`

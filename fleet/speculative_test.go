@@ -211,19 +211,19 @@ func TestPlacedNotWaitingForPrediction(t *testing.T) {
 	if p.Holder != hot {
 		t.Fatalf("holder %q, want the predicted %s", p.Holder, hot)
 	}
-	res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassAny)
+	res, _, ok := p.Reserve(dials, lim, admission.PassAny)
 	if !ok || res.Engine().Dial() != cold || p.Reason != ReasonMoved {
 		t.Fatalf("reserved on %v (ok %v, reason %q, wait %v), want %s: moved, not waiting for a guess",
 			res.Engine().Dial(), ok, p.Reason, p.Wait, cold)
 	}
 	res.Done()
-	if res, _, ok := f.ReservePlaced(p, dials, lim, admission.PassPreferred); ok {
+	if res, _, ok := p.Reserve(dials, lim, admission.PassPreferred); ok {
 		t.Fatalf("PassPreferred reserved on %s: a prediction made it a holder", res.Engine().Dial())
 	}
 
 	scrape(f, hot, upstreams.Gauges{Running: 3}) // room at the predicted engine
 	p = f.Place(context.Background(), query)
-	res, _, ok = f.ReservePlaced(p, dials, lim, admission.PassAny)
+	res, _, ok = p.Reserve(dials, lim, admission.PassAny)
 	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
 		t.Fatalf("with room: reserved on %v (ok %v, reason %q), want %s: the prediction counts", res.Engine().Dial(), ok, p.Reason, hot)
 	}

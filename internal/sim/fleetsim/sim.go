@@ -499,10 +499,11 @@ func (s *fleetSim) query(r *desReq) fleet.Query {
 		Tokens: r.tokens[:r.promptLen]}
 }
 
-// tryPlaced is the handler's try for a placed request: ReservePlaced.
+// tryPlaced is the handler's try for a placed request: the placement's
+// Reserve.
 func (s *fleetSim) tryPlaced(r *desReq) admission.PlacedFunc {
 	return func(pass admission.Pass) bool {
-		res, _, ok := r.gw.f.ReservePlaced(r.place, s.dials, s.limits, pass)
+		res, _, ok := r.place.Reserve(s.dials, s.limits, pass)
 		s.tried(r, res, ok, pass == admission.PassAny)
 		return ok
 	}
