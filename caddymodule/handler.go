@@ -252,7 +252,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 			caddyhttp.SetVar(r.Context(), varPlacement, a.place)
 		}
 		res := a.res
-		fb.onSend = func() { h.fleet.Follow(res, servedBy(r)) }
+		fb.onSend = func() { h.fleet.Proxied(servedBy(r)).Follow(res) }
 		fb.onSent = res.Sent
 		// Released however the proxy ends, panics (http.ErrAbortHandler)
 		// included; the release wakes parked requests.
@@ -322,7 +322,7 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 		if ow.aborted {
 			outcome = errUpstreamAborted
 		}
-		h.fleet.ReportOutcome(servedBy(r), outcome, ow.status)
+		h.fleet.Proxied(servedBy(r)).Outcome(outcome, ow.status)
 	}
 	if ow.aborted && !ow.streaming() {
 		// A non-streaming body cut short: aborting the connection is the

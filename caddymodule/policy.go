@@ -180,10 +180,12 @@ type selectState struct {
 	mu sync.Mutex
 	// req is the request reverse_proxy passes to Select: one clone per
 	// handler invocation, the same across its retries.
-	req    *http.Request
-	tried  map[string]bool // upstreams already picked by this invocation
-	last   string          // the latest pick, "" after a nil pick
-	report bool            // no llm_admission: the policy reports outcomes
+	req   *http.Request
+	tried map[string]bool // upstreams already picked by this invocation
+	// last is the latest pick's attempt, nil after a nil pick or once
+	// its failure was reported.
+	last   *fleet.Attempt
+	report bool // no llm_admission: the policy reports outcomes
 	// body is the request body when the policy read it itself, reinstalled
 	// before every attempt; bodyRead says not to read again.
 	body     []byte
@@ -204,52 +206,55 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	cands, spare := p.candidates(pool, st)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
-	chosen, d := p.choose(r, req, cands, res, place)
+	chosen, pick := p.choose(r, req, cands, res, place)
 	if chosen == nil {
 		// No request to route on, or every candidate excluded (saturated,
 		// KV full): least_conn among what is left rather than nil while
 		// any upstream is available; replicas whose breaker is open come
 		// last. Drained replicas never get new requests.
-		d.Tier = routing.LoadOnly
+		pick.Tier = routing.LoadOnly
 		if chosen = leastConn(cands); chosen == nil {
 			chosen = leastConn(spare)
 		}
 	}
-	for _, u := range cands {
-		if u != chosen {
-			p.fleet.ReleaseProbe(u.Dial) // hand back half-open probes not used
-		}
-	}
 	if chosen == nil {
-		return nil
+		return nil // no candidate: no half-open probe was claimed
 	}
-	decisionSeconds.WithLabelValues(d.Tier.String()).Observe(time.Since(t0).Seconds())
-	prefixDecisions.WithLabelValues(d.Tier.String(), d.Outcome.String()).Inc()
-	spanattr.SetRoute(trace.SpanFromContext(ctx), req, d, chosen.Dial)
-	p.fleet.Routed(req, d, chosen.Dial)
+	decisionSeconds.WithLabelValues(pick.Tier.String()).Observe(time.Since(t0).Seconds())
+	prefixDecisions.WithLabelValues(pick.Tier.String(), pick.Outcome.String()).Inc()
+	spanattr.SetRoute(trace.SpanFromContext(ctx), req, pick.Decision, chosen.Dial)
+	// Commit also hands back the half-open probes of the candidates not
+	// chosen.
+	a := pick.Commit(chosen.Dial)
 	st.mu.Lock()
 	st.tried[chosen.Dial] = true
-	st.last = chosen.Dial
+	st.last = a
 	st.mu.Unlock()
 	if repl != nil {
 		// The status left by an earlier attempt must not be taken for
 		// this one's.
 		repl.Delete(statusPlaceholder)
 	}
-	caddyhttp.SetVar(ctx, "llm.tier", d.Tier.String())
-	if res == nil {
-		// Not gated by llm_admission: count the request here until it ends.
-		res = p.fleet.Dispatch(nil, chosen.Dial)
-		caddyhttp.SetVar(ctx, varReservation, res)
-		context.AfterFunc(ctx, res.Done)
-	} else {
-		p.fleet.Dispatch(res, chosen.Dial)
-	}
+	caddyhttp.SetVar(ctx, "llm.tier", pick.Tier.String())
+	p.dispatch(ctx, a, res)
 	if p.DebugHeaders && w != nil {
 		w.Header().Set("X-LLM-Upstream", chosen.Dial)
-		w.Header().Set("X-LLM-Tier", d.Tier.String())
+		w.Header().Set("X-LLM-Tier", pick.Tier.String())
 	}
 	return chosen
+}
+
+// dispatch counts the request on the attempt's engine: admission's
+// reservation res moves there; a request llm_admission did not gate (res
+// nil) is counted by a reservation of the policy's own until it ends.
+func (p *Policy) dispatch(ctx context.Context, a *fleet.Attempt, res *upstreams.Reservation) {
+	if res != nil {
+		a.Dispatch(res)
+		return
+	}
+	res = a.Dispatch(nil)
+	caddyhttp.SetVar(ctx, varReservation, res)
+	context.AfterFunc(ctx, res.Done)
 }
 
 // attempt returns the request's routing state, starting it on the first
@@ -276,15 +281,15 @@ func (p *Policy) attempt(r *http.Request, repl *caddy.Replacer, report bool) *se
 			p.reportEnd(st, repl)
 		}
 		st.mu.Lock()
-		st.req, st.tried, st.last = r, make(map[string]bool), ""
+		st.req, st.tried, st.last = r, make(map[string]bool), nil
 		st.mu.Unlock()
 	default:
 		st.mu.Lock()
 		last := st.last
-		st.last = ""
+		st.last = nil
 		st.mu.Unlock()
-		if last != "" {
-			p.fleet.Failed(last) // its breaker, its speculative entries
+		if last != nil {
+			last.Failed() // its breaker, its speculative entries
 		}
 	}
 	return st
@@ -319,14 +324,14 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 }
 
 // choose asks the fleet where the request goes among cands; nil when it
-// has no answer (no candidate, no request, or every candidate excluded).
+// has no answer (no candidate, no request, or every candidate excluded),
+// with a pick to commit to whichever upstream the caller chooses instead.
 // A request llm_admission placed goes to the engine its reservation counts
 // on, the decision admission made, while that engine is a candidate (not
 // failed by this request, drained or behind an open breaker since).
-func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, fleet.Decision) {
-	d := fleet.Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
+func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, *fleet.Pick) {
 	if len(cands) == 0 {
-		return nil, d
+		return nil, p.fleet.Unrouted(req, nil)
 	}
 	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: cacheKey(r, p.CacheKeyHeader)}
 	for i, u := range cands {
@@ -336,23 +341,23 @@ func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reversepr
 		q.Own = res.Engine().Dial()
 	}
 	if q.CacheKey == "" && req == nil {
-		return nil, d
+		return nil, p.fleet.Unrouted(req, q.Dials)
 	}
 	if place != nil && q.CacheKey == "" {
-		if pd, ok := place.Decision(q.Dials); ok && q.Dials[pd.Index] == q.Own {
-			prefixShare.Observe(pd.Share) // as for a request the policy routes itself
-			return cands[pd.Index], pd
+		if pick, ok := place.Pick(q.Dials); ok && q.Dials[pick.Index] == q.Own {
+			prefixShare.Observe(pick.Share) // as for a request the policy routes itself
+			return cands[pick.Index], pick
 		}
 	}
-	d = p.fleet.Route(r.Context(), q)
-	observeTokenize(d.Tokenize)
-	if d.Index < 0 {
-		return nil, d
+	pick := p.fleet.Route(r.Context(), q)
+	observeTokenize(pick.Tokenize)
+	if pick.Index < 0 {
+		return nil, pick
 	}
-	if d.Tier != routing.CacheKey {
-		prefixShare.Observe(d.Share)
+	if pick.Tier != routing.CacheKey {
+		prefixShare.Observe(pick.Share)
 	}
-	return cands[d.Index], d
+	return cands[pick.Index], pick
 }
 
 // reportEnd feeds the breaker with the last attempt's result when the
@@ -363,7 +368,7 @@ func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
 	st.mu.Lock()
 	last := st.last
 	st.mu.Unlock()
-	if last == "" || repl == nil {
+	if last == nil || repl == nil {
 		return
 	}
 	v, ok := repl.Get(statusPlaceholder)
@@ -371,7 +376,7 @@ func (p *Policy) reportEnd(st *selectState, repl *caddy.Replacer) {
 	if !ok || !isInt {
 		return
 	}
-	p.fleet.ReportOutcome(last, nil, status)
+	last.Outcome(nil, status)
 }
 
 // request returns the parsed request left by llm_admission, or parses the

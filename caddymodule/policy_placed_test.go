@@ -60,7 +60,7 @@ func TestSelectFollowsPlacement(t *testing.T) {
 				t.Fatal(err)
 			}
 			hotReq, _ := openai.ParseRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]}`))
-			f.Routed(hotReq, fleet.Decision{}, hot) // the prefix lives on hot
+			f.Unrouted(hotReq, nil).Commit(hot) // the prefix lives on hot
 			place := f.Place(context.Background(), fleet.Query{Request: req, Dials: dials, Settings: s})
 			res, _, ok := place.Reserve(dials, fleet.Limits{KV: 0.9}, admission.PassAny)
 			if !ok || place.Engine != hot || res.Engine().Dial() != hot {

@@ -127,7 +127,7 @@ func TestPolicyScaleOut(t *testing.T) {
 			}
 			d := second.Route(context.Background(), fleet.Query{Request: req, Dials: dials, Settings: s})
 			if d.Index < 0 || dials[d.Index] != e.Addr() || d.Tier != routing.Precise || d.Outcome != routing.Hit {
-				t.Errorf("gateway 2, prefix %d: %+v, want %s precise hit", i, d, e.Addr())
+				t.Errorf("gateway 2, prefix %d: %+v, want %s precise hit", i, d.Decision, e.Addr())
 			}
 		}
 	}

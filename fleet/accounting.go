@@ -197,32 +197,3 @@ func (f *Fleet) RetryAfter(dials []string, gate *admission.Gate, band admission.
 	}
 	return admission.RetryAfter(position, rate, time.Second, maxPark)
 }
-
-// Dispatch counts a request routed to dial there and marks it handed to
-// the engine: res, its admission reservation, moves there; without one
-// (no admission in front) a new reservation is made, which the caller ends
-// with Done when the request ends. It returns the reservation now counting
-// the request.
-func (f *Fleet) Dispatch(res *upstreams.Reservation, dial string) *upstreams.Reservation {
-	if res == nil {
-		res = f.registry.Ensure(dial).Reserve()
-	} else {
-		res.Move(f.registry.Ensure(dial))
-	}
-	// The request reaches the engine only now: keep it counted as
-	// dispatched until a scrape whose epoch began after this succeeds,
-	// and once a scrape counts it, its end frees the slot before the next
-	// one.
-	res.Sent()
-	return res
-}
-
-// Follow moves a reservation to the engine the proxy is using for the
-// request, when that is not where it counts (a selection policy other than
-// llm: the engine reserved at admission was only a guess).
-func (f *Fleet) Follow(res *upstreams.Reservation, dial string) {
-	if dial == "" || dial == res.Engine().Dial() {
-		return
-	}
-	res.Move(f.registry.Ensure(dial))
-}

@@ -89,19 +89,19 @@ func TestTryReserve(t *testing.T) {
 func TestDispatchAndFollow(t *testing.T) {
 	f := manualFleet(t, &EngineConfig{Dial: deadDials[0]}, &EngineConfig{Dial: deadDials[1]})
 	res := f.Registry().Ensure(deadDials[0]).Reserve()
-	if got := f.Dispatch(res, deadDials[1]); got != res || res.Engine().Dial() != deadDials[1] {
+	if got := f.Proxied(deadDials[1]).Dispatch(res); got != res || res.Engine().Dial() != deadDials[1] {
 		t.Fatal("Dispatch did not move the admission reservation")
 	}
 	if l := f.Registry().Ensure(deadDials[0]).Load(); l.Inflight != 0 {
 		t.Fatalf("the engine left still counts %d in flight", l.Inflight)
 	}
-	f.Follow(res, deadDials[0])
+	f.Proxied(deadDials[0]).Follow(res)
 	if res.Engine().Dial() != deadDials[0] {
 		t.Fatal("Follow did not move the reservation to the proxy's upstream")
 	}
-	f.Follow(res, "")
+	f.Proxied("").Follow(res)
 	res.Done()
-	own := f.Dispatch(nil, deadDials[1])
+	own := f.Proxied(deadDials[1]).Dispatch(nil)
 	if l := f.Registry().Ensure(deadDials[1]).Load(); l.Inflight != 1 || l.Dispatched != 1 {
 		t.Fatalf("a policy-made reservation counts inflight %d dispatched %d, want 1 and 1", l.Inflight, l.Dispatched)
 	}

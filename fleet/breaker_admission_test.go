@@ -80,7 +80,7 @@ func (a *admitter) last() string {
 // openBreaker opens dial's breaker for an hour.
 func openBreaker(f *Fleet, dial string) {
 	f.SetBreaker(routing.BreakerConfig{Failures: 1, Cooldown: time.Hour})
-	f.Failed(dial)
+	f.Proxied(dial).Failed()
 }
 
 // TestAdmissionHonorsBreaker is the benchmark's bug: an engine whose
@@ -98,7 +98,7 @@ func TestAdmissionHonorsBreaker(t *testing.T) {
 	scrape(f, broken, upstreams.Gauges{})
 	scrape(f, ok, upstreams.Gauges{Running: 1})
 	prefix := strings.Repeat("the shared system prompt ", 480)
-	f.Routed(chatRequest(t, nil, prefix), Decision{}, broken)
+	f.Unrouted(chatRequest(t, nil, prefix), nil).Commit(broken)
 	openBreaker(f, broken)
 
 	llm := newAdmitter(t, f, dials, Limits{KV: 0.9, HonorBreaker: true})
@@ -158,13 +158,13 @@ func TestAdmissionBreakerHalfOpen(t *testing.T) {
 	if !f.Breaker().Allow(probing, time.Now()) {
 		t.Fatal("admission claimed the probe the policy needs")
 	}
-	f.Dispatch(a.res[0], probing)
+	f.Proxied(probing).Dispatch(a.res[0])
 	scrape(f, probing, upstreams.Gauges{Running: 1})
 	a.gate.Kick()
 	if len(a.res) != 1 {
 		t.Fatalf("admitted on %s while the probe is out", a.last())
 	}
-	f.ReportOutcome(probing, nil, 200) // the probe succeeded: closed
+	f.Proxied(probing).Outcome(nil, 200) // the probe succeeded: closed
 	a.gate.Kick()
 	if len(a.res) != 2 || a.last() != probing {
 		t.Fatal("the parked request is not admitted once the breaker closed")
@@ -179,7 +179,7 @@ func TestAdmissionAllBreakersOpen(t *testing.T) {
 	f, _ := clockedFleet(t, &EngineConfig{Dial: deadDials[0], MaxInflight: 4}, &EngineConfig{Dial: deadDials[1], MaxInflight: 4})
 	dials := deadDials[:2]
 	openBreaker(f, deadDials[0])
-	f.Failed(deadDials[1])
+	f.Proxied(deadDials[1]).Failed()
 	lim := Limits{KV: 0.9, HonorBreaker: true}
 	if r, failOpen, ok := f.TryReserve(dials, lim); ok {
 		t.Fatalf("unknown engines, all open: admitted on %v (fail-open %v)", r.Engine().Dial(), failOpen)

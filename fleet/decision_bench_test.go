@@ -147,7 +147,7 @@ func benchDecision(b *testing.B, ss *simSetup, head, tail []byte, tokens []uint6
 		if d.Index < 0 || d.Tokenize.Err != nil || d.Tokenize.Cached {
 			b.Fatalf("decision %+v, tokenize %+v", d.Decision, d.Tokenize)
 		}
-		ss.f.Routed(req, d, ss.dials[d.Index])
+		d.Commit(ss.dials[d.Index])
 		ds = append(ds, time.Since(t0))
 	}
 	reportPercentiles(b, ds)

@@ -40,7 +40,7 @@ type Config struct {
 	TokenizeCacheSize   int           // tokenize cache entries
 	// SpeculativeTTL is how long a prompt routed to an engine with live
 	// KV events counts as held there before its events confirm it (see
-	// Fleet.Routed), from the first time it was routed there: routing it
+	// Pick.Commit), from the first time it was routed there: routing it
 	// there again does not renew it. nil means DefaultSpeculativeTTL, 0
 	// disables.
 	SpeculativeTTL *time.Duration

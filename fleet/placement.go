@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
@@ -36,12 +37,21 @@ const (
 // Placement is where admission means a request to go, computed once when
 // the request arrives: the engine holding the longest prefix of its prompt
 // (by the KV index, else the approximate tree) and what the candidates
-// holding any of it hold. It keeps no prompt or token ids: a parked
+// holding any of it hold. It keeps no prompt or token ids of its own (it
+// points to the parsed request, which the handler keeps anyway): a parked
 // request costs its body and a few words per holder (and, while
 // speculative entries are on, its block keys, one word per block, for
-// [Fleet.Routed]). Each try ([Placement.Reserve]) weighs it against the
+// [Pick.Commit]). Each try ([Placement.Reserve]) weighs it against the
 // loads of that moment. The try runs under the admission gate's lock and
 // writes the outcome fields; read them once the request is admitted.
+//
+// A placement is the start of a request's life when admission gates it:
+//
+//	place := f.Place(ctx, q)                             // nil: f.TryReserve instead
+//	res, failOpen, ok := place.Reserve(dials, lim, pass) // at each try of the gate
+//	pick, ok := place.Pick(candidates)                   // the policy follows admission
+//
+// and the rest of it is the [Pick]'s.
 type Placement struct {
 	Holder   string       // "" when no candidate holds a block of the prompt
 	Cached   int          // prompt tokens cached at Holder, credited by tier
@@ -67,6 +77,7 @@ type Placement struct {
 	cost     routing.Config
 	decision Decision
 	f        *Fleet
+	request  *openai.Request // for the Pick: its Commit teaches the tree the prefix
 }
 
 // Place computes a request's placement among dials (see Placement). It
@@ -81,7 +92,8 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	tr = releaseTokens(tokens, tr)
 	d.Tokenize = tr
-	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d, f: f}
+	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d,
+		f: f, request: q.Request}
 	p.cost.SetDefaults()
 	for _, c := range cands {
 		if c.MatchedBlocks <= 0 {
@@ -140,22 +152,22 @@ func (p *Placement) credit(tier routing.Tier, blocks int) int {
 	return int(float64(blocks*p.req.BlockSize) * trust)
 }
 
-// Decision is the routing decision admission made for the request, for
-// the policy to follow: Index is Engine's place in dials, ok false when
-// the request was not placed on a known engine or Engine is not among
-// dials (it failed, or was drained, since).
-func (p *Placement) Decision(dials []string) (Decision, bool) {
+// Pick is the routing decision admission made for the request, for the
+// policy to follow among the candidates dials: its Index is Engine's place
+// in dials, ok false when the request was not placed on a known engine or
+// Engine is not among dials (it failed, or was drained, since).
+func (p *Placement) Pick(dials []string) (*Pick, bool) {
 	if p == nil || p.Engine == "" {
-		return Decision{}, false
+		return nil, false
 	}
 	for i, d := range dials {
 		if d == p.Engine {
-			out := p.decision
+			out := &Pick{Decision: p.decision, f: p.f, req: p.request, dials: dials}
 			out.Index = i
 			return out, true
 		}
 	}
-	return Decision{}, false
+	return nil, false
 }
 
 // Reserve is [Fleet.TryReserve] for a placed request.

@@ -69,7 +69,7 @@ func TestPrefixHitWait(t *testing.T) {
 		// ~100 tokens: ~7 ms of prefill saved < 0.2 s of wait.
 		{"short prefix goes cold", strings.Repeat("short ", 70), cold, ReasonMoved},
 	} {
-		f.Routed(chatRequest(t, nil, tc.prefix), Decision{}, hot)
+		f.Unrouted(chatRequest(t, nil, tc.prefix), nil).Commit(hot)
 		p := placedOn(t, f, dials, tc.prefix+" and a question of its own")
 		if p.Holder != hot {
 			t.Fatalf("%s: holder %q, want %s", tc.name, p.Holder, hot)
@@ -83,7 +83,7 @@ func TestPrefixHitWait(t *testing.T) {
 		if p.Wait < 190*time.Millisecond || p.Wait > 200*time.Millisecond {
 			t.Errorf("%s: expected wait %v, want 200ms", tc.name, p.Wait)
 		}
-		if d, ok := p.Decision(dials); !ok || dials[d.Index] != tc.want {
+		if d, ok := p.Pick(dials); !ok || dials[d.Index] != tc.want {
 			t.Errorf("%s: the policy is told %v (ok %v), want %s", tc.name, d.Index, ok, tc.want)
 		}
 		res.Done() // no Sent: the hot engine's load is as before
@@ -101,7 +101,7 @@ func TestPlacedHolderFirst(t *testing.T) {
 	scrape(f, hot, upstreams.Gauges{Running: 3})
 	scrape(f, cold, upstreams.Gauges{Running: 0})
 	text := strings.Repeat("the shared system prompt ", 100)
-	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
+	f.Unrouted(chatRequest(t, nil, text), nil).Commit(hot)
 	p := placedOn(t, f, dials, text+" question")
 	res, _, ok := p.Reserve(dials, lim, admission.PassPreferred)
 	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
@@ -142,7 +142,7 @@ func newStarvation(t *testing.T, aging time.Duration) *starvation {
 	m := &starvation{t: t, f: f, clk: clk, g: admission.NewGateClock(admission.Config{Aging: aging}, clk.Now),
 		dials: deadDials[:2], hot: map[string]string{a: strings.Repeat("group a ", 40), b: strings.Repeat("group b ", 40)}}
 	for d, text := range m.hot {
-		f.Routed(chatRequest(t, nil, text), Decision{}, d)
+		f.Unrouted(chatRequest(t, nil, text), nil).Commit(d)
 	}
 	m.scrape()
 	return m
@@ -167,7 +167,7 @@ func (m *starvation) enter(text string) *admission.Waiter {
 // dispatch starts what the gate admitted, as the policy and the engine do.
 func (m *starvation) dispatch() {
 	for _, res := range m.admitted {
-		m.run = append(m.run, starvationReq{m.f.Dispatch(res, res.Engine().Dial()), m.clk.Now().Add(starvationSvc)})
+		m.run = append(m.run, starvationReq{m.f.Proxied(res.Engine().Dial()).Dispatch(res), m.clk.Now().Add(starvationSvc)})
 	}
 	m.admitted = m.admitted[:0]
 }
@@ -279,7 +279,7 @@ func TestExplainShowsWaitBound(t *testing.T) {
 	scrape(f, hot, upstreams.Gauges{Running: 4})
 	scrape(f, cold, upstreams.Gauges{})
 	text := strings.Repeat("the shared system prompt ", 480)
-	f.Routed(chatRequest(t, nil, text), Decision{}, hot)
+	f.Unrouted(chatRequest(t, nil, text), nil).Commit(hot)
 	ex, err := f.Explain(context.Background(), chatRequest(t, nil, text+" a question"), upstreams.DefaultPool)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 	scrape(f, a, upstreams.Gauges{})
 	scrape(f, b, upstreams.Gauges{})
 	hot := strings.Repeat("a hot system prompt ", 20) // ~100 tokens, held by a
-	f.Routed(chatRequest(t, nil, hot), Decision{}, a)
+	f.Unrouted(chatRequest(t, nil, hot), nil).Commit(a)
 	long := strings.Repeat("a long document ", 1000) // ~4,000 uncached tokens
 	lim := Limits{KV: 0.9, LongPrefill: 2000, PrefillRate: 1000}
 

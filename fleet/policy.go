@@ -54,33 +54,6 @@ func (f *Fleet) Breaker() *routing.Breaker {
 	return f.breaker
 }
 
-// ReportOutcome feeds the circuit breaker with the result of a proxied
-// request: transport errors and 5xx count against the replica (Failed).
-func (f *Fleet) ReportOutcome(dial string, err error, status int) {
-	if dial == "" {
-		return
-	}
-	if err != nil || status == 0 || status >= 500 {
-		f.Failed(dial)
-		return
-	}
-	f.Breaker().Success(dial, time.Now())
-}
-
-// Failed reports that a request sent to dial failed (a transport error, a
-// 5xx, a retry elsewhere): it counts against dial's circuit breaker, and
-// dial's speculative entries are dropped at once, since it may never store
-// the blocks they predict. Every one of them, not only the failed
-// request's: a failing engine's other predictions are as doubtful, and a
-// wrong drop costs only until its events arrive.
-func (f *Fleet) Failed(dial string) {
-	if dial == "" {
-		return
-	}
-	f.Breaker().Failure(dial, time.Now())
-	f.index.DropPredictions(dial)
-}
-
 // onRestart closes the breaker of an engine whose scrape shows it
 // restarted. A restart aborts every request the engine was running or
 // queueing at once, easily the breaker's failure count, while the new
@@ -91,14 +64,5 @@ func (f *Fleet) Failed(dial string) {
 func (f *Fleet) onRestart(dial string) {
 	if f.Breaker().Reset(dial, time.Now()) {
 		f.logger.Info("engine restarted: circuit breaker closed", zap.String("engine", dial))
-	}
-}
-
-// ReleaseProbe returns a half-open probe claimed by Allow for a replica
-// that was not picked.
-func (f *Fleet) ReleaseProbe(dial string) {
-	b := f.Breaker()
-	if b.State(dial, time.Now()) == routing.StateHalfOpen {
-		b.Release(dial)
 	}
 }

@@ -49,7 +49,7 @@ func TestReports(t *testing.T) {
 	scrape(f, deadDials[0], upstreams.Gauges{Running: 2, KVUsage: 0.5, BlockSize: 16, NumGPUBlocks: 100})
 	f.SetDrained(deadDials[1], true)
 	f.SetBreaker(routing.BreakerConfig{Failures: 1})
-	f.ReportOutcome(deadDials[1], errors.New("refused"), 0)
+	f.Proxied(deadDials[1]).Outcome(errors.New("refused"), 0)
 	f.NotePoolModel("default", "m")
 	byDial := map[string]EngineReport{}
 	for _, r := range f.EngineReports() {

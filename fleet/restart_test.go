@@ -21,7 +21,7 @@ func TestRestartClosesBreaker(t *testing.T) {
 	old := upstreams.Gauges{Running: 16, Waiting: 4, PromptTokens: 90000, CachedTokens: 30000, PrefillSeconds: 12}
 	scrape(f, dial, old)
 	for range 20 { // one restart aborts everything in flight at once
-		f.ReportOutcome(dial, errors.New("upstream stream ended abruptly"), 200)
+		f.Proxied(dial).Outcome(errors.New("upstream stream ended abruptly"), 200)
 	}
 	if st := f.Breaker().State(dial, time.Now()); st != routing.StateOpen {
 		t.Fatalf("after the aborts the breaker is %s, want open", st)

@@ -68,11 +68,11 @@ type Decision struct {
 	BlockSize int
 	Tokenize  TokenizeResult
 	key       string // the approximate tier's key, once computed
-	// keys are the prompt's block keys at BlockSize, kept for Routed to
+	// keys are the prompt's block keys at BlockSize, kept for routed to
 	// predict while speculative entries are on; nil otherwise.
 	keys []uint64
 	// match is what the index said each engine holds of keys when the
-	// decision was made: Routed predicts only past a run of stored blocks.
+	// decision was made: routed predicts only past a run of stored blocks.
 	match matches
 }
 
@@ -92,9 +92,15 @@ type TokenizeResult struct {
 // Route decides where a request goes: for each candidate the prefix it
 // holds (precise tier from its KV mirror when its events are live and the
 // prompt's tokens are known, approximate tier otherwise) and its load, and
-// routing.Pick decides. It changes nothing: [Fleet.Routed] records the
-// outcome, so the explain API uses Route as is.
-func (f *Fleet) Route(ctx context.Context, q Query) Decision {
+// routing.Pick decides. It changes nothing: the returned [Pick] is the
+// rest of the request's life, and its Commit records the outcome, so the
+// explain API uses Route as is.
+func (f *Fleet) Route(ctx context.Context, q Query) *Pick {
+	return &Pick{Decision: f.route(ctx, q), f: f, req: q.Request, dials: q.Dials}
+}
+
+// route is Route's decision.
+func (f *Fleet) route(ctx context.Context, q Query) Decision {
 	if q.CacheKey != "" && len(q.Dials) > 0 {
 		return Decision{Decision: routing.Decision{
 			Index: routing.Rendezvous(q.CacheKey, q.Dials), Tier: routing.CacheKey, Outcome: routing.Hit}}
@@ -109,30 +115,30 @@ func (f *Fleet) Route(ctx context.Context, q Query) Decision {
 	return d
 }
 
-// Routed records that a request went to dial: the approximate tree learns
-// its prefix there, and when the prompt's tokens were known and dial's KV
+// routed records that a request went to dial ([Pick.Commit]): the
+// approximate tree learns its prefix there, and when the prompt's tokens were known and dial's KV
 // events are live, the index predicts dial holds the prompt's blocks (a
 // speculative entry, see [kvindex.Index.Predict]) until its events confirm
 // them, its TTL (Config.SpeculativeTTL) ends, or a failure there is
-// reported ([Fleet.Failed]), so that the requests sharing the prefix that
+// reported ([Attempt.Failed]), so that the requests sharing the prefix that
 // follow before its events do are routed there too. That holds whatever
 // tier the decision rested on: the first request of a new prefix matched
 // nothing. d is the request's Decision from Route, or the zero Decision
 // when it was not routed on its prompt (every candidate excluded, or no
-// Route at all).
+// Route at all: [Fleet.Unrouted]).
 //
 // When dial's matched run was all stored blocks, only the blocks past it
 // are predicted: Predict would look each block of the run up again only
-// to find it stored and skip it, the larger part of Routed's cost on a
+// to find it stored and skip it, the larger part of routed's cost on a
 // long prompt that an engine already holds. A block of that run that the
 // engine drops while the request waits in admission is thus not
 // predicted; the engine stores it again when it serves the request, and
 // its event says so a prefill later. A run with predicted blocks in it is
-// looked up whole, as a prediction may end before Routed. Predict's bound
+// looked up whole, as a prediction may end before routed. Predict's bound
 // per engine (kvindex.IndexConfig.MaxPredictedPerEngine, 32768 blocks by
 // default) then counts from the run's end rather than the prompt's start:
 // a prompt that long would have its blocks past the bound predicted.
-func (f *Fleet) Routed(req *openai.Request, d Decision, dial string) {
+func (f *Fleet) routed(req *openai.Request, d Decision, dial string) {
 	if req == nil {
 		return
 	}
@@ -261,8 +267,8 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 
 // preciseMatches asks the index what each engine holds of the prompt, and
 // returns the prompt's keys at blockSize when speculative entries are on,
-// for Routed. The Decision keeps them (8 bytes a block, 64 KiB for a
-// 128Ki-token prompt) rather than a pooled buffer: it lives until Routed,
+// for routed. The Decision keeps them (8 bytes a block, 64 KiB for a
+// 128Ki-token prompt) rather than a pooled buffer: it lives until routed,
 // which may come after admission parked the request, so no owner could
 // give the buffer back safely; they are hashed once for Match and Predict.
 // keys, when not nil, are those keys already (from the tokenize cache).

@@ -58,7 +58,7 @@ func TestRoutedCacheKeyPath(t *testing.T) {
 		t.Fatalf("cache-key decision %+v", d.Decision)
 	}
 	dial := deadDials[d.Index]
-	f.Routed(req, d, dial)
+	d.Commit(dial)
 	salted, nsLen := approxKey(req, "")
 	if nsLen == 0 || !holds(f, salted, dial) {
 		t.Errorf("the tree does not hold the request under its salted key (namespace %d bytes)", nsLen)
@@ -79,7 +79,7 @@ func TestRouteApproximate(t *testing.T) {
 	s := DefaultSettings()
 	s.Tokenize = false
 	req := chatRequest(t, nil, string(bytes.Repeat([]byte("a shared system prompt. "), 200)))
-	f.Routed(req, Decision{}, deadDials[2])
+	f.Unrouted(req, nil).Commit(deadDials[2])
 	d := f.Route(context.Background(), Query{Request: req, Dials: deadDials, Settings: s, Explain: true})
 	if d.Index != 2 || d.Tier != routing.Approximate || d.Outcome != routing.Hit {
 		t.Fatalf("decision %+v, want the approximate hit on engine 2", d.Decision)
@@ -99,7 +99,7 @@ func TestRouteExplainMarksUnavailable(t *testing.T) {
 	defer f.Close()
 	f.SetBreaker(routing.BreakerConfig{Failures: 1})
 	f.SetDrained(deadDials[0], true)
-	f.ReportOutcome(deadDials[1], nil, 502)
+	f.Proxied(deadDials[1]).Outcome(nil, 502)
 	s := DefaultSettings()
 	s.Tokenize = false
 	d := f.Route(context.Background(), Query{Request: chatRequest(t, nil, "hello"), Dials: deadDials, Settings: s, Explain: true})
@@ -107,7 +107,7 @@ func TestRouteExplainMarksUnavailable(t *testing.T) {
 	if got[0] != "drained" || got[1] != "breaker_open" || got[2] != "" {
 		t.Fatalf("exclusions %q", got)
 	}
-	f.ReportOutcome(deadDials[2], nil, 200)
+	f.Proxied(deadDials[2]).Outcome(nil, 200)
 	if f.Breaker().State(deadDials[2], time.Now()) != routing.StateClosed {
 		t.Fatal("a 200 opened the breaker")
 	}

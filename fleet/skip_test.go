@@ -17,7 +17,7 @@ func TestPreciseFleetSkipsApproximateMatch(t *testing.T) {
 	s := DefaultSettings()
 	req := chatRequest(t, nil, "a prompt")
 	toks := tokens(1, 256, 1)
-	f.Routed(req, Decision{}, dials[0]) // the tree has something to match
+	f.Unrouted(req, nil).Commit(dials[0]) // the tree has something to match
 	for range 3 {
 		d := f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s, Tokens: toks, Explain: true})
 		for i, c := range d.Scored {
@@ -25,7 +25,7 @@ func TestPreciseFleetSkipsApproximateMatch(t *testing.T) {
 				t.Fatalf("candidate %d on tier %v, want precise", i, c.Tier)
 			}
 		}
-		f.Routed(req, d, dials[d.Index])
+		d.Commit(dials[d.Index])
 	}
 	if n := f.approxMatches.Load(); n != 0 {
 		t.Fatalf("a precise-only fleet walked the approximate tree %d times", n)

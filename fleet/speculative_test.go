@@ -61,8 +61,7 @@ func burst(t *testing.T, f *Fleet, clk *testclock.Clock, dials []string) int {
 		if d.Index < 0 {
 			t.Fatalf("request %d: no pick (%+v)", i, d.Decision)
 		}
-		f.Routed(req, d, dials[d.Index])
-		f.Dispatch(nil, dials[d.Index])
+		d.Commit(dials[d.Index]).Dispatch(nil)
 		used[dials[d.Index]]++
 		clk.Advance(3 * time.Millisecond)
 	}
@@ -105,7 +104,7 @@ func TestSpeculativeNeverStored(t *testing.T) {
 	s := DefaultSettings()
 	req := chatRequest(t, nil, "first")
 	toks := tokens(2, 1024, 0)
-	route := func() Decision {
+	route := func() *Pick {
 		return f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s, Tokens: toks, Explain: true})
 	}
 	first := route()
@@ -113,7 +112,7 @@ func TestSpeculativeNeverStored(t *testing.T) {
 		t.Fatalf("the first request found a holder: %+v", first.Decision)
 	}
 	dial := dials[first.Index]
-	f.Routed(req, first, dial)
+	first.Commit(dial)
 	d := route()
 	if d.Index != first.Index || d.Tier != routing.Precise || d.Outcome != routing.Hit {
 		t.Fatalf("after Routed: %+v, want a precise hit on %s", d.Decision, dial)
@@ -127,13 +126,11 @@ func TestSpeculativeNeverStored(t *testing.T) {
 		t.Fatalf("after the TTL: %+v, want nobody holding the prefix", d.Decision)
 	}
 
-	f.Routed(req, first, dial)
-	f.ReportOutcome(dial, nil, 502)
+	first.Commit(dial).Outcome(nil, 502)
 	if d := route(); d.Outcome != routing.Miss {
 		t.Fatalf("after a failure report: %+v, want nobody holding the prefix", d.Decision)
 	}
-	f.Routed(req, first, dial)
-	f.Failed(dial) // the policy's retry path
+	first.Commit(dial).Failed() // the policy's retry path
 	if d := route(); d.Outcome != routing.Miss {
 		t.Fatalf("after a retry elsewhere: %+v, want nobody holding the prefix", d.Decision)
 	}
@@ -152,14 +149,14 @@ func TestSpeculativeOnlyWhenLive(t *testing.T) {
 	s := DefaultSettings()
 	req := chatRequest(t, nil, "hello")
 	d := f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s, Tokens: tokens(3, 256, 0)})
-	f.Routed(req, d, dials[1])
+	d.Commit(dials[1])
 	s.Tokenize = false
-	f.Routed(req, f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s}), dials[0])
+	f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s}).Commit(dials[0])
 	if st := f.index.PredictionStats(); st.Inserted != 0 {
 		t.Fatalf("predicted: %+v", st)
 	}
-	f.Routed(req, d, dials[0])
-	f.ReportOutcome(dials[0], nil, 200)
+	d.Commit(dials[0])
+	f.Proxied(dials[0]).Outcome(nil, 200)
 	if st := f.index.PredictionStats(); st.Live != 20 {
 		t.Fatalf("after a success: %+v, want the 20 entries", st)
 	}
@@ -202,7 +199,7 @@ func TestPlacedNotWaitingForPrediction(t *testing.T) {
 	toks := tokens(4, 8192, 0)
 	req := chatRequest(t, nil, "first")
 	query := Query{Request: req, Dials: dials, Settings: s, Tokens: toks}
-	f.Routed(req, f.Route(context.Background(), query), hot)
+	f.Route(context.Background(), query).Commit(hot)
 	lim := Limits{KV: 0.9, MaxInflight: 4}
 	drain(f, hot, 50) // 5/s: the wait is ~0.2 s against ~0.8 s of prefill saved
 	scrape(f, hot, upstreams.Gauges{Running: 4})
@@ -238,7 +235,7 @@ func TestPlacedNotWaitingForPrediction(t *testing.T) {
 func TestRoutedPredictsPastStoredRun(t *testing.T) {
 	ss := newSimSetup(t, 2, 2000)
 	ctx := context.Background()
-	route := func() (Decision, routing.Scored) {
+	route := func() (*Pick, routing.Scored) {
 		d := ss.f.Route(ctx, Query{Request: ss.req, Dials: ss.dials, Settings: ss.s, Tokens: ss.tokens, Explain: true})
 		if d.Index < 0 {
 			t.Fatalf("no pick: %+v", d.Decision)
@@ -251,7 +248,7 @@ func TestRoutedPredictsPastStoredRun(t *testing.T) {
 		t.Fatalf("setup: %+v of %d blocks, want a stored run short of the prompt's end", sc, total)
 	}
 	stored, dial := sc.MatchedBlocks, ss.dials[d.Index]
-	ss.f.Routed(ss.req, d, dial)
+	a := d.Commit(dial)
 	if got := ss.f.index.PredictionStats().Inserted; got != uint64(total-stored) {
 		t.Fatalf("Routed predicted %d blocks, want the %d past the stored run", got, total-stored)
 	}
@@ -259,8 +256,8 @@ func TestRoutedPredictsPastStoredRun(t *testing.T) {
 	if again.Index != d.Index || sc.MatchedBlocks != total || sc.SpeculativeBlocks != total-stored {
 		t.Fatalf("after Routed: %s holds %+v, want all %d blocks, %d of them predicted", ss.dials[again.Index], sc, total, total-stored)
 	}
-	ss.f.ReportOutcome(dial, nil, 502) // drops dial's predictions
-	ss.f.Routed(ss.req, again, dial)
+	a.Outcome(nil, 502) // drops dial's predictions
+	again.Commit(dial)
 	if got := ss.f.index.PredictionStats().Inserted; got != 2*uint64(total-stored) {
 		t.Fatalf("Routed with a partly predicted run: %d blocks predicted in all, want %d", got, 2*(total-stored))
 	}

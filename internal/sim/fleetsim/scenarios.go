@@ -95,7 +95,7 @@ func (s *fleetSim) fail(r *desReq) {
 	if r.res != nil {
 		r.res.Done()
 		if s.p.Policy == PolicyLLM {
-			r.gw.f.Failed(r.eng.name)
+			r.attempt.Failed()
 		}
 	}
 	s.res.Failed++
@@ -106,6 +106,7 @@ func (s *fleetSim) fail(r *desReq) {
 // hold the request's waiter, so the request itself lingers.
 func (r *desReq) drop() {
 	r.tokens, r.hashes, r.blocks, r.res, r.place, r.waiter, r.text = nil, nil, nil, nil, nil, nil, nil
+	r.attempt = nil
 }
 
 // promptText renders a prompt's token ids as a completion request's text

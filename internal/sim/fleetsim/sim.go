@@ -1,6 +1,6 @@
 // Package fleetsim drives the gateway's own core — a real fleet.Fleet:
 // admission's TryReserve, Route's candidate gathering and routing.Pick,
-// Routed, Dispatch and the registry's accounting, a real kvindex.Index fed
+// the Pick's Commit, the Attempt's Dispatch and the registry's accounting, a real kvindex.Index fed
 // vLLM KV-event batches through kvindex.Feed — against a discrete-event
 // model of N engines, to see how hit rate, TTFT and the gateway's CPU and
 // memory behave at fleet sizes one machine cannot run as processes.
@@ -295,6 +295,7 @@ type desReq struct {
 	gw        *gateway               // the gateway it reached (nil: none)
 	res       *upstreams.Reservation // the gateway's accounting of it
 	place     *fleet.Placement       // admission's placement (llm only)
+	attempt   *fleet.Attempt         // its dispatch to eng
 	placeNs   float64                // host time of Place
 	waiter    *admission.Waiter
 }
@@ -581,6 +582,7 @@ func (s *fleetSim) materialize(r *desReq) {
 // hands it to the engine; the fleet moves its reservation there.
 func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 	var idx int
+	var a *fleet.Attempt // nil: a policy of Caddy's own chose, not the fleet
 	switch s.p.Policy {
 	case PolicyRoundRobin:
 		idx = r.gw.rr % len(s.engines)
@@ -589,7 +591,7 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 		idx = s.leastConn(r.gw)
 	default:
 		var err error
-		if idx, err = s.route(r, res); err != nil {
+		if idx, a, err = s.route(r, res); err != nil {
 			return err
 		}
 	}
@@ -598,7 +600,11 @@ func (s *fleetSim) dispatch(r *desReq, res *upstreams.Reservation) error {
 		s.burstSeen[r.burst] = append(s.burstSeen[r.burst], idx)
 		s.res.BurstEngines[r.burst]++
 	}
-	r.res = r.gw.f.Dispatch(res, e.name)
+	if a == nil {
+		a = r.gw.f.Proxied(e.name)
+	}
+	r.attempt = a
+	r.res = a.Dispatch(res)
 	s.send(r, idx)
 	return nil
 }
@@ -617,32 +623,32 @@ func (s *fleetSim) send(r *desReq, idx int) {
 // route is lb_policy llm on r's gateway: the engine admission placed the
 // request on, else the fleet's Route on the prompt's tokens (the admission reservation
 // left out of its engine's load), least_conn when every candidate is
-// excluded, and Routed to record the pick.
-func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, error) {
+// excluded, and the pick committed to record it.
+func (s *fleetSim) route(r *desReq, res *upstreams.Reservation) (int, *fleet.Attempt, error) {
 	gw := r.gw
 	q := s.query(r)
 	q.Own = res.Engine().Dial()
-	d, placed := r.place.Decision(s.dials)
+	pick, placed := r.place.Pick(s.dials)
 	ns := r.placeNs
 	if !placed {
 		t0 := time.Now()
-		d = gw.f.Route(context.Background(), q)
+		pick = gw.f.Route(context.Background(), q)
 		ns += float64(time.Since(t0).Nanoseconds())
 	}
 	s.res.DecisionNs = append(s.res.DecisionNs, ns)
-	idx, tier := d.Index, d.Tier
+	idx, tier := pick.Index, pick.Tier
 	if idx < 0 {
 		idx, tier = s.leastConn(gw), routing.LoadOnly
 	}
-	s.res.Outcomes[tier.String()+"/"+d.Outcome.String()]++
-	gw.f.Routed(q.Request, d, s.dials[idx])
+	s.res.Outcomes[tier.String()+"/"+pick.Outcome.String()]++
+	a := pick.Commit(s.dials[idx])
 	if s.p.Decided != nil {
-		err := s.p.Decided(Decided{Fleet: gw.f, Gateway: gw.idx, Query: q, Reservation: res, Decision: d, Placement: r.place, Chosen: s.dials[idx]})
+		err := s.p.Decided(Decided{Fleet: gw.f, Gateway: gw.idx, Query: q, Reservation: res, Decision: pick.Decision, Placement: r.place, Chosen: s.dials[idx]})
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return idx, nil
+	return idx, a, nil
 }
 
 // leastConn is Caddy's least_conn on gateway gw: the engine with the
