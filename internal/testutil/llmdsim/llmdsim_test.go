@@ -20,13 +20,13 @@ import (
 	"github.com/llmgw/caddy-llmgw/kvindex/zmqsub"
 )
 
-// TestEvents starts a real llm-d-inference-sim, subscribes to its KV
+// TestLLMDSimEvents starts a real llm-d-inference-sim, subscribes to its KV
 // events with the gateway's own ZMTP subscriber (bound: the simulator
 // connects), sends it two chats that share a prefix, and checks the two
 // BlockStored batches as kvindex decodes them, in both wire formats: the
 // tokens are /tokenize's, the hashes llm-d-kv-cache's, the first event has
 // no parent and the second chains from the first's last shared block.
-func TestEvents(t *testing.T) {
+func TestLLMDSimEvents(t *testing.T) {
 	for _, format := range []struct {
 		name string
 		maps bool
@@ -96,10 +96,10 @@ func TestEvents(t *testing.T) {
 	}
 }
 
-// TestEndpoints checks what the gateway reads from the simulator besides
+// TestLLMDSimEndpoints checks what the gateway reads from the simulator besides
 // events: /tokenize in both forms, /v1/models, and /metrics, whose prefix
 // cache counter lacks vLLM's _total suffix.
-func TestEndpoints(t *testing.T) {
+func TestLLMDSimEndpoints(t *testing.T) {
 	e := llmdsim.Start(t, llmdsim.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
