@@ -36,9 +36,28 @@ type Config struct {
 	// extra key on every block, and its BlockStored events carry lora_name
 	// and lora_id (1-based in this order). Names must be non-empty and
 	// distinct from Model and from each other. There is no adapter weight:
-	// output is the same as the base model's for the same prompt, and there
-	// is no --max-loras limit on adapters in one batch.
+	// output is the same as the base model's for the same prompt.
 	LoRAModules []string
+	// MaxLoRAs is vLLM's --max-loras: the most distinct adapters one step's
+	// batch may hold. As in vLLM's scheduler, a waiting adapter request
+	// whose adapter is not in the batch is skipped for the step (requests
+	// behind it may go first) while the batch already holds MaxLoRAs
+	// adapters; base-model requests are never held back. It is also the
+	// number of GPU adapter slots (see LoRALoadTime) and the max_lora label
+	// of vllm:lora_requests_info. 0 means the number of LoRAModules (at
+	// least 1), so that adapters never wait for a slot unless a test asks
+	// for it; vLLM's own default is 1. Range 1..1024.
+	MaxLoRAs int
+	// LoRALoadTime is the simulated time to load one adapter into a GPU
+	// slot. The engine keeps an LRU of the MaxLoRAs adapters loaded most
+	// recently, empty at start; a step whose batch needs an adapter that is
+	// not loaded loads it (evicting the least recently used one) and takes
+	// LoRALoadTime longer per adapter loaded, so the TTFT of its requests
+	// shows adapter swaps. vLLM loads from disk into a CPU cache of
+	// --max-cpu-loras adapters (default: max_loras) and copies into GPU
+	// slots; with that default both LRUs miss together, so one LRU models
+	// both. 0 (the default): loading is free.
+	LoRALoadTime time.Duration
 	// Tokenizer, when set, renders and tokenizes prompts with a real
 	// model's tokenizer and chat template (cmd/vllmsim -tokenizer <dir>),
 	// through the gateway's own localtok package, instead of the word
@@ -80,6 +99,7 @@ const (
 	defaultHWM          = 100000
 	defaultMaxTokensVal = 16
 	maxLoRAModules      = 1 << 10
+	maxLoRASlots        = 1 << 10
 )
 
 // withDefaults returns a copy of c with defaults filled in, or an error when
@@ -137,21 +157,14 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.TimeScale > 0 && !math.IsInf(c.TimeScale, 0) && !math.IsNaN(c.TimeScale), "time_scale %v must be positive", c.TimeScale)
 	check(c.DPRank >= 0, "dp rank %d must not be negative", c.DPRank)
 	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
-	// A copy: the engine keeps it, and Config() hands it out.
+	// Copies: the engine keeps them, and Config() hands them out.
 	c.LoRAModules = slices.Clone(c.LoRAModules)
-	check(len(c.LoRAModules) <= maxLoRAModules, "%d lora modules, at most %d", len(c.LoRAModules), maxLoRAModules)
-	seen := make(map[string]bool, len(c.LoRAModules))
-	for _, name := range c.LoRAModules {
-		switch {
-		case name == "":
-			errs = append(errs, errors.New("lora module name is empty"))
-		case name == c.Model:
-			errs = append(errs, fmt.Errorf("lora module %q has the name of the base model", name))
-		case seen[name]:
-			errs = append(errs, fmt.Errorf("lora module %q is listed twice", name))
-		}
-		seen[name] = true
+	errs = append(errs, c.checkNames()...)
+	if c.MaxLoRAs == 0 {
+		c.MaxLoRAs = max(1, len(c.LoRAModules))
 	}
+	check(c.MaxLoRAs >= 1 && c.MaxLoRAs <= maxLoRASlots, "max_loras %d out of range 1..%d", c.MaxLoRAs, maxLoRASlots)
+	check(c.LoRALoadTime >= 0, "lora_load_time %v must not be negative", c.LoRALoadTime)
 	if c.KVEvents != nil {
 		kv := *c.KVEvents
 		if kv.BufferSteps == 0 {
@@ -169,6 +182,37 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("vllmsim: invalid config: %w", errors.Join(errs...))
 	}
 	return c, nil
+}
+
+// checkNames checks the names a request may give as its model: Model and
+// the adapters must all differ, as the engine could not tell
+// which one a request means.
+func (c *Config) checkNames() []error {
+	var errs []error
+	if len(c.LoRAModules) > maxLoRAModules {
+		errs = append(errs, fmt.Errorf("%d lora modules, at most %d", len(c.LoRAModules), maxLoRAModules))
+	}
+	seen := make(map[string]string, 1+len(c.LoRAModules))
+	const base = "base model"
+	seen[c.Model] = base
+	add := func(kind, name string) {
+		switch prev, dup := seen[name]; {
+		case name == "":
+			errs = append(errs, fmt.Errorf("%s name is empty", kind))
+		case dup && prev == kind:
+			errs = append(errs, fmt.Errorf("%s %q is listed twice", kind, name))
+		case dup && prev == base:
+			errs = append(errs, fmt.Errorf("%s %q has the name of the base model", kind, name))
+		case dup:
+			errs = append(errs, fmt.Errorf("%s %q has the name of a %s", kind, name, prev))
+		default:
+			seen[name] = kind
+		}
+	}
+	for _, name := range c.LoRAModules {
+		add("lora module", name)
+	}
+	return errs
 }
 
 // scaled converts a simulated duration to wall time.

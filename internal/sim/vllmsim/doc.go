@@ -13,7 +13,8 @@
 //   - Running requests (at most MaxNumSeqs) are scheduled first, then the FIFO
 //     waiting queue. A waiting request is admitted only when the KV blocks its
 //     whole prompt needs (after prefix-cache hits) are free or evictable; the
-//     head of the queue blocks the others (no skipping), as in vLLM.
+//     head of the queue blocks the others (no skipping, save for --max-loras
+//     below), as in vLLM.
 //   - Admission looks up the prompt's block hashes in the prefix cache; the
 //     longest cached prefix is reused (never the whole prompt: the last token
 //     is always recomputed, as vLLM does) and counted in
@@ -46,8 +47,16 @@
 // ([name, cache_salt] on block 0 when a salt is given), so it shares cached
 // blocks only with requests for the same adapter; its BlockStored events
 // carry lora_name, lora_id (1-based in Config order) and those extra_keys.
-// Adapters have no weights: they generate what the base model would, take no
-// extra time, and are not limited by a --max-loras.
+// Adapters have no weights: they generate what the base model would.
+//
+// Config.MaxLoRAs is vLLM's --max-loras: a step's batch holds at most that
+// many distinct adapters. A waiting adapter request that would exceed it is
+// skipped for the step and keeps its place in the queue, while requests
+// behind it (base-model requests, requests for adapters in the batch) may
+// go first, as in vLLM's scheduler. The engine keeps the MaxLoRAs most
+// recently used adapters loaded (an LRU, empty at start); a step that needs
+// one that is not loaded takes Config.LoRALoadTime longer per adapter it
+// loads, so adapter swaps show in time to first token.
 //
 // # Time
 //

@@ -94,6 +94,9 @@ type Stats struct {
 	KVMessagesDropped  uint64  `json:"kv_messages_dropped"` // subscriber queues full (HWM)
 	Restarts           int     `json:"restarts"`
 	Steps              uint64  `json:"steps"` // scheduler steps completed since the last restart
+	// LoRALoads counts adapters loaded into a GPU slot (each costs
+	// Config.LoRALoadTime).
+	LoRALoads uint64 `json:"lora_loads"`
 }
 
 // Engine is one simulated vLLM engine (one DP rank): an HTTP server, a
@@ -114,6 +117,7 @@ type Engine struct {
 	hitBuf   []int32
 	events   []kvEvent
 	pool     *blockPool
+	slots    *loraSlots      // --max-loras: the planned batch's adapters and the loaded ones
 	hasher   *kvindex.Hasher // scheduler's, for generated blocks
 	enc      *eventEncoder
 	pub      *publisher
@@ -175,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		return h
 	}
 	e.pool = newBlockPool(cfg.NumGPUBlocks, e.onEvict)
+	e.slots = newLoRASlots(cfg.MaxLoRAs, len(cfg.LoRAModules))
 
 	host, _, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
@@ -358,6 +363,7 @@ func (e *Engine) Stats() Stats {
 		EventsPublished:    e.ctr.events,
 		Restarts:           e.restarts,
 		Steps:              e.ctr.steps,
+		LoRALoads:          e.ctr.loraLoads,
 	}
 }
 
@@ -405,6 +411,7 @@ func (e *Engine) Restart() error {
 	clear(e.events)
 	e.events = e.events[:0]
 	e.pool.reset()
+	e.slots.reset()
 	e.ctr = newCounters()
 	e.shownRunning, e.shownWaiting = 0, 0
 	old := e.pub

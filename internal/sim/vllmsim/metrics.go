@@ -87,11 +87,10 @@ func (e *Engine) metricsText() []byte {
 		// engine; its value is the time of the last update. A new series
 		// appears in vLLM for every new label set and the old ones stay; the
 		// simulator shows only the current one. max_lora is vLLM's
-		// --max-loras; the simulator has no such limit, so it is the number
-		// of adapters.
+		// --max-loras.
 		const info = "vllm:lora_requests_info"
 		b.WriteString("# HELP " + info + " Running stats on lora requests.\n# TYPE " + info + " gauge\n")
-		b.WriteString(info + `{max_lora="` + strconv.Itoa(len(e.cfg.LoRAModules)) + `",waiting_lora_adapters="` + labelValue(waitingLoRAs) +
+		b.WriteString(info + `{max_lora="` + strconv.Itoa(e.cfg.MaxLoRAs) + `",waiting_lora_adapters="` + labelValue(waitingLoRAs) +
 			`",running_lora_adapters="` + labelValue(runningLoRAs) + `"} ` + pyFloat(float64(time.Now().UnixNano())/1e9) + "\n")
 	}
 

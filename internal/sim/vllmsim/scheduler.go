@@ -73,6 +73,7 @@ type counters struct {
 	batches        uint64
 	steps          uint64
 	events         uint64
+	loraLoads      uint64
 	ttft           histogram
 	itl            histogram // inter_token_latency_seconds: simulated time between a request's output tokens
 	prefillTime    histogram // request_prefill_time_seconds, observed when a request finishes
@@ -211,7 +212,6 @@ func (e *Engine) run() {
 // false when nothing could be scheduled.
 func (e *Engine) scheduleLocked() (time.Duration, bool) {
 	cfg := &e.cfg
-	bs := cfg.BlockSize
 	budget := cfg.MaxNumBatchedTokens
 	prefill := 0
 	e.step = e.step[:0]
@@ -267,9 +267,40 @@ func (e *Engine) scheduleLocked() (time.Duration, bool) {
 		e.step = append(e.step, r)
 	}
 
-	// Then admit from the waiting queue, in order.
+	prefill = e.admitLocked(prefill, budget)
+	if len(e.step) == 0 {
+		return 0, false
+	}
+	dur := cfg.DecodeStepTime + time.Duration(float64(prefill)/cfg.PrefillTokensPerSec*float64(time.Second))
+	// The worker loads the batch's missing adapters before the forward
+	// pass, one after the other.
+	if loads := e.slots.load(); loads > 0 {
+		e.ctr.loraLoads += uint64(loads)
+		dur += time.Duration(loads) * cfg.LoRALoadTime
+	}
+	return dur, true
+}
+
+// admitLocked admits waiting requests into the step being planned, in
+// order, and returns the step's prefill tokens. The queue's head waits for
+// KV blocks and holds back those behind it, as in vLLM; a request whose
+// adapter would exceed MaxLoRAs is skipped instead, keeping its place for
+// the next step, as vLLM's scheduler does.
+func (e *Engine) admitLocked(prefill, budget int) int {
+	cfg := &e.cfg
+	bs := cfg.BlockSize
+	e.slots.begin(e.step)
+	queue, skipped := e.waiting, 0
 	for len(e.waiting) > 0 && len(e.running) < cfg.MaxNumSeqs && budget > 0 {
 		r := e.waiting[0]
+		if !e.slots.admits(r.loraID) {
+			// Skipped requests are compacted at the front of the queue's
+			// array, in order, and put back at its head below.
+			queue[skipped] = r
+			skipped++
+			e.waiting = e.waiting[1:]
+			continue
+		}
 		maxHit := min(len(r.hashes), (len(r.tokens)-1)/bs)
 		e.hitBuf = e.pool.lookup(e.hitBuf[:0], r.hashes[:maxHit])
 		hits := e.hitBuf
@@ -291,9 +322,9 @@ func (e *Engine) scheduleLocked() (time.Duration, bool) {
 			r.cached = r.numComputed
 			r.mu.Unlock()
 		}
-		e.waiting[0] = nil
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, r)
+		e.slots.add(r.loraID)
 
 		n := min(len(r.tokens)-r.numComputed, budget)
 		prefill += n
@@ -302,10 +333,13 @@ func (e *Engine) scheduleLocked() (time.Duration, bool) {
 		e.storeBlocksLocked(r, r.numComputed+n)
 		e.step = append(e.step, r)
 	}
-	if len(e.step) == 0 {
-		return 0, false
-	}
-	return cfg.DecodeStepTime + time.Duration(float64(prefill)/cfg.PrefillTokensPerSec*float64(time.Second)), true
+	// queue[:skipped] are the skipped requests and queue[skipped:popped]
+	// the admitted ones' stale slots; e.waiting is queue[popped:].
+	popped := len(queue) - len(e.waiting)
+	copy(queue[popped-skipped:popped], queue[:skipped])
+	clear(queue[:popped-skipped])
+	e.waiting = queue[popped-skipped:]
+	return prefill
 }
 
 // storeBlocksLocked caches the request's blocks that are full once upto
