@@ -58,6 +58,12 @@ type Config struct {
 	// slots; with that default both LRUs miss together, so one LRU models
 	// both. 0 (the default): loading is free.
 	LoRALoadTime time.Duration
+	// ModelAliases are more names for the base model, as the names after
+	// the first of vLLM's --served-model-name (Model is the first): each is
+	// listed in /v1/models and accepted in requests, and responses report
+	// Model, as vLLM reports its first served name. Names must be non-empty
+	// and distinct from Model, the adapters and each other.
+	ModelAliases []string
 	// Tokenizer, when set, renders and tokenizes prompts with a real
 	// model's tokenizer and chat template (cmd/vllmsim -tokenizer <dir>),
 	// through the gateway's own localtok package, instead of the word
@@ -100,6 +106,7 @@ const (
 	defaultMaxTokensVal = 16
 	maxLoRAModules      = 1 << 10
 	maxLoRASlots        = 1 << 10
+	maxModelAliases     = 1 << 10
 )
 
 // withDefaults returns a copy of c with defaults filled in, or an error when
@@ -159,6 +166,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
 	// Copies: the engine keeps them, and Config() hands them out.
 	c.LoRAModules = slices.Clone(c.LoRAModules)
+	c.ModelAliases = slices.Clone(c.ModelAliases)
 	errs = append(errs, c.checkNames()...)
 	if c.MaxLoRAs == 0 {
 		c.MaxLoRAs = max(1, len(c.LoRAModules))
@@ -184,15 +192,18 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// checkNames checks the names a request may give as its model: Model and
-// the adapters must all differ, as the engine could not tell
+// checkNames checks the names a request may give as its model: Model, the
+// aliases and the adapters must all differ, as the engine could not tell
 // which one a request means.
 func (c *Config) checkNames() []error {
 	var errs []error
 	if len(c.LoRAModules) > maxLoRAModules {
 		errs = append(errs, fmt.Errorf("%d lora modules, at most %d", len(c.LoRAModules), maxLoRAModules))
 	}
-	seen := make(map[string]string, 1+len(c.LoRAModules))
+	if len(c.ModelAliases) > maxModelAliases {
+		errs = append(errs, fmt.Errorf("%d model aliases, at most %d", len(c.ModelAliases), maxModelAliases))
+	}
+	seen := make(map[string]string, 1+len(c.ModelAliases)+len(c.LoRAModules))
 	const base = "base model"
 	seen[c.Model] = base
 	add := func(kind, name string) {
@@ -208,6 +219,9 @@ func (c *Config) checkNames() []error {
 		default:
 			seen[name] = kind
 		}
+	}
+	for _, name := range c.ModelAliases {
+		add("model alias", name)
 	}
 	for _, name := range c.LoRAModules {
 		add("lora module", name)

@@ -58,6 +58,10 @@
 // one that is not loaded takes Config.LoRALoadTime longer per adapter it
 // loads, so adapter swaps show in time to first token.
 //
+// Config.ModelAliases are more names of the base model (the names after the
+// first of vLLM's --served-model-name): accepted in requests and listed in
+// /v1/models, while responses report Config.Model.
+//
 // # Time
 //
 // Every simulated duration is divided by Config.TimeScale before the engine

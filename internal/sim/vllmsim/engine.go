@@ -108,7 +108,8 @@ type Engine struct {
 	hashers  sync.Pool // *kvindex.Hasher for handlers
 	pubEP    endpoint
 	replayEP *endpoint
-	loraIDs  map[string]int // adapter name → lora_id, 1-based in Config order; read-only after Start
+	loraIDs  map[string]int  // adapter name → lora_id, 1-based in Config order; read-only after Start
+	aliases  map[string]bool // Config.ModelAliases; read-only after Start
 
 	mu       sync.Mutex
 	waiting  []*simRequest
@@ -174,6 +175,10 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		ctr:    newCounters(),
 	}
 	e.loraIDs = loraIDs(cfg.LoRAModules)
+	e.aliases = make(map[string]bool, len(cfg.ModelAliases))
+	for _, name := range cfg.ModelAliases {
+		e.aliases[name] = true
+	}
 	e.hashers.New = func() any {
 		h, _ := kvindex.NewHasher(cfg.HashSeed, cfg.BlockSize)
 		return h

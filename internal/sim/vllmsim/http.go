@@ -226,7 +226,7 @@ func (e *Engine) realTokens(req *genRequest, chat bool) ([]uint64, error) {
 // servedModel is what a request's "model" names: the base model or one of
 // its LoRA adapters.
 type servedModel struct {
-	name   string // echoed in responses: the requested name, the base model's when none was given
+	name   string // echoed in responses: the adapter's name, or Model for the base model under any of its names
 	lora   string // adapter name, "" for the base model
 	loraID int    // vLLM's lora_int_id, 0 for the base model
 }
@@ -234,7 +234,8 @@ type servedModel struct {
 // lookupModel maps a request's "model" to a served model; false when the
 // engine does not serve that name.
 func (e *Engine) lookupModel(model string) (servedModel, bool) {
-	if model == "" || model == e.cfg.Model {
+	if model == "" || model == e.cfg.Model || e.aliases[model] {
+		// vLLM answers with its first served name whichever one was asked.
 		return servedModel{name: e.cfg.Model}, true
 	}
 	if id, ok := e.loraIDs[model]; ok {
@@ -642,9 +643,13 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 		Permission  []any   `json:"permission"`
 	}
 	now := time.Now().Unix()
-	data := make([]model, 0, 1+len(e.cfg.LoRAModules))
-	data = append(data, model{ID: e.cfg.Model, Object: "model", Created: now, OwnedBy: "vllm",
-		Root: e.cfg.Model, MaxModelLen: &e.cfg.MaxModelLen, Permission: []any{}})
+	data := make([]model, 0, 1+len(e.cfg.ModelAliases)+len(e.cfg.LoRAModules))
+	// Every served name of the base model has a card, in order, with the
+	// model's path (here the first name) as root.
+	for _, name := range append([]string{e.cfg.Model}, e.cfg.ModelAliases...) {
+		data = append(data, model{ID: name, Object: "model", Created: now, OwnedBy: "vllm",
+			Root: e.cfg.Model, MaxModelLen: &e.cfg.MaxModelLen, Permission: []any{}})
+	}
 	// vLLM lists adapters after the base model, with the adapter's path as
 	// root, the base model as parent and no max_model_len.
 	for _, name := range e.cfg.LoRAModules {
