@@ -60,7 +60,9 @@
 //
 // Config.ModelAliases are more names of the base model (the names after the
 // first of vLLM's --served-model-name): accepted in requests and listed in
-// /v1/models, while responses report Config.Model.
+// /v1/models, while responses report Config.Model. RequestsByModel counts
+// the generation requests the engine received by the model they named,
+// unknown names included, so that tests can check a gateway's routing.
 //
 // # Time
 //

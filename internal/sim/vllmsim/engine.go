@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -146,7 +147,8 @@ type Engine struct {
 
 	connMu   sync.Mutex
 	conns    map[net.Conn]struct{}
-	accepted uint64 // HTTP connections accepted, ever; guarded by connMu
+	accepted uint64         // HTTP connections accepted, ever; guarded by connMu
+	byModel  map[string]int // RequestsByModel; guarded by connMu
 	handlers sync.WaitGroup
 	stopping bool
 }
@@ -167,12 +169,13 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("vllmsim: %w", err)
 	}
 	e := &Engine{
-		cfg:    cfg,
-		hasher: hasher,
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		conns:  make(map[net.Conn]struct{}),
-		ctr:    newCounters(),
+		cfg:     cfg,
+		hasher:  hasher,
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		conns:   make(map[net.Conn]struct{}),
+		byModel: make(map[string]int),
+		ctr:     newCounters(),
 	}
 	e.loraIDs = loraIDs(cfg.LoRAModules)
 	e.aliases = make(map[string]bool, len(cfg.ModelAliases))
@@ -490,6 +493,47 @@ func (e *Engine) Accepted() uint64 {
 	e.connMu.Lock()
 	defer e.connMu.Unlock()
 	return e.accepted
+}
+
+// OtherModels is the RequestsByModel key that counts the requests for
+// names it does not keep: beyond maxCountedModels distinct names, or longer
+// than maxCountedName bytes.
+const OtherModels = "<other>"
+
+const (
+	maxCountedModels = 1024
+	maxCountedName   = 256
+)
+
+// RequestsByModel returns how many completion and chat requests the engine
+// has received since Start, by the "model" their JSON body named ("" for
+// none), whether it serves that model or not (it answers unknown names
+// 404). It is test and bench instrumentation, not a vLLM metric: with
+// Serves, a gateway test checks that no request reached an engine that does
+// not serve its model. Restart does not reset it.
+func (e *Engine) RequestsByModel() map[string]int {
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	return maps.Clone(e.byModel)
+}
+
+// Serves reports whether the engine accepts model as a request's "model":
+// the base model under any of its names (or "", which means the base
+// model), or one of its adapters.
+func (e *Engine) Serves(model string) bool {
+	_, ok := e.lookupModel(model)
+	return ok
+}
+
+// countRequest counts a request for RequestsByModel, keeping the map
+// bounded whatever names clients send.
+func (e *Engine) countRequest(model string) {
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	if _, ok := e.byModel[model]; !ok && (len(model) > maxCountedName || len(e.byModel) >= maxCountedModels) {
+		model = OtherModels
+	}
+	e.byModel[model]++
 }
 
 // closeConns drops every client connection, as a dying process would.

@@ -36,6 +36,9 @@ func (e *Engine) routes() http.Handler {
 	mux.HandleFunc("POST /sim/faults", e.handleSetFaults)
 	mux.HandleFunc("POST /sim/restart", e.handleRestart)
 	mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, e.Stats()) })
+	mux.HandleFunc("GET /sim/requests_by_model", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, e.RequestsByModel())
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e.enterHandler() {
 			writeError(w, http.StatusServiceUnavailable, "engine is shutting down")
@@ -275,6 +278,7 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeReqError(w, err)
 		return
 	}
+	e.countRequest(req.Model)
 	model, ok := e.resolveModel(w, req.Model)
 	if !ok {
 		return

@@ -2,6 +2,8 @@ package vllmsim
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -114,5 +116,86 @@ func TestUnknownModelIs404(t *testing.T) {
 		if st != http.StatusNotFound || string(out) != want {
 			t.Errorf("%s model %q: %d %s\nwant 404 %s", tc.url, tc.model, st, out, want)
 		}
+	}
+}
+
+// TestRequestsByModel counts what reached the engine, served or not.
+func TestRequestsByModel(t *testing.T) {
+	e := startEngine(t, Config{Model: "m", ModelAliases: []string{"m-v1"}, LoRAModules: []string{"sql"}, TimeScale: 100})
+	c := newClient(t)
+	send := []struct {
+		url, model string
+		status     int
+	}{
+		{"/v1/completions", "m", 200},
+		{"/v1/completions", "m", 200},
+		{"/v1/chat/completions", "m-v1", 200},
+		{"/v1/completions", "sql", 200},
+		{"/v1/completions", "", 200},
+		{"/v1/completions", "other", 404},
+		{"/v1/chat/completions", "other", 404},
+		{"/tokenize", "m", 200}, // not a generation request
+	}
+	for _, s := range send {
+		body := map[string]any{"prompt": "x", "max_tokens": 1}
+		if s.url == "/v1/chat/completions" {
+			body = map[string]any{"messages": []any{map[string]any{"role": "user", "content": "x"}}, "max_tokens": 1}
+		}
+		if s.model != "" {
+			body["model"] = s.model
+		}
+		if st, out := postJSON(t, c, e.URL()+s.url, body); st != s.status {
+			t.Fatalf("%s %q: %d %s", s.url, s.model, st, out)
+		}
+	}
+	// A body that is not JSON names no model.
+	if resp, err := c.Post(e.URL()+"/v1/completions", "application/json", strings.NewReader("{")); err == nil {
+		resp.Body.Close()
+	}
+	want := map[string]int{"m": 2, "m-v1": 1, "sql": 1, "": 1, "other": 2}
+	got := e.RequestsByModel()
+	if !maps.Equal(got, want) {
+		t.Errorf("RequestsByModel %v, want %v", got, want)
+	}
+	got["m"] = 100 // a copy
+	for model, n := range e.RequestsByModel() {
+		if served := e.Serves(model); served == (model == "other") {
+			t.Errorf("Serves(%q) = %v", model, served)
+		} else if model == "m" && n != 2 {
+			t.Errorf("RequestsByModel shares its map")
+		}
+	}
+	// Over HTTP, for a simulator in another process.
+	resp, err := c.Get(e.URL() + "/sim/requests_by_model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var remote map[string]int
+	err = json.NewDecoder(resp.Body).Decode(&remote)
+	resp.Body.Close()
+	if err != nil || !maps.Equal(remote, want) {
+		t.Errorf("/sim/requests_by_model %v (%v), want %v", remote, err, want)
+	}
+	// A restart is a new simulated process, not a new test: counts stay.
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.RequestsByModel(); !maps.Equal(got, want) {
+		t.Errorf("after restart: %v", got)
+	}
+}
+
+// TestRequestsByModelBounded: whatever names clients send, the map stays
+// small; the rest count under OtherModels.
+func TestRequestsByModelBounded(t *testing.T) {
+	e := startEngine(t, Config{TimeScale: 100})
+	e.countRequest(strings.Repeat("x", maxCountedName+1))
+	for i := range maxCountedModels + 10 {
+		e.countRequest(fmt.Sprintf("name-%d", i))
+	}
+	e.countRequest("name-0") // a name already kept still counts as itself
+	got := e.RequestsByModel()
+	if len(got) != maxCountedModels || got[OtherModels] != 12 || got["name-0"] != 2 {
+		t.Errorf("%d names, %d under %s, name-0 %d", len(got), got[OtherModels], OtherModels, got["name-0"])
 	}
 }
