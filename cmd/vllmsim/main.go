@@ -6,8 +6,11 @@
 //
 // Rank r listens on port+r, publishes on tcp://*:kv-port+r and answers
 // replay on tcp://*:replay-port+r, as vLLM offsets DP ranks. -lora-modules a,b
-// serves LoRA adapters "a" and "b" on top of -model. It prints one line per
-// engine and stops cleanly on SIGINT or SIGTERM.
+// serves LoRA adapters "a" and "b" on top of -model, at most -max-loras of
+// them in one batch, each load into a GPU slot taking -lora-load-time.
+// -served-model-name m,m-v1 serves the base model as "m" and "m-v1"
+// (responses say "m"), overriding -model. It prints one line per engine and
+// stops cleanly on SIGINT or SIGTERM.
 package main
 
 import (
@@ -67,7 +70,10 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		legacy      = fs.Bool("legacy-replay", false, "replay replies without the topic frame (before vLLM #45177)")
 		seed        = fs.String("seed", "0", "PYTHONHASHSEED used for block hashes")
 		topic       = fs.String("topic", "", "KV-event topic")
+		served      = fs.String("served-model-name", "", "comma-separated names of the base model, the first reported in responses (vLLM's --served-model-name); overrides -model")
 		loras       = fs.String("lora-modules", "", "comma-separated LoRA adapter names served on top of -model (vLLM's --lora-modules, without paths)")
+		maxLoRAs    = fs.Int("max-loras", 0, "most distinct LoRA adapters in one batch, and GPU adapter slots (vLLM's --max-loras; 0 = one per adapter, vLLM's default is 1)")
+		loraLoad    = fs.Duration("lora-load-time", 0, "simulated time to load an adapter into a GPU slot")
 		tokDir      = fs.String("tokenizer", "", "a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json): tokenize with that model's vocabulary and chat template instead of the word tokenizer")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +89,10 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		Model: *model, Addr: net.JoinHostPort(*host, strconv.Itoa(*port)),
 		MaxNumSeqs: *maxSeqs, NumGPUBlocks: *blocks, BlockSize: *blockSize, MaxModelLen: *maxLen,
 		PrefillTokensPerSec: *prefillTPS, DecodeStepTime: *decodeStep, TimeScale: *timeScale, HashSeed: *seed,
-		LoRAModules: splitList(*loras),
+		LoRAModules: splitList(*loras), MaxLoRAs: *maxLoRAs, LoRALoadTime: *loraLoad,
+	}
+	if names := splitList(*served); len(names) > 0 {
+		cfg.Model, cfg.ModelAliases = names[0], names[1:]
 	}
 	if *tokDir != "" {
 		var err error
@@ -107,8 +116,9 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		return err
 	}
 	for i, e := range engines {
-		fmt.Fprintf(out, "engine %d url=%s kv=%s replay=%s model=%s lora=%s\n", i, e.URL(), orNone(e.KVEndpoint()), orNone(e.ReplayEndpoint()), *model,
-			orNone(strings.Join(e.Config().LoRAModules, ",")))
+		ec := e.Config()
+		fmt.Fprintf(out, "engine %d url=%s kv=%s replay=%s model=%s lora=%s\n", i, e.URL(), orNone(e.KVEndpoint()), orNone(e.ReplayEndpoint()),
+			strings.Join(append([]string{ec.Model}, ec.ModelAliases...), ","), orNone(strings.Join(ec.LoRAModules, ",")))
 	}
 	if started != nil {
 		started <- engines

@@ -87,6 +87,13 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"-port", "0", "-model", "m", "-lora-modules", "a,m"},
 		{"-port", "0", "-lora-modules", "a,a"},
 		{"-port", "0", "-lora-modules", "a,,b"},
+		{"-port", "0", "-max-loras", "-1"},
+		{"-port", "0", "-max-loras", "1025"},
+		{"-port", "0", "-lora-load-time", "-1s"},
+		{"-port", "0", "-lora-load-time", "soon"},
+		{"-port", "0", "-served-model-name", "a,a"},
+		{"-port", "0", "-served-model-name", "a,,b"},
+		{"-port", "0", "-served-model-name", "m,sql", "-lora-modules", "sql"},
 	} {
 		var out bytes.Buffer
 		if err := serve(context.Background(), args, &out, nil); err == nil {
@@ -131,6 +138,59 @@ func TestServeLoRAModules(t *testing.T) {
 		if resp.StatusCode != status {
 			t.Errorf("model %s: status %d, want %d", model, resp.StatusCode, status)
 		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestServeModelNamesAndLoRASlots(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	started := make(chan []*vllmsim.Engine, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"-port", "0", "-time-scale", "50", "-model", "/models/m", "-served-model-name", "m,m-v1",
+			"-lora-modules", "sql,chat", "-max-loras", "1", "-lora-load-time", "20ms"}, &out, started)
+	}()
+	var engines []*vllmsim.Engine
+	select {
+	case engines = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("fleet did not start")
+	}
+	cfg := engines[0].Config()
+	if cfg.Model != "m" || len(cfg.ModelAliases) != 1 || cfg.ModelAliases[0] != "m-v1" || cfg.MaxLoRAs != 1 || cfg.LoRALoadTime != 20*time.Millisecond {
+		t.Errorf("config: model %q aliases %q max_loras %d lora_load_time %v", cfg.Model, cfg.ModelAliases, cfg.MaxLoRAs, cfg.LoRALoadTime)
+	}
+	if !strings.Contains(out.String(), "model=m,m-v1 lora=sql,chat") {
+		t.Errorf("output %q", out.String())
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for model, status := range map[string]int{"m": 200, "m-v1": 200, "sql": 200, "/models/m": 404} {
+		resp, err := client.Post(engines[0].URL()+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != status {
+			t.Errorf("model %s: status %d, want %d", model, resp.StatusCode, status)
+		}
+	}
+	if got := engines[0].Stats().LoRALoads; got != 1 {
+		t.Errorf("%d adapter loads, want 1", got)
 	}
 	cancel()
 	select {
