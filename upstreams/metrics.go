@@ -29,6 +29,9 @@ const (
 
 	// The step time's histogram (optional: see histogramTotals).
 	metricITL = "vllm:inter_token_latency_seconds"
+
+	// The LoRA adapters with requests in flight (optional: see loraState).
+	metricLoRA = "vllm:lora_requests_info"
 )
 
 // wantedFamilies are the names filterExposition keeps, as they appear on
@@ -40,7 +43,7 @@ var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, me
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
 	noTotal(metricPromptTokens), noTotal(metricPrefixHits), noTotal(metricPrefixHitsOld),
 	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
-	metricITL, metricITL + "_sum", metricITL + "_count"}
+	metricITL, metricITL + "_sum", metricITL + "_count", metricLoRA}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
 var errMissingSeries = errors.New("missing series")
@@ -67,6 +70,9 @@ type gauges struct {
 	// HasStep.
 	ITLSeconds, ITLCount float64
 	HasStep              bool
+
+	// LoRA is vllm:lora_requests_info's newest series; optional.
+	LoRA LoRAState
 }
 
 // filterExposition copies into dst only the sample, HELP and TYPE lines of the
@@ -183,6 +189,7 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 	prefillCounters(fams, &g)
 	itl := histogramTotals(fams, metricITL)
 	g.ITLSeconds, g.ITLCount, g.HasStep = itl.sum, itl.count, itl.sumOK && itl.countOK
+	g.LoRA = loraState(fams[metricLoRA])
 	return g, nil
 }
 

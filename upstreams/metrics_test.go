@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -115,7 +116,7 @@ func TestParseGauges(t *testing.T) {
 				t.Fatalf("KVUsage = %v, want %v", got.KVUsage, tc.want.KVUsage)
 			}
 			got.KVUsage = tc.want.KVUsage
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})

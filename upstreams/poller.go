@@ -222,6 +222,9 @@ type Gauges struct {
 	// 0 when unknown: counters that do not move yield no rate. A NaN,
 	// infinite or negative value makes the scrape count as without them.
 	PromptTokens, CachedTokens, PrefillSeconds float64
+	// LoRA is the engine's LoRA state ([Engine.LoRA]); leave it zero when
+	// unknown. Its lists are kept, not copied.
+	LoRA LoRAState
 }
 
 // StartScrape begins a scrape made by the caller instead of a poller: the
@@ -236,7 +239,8 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 		restarted := e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
 			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1,
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
-			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds)}, nil, e.reg.options())
+			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
+			LoRA:       g.LoRA}, nil, e.reg.options())
 		if restarted {
 			e.reg.restarted(e.dial)
 		}
