@@ -26,6 +26,18 @@ type EngineConfig struct {
 	// "http://<Dial>/tokenize". This package does not call it itself; it is
 	// carried for the policy, which passes it to [Tokenizer.Tokenize].
 	TokenizeURL string
+	// ModelsURL is the engine's OpenAI model list, fetched every
+	// [Options.ModelsInterval] to learn what it serves ([Engine.Models]).
+	// Default: /v1/models on the MetricsURL's scheme, host and path prefix
+	// (the path before a trailing "/metrics"), without its query; it is
+	// fetched with Header, like the metrics.
+	ModelsURL string
+	// Models are the model names the engine serves, for when it does not
+	// tell: they are used while no fetch of ModelsURL has succeeded (the
+	// engine answers it 404, or has not answered yet). Names the engine
+	// lists win, being what it actually answers to. A change applies in
+	// place. Default: none.
+	Models []string
 	// MaxInflight is the admission limit on running+waiting+dispatched
 	// requests. 0 means "unknown": [Engine.Free] then imposes no request-count
 	// limit and admission relies on the KV-usage limit only.
@@ -56,6 +68,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	if c.TokenizeURL == "" {
 		c.TokenizeURL = "http://" + c.Dial + "/tokenize"
 	}
+	if c.ModelsURL == "" {
+		c.ModelsURL = defaultModelsURL(c.MetricsURL)
+	}
 	if c.Pool == "" {
 		c.Pool = DefaultPool
 	}
@@ -75,8 +90,11 @@ func (c EngineConfig) Validate() error {
 	if c.MaxInflight < 0 {
 		return fmt.Errorf("engine %s: negative max_inflight %d", c.Dial, c.MaxInflight)
 	}
+	if err := validateModelNames(c.Models); err != nil {
+		return fmt.Errorf("engine %s: %w", c.Dial, err)
+	}
 	d := c.withDefaults()
-	for _, u := range []string{d.MetricsURL, d.TokenizeURL} {
+	for _, u := range []string{d.MetricsURL, d.TokenizeURL, d.ModelsURL} {
 		pu, err := url.Parse(u)
 		if err != nil {
 			return fmt.Errorf("engine %s: bad URL: %w", c.Dial, err)
@@ -88,9 +106,29 @@ func (c EngineConfig) Validate() error {
 	return nil
 }
 
+// validateModelNames checks configured model names: non-empty, without
+// surrounding blanks, each once, within the bounds of a discovered list.
+func validateModelNames(names []string) error {
+	if len(names) > maxServedModels {
+		return fmt.Errorf("%d models, at most %d", len(names), maxServedModels)
+	}
+	for i, n := range names {
+		switch {
+		case n == "" || strings.TrimSpace(n) != n:
+			return fmt.Errorf("model name %q is empty or has surrounding blanks", n)
+		case len(n) > maxModelIDLength:
+			return fmt.Errorf("model name of %d bytes, at most %d", len(n), maxModelIDLength)
+		case slices.Contains(names[:i], n):
+			return fmt.Errorf("model %q is listed twice", n)
+		}
+	}
+	return nil
+}
+
 // clone deep-copies the reference fields so callers cannot mutate our copy.
 func (c EngineConfig) clone() EngineConfig {
 	c.Header = c.Header.Clone()
+	c.Models = slices.Clone(c.Models)
 	if c.Attrs != nil {
 		c.Attrs = maps.Clone(c.Attrs)
 	}
@@ -98,9 +136,10 @@ func (c EngineConfig) clone() EngineConfig {
 }
 
 // needsRestart reports whether moving from a to b must restart the engine's
-// poller and worker. MaxInflight and Static are read live and need no restart.
+// poller and worker. MaxInflight, Models and Static are read live and need
+// no restart.
 func needsRestart(a, b EngineConfig) bool {
-	return a.MetricsURL != b.MetricsURL || a.TokenizeURL != b.TokenizeURL ||
+	return a.MetricsURL != b.MetricsURL || a.TokenizeURL != b.TokenizeURL || a.ModelsURL != b.ModelsURL ||
 		a.Pool != b.Pool || !headersEqual(a.Header, b.Header) || !maps.Equal(a.Attrs, b.Attrs)
 }
 
@@ -126,6 +165,17 @@ type Options struct {
 	// PollTimeout bounds one scrape (connect, headers and body); default
 	// PollInterval clamped to [1s, 10s].
 	PollTimeout time.Duration
+	// ModelsInterval is the time between fetches of one engine's
+	// /v1/models ([EngineConfig.ModelsURL]). What an engine serves changes
+	// only when it restarts or loads an adapter, so this is much slower
+	// than PollInterval; a poller also fetches at its first successful
+	// scrape, after a scrape shows the engine restarted or recovered from
+	// staleness, and, after a failed fetch, sooner (from PollInterval,
+	// doubling). Fetches follow successful scrapes only: an engine whose
+	// metrics cannot be read is not asked. A negative value turns
+	// discovery off (the configured [EngineConfig.Models] only). A change
+	// applies from each engine's next fetch. Default: 30s.
+	ModelsInterval time.Duration
 	// StaleAfter is the number of consecutive failed polls after which an
 	// engine's gauges are considered stale (unknown); default 3.
 	StaleAfter int
@@ -178,6 +228,7 @@ type Options struct {
 // Option defaults.
 const (
 	DefaultPollInterval    = 2 * time.Second
+	DefaultModelsInterval  = 30 * time.Second
 	DefaultStaleAfter      = 3
 	DefaultMaxMetricsBytes = 4 << 20
 	DefaultIdleTTL         = 10 * time.Minute
@@ -189,6 +240,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PollTimeout <= 0 {
 		o.PollTimeout = min(max(o.PollInterval, time.Second), 10*time.Second)
+	}
+	if o.ModelsInterval == 0 {
+		o.ModelsInterval = DefaultModelsInterval
 	}
 	if o.StaleAfter <= 0 {
 		o.StaleAfter = DefaultStaleAfter

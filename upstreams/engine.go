@@ -62,6 +62,8 @@ type Engine struct {
 	// steps derives StepTime, and from it the scrape lead, from the
 	// scraped inter-token latency.
 	steps stepEstimator
+	// models is what the engine's /v1/models said.
+	models modelsState
 
 	// run is the poller/worker handle; guarded by reg.mu.
 	run *runHandle

@@ -2,6 +2,7 @@ package upstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -113,8 +114,12 @@ func (e *Engine) leadLocked() time.Duration {
 // restarted poller) waits that long. A new engine's first scrape is taken
 // at once, its gauges being unknown until then, and begins no epoch: what
 // was sent before it stays dispatched through it.
+//
+// After a successful scrape it fetches the engine's /v1/models when due
+// (see fetchModelsIfDue).
 func (e *Engine) pollLoop(ctx context.Context) {
 	var buf, scratch []byte
+	var models modelsSchedule
 	due, epoch := time.Now(), uint64(0)
 	for first := true; ; first = false {
 		if !first || !e.isNew() {
@@ -124,7 +129,7 @@ func (e *Engine) pollLoop(ctx context.Context) {
 			}
 		}
 		start := time.Now()
-		e.scrapeSince(ctx, epoch, &buf, &scratch)
+		e.fetchModelsIfDue(ctx, &models, e.scrapeSince(ctx, epoch, &buf, &scratch))
 		if cap(buf) > maxRetainedBuf {
 			buf = nil
 		}
@@ -171,7 +176,7 @@ func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, 
 
 // scrapeSince runs one scrape and records its result; its gauges count the
 // reservations sent before startEpoch began.
-func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratch *[]byte) {
+func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratch *[]byte) scrapeResult {
 	o := e.reg.options()
 	e.mu.Lock()
 	url, header := e.cfg.MetricsURL, e.cfg.Header
@@ -179,12 +184,61 @@ func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratc
 
 	g, err := scrape(ctx, o, url, header, buf, scratch)
 	if err != nil && ctx.Err() != nil {
-		return // stopping, not an engine failure
+		return scrapeResult{} // stopping, not an engine failure
 	}
-	if e.record(startEpoch, g, err, o) {
+	res := e.record(startEpoch, g, err, o)
+	if res.restarted {
 		e.reg.restarted(e.dial)
 	}
 	e.reg.notify(e.dial)
+	return res
+}
+
+// modelsSchedule is when a poller next fetches its engine's /v1/models.
+type modelsSchedule struct {
+	due     time.Time     // on the registry's clock; zero: at the next successful scrape
+	backoff time.Duration // after failed fetches: the last retry delay
+}
+
+// fetchModelsIfDue fetches the engine's /v1/models after a successful
+// scrape when the schedule says so, or at once when the scrape found the
+// engine restarted or back from staleness: a new process may serve other
+// models. The schedule runs on the registry's clock (Options.Now).
+func (e *Engine) fetchModelsIfDue(ctx context.Context, s *modelsSchedule, res scrapeResult) {
+	o := e.reg.options()
+	if !res.ok || o.ModelsInterval < 0 {
+		return
+	}
+	now := e.reg.now()
+	if !s.due.IsZero() && now.Before(s.due) && !res.restarted && !res.recovered {
+		return
+	}
+	e.mu.Lock()
+	url, header := e.cfg.ModelsURL, e.cfg.Header
+	e.mu.Unlock()
+	list, err := fetchModels(ctx, o, url, header)
+	if err != nil && ctx.Err() != nil {
+		return // stopping
+	}
+	e.recordModels(list, err, o)
+	s.due = now.Add(s.next(err, o))
+}
+
+// next is the delay until the fetch after one that ended with err: the
+// interval after a success, ten intervals when the engine does not serve
+// /v1/models, and after a failure PollInterval doubling per failure up to
+// the interval.
+func (s *modelsSchedule) next(err error, o *Options) time.Duration {
+	switch {
+	case err == nil:
+		s.backoff = 0
+		return o.ModelsInterval
+	case errors.Is(err, errModelsUnavailable):
+		s.backoff = 0
+		return modelsUnavailableFactor * o.ModelsInterval
+	}
+	s.backoff = min(max(2*s.backoff, o.PollInterval), o.ModelsInterval)
+	return s.backoff
 }
 
 // markEpoch begins the next scrape's epoch: reservations sent from now on
@@ -236,12 +290,12 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 	startEpoch := e.newEpochLocked()
 	e.mu.Unlock()
 	return func(g Gauges) {
-		restarted := e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
+		res := e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
 			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1,
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
 			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
 			LoRA:       g.LoRA}, nil, e.reg.options())
-		if restarted {
+		if res.restarted {
 			e.reg.restarted(e.dial)
 		}
 		e.reg.notify(e.dial)
@@ -251,10 +305,19 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 // usableCounter: a cumulative counter value the prefill rate can use.
 func usableCounter(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // NaN fails v >= 0
 
+// scrapeResult is what record made of a scrape.
+type scrapeResult struct {
+	ok bool // the scrape succeeded
+	// restarted: the engine restarted since the previous successful
+	// scrape (its cumulative counters went down).
+	restarted bool
+	// recovered: the engine was stale before this scrape.
+	recovered bool
+}
+
 // record applies a scrape result: gauges, failure counting, staleness and
-// the self-check. It reports whether the scrape shows the engine restarted
-// since the previous one: its cumulative counters went down.
-func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (restarted bool) {
+// the self-check.
+func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res scrapeResult) {
 	log := o.Logger.With(zap.String("engine", e.dial))
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -262,8 +325,9 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 	e.checked = true
 	if err == nil {
 		e.g = g
+		res.ok = true
 		if g.HasPrefill {
-			restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
 		}
 		if g.HasStep {
 			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, e.reg.now())
@@ -271,6 +335,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		e.scraped = true
 		e.scrapedAt = e.reg.now()
 		wasStale, wasDegraded := e.stale, e.degraded
+		res.recovered = wasStale
 		e.failures, e.stale, e.degraded, e.lastErr = 0, false, false, ""
 		if startEpoch > e.dropBelow {
 			e.dropBelow = startEpoch
@@ -287,7 +352,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		if wasDegraded {
 			log.Info("engine metrics self-check now passes")
 		}
-		return restarted
+		return res
 	}
 	e.failures++
 	e.lastErr = err.Error()
@@ -303,7 +368,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 	} else {
 		log.Debug("engine metrics poll failed", zap.Int("failures", e.failures), zap.Error(err))
 	}
-	return false
+	return res
 }
 
 // scrape fetches and parses one /metrics page within o.PollTimeout and

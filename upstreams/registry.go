@@ -227,6 +227,11 @@ func (r *Registry) Apply(cfgs []EngineConfig, opts Options) {
 			// an engine restart shows as counters going down.
 			rs.e.prefill = prefillEstimator{}
 		}
+		if rs.e.cfg.ModelsURL != rs.cfg.ModelsURL {
+			// Likewise another model list may be another engine's: the
+			// new poller learns it at its first successful scrape.
+			rs.e.models = modelsState{}
+		}
 		rs.e.cfg = rs.cfg
 		rs.e.checked = false // re-run the self-check against the new config
 		rs.e.mu.Unlock()
@@ -297,6 +302,27 @@ func (r *Registry) Engines() []*Engine {
 	out := make([]*Engine, 0, len(r.engines))
 	for _, e := range r.engines {
 		out = append(out, e)
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Engine) int { return strings.Compare(a.dial, b.dial) })
+	return out
+}
+
+// Serving returns the engines that serve model — a base model's or a LoRA
+// adapter's id — by what each engine's /v1/models last listed, else its
+// configured names (see [Engine.Models]), sorted by dial address. It reads
+// only: nothing is fetched, and an engine whose models are unknown is not
+// included.
+func (r *Registry) Serving(model string) []*Engine {
+	var out []*Engine
+	r.mu.RLock()
+	for _, e := range r.engines {
+		e.mu.Lock()
+		ok := e.servesLocked(model)
+		e.mu.Unlock()
+		if ok {
+			out = append(out, e)
+		}
 	}
 	r.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *Engine) int { return strings.Compare(a.dial, b.dial) })
