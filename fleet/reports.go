@@ -52,6 +52,39 @@ type EngineReport struct {
 	// serves (the model last seen in its requests), with its checks
 	// against the engines; nil when that model is tokenized remotely.
 	Tokenizer *localtok.Stats `json:"tokenizer,omitempty"`
+	// Models is what the engine serves (upstreams.Engine.Models): its
+	// /v1/models as last fetched ("discovered" ModelsSource), else its
+	// configured names ("configured"); null while unknown, [] for an
+	// engine that lists nothing. ModelsError is the last fetch's error,
+	// the list then being the last good one; ModelsUnavailable says the
+	// engine does not serve /v1/models.
+	Models            []ModelReport `json:"models"`
+	ModelsSource      string        `json:"models_source,omitempty"`
+	ModelsLearnedAt   time.Time     `json:"models_learned_at,omitzero"`
+	ModelsError       string        `json:"models_error,omitempty"`
+	ModelsUnavailable bool          `json:"models_unavailable,omitempty"`
+	// LoRA is the adapters with requests in flight on the engine, from
+	// its vllm:lora_requests_info; nil when its last scrape had none (LoRA
+	// off, or the gauges unknown).
+	LoRA *LoRAReport `json:"lora,omitempty"`
+}
+
+// ModelReport is one model an engine serves: a base model (no parent) or
+// a LoRA adapter on top of its parent.
+type ModelReport struct {
+	ID          string `json:"id"`
+	Parent      string `json:"parent,omitempty"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
+}
+
+// LoRAReport is an engine's LoRA state as its metrics tell it: the
+// adapters with running and waiting requests (not every loaded adapter)
+// and its --max-loras (0 when not exported).
+type LoRAReport struct {
+	MaxLoRA   int      `json:"max_lora"`
+	Running   []string `json:"running"`
+	Waiting   []string `json:"waiting"`
+	Truncated bool     `json:"truncated,omitempty"`
 }
 
 // KVReport is an engine's KV subscription and mirror.
@@ -136,9 +169,37 @@ func (f *Fleet) EngineReports() []EngineReport {
 		}
 		r.KV = f.kvReport(e.Dial())
 		r.Tokenizer = toks[r.Pool]
+		servedReport(e, &r)
 		out = append(out, r)
 	}
 	return out
+}
+
+// servedReport fills the engine's models and LoRA state into r.
+func servedReport(e *upstreams.Engine, r *EngineReport) {
+	m := e.Models()
+	if m.List != nil {
+		r.Models = make([]ModelReport, len(m.List))
+		for i, sm := range m.List {
+			r.Models[i] = ModelReport{ID: sm.ID, Parent: sm.Parent, MaxModelLen: sm.MaxModelLen}
+		}
+		r.ModelsSource = "discovered"
+		if m.Configured {
+			r.ModelsSource = "configured"
+		}
+	}
+	r.ModelsLearnedAt, r.ModelsError, r.ModelsUnavailable = m.LearnedAt, m.Error, m.Unavailable
+	if l := e.LoRA(); l.Known {
+		r.LoRA = &LoRAReport{MaxLoRA: l.MaxLoRA, Running: orEmpty(l.Running), Waiting: orEmpty(l.Waiting), Truncated: l.Truncated}
+	}
+}
+
+// orEmpty is s, or an empty list for nil, so JSON shows [] rather than null.
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // tokenizerByPool maps each pool to the stats of the local tokenizer of

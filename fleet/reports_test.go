@@ -2,7 +2,10 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +75,37 @@ func TestReports(t *testing.T) {
 	defer res.Done()
 	if d := f.QueueDepth(); d != [admission.NumBands]int{} {
 		t.Fatalf("queue depth %v with no gate", d)
+	}
+}
+
+// TestReportsModelsAndLoRA: an engine report shows the models the engine
+// serves and its models error, and the LoRA adapters in flight; an engine
+// that told nothing shows null models and no LoRA state.
+func TestReportsModelsAndLoRA(t *testing.T) {
+	f := manualFleet(t, &EngineConfig{Dial: deadDials[0]}, &EngineConfig{Dial: deadDials[1]})
+	e := f.Registry().Ensure(deadDials[0])
+	e.RecordModels([]upstreams.ServedModel{{ID: "base", Root: "/models/base", MaxModelLen: 4096}, {ID: "sql", Root: "/lora/sql", Parent: "base"}}, nil)
+	e.RecordModels(nil, errors.New("parse models: boom"))
+	scrape(f, deadDials[0], upstreams.Gauges{LoRA: upstreams.LoRAState{MaxLoRA: 2, Running: []string{"sql"}, Known: true}})
+	scrape(f, deadDials[1], upstreams.Gauges{})
+	byDial := map[string]EngineReport{}
+	for _, r := range f.EngineReports() {
+		byDial[r.Dial] = r
+	}
+	a, b := byDial[deadDials[0]], byDial[deadDials[1]]
+	want := []ModelReport{{ID: "base", MaxModelLen: 4096}, {ID: "sql", Parent: "base"}}
+	if !slices.Equal(a.Models, want) || a.ModelsSource != "discovered" || a.ModelsError != "parse models: boom" || a.ModelsLearnedAt.IsZero() {
+		t.Fatalf("models of the engine: %+v %q %q", a.Models, a.ModelsSource, a.ModelsError)
+	}
+	if a.LoRA == nil || a.LoRA.MaxLoRA != 2 || !slices.Equal(a.LoRA.Running, []string{"sql"}) || a.LoRA.Waiting == nil {
+		t.Fatalf("LoRA of the engine: %+v", a.LoRA)
+	}
+	js, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Models != nil || b.LoRA != nil || !strings.Contains(string(js), `"models":null`) || strings.Contains(string(js), `"lora"`) {
+		t.Fatalf("report of an engine that told nothing: %s", js)
 	}
 }
 
