@@ -196,3 +196,23 @@ func TestPollerFetchesModels(t *testing.T) {
 	}
 	testwait.For(t, 15*time.Second, "a fetch after the restart", func() bool { return f.hits.Load() == 3 })
 }
+
+// TestModelsDiscoveryOff: a negative ModelsInterval never asks the engine;
+// its configured names stand.
+func TestModelsDiscoveryOff(t *testing.T) {
+	f := newModelsFront(t, vllmsim.Config{TimeScale: 10000})
+	o := Options{ModelsInterval: -1}
+	r := NewRegistry(o)
+	defer r.Close()
+	r.Apply([]EngineConfig{{Dial: f.dial(), Models: []string{"configured"}}}, Options{ModelsInterval: -1, PollInterval: time.Hour})
+	e, _ := r.Get(f.dial())
+	testwait.For(t, 15*time.Second, "first scrape", func() bool { return e.Load().Known })
+	var s modelsSchedule
+	pollModelsT(e, &s)
+	if n := f.hits.Load(); n != 0 {
+		t.Fatalf("%d /v1/models requests with discovery off", n)
+	}
+	if m := e.Models(); !m.Configured || !m.Serves("configured") {
+		t.Fatalf("models: %+v", m)
+	}
+}

@@ -161,3 +161,25 @@ func TestEngineModelsRecorded(t *testing.T) {
 		t.Fatalf("an unchanged list must keep the shared slice and clear the error: %+v", m2)
 	}
 }
+
+// FuzzParseModels: no body makes parseModels panic, and what it accepts
+// keeps its bounds.
+func FuzzParseModels(f *testing.F) {
+	f.Add(readFixture(f, "vllm_models_lora.json"))
+	f.Add([]byte(`{"data":[{"id":"m","max_model_len":1}]}`))
+	f.Add([]byte(`{"data":[null]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		list, err := parseModels(body)
+		if err != nil {
+			return
+		}
+		if len(list) > maxServedModels {
+			t.Fatalf("%d models", len(list))
+		}
+		for _, m := range list {
+			if m.ID == "" || len(m.ID) > maxModelIDLength || m.MaxModelLen < 0 {
+				t.Fatalf("accepted %+v", m)
+			}
+		}
+	})
+}
