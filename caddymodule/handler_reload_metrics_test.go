@@ -158,8 +158,8 @@ func labelNames(m *dto.Metric) []string {
 }
 
 // TestAdmissionAdminShapes: GET /llm/engines reports per engine its dial,
-// pool, gauges and their age, staleness, local in-flight count and drain
-// rate; GET /llm/queue reports per pool and band the depth and the oldest
+// pool, gauges and their age, staleness, local in-flight count, drain
+// rate and served models; GET /llm/queue reports per pool and band the depth and the oldest
 // wait.
 func TestAdmissionAdminShapes(t *testing.T) {
 	e := slowEngine(t)
@@ -210,6 +210,16 @@ func TestAdmissionAdminShapes(t *testing.T) {
 	}
 	if age := eng["gauges_age_seconds"].(float64); age < 0 || age > 5 {
 		t.Errorf("gauges age %v s with a 50ms poll interval", age)
+	}
+	// The engine's /v1/models, learned at its first scrape: the
+	// simulator's one model, with its context length; no LoRA.
+	if models, ok := eng["models"].([]any); !ok || len(models) != 1 {
+		t.Errorf("/llm/engines models: %v", eng["models"])
+	} else if m, _ := models[0].(map[string]any); m["id"] != "sim-model" || m["max_model_len"] != 32768.0 || m["parent"] != nil {
+		t.Errorf("/llm/engines model: %v", m)
+	}
+	if eng["models_source"] != "discovered" || eng["models_error"] != nil || eng["lora"] != nil {
+		t.Errorf("/llm/engines models_source %v, models_error %v, lora %v", eng["models_source"], eng["models_error"], eng["lora"])
 	}
 
 	var q map[string]map[string]map[string]map[string]any
