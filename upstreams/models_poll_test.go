@@ -216,3 +216,20 @@ func TestModelsDiscoveryOff(t *testing.T) {
 		t.Fatalf("models: %+v", m)
 	}
 }
+
+// TestModelsURLChangeForgetsModels: a new ModelsURL may name another
+// engine's list, so the old one is dropped and the new one fetched.
+func TestModelsURLChangeForgetsModels(t *testing.T) {
+	f := newModelsFront(t, vllmsim.Config{TimeScale: 10000})
+	o := fastOpts()
+	r := NewRegistry(o)
+	defer r.Close()
+	r.Apply([]EngineConfig{{Dial: f.dial()}}, o)
+	e, _ := r.Get(f.dial())
+	testwait.For(t, 15*time.Second, "models learned", func() bool { return e.Models().List != nil })
+	r.Apply([]EngineConfig{{Dial: f.dial(), ModelsURL: f.srv.URL + "/elsewhere/v1/models"}}, o)
+	if m := e.Models(); m.List != nil || !m.LearnedAt.IsZero() {
+		t.Fatalf("after the URL changed: %+v, want nothing known", m)
+	}
+	testwait.For(t, 15*time.Second, "the new URL's 404", func() bool { return e.Models().Unavailable })
+}
