@@ -1,12 +1,10 @@
 package openai
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/llmgw/caddy-llmgw/internal/bytescan"
+	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
 )
 
 // maxDepth bounds the nesting of any JSON this package walks. encoding/json
@@ -14,18 +12,15 @@ import (
 // comes close to 128, and the bound keeps the recursive walk cheap.
 const maxDepth = 128
 
-// syntaxError is a malformed-JSON error at a byte offset.
-type syntaxError struct {
-	off int
-	msg string
-}
-
-func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg, e.off) }
+// syntaxError is a malformed-JSON error at a byte offset: the lexer's.
+type syntaxError = jsonlex.Error
 
 // scanner walks JSON text in place. It validates exactly the grammar of RFC
 // 8259 as encoding/json does (the caller checks UTF-8 separately), skips
 // values without building anything, and reports where values start and end
-// so callers can keep sub-slices of the input instead of copies.
+// so callers can keep sub-slices of the input instead of copies. Strings,
+// numbers and literals are read by internal/jsonlex; the scanner walks the
+// containers itself, to note the strings it passes in skipped values too.
 type scanner struct {
 	b     []byte
 	i     int
@@ -37,31 +32,15 @@ type scanner struct {
 }
 
 func (s *scanner) errf(format string, args ...any) error {
-	return &syntaxError{off: s.i, msg: fmt.Sprintf(format, args...)}
+	return &syntaxError{Off: s.i, Msg: fmt.Sprintf(format, args...)}
 }
 
 // unexpected reports the byte at the cursor, or the end of input.
 func (s *scanner) unexpected(context string) error {
-	if s.i >= len(s.b) {
-		return s.errf("unexpected end of JSON %s", context)
-	}
-	c := s.b[s.i]
-	if c >= 0x20 && c < 0x7f {
-		return s.errf("invalid character %q %s", c, context)
-	}
-	return s.errf("invalid byte 0x%02x %s", c, context)
+	return jsonlex.Unexpected(s.b, s.i, context)
 }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *scanner) ws() { s.i = jsonlex.SkipSpace(s.b, s.i) }
 
 // peek returns the byte at the cursor, or 0 at the end.
 func (s *scanner) peek() byte {
@@ -82,14 +61,10 @@ func (s *scanner) value() (start, end int, err error) {
 		err = s.array(func() error { return s.skip() })
 	case c == '"':
 		_, _, _, err = s.str()
-	case c == 't':
-		err = s.literal("true")
-	case c == 'f':
-		err = s.literal("false")
-	case c == 'n':
-		err = s.literal("null")
+	case c == 't' || c == 'f' || c == 'n':
+		err = s.literal()
 	case c == '-' || c >= '0' && c <= '9':
-		err = s.number()
+		s.i, _, err = jsonlex.Number(s.b, s.i)
 	default:
 		err = s.unexpected("looking for beginning of value")
 	}
@@ -106,7 +81,7 @@ func (s *scanner) skip() error {
 // The key bounds exclude the quotes; escaped reports a backslash in the key.
 func (s *scanner) object(member func(kstart, kend int, escaped bool) error) error {
 	if s.depth++; s.depth > maxDepth {
-		return s.errf("exceeded max depth of %d", maxDepth)
+		return jsonlex.DepthError(s.i, maxDepth)
 	}
 	s.i++ // '{'
 	s.ws()
@@ -151,7 +126,7 @@ func (s *scanner) object(member func(kstart, kend int, escaped bool) error) erro
 // element, which elem must consume.
 func (s *scanner) array(elem func() error) error {
 	if s.depth++; s.depth > maxDepth {
-		return s.errf("exceeded max depth of %d", maxDepth)
+		return jsonlex.DepthError(s.i, maxDepth)
 	}
 	s.i++ // '['
 	s.ws()
@@ -181,150 +156,28 @@ func (s *scanner) array(elem func() error) error {
 
 // str consumes a string at the cursor and returns the bounds of its
 // contents (without quotes) and whether it has escapes.
-//
-// Most of a request body is message text, one string of up to megabytes.
-// Without escapes it is found with bytes.IndexByte (vectorised) for the
-// closing quote and a backslash, and only control bytes are looked for a
-// word at a time. Text with escapes (a newline every line) goes from
-// escape to escape with one pass over each stretch
-// (bytescan.StringEndFrom), each byte read once.
 func (s *scanner) str() (start, end int, escaped bool, err error) {
-	s.i++ // opening quote
-	start = s.i
-	b := s.b
-	if q := indexFrom(b, start, len(b), '"'); q < len(b) && indexFrom(b, start, q, '\\') == q {
-		// No escape, the common case: the quote and the backslash are
-		// found by vectorized search, the bytes between checked 32 at a
-		// time.
-		if i, high := bytescan.ControlFrom(b, start, q); i == q {
-			s.i = q + 1
-			s.noteASCII(start, q, high)
-			return start, q, false, nil
-		}
+	str, i, err := jsonlex.ReadString(s.b, s.i)
+	s.i = i
+	if err != nil {
+		return 0, 0, false, err
 	}
-	// Escapes (or an error): from stop to stop, quote, backslash or
-	// control byte, each found in one pass over the text before it.
-	var high uint64 // the high bits of the bytes looked at: 0 while ASCII
-	for {
-		i, h := bytescan.StringEndFrom(b, s.i)
-		high |= h
-		s.i = i
-		if i >= len(b) {
-			return 0, 0, false, s.errf("unexpected end of JSON input in string literal")
-		}
-		switch b[i] {
-		case '"':
-			s.i++
-			s.noteASCII(start, i, high)
-			return start, i, escaped, nil
-		case '\\':
-			escaped = true
-			if err := s.escape(i); err != nil {
-				return 0, 0, false, err
-			}
-		default: // control character
-			return 0, 0, false, s.unexpected("in string literal")
-		}
+	if str.ASCII && str.End-str.Start > s.asciiHi-s.asciiLo {
+		s.asciiLo, s.asciiHi = str.Start, str.End
 	}
-}
-
-// noteASCII keeps b[start:end], a string's text, as the longest ASCII one
-// so far when it is (high, the high bits of its bytes, is 0).
-func (s *scanner) noteASCII(start, end int, high uint64) {
-	if high == 0 && end-start > s.asciiHi-s.asciiLo {
-		s.asciiLo, s.asciiHi = start, end
-	}
+	return str.Start, str.End, str.Escaped, nil
 }
 
 // escape consumes the escape sequence whose backslash is at b[i].
-func (s *scanner) escape(i int) error {
-	b := s.b
-	if i+1 >= len(b) {
-		s.i = len(b)
-		return s.errf("unexpected end of JSON input in string escape code")
-	}
-	switch b[i+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-		s.i = i + 2
-	case 'u':
-		for k := 2; k < 6; k++ {
-			s.i = i + k
-			if i+k >= len(b) {
-				return s.errf("unexpected end of JSON input in \\u hexadecimal character escape")
-			}
-			if !isHex(b[i+k]) {
-				return s.unexpected("in \\u hexadecimal character escape")
-			}
-		}
-		s.i = i + 6
-	default:
-		s.i = i + 1
-		return s.unexpected("in string escape code")
-	}
-	return nil
+func (s *scanner) escape(i int) (err error) {
+	s.i, err = jsonlex.SkipEscape(s.b, i)
+	return err
 }
 
-// indexFrom returns the offset of the first c in b[i:end], or end.
-func indexFrom(b []byte, i, end int, c byte) int {
-	if k := bytes.IndexByte(b[i:end], c); k >= 0 {
-		return i + k
-	}
-	return end
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// number consumes -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func (s *scanner) number() error {
-	if s.peek() == '-' {
-		s.i++
-	}
-	switch c := s.peek(); {
-	case c == '0':
-		s.i++
-	case c >= '1' && c <= '9':
-		s.digits()
-	default:
-		return s.unexpected("in numeric literal")
-	}
-	if s.peek() == '.' {
-		s.i++
-		if !isDigit(s.peek()) {
-			return s.unexpected("after decimal point in numeric literal")
-		}
-		s.digits()
-	}
-	if c := s.peek(); c == 'e' || c == 'E' {
-		s.i++
-		if c := s.peek(); c == '+' || c == '-' {
-			s.i++
-		}
-		if !isDigit(s.peek()) {
-			return s.unexpected("in exponent of numeric literal")
-		}
-		s.digits()
-	}
-	return nil
-}
-
-func (s *scanner) digits() {
-	for s.i < len(s.b) && isDigit(s.b[s.i]) {
-		s.i++
-	}
-}
-
-func (s *scanner) literal(word string) error {
-	for k := 0; k < len(word); k++ {
-		if s.i >= len(s.b) || s.b[s.i] != word[k] {
-			return s.unexpected("in literal " + word + " (expecting " + fmt.Sprintf("%q", word[k]) + ")")
-		}
-		s.i++
-	}
-	return nil
+// literal consumes the true, false or null at the cursor.
+func (s *scanner) literal() (err error) {
+	s.i, err = jsonlex.Literal(s.b, s.i)
+	return err
 }
 
 // end checks that only whitespace follows the top-level value.
@@ -336,17 +189,14 @@ func (s *scanner) end() error {
 	return nil
 }
 
-// unquote returns the Go string for the string contents b[start:end].
+// unquote returns the Go string for the string contents b[start:end],
+// which the scanner validated.
 func unquote(b []byte, start, end int, escaped bool) (string, error) {
 	if !escaped {
 		return string(b[start:end]), nil
 	}
-	// Rare: let encoding/json handle escapes and surrogate pairs exactly.
-	var v string
-	if err := json.Unmarshal(b[start-1:end+1], &v); err != nil {
-		return "", err
-	}
-	return v, nil
+	v := jsonlex.AppendString(nil, b, jsonlex.String{Start: start, End: end, Escaped: true})
+	return string(v), nil
 }
 
 // keyBytes returns the object key b[start:end] with escapes decoded (which
@@ -356,11 +206,7 @@ func keyBytes(b []byte, start, end int, escaped bool) []byte {
 	if !escaped {
 		return b[start:end]
 	}
-	k, err := unquote(b, start, end, true)
-	if err != nil {
-		return nil // cannot happen: the scanner validated the string
-	}
-	return []byte(k)
+	return jsonlex.AppendString(nil, b, jsonlex.String{Start: start, End: end, Escaped: true})
 }
 
 // invalidUTF8Offset returns the offset of the first invalid UTF-8 sequence

@@ -124,7 +124,7 @@ func (p *reqParser) parse() (*Request, error) {
 func syntaxToRequestError(err error) error {
 	var se *syntaxError
 	if errors.As(err, &se) {
-		return &RequestError{Offset: se.off, Msg: "malformed JSON: " + se.msg}
+		return &RequestError{Offset: se.Off, Msg: "malformed JSON: " + se.Msg}
 	}
 	return err
 }
@@ -274,10 +274,10 @@ func (p *reqParser) boolean(f field, param string) (*bool, error) {
 	switch s.peek() {
 	case 't':
 		v := true
-		return &v, s.literal("true")
+		return &v, s.literal()
 	case 'f':
 		v := false
-		return &v, s.literal("false")
+		return &v, s.literal()
 	case 'n':
 		return nil, s.skip()
 	}
