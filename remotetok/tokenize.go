@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/httpbody"
+	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
 	"github.com/llmgw/caddy-llmgw/internal/sighting"
 	"github.com/llmgw/caddy-llmgw/remotetok/internal/h1client"
 )
@@ -718,9 +719,4 @@ const maxPooledResponse = 4 << 20
 
 // skipJSONSpace returns the index of the first non-whitespace byte of b at
 // or after i.
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
+func skipJSONSpace(b []byte, i int) int { return jsonlex.SkipSpace(b, i) }

@@ -2,12 +2,11 @@ package remotetok
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"sync"
+
+	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
 )
 
 // The /tokenize answer is decoded by a scanner made for its shape, vLLM's
@@ -136,7 +135,7 @@ func (d *tokenizeDecoder) top() error {
 	case '{':
 		return d.object()
 	case 'n':
-		return d.literal("null")
+		return d.literal()
 	}
 	if err := d.skip(0); err != nil {
 		return err
@@ -152,16 +151,12 @@ func (d *tokenizeDecoder) object() error {
 		return nil
 	}
 	for {
-		ks, ke, esc, err := d.str()
-		if err != nil {
-			return err
+		k, i, err := jsonlex.Key(d.b, d.i)
+		if d.i = i; err != nil {
+			return d.lexErr(err)
 		}
-		if d.ws(); d.peek() != ':' {
-			return d.syntax("after object key")
-		}
-		d.i++
 		d.ws()
-		if err := d.member(d.keyName(ks, ke, esc)); err != nil {
+		if err := d.member(d.keyName(k)); err != nil {
 			return err
 		}
 		d.ws()
@@ -186,23 +181,19 @@ const (
 	keyMaxModelLen
 )
 
-// keyName classifies the key b[ks:ke] (without its quotes), folded as
-// encoding/json matches keys to struct fields.
-func (d *tokenizeDecoder) keyName(ks, ke int, esc bool) int {
-	k := d.b[ks:ke]
-	if esc {
-		var s string
-		if json.Unmarshal(d.b[ks-1:ke+1], &s) != nil {
-			return keyOther // cannot happen: str validated it
-		}
-		k = []byte(s)
+// keyName classifies the key k, folded as encoding/json matches keys to
+// struct fields.
+func (d *tokenizeDecoder) keyName(k jsonlex.String) int {
+	name := d.b[k.Start:k.End]
+	if k.Escaped {
+		name = jsonlex.AppendString(nil, d.b, k)
 	}
 	switch {
-	case bytes.EqualFold(k, []byte("tokens")):
+	case bytes.EqualFold(name, []byte("tokens")):
 		return keyTokens
-	case bytes.EqualFold(k, []byte("count")):
+	case bytes.EqualFold(name, []byte("count")):
 		return keyCount
-	case bytes.EqualFold(k, []byte("max_model_len")):
+	case bytes.EqualFold(name, []byte("max_model_len")):
 		return keyMaxModelLen
 	}
 	return keyOther
@@ -245,42 +236,13 @@ type nullableInt struct {
 func (d *tokenizeDecoder) int64OrNull() (v nullableInt, ok bool, err error) {
 	start := d.i
 	if d.peek() == 'n' {
-		return nullableInt{null: true}, true, d.literal("null")
+		return nullableInt{null: true}, true, d.literal()
 	}
 	if err := d.skip(1); err != nil {
 		return v, false, err
 	}
-	n, ok := parseInt64(d.b[start:d.i])
+	n, ok := jsonlex.ParseInt64(d.b[start:d.i])
 	return nullableInt{n: n}, ok, nil
-}
-
-// parseInt64 parses a JSON number (already validated) that is an integer
-// without fraction or exponent within int64's range.
-func parseInt64(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return 0, false
-	}
-	var u uint64
-	for _, c := range b {
-		if c < '0' || c > '9' || u > (math.MaxUint64-9)/10 {
-			return 0, false
-		}
-		u = u*10 + uint64(c-'0')
-	}
-	if neg {
-		if u > 1<<63 {
-			return 0, false
-		}
-		return -int64(u), true
-	}
-	if u > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(u), true
 }
 
 // tokenList reads a tokens value. One that is not an array of plain
@@ -362,19 +324,12 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 			d.offs = append(d.offs, int32(i-arr))
 		}
 		start := i
-		var v uint64
-		for ; i < len(b) && isDigit(b[i]); i++ {
-			v = v*10 + uint64(b[i]-'0')
-		}
-		switch n := i - start; {
-		case n == 0 || (n > 1 && b[start] == '0'):
-			return out, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out)), false
-		case n >= 20:
-			// 19 digits always fit; more may not, and wrapped.
-			var err error
-			if v, err = strconv.ParseUint(string(b[start:i]), 10, 64); err != nil {
-				return out, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out)), false
+		v, end, ok := jsonlex.Uint(b, i)
+		if i = end; !ok {
+			if n := i - start; n == 0 || (n > 1 && b[start] == '0') {
+				return out, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out)), false
 			}
+			return out, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out)), false
 		}
 		if i < len(b) && b[i] != ',' && b[i] != ']' {
 			i = skipJSONSpace(b, i)
@@ -388,7 +343,7 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 			d.arr, d.fresh = b[arr:d.i], len(out)-resumed
 			return out, nil, false
 		}
-		if i++; i < len(b) && !isDigit(b[i]) {
+		if i++; i < len(b) && (b[i] < '0' || b[i] > '9') {
 			i = skipJSONSpace(b, i)
 		}
 	}
@@ -436,8 +391,6 @@ func (d *tokenizeDecoder) intoBuffer(arr []byte) []uint64 {
 	return buf
 }
 
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
 func (d *tokenizeDecoder) ws() { d.i = skipJSONSpace(d.b, d.i) }
 
 // peek is the byte at the cursor, 0 at the end.
@@ -457,196 +410,28 @@ func (d *tokenizeDecoder) syntax(context string) error {
 }
 
 // skip validates and steps over one value, depth containers being open
-// around it. It walks nested values with a stack of bits (object or
-// array, by level) rather than recursion, so the depth limit costs no
-// goroutine stack.
-func (d *tokenizeDecoder) skip(depth int) error {
-	var inline [2]uint64
-	objs := inline[:]
-	n := 0 // containers opened by this skip
-	for {
-		d.ws()
-		switch c := d.peek(); c {
-		case '{', '[':
-			if depth+n+1 > maxJSONDepth {
-				return fmt.Errorf("tokenize: decode response: exceeded max depth (at byte %d)", d.i)
-			}
-			if n/64 == len(objs) {
-				objs = append(objs, 0)
-			}
-			objs[n/64] &^= 1 << (n % 64)
-			if c == '{' {
-				objs[n/64] |= 1 << (n % 64)
-			}
-			n++
-			d.i++
-			if d.ws(); d.peek() == c+2 { // '{'+2 is '}', '['+2 is ']'
-				d.i++
-				n--
-				break
-			}
-			if c == '{' {
-				if err := d.objectKey(); err != nil {
-					return err
-				}
-			}
-			continue
-		case '"':
-			if _, _, _, err := d.str(); err != nil {
-				return err
-			}
-		case 't':
-			if err := d.literal("true"); err != nil {
-				return err
-			}
-		case 'f':
-			if err := d.literal("false"); err != nil {
-				return err
-			}
-		case 'n':
-			if err := d.literal("null"); err != nil {
-				return err
-			}
-		default:
-			if err := d.number(); err != nil {
-				return err
-			}
-		}
-		var err error
-		if n, err = d.close(objs, n); err != nil || n == 0 {
-			return err
-		}
+// around it, nested no deeper than encoding/json's limit.
+func (d *tokenizeDecoder) skip(depth int) (err error) {
+	if d.i, err = jsonlex.Skip(d.b, d.i, depth, maxJSONDepth); err != nil {
+		return d.lexErr(err)
 	}
-}
-
-// close steps past what follows a value inside n open containers: the
-// closing brackets of those that end there, then a comma (and the next
-// key, in an object). It returns how many stay open; the cursor is on the
-// next value unless none do.
-func (d *tokenizeDecoder) close(objs []uint64, n int) (int, error) {
-	for n > 0 {
-		d.ws()
-		obj := objs[(n-1)/64]&(1<<((n-1)%64)) != 0
-		switch c := d.peek(); {
-		case c == ',':
-			d.i++
-			if obj {
-				return n, d.objectKey()
-			}
-			return n, nil
-		case obj && c == '}', !obj && c == ']':
-			d.i++
-			n--
-		case obj:
-			return n, d.syntax("after object key:value pair")
-		default:
-			return n, d.syntax("after array element")
-		}
-	}
-	return 0, nil
-}
-
-// objectKey reads a key and its colon.
-func (d *tokenizeDecoder) objectKey() error {
-	d.ws()
-	if _, _, _, err := d.str(); err != nil {
-		return err
-	}
-	if d.ws(); d.peek() != ':' {
-		return d.syntax("after object key")
-	}
-	d.i++
 	return nil
 }
 
-// str steps over a string and returns its contents' bounds and whether it
-// has escapes. Like encoding/json it takes any byte from 0x20 up, invalid
-// UTF-8 included.
-func (d *tokenizeDecoder) str() (start, end int, esc bool, err error) {
-	if d.peek() != '"' {
-		return 0, 0, false, d.syntax("looking for beginning of string")
+// lexErr is the lexer's error about malformed JSON, in this decoder's
+// words.
+func (d *tokenizeDecoder) lexErr(err error) error {
+	var e *jsonlex.Error
+	if errors.As(err, &e) {
+		return fmt.Errorf("tokenize: decode response: %s (at byte %d)", e.Msg, e.Off)
 	}
-	b := d.b
-	start = d.i + 1
-	for i := start; i < len(b); {
-		switch c := b[i]; {
-		case c == '"':
-			d.i = i + 1
-			return start, i, esc, nil
-		case c == '\\':
-			esc = true
-			if i+1 < len(b) && bytes.IndexByte([]byte(`"\/bfnrt`), b[i+1]) >= 0 {
-				i += 2
-				continue
-			}
-			if i+5 < len(b) && b[i+1] == 'u' && isHex(b[i+2]) && isHex(b[i+3]) && isHex(b[i+4]) && isHex(b[i+5]) {
-				i += 6
-				continue
-			}
-			d.i = min(i+1, len(b))
-			return 0, 0, false, d.syntax("in string escape code")
-		case c < 0x20:
-			d.i = i
-			return 0, 0, false, d.syntax("in string literal")
-		default:
-			i++
-		}
-	}
-	d.i = len(b)
-	return 0, 0, false, d.syntax("in string literal")
+	return err
 }
 
-func isHex(c byte) bool { return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F') }
-
-// literal steps over true, false or null.
-func (d *tokenizeDecoder) literal(word string) error {
-	if !bytes.HasPrefix(d.b[d.i:], []byte(word)) {
-		for j := 0; j < len(word) && d.i < len(d.b) && d.b[d.i] == word[j]; j++ {
-			d.i++
-		}
-		return d.syntax("in literal " + word)
+// literal steps over the true, false or null at the cursor.
+func (d *tokenizeDecoder) literal() (err error) {
+	if d.i, err = jsonlex.Literal(d.b, d.i); err != nil {
+		return d.lexErr(err)
 	}
-	d.i += len(word)
-	return nil
-}
-
-// number steps over a number as RFC 8259 writes one.
-func (d *tokenizeDecoder) number() error {
-	b, i := d.b, d.i
-	digits := func() {
-		for i < len(b) && isDigit(b[i]) {
-			i++
-		}
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && isDigit(b[i]):
-		digits()
-	default:
-		d.i = i
-		return d.syntax("looking for beginning of value")
-	}
-	if i < len(b) && b[i] == '.' {
-		if i++; i >= len(b) || !isDigit(b[i]) {
-			d.i = i
-			return d.syntax("after decimal point in numeric literal")
-		}
-		digits()
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if i >= len(b) || !isDigit(b[i]) {
-			d.i = i
-			return d.syntax("in exponent of numeric literal")
-		}
-		digits()
-	}
-	d.i = i
 	return nil
 }
