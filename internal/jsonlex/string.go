@@ -2,6 +2,7 @@ package jsonlex
 
 import (
 	"bytes"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -139,9 +140,7 @@ var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\
 // (decoding only shortens it, but for invalid bytes).
 func AppendString(dst, b []byte, s String) []byte {
 	raw := b[s.Start:s.End]
-	if dst == nil || cap(dst)-len(dst) < len(raw) {
-		dst = append(make([]byte, 0, len(dst)+len(raw)), dst...)
-	}
+	dst = slices.Grow(dst, len(raw))
 	if !s.Escaped {
 		return appendText(dst, raw, s.ASCII)
 	}
