@@ -1,6 +1,11 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"math"
+	"unicode/utf8"
+
+	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
+)
 
 // Merges lists run to half a million entries, and decoding them with
 // encoding/json (through reflection, as [][]string) is the largest part of
@@ -9,22 +14,14 @@ import "unicode/utf8"
 // including JSON it does not fully understand, and the caller then falls
 // back to encoding/json, which also produces the error message.
 
-// jsonCursor reads JSON from data at pos.
+// jsonCursor reads JSON from data at pos; internal/jsonlex reads the
+// strings and numbers.
 type jsonCursor struct {
 	data []byte
 	pos  int
 }
 
-func (c *jsonCursor) skipSpace() {
-	for c.pos < len(c.data) {
-		switch c.data[c.pos] {
-		case ' ', '\t', '\n', '\r':
-			c.pos++
-		default:
-			return
-		}
-	}
-}
+func (c *jsonCursor) skipSpace() { c.pos = jsonlex.SkipSpace(c.data, c.pos) }
 
 // consume skips space and then b, reporting whether b was there.
 func (c *jsonCursor) consume(b byte) bool {
@@ -36,124 +33,23 @@ func (c *jsonCursor) consume(b byte) bool {
 	return false
 }
 
-// str reads a JSON string.
+// str reads a JSON string. Invalid UTF-8 and lone surrogates are left to
+// encoding/json (which replaces them with U+FFFD).
 func (c *jsonCursor) str() (string, bool) {
-	if !c.consume('"') {
+	if c.skipSpace(); c.pos >= len(c.data) || c.data[c.pos] != '"' {
 		return "", false
 	}
-	start := c.pos
-	for c.pos < len(c.data) {
-		switch b := c.data[c.pos]; {
-		case b == '"':
-			s := string(c.data[start:c.pos])
-			c.pos++
-			return s, utf8.ValidString(s)
-		case b == '\\':
-			return c.escapedStr(start)
-		case b < 0x20:
-			return "", false
-		}
-		c.pos++
+	s, end, err := jsonlex.ReadString(c.data, c.pos)
+	if err != nil {
+		return "", false
 	}
-	return "", false
-}
-
-// escapedStr finishes a string that has escapes.
-func (c *jsonCursor) escapedStr(start int) (string, bool) {
-	buf := append([]byte(nil), c.data[start:c.pos]...)
-	for c.pos < len(c.data) {
-		b := c.data[c.pos]
-		switch {
-		case b == '"':
-			c.pos++
-			return string(buf), utf8.Valid(buf)
-		case b < 0x20:
-			return "", false
-		case b != '\\':
-			buf = append(buf, b)
-			c.pos++
-			continue
-		}
-		if c.pos+1 >= len(c.data) {
-			return "", false
-		}
-		if c.data[c.pos+1] == 'u' {
-			r, n := c.unicodeEscape()
-			if n == 0 {
-				return "", false
-			}
-			buf = utf8.AppendRune(buf, r)
-			c.pos += n
-			continue
-		}
-		r := jsonEscape(c.data[c.pos+1])
-		if r == 0 {
-			return "", false
-		}
-		buf = append(buf, r)
-		c.pos += 2
+	c.pos = end
+	if !s.Escaped {
+		raw := c.data[s.Start:s.End]
+		return string(raw), s.ASCII || utf8.Valid(raw)
 	}
-	return "", false
-}
-
-// unicodeEscape decodes \uXXXX at pos, or a surrogate pair written as two
-// of them, returning the rune and the bytes used (0 when the escape is
-// malformed or a lone surrogate, which encoding/json then handles).
-func (c *jsonCursor) unicodeEscape() (rune, int) {
-	hi, ok := hex4(c.data, c.pos+2)
-	if !ok {
-		return 0, 0
-	}
-	if hi < 0xD800 || hi > 0xDFFF {
-		return hi, 6
-	}
-	if hi > 0xDBFF || c.pos+12 > len(c.data) || c.data[c.pos+6] != '\\' || c.data[c.pos+7] != 'u' {
-		return 0, 0
-	}
-	lo, ok := hex4(c.data, c.pos+8)
-	if !ok || lo < 0xDC00 || lo > 0xDFFF {
-		return 0, 0
-	}
-	return 0x10000 + (hi-0xD800)<<10 + (lo - 0xDC00), 12
-}
-
-// hex4 reads four hex digits at data[i:].
-func hex4(data []byte, i int) (rune, bool) {
-	if i+4 > len(data) {
-		return 0, false
-	}
-	var r rune
-	for _, b := range data[i : i+4] {
-		switch {
-		case b >= '0' && b <= '9':
-			b -= '0'
-		case b|0x20 >= 'a' && b|0x20 <= 'f':
-			b = b | 0x20 - 'a' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(b)
-	}
-	return r, true
-}
-
-// jsonEscape returns the byte a one-character JSON escape stands for, or 0.
-func jsonEscape(b byte) byte {
-	switch b {
-	case '"', '\\', '/':
-		return b
-	case 'b':
-		return '\b'
-	case 'f':
-		return '\f'
-	case 'n':
-		return '\n'
-	case 'r':
-		return '\r'
-	case 't':
-		return '\t'
-	}
-	return 0
+	v, exact := jsonlex.AppendStringStrict(nil, c.data, s)
+	return string(v), exact
 }
 
 // fastMerges parses a merges array; ok is false when it cannot.
@@ -244,24 +140,15 @@ func fastVocab(raw []byte) (map[string]int64, bool) {
 }
 
 // uint reads a non-negative integer without sign, fraction or exponent,
-// as JSON writes it (no leading zeros).
+// as JSON writes it (no leading zeros), that fits an int64.
 func (c *jsonCursor) uint() (int64, bool) {
 	c.skipSpace()
-	start := c.pos
-	var n int64
-	for c.pos < len(c.data) && c.data[c.pos] >= '0' && c.data[c.pos] <= '9' {
-		if n > 1<<40 {
-			return 0, false
-		}
-		n = n*10 + int64(c.data[c.pos]-'0')
-		c.pos++
-	}
-	digits := c.pos - start
-	if digits == 0 || digits > 1 && c.data[start] == '0' {
+	v, end, ok := jsonlex.Uint(c.data, c.pos)
+	if c.pos = end; !ok || v > math.MaxInt64 {
 		return 0, false
 	}
-	if c.pos < len(c.data) && (c.data[c.pos] == '.' || c.data[c.pos] == 'e' || c.data[c.pos] == 'E') {
+	if end < len(c.data) && (c.data[end] == '.' || c.data[end] == 'e' || c.data[end] == 'E') {
 		return 0, false
 	}
-	return n, true
+	return int64(v), true
 }

@@ -139,28 +139,43 @@ var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\
 // UTF-8, which is nearly always; dst grows once, to the raw length
 // (decoding only shortens it, but for invalid bytes).
 func AppendString(dst, b []byte, s String) []byte {
+	dst, _ = AppendStringStrict(dst, b, s)
+	return dst
+}
+
+// AppendStringStrict is AppendString that also reports whether the value
+// is exactly what the text says: false when some invalid UTF-8 byte or
+// lone surrogate escape became U+FFFD, for a caller that refuses those.
+func AppendStringStrict(dst, b []byte, s String) (_ []byte, exact bool) {
 	raw := b[s.Start:s.End]
 	dst = slices.Grow(dst, len(raw))
+	exact = s.ASCII || utf8.Valid(raw)
 	if !s.Escaped {
-		return appendText(dst, raw, s.ASCII)
+		return appendText(dst, raw, exact), exact
 	}
 	for len(raw) > 0 {
 		k := bytes.IndexByte(raw, '\\')
 		if k < 0 {
-			return appendText(dst, raw, s.ASCII)
+			return appendText(dst, raw, exact), exact
 		}
-		dst = appendText(dst, raw[:k], s.ASCII)
+		dst = appendText(dst, raw[:k], exact)
 		var n int
-		dst, n = appendEscape(dst, raw[k:])
+		if dst, n = appendEscape(dst, raw[k:]); n == 6 && loneSurrogate(raw[k:]) {
+			exact = false
+		}
 		raw = raw[k+n:]
 	}
-	return dst
+	return dst, exact
 }
 
+// loneSurrogate reports whether the escape at the start of e, which
+// appendEscape read as six bytes (not a pair), is a surrogate: U+FFFD.
+func loneSurrogate(e []byte) bool { return e[1] == 'u' && utf16.IsSurrogate(hex4(e[2:])) }
+
 // appendText appends text that holds no escape, each invalid UTF-8 byte
-// as U+FFFD.
-func appendText(dst, text []byte, ascii bool) []byte {
-	if ascii || utf8.Valid(text) {
+// as U+FFFD; valid says that it is valid UTF-8 (or else not known to be).
+func appendText(dst, text []byte, valid bool) []byte {
+	if valid || utf8.Valid(text) {
 		return append(dst, text...)
 	}
 	for len(text) > 0 {
