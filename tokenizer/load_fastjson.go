@@ -139,15 +139,13 @@ func fastVocab(raw []byte) (map[string]int64, bool) {
 	}
 }
 
-// uint reads a non-negative integer without sign, fraction or exponent,
-// as JSON writes it (no leading zeros), that fits an int64.
+// uint reads the digits of a non-negative integer as JSON writes it (no
+// leading zeros) that fits an int64. A fraction or exponent after them is
+// left at the cursor, where the caller's ',' or '}' is not.
 func (c *jsonCursor) uint() (int64, bool) {
 	c.skipSpace()
 	v, end, ok := jsonlex.Uint(c.data, c.pos)
 	if c.pos = end; !ok || v > math.MaxInt64 {
-		return 0, false
-	}
-	if end < len(c.data) && (c.data[end] == '.' || c.data[end] == 'e' || c.data[end] == 'E') {
 		return 0, false
 	}
 	return int64(v), true
