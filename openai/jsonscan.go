@@ -31,6 +31,9 @@ type scanner struct {
 	asciiLo, asciiHi int
 }
 
+// errf is a malformed-JSON error at the cursor in the caller's words
+// (the byte-at-a-time reference scanner of the tests builds its errors
+// with it; the lexer's come from jsonlex).
 func (s *scanner) errf(format string, args ...any) error {
 	return &syntaxError{Off: s.i, Msg: fmt.Sprintf(format, args...)}
 }
