@@ -215,17 +215,16 @@ func (d *jsonDecoder) number() (any, error) {
 // arena, or a slice of their own, which becomes the string without a
 // copy: a long message is most of a request.
 func (d *jsonDecoder) str() (string, error) {
-	start := d.i + 1
-	if end, ok := plainRun(d.b, start); ok {
-		d.i = end + 1
-		if d.share {
-			return unsafe.String(unsafe.SliceData(d.b[start:end]), end-start), nil
-		}
-		return string(d.b[start:end]), nil
-	}
 	s, i, err := jsonlex.ReadString(d.b, d.i)
 	if d.i = i; err != nil {
 		return "", lexErr(err)
+	}
+	if !s.Escaped && s.ASCII {
+		text := d.b[s.Start:s.End]
+		if d.share {
+			return unsafe.String(unsafe.SliceData(text), len(text)), nil
+		}
+		return string(text), nil
 	}
 	// Appended to the arena when there is one (a string that outgrows
 	// its capacity moves it whole, the strings before keeping the old
@@ -244,6 +243,5 @@ func (d *jsonDecoder) str() (string, error) {
 
 // plainRun finds the quote ending the string whose text begins at b[i:]
 // when all of that text is plain ASCII (no escape, no control character,
-// nothing above 0x7F), and reports ok; anything else is left to
-// jsonlex.ReadString, which decodes or rejects it.
+// nothing above 0x7F), and reports ok: the strings str need not decode.
 func plainRun(b []byte, i int) (end int, ok bool) { return jsonlex.PlainEnd(b, i) }
