@@ -86,12 +86,11 @@ func Literal(b []byte, i int) (int, error) {
 	if len(b)-i >= len(word) && string(b[i:i+len(word)]) == word {
 		return i + len(word), nil
 	}
-	for k := 0; k < len(word); k++ {
-		if i >= len(b) || b[i] != word[k] {
-			e := Unexpected(b, i, fmt.Sprintf("in literal %s (expecting %q)", word, word[k]))
+	// Some byte differs, or the input ends, before the word does.
+	for k := 0; ; k++ {
+		if j := i + k; j >= len(b) || b[j] != word[k] {
+			e := Unexpected(b, j, fmt.Sprintf("in literal %s (expecting %q)", word, word[k]))
 			return e.Off, e
 		}
-		i++
 	}
-	return i, nil // not reached: the word matched
 }
