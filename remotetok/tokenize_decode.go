@@ -324,12 +324,11 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 			d.offs = append(d.offs, int32(i-arr))
 		}
 		start := i
-		v, end, ok := jsonlex.Uint(b, i)
-		if i = end; !ok {
-			if n := i - start; n == 0 || (n > 1 && b[start] == '0') {
-				return out, fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", len(out)), false
+		v, end := jsonlex.UintDigits(b, i) // inlined, as is UintFits
+		if i = end; !jsonlex.UintFits(b, start, end) {
+			if err := d.idSlow(&v, start, end, len(out)); err != nil {
+				return out, err, false
 			}
-			return out, fmt.Errorf("tokenize: decode response: token %d overflows uint64", len(out)), false
 		}
 		if i < len(b) && b[i] != ',' && b[i] != ']' {
 			i = skipJSONSpace(b, i)
@@ -347,6 +346,20 @@ func (d *tokenizeDecoder) ids(out []uint64) (toks []uint64, reason error, fatal 
 			i = skipJSONSpace(b, i)
 		}
 	}
+}
+
+// idSlow reads the id b[start:end] that is none, or of 20 digits or
+// more, or has a leading zero, with jsonlex.Uint; n is its index, for
+// the error.
+func (d *tokenizeDecoder) idSlow(v *uint64, start, end, n int) error {
+	var ok bool
+	if *v, _, ok = jsonlex.Uint(d.b, start); ok {
+		return nil
+	}
+	if end == start || d.b[start] == '0' {
+		return fmt.Errorf("tokenize: decode response: token %d is not a non-negative integer", n)
+	}
+	return fmt.Errorf("tokenize: decode response: token %d overflows uint64", n)
 }
 
 // buffer is where the ids of the array arr starts are decoded: a slice of

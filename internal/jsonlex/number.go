@@ -60,21 +60,39 @@ func digits(b []byte, i int) int {
 // The caller checks what follows the run: a '.', 'e' or 'E' there means
 // a number that is no plain integer.
 func Uint(b []byte, i int) (v uint64, end int, ok bool) {
-	start := i
-	for ; i < len(b) && isDigit(b[i]); i++ {
+	if v, end = UintDigits(b, i); UintFits(b, i, end) {
+		return v, end, true
+	}
+	if n := end - i; n == 0 || n > 1 && b[i] == '0' {
+		return 0, end, false
+	}
+	v, err := strconv.ParseUint(string(b[i:end]), 10, 64)
+	if err != nil {
+		return 0, end, false
+	}
+	return v, end, true
+}
+
+// UintDigits and UintFits are Uint's fast path in two halves small enough
+// to inline, for a loop over thousands of token ids, where a call per id
+// cost the /tokenize decoder a seventh of its time: UintDigits reads the
+// run of digits at b[i] (wrapping past 19 of them) and returns its value
+// and the cursor after it; when UintFits(b, i, end) then reports false,
+// the run is no plain uint64 or needs the slow path, and the caller asks
+// Uint.
+func UintDigits(b []byte, i int) (v uint64, end int) {
+	for ; i < len(b) && b[i]-'0' < 10; i++ {
 		v = v*10 + uint64(b[i]-'0')
 	}
-	switch n := i - start; {
-	case n == 0 || (n > 1 && b[start] == '0'):
-		return 0, i, false
-	case n >= 20:
-		// 19 digits always fit; more may not, and wrapped.
-		var err error
-		if v, err = strconv.ParseUint(string(b[start:i]), 10, 64); err != nil {
-			return 0, i, false
-		}
-	}
-	return v, i, true
+	return v, i
+}
+
+// UintFits reports whether b[start:end], digits UintDigits read, are a
+// plain integer whose value it got right: 1 to 19 digits (which always
+// fit a uint64), without a leading zero. See UintDigits.
+func UintFits(b []byte, start, end int) bool {
+	n := end - start
+	return uint(n-1) < 19 && (n == 1 || b[start] != '0')
 }
 
 // ParseInt64 parses the text of a number Number read, ok when it is an
