@@ -3,6 +3,7 @@ package jsonlex
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -66,10 +67,18 @@ func decodeScalar(b []byte, i int) (any, int, error) {
 	switch {
 	case i < len(b) && b[i] == '"':
 		s, end, err := ReadString(b, i)
+		dec, ds, dend, derr := DecodeString([]byte("pre"), b, i)
+		if ds != s || dend != end || (derr == nil) != (err == nil) || derr != nil && derr.Error() != err.Error() {
+			panic(fmt.Sprintf("%q: DecodeString %+v %d %v; ReadString %+v %d %v", b[i:], ds, dend, derr, s, end, err))
+		}
 		if err != nil {
 			return nil, end, err
 		}
-		return string(AppendString(nil, b, s)), end, nil
+		v := AppendString(nil, b, s)
+		if string(dec) != "pre"+string(v) {
+			panic(fmt.Sprintf("%q: DecodeString %q, AppendString %q", b[i:], dec, v))
+		}
+		return string(v), end, nil
 	case i < len(b) && (b[i] == '-' || isDigit(b[i])):
 		end, _, err := Number(b, i)
 		return json.Number(b[i:end]), end, err
@@ -85,7 +94,8 @@ func decodeScalar(b []byte, i int) (any, int, error) {
 // valid (Skip, and decodeAny on documents shallow enough for its
 // recursion), they decode to the same values, strings included (the
 // lexer keeps invalid UTF-8 as encoding/json does and decodes it to
-// U+FFFD alike), and numbers parse alike.
+// U+FFFD alike), and numbers parse alike. DecodeString is held to
+// ReadString and AppendString, errors included.
 func FuzzLexer(f *testing.F) {
 	for _, s := range []string{
 		`"\ud83d\ude00"`, `"\ud800"`, `"\udc00\ud800x"`, `"\ud800\ud800\udc00"`, `"\ud800\u"`,
@@ -98,6 +108,9 @@ func FuzzLexer(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 0 && b[0] == '"' {
+			decodeScalar(b, 0) // DecodeString agrees with ReadString, valid or not
+		}
 		valid := document(b, 10000) == nil
 		if valid != json.Valid(b) {
 			t.Fatalf("%q: lexer valid %v, json.Valid %v", b, valid, !valid)

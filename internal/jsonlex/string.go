@@ -172,6 +172,74 @@ func AppendStringStrict(dst, b []byte, s String) (_ []byte, exact bool) {
 // appendEscape read as six bytes (not a pair), is a surrogate: U+FFFD.
 func loneSurrogate(e []byte) bool { return e[1] == 'u' && utf16.IsSurrogate(hex4(e[2:])) }
 
+// DecodeString is ReadString that also appends the string's value to
+// dst, decoded as AppendString decodes it, in the same pass: text with
+// escapes is read once, not validated first and decoded after. The
+// chat-template decoder decodes every string, and most of its long ones
+// have escapes (a newline a line, JSON within JSON). dst grows once, to
+// the raw length, which decoding only shortens but for invalid bytes.
+func DecodeString(dst, b []byte, i int) ([]byte, String, int, error) {
+	start := i + 1
+	dst = slices.Grow(dst, closingQuote(b, start)-start)
+	var high uint64 // the high bits of the bytes looked at: 0 while ASCII
+	escaped := false
+	for i = start; ; {
+		j, h := stringEndFrom(b, i)
+		high |= h
+		dst = appendText(dst, b[i:j], h == 0)
+		if j >= len(b) {
+			return dst, String{}, len(b), &Error{Off: len(b), Msg: "unexpected end of JSON input in string literal"}
+		}
+		switch b[j] {
+		case '"':
+			return dst, String{Start: start, End: j, Escaped: escaped, ASCII: high == 0}, j + 1, nil
+		case '\\':
+			escaped = true
+			if next, err := skipEscapes(b, j); err != nil {
+				return dst, String{}, next, err
+			}
+			var n int
+			dst, n = appendEscape(dst, b[j:])
+			i = j + n
+		default: // control character
+			e := Unexpected(b, j, "in string literal")
+			return dst, String{}, e.Off, e
+		}
+	}
+}
+
+// skipEscapes validates the escape at b[i] and, when it is a \u escape
+// another follows, that one too: appendEscape reads both when they may be
+// a surrogate pair.
+func skipEscapes(b []byte, i int) (int, error) {
+	next, err := SkipEscape(b, i)
+	if err == nil && b[i+1] == 'u' && next+1 < len(b) && b[next] == '\\' && b[next+1] == 'u' {
+		return SkipEscape(b, next)
+	}
+	return next, err
+}
+
+// closingQuote returns the index of the quote that ends the string whose
+// text continues at b[i:] (len(b) when there is none): the first quote
+// after an even run of backslashes.
+func closingQuote(b []byte, i int) int {
+	for {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return len(b)
+		}
+		q := i + k
+		n := 0
+		for n < q && b[q-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
+}
+
 // appendText appends text that holds no escape, each invalid UTF-8 byte
 // as U+FFFD; valid says that it is valid UTF-8 (or else not known to be).
 func appendText(dst, text []byte, valid bool) []byte {
