@@ -3,10 +3,11 @@ package openai
 import (
 	"bytes"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
 )
 
 // KeepAlive is an SSE comment line that keeps a parked streaming client's
@@ -538,7 +539,7 @@ func intValue(s *scanner, dst *int64, has *bool) error {
 	if has != nil {
 		*has = false
 	}
-	if n, err := strconv.ParseInt(string(s.b[start:end]), 10, 64); err == nil && n >= 0 {
+	if n, ok := jsonlex.ParseInt64(s.b[start:end]); ok && n >= 0 {
 		*dst = n
 		if has != nil {
 			*has = true
