@@ -83,6 +83,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"policy unknown subdirective", ":80 {\n\treverse_proxy 127.0.0.1:8000 {\n\t\tlb_policy llm {\n\t\t\tprefix_wieght 2\n\t\t}\n\t}\n}\n", "unrecognized lb_policy llm subdirective 'prefix_wieght'"},
 		{"policy bad number", ":80 {\n\treverse_proxy 127.0.0.1:8000 {\n\t\tlb_policy llm {\n\t\t\tqueue_weight heavy\n\t\t}\n\t}\n}\n", "bad number 'heavy'"},
 		{"policy bad duration", ":80 {\n\treverse_proxy 127.0.0.1:8000 {\n\t\tlb_policy llm {\n\t\t\tbreaker_cooldown later\n\t\t}\n\t}\n}\n", "bad duration 'later'"},
+		{"dynamic llm two pools", ":80 {\n\treverse_proxy {\n\t\tdynamic llm a b\n\t}\n}\n", "usage: dynamic llm [<pool>]: too many arguments"},
+		{"dynamic llm empty pool", ":80 {\n\treverse_proxy {\n\t\tdynamic llm \"\"\n\t}\n}\n", "usage: dynamic llm [<pool>]: empty pool name"},
+		{"dynamic llm block", ":80 {\n\treverse_proxy {\n\t\tdynamic llm {\n\t\t\tpool a\n\t\t}\n\t}\n}\n", "unexpected block (subdirective 'pool')"},
+		{"engine pool missing name", "{\n\tllm {\n\t\tengine 127.0.0.1:8000 {\n\t\t\tpool\n\t\t}\n\t}\n}\n:80 {\n\trespond ok\n}\n", "wrong argument count"},
 		{"policy missing argument", ":80 {\n\treverse_proxy 127.0.0.1:8000 {\n\t\tlb_policy llm {\n\t\t\tcache_key_header\n\t\t}\n\t}\n}\n", "wrong argument count"},
 	}
 	for _, c := range cases {
