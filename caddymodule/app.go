@@ -35,8 +35,10 @@ var current atomic.Pointer[App]
 // from the engine's KV events. The state survives config reloads: engines
 // that stay keep their pollers and subscriptions; removed ones are stopped.
 //
-// Engines used by a handler or policy but not listed here (dynamic upstreams)
-// are registered automatically with defaults derived from the dial address
+// reverse_proxy takes the engines listed here as its upstreams with the
+// upstream source `dynamic llm` ([EngineUpstreams]), so each is listed once.
+// Engines used by a handler or policy but not listed here (such as those of
+// `dynamic a` or `dynamic srv`) are registered automatically with defaults derived from the dial address
 // and garbage-collected when unused.
 //
 // EXPERIMENTAL: Subject to change.

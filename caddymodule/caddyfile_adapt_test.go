@@ -119,7 +119,7 @@ func TestCaddyfileExample(t *testing.T) {
 	for _, w := range warnings {
 		t.Errorf("Caddyfile.example:%d: %s", w.Line, w.Message)
 	}
-	for _, want := range []string{`"llm":`, `"handler":"llm_admission"`, `"policy":"llm"`, `"kv_events":`} {
+	for _, want := range []string{`"llm":`, `"handler":"llm_admission"`, `"policy":"llm"`, `"kv_events":`, `"source":"llm"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("adapted Caddyfile.example lacks %s", want)
 		}

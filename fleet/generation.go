@@ -101,7 +101,9 @@ type EngineConfig struct {
 	// expanded. Never logged.
 	APIKey string `json:"api_key,omitempty"`
 
-	// Pool name shown in metrics and the admin API. Default: "default".
+	// The pool the engine serves: reverse_proxy's `dynamic llm <pool>`
+	// proxies to the engines of that pool, and the name is shown in
+	// metrics and the admin API. Default: "default".
 	Pool string `json:"pool,omitempty"`
 }
 
