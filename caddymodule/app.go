@@ -38,8 +38,8 @@ var current atomic.Pointer[App]
 // reverse_proxy takes the engines listed here as its upstreams with the
 // upstream source `dynamic llm` ([EngineUpstreams]), so each is listed once.
 // Engines used by a handler or policy but not listed here (such as those of
-// `dynamic a` or `dynamic srv`) are registered automatically with defaults derived from the dial address
-// and garbage-collected when unused.
+// `dynamic a` or `dynamic srv`) are registered automatically with defaults
+// derived from the dial address and garbage-collected when unused.
 //
 // EXPERIMENTAL: Subject to change.
 type App struct {
