@@ -6,6 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
@@ -67,6 +68,9 @@ func (u *EngineUpstreams) Provision(ctx caddy.Context) error {
 	return fmt.Errorf("dynamic llm: no engine of the llm app is in pool %q; give engines `pool %s` in the llm global option", u.Pool, u.Pool)
 }
 
+// varUpstreamsPool holds the pool of a request's `dynamic llm <pool>`.
+const varUpstreamsPool = "llm.upstreams_pool"
+
 // poolEngines are the dial addresses of the engines in pool, in config
 // order; every engine's when pool is "". Engines without a pool are in
 // the default pool, as the fleet counts them.
@@ -93,7 +97,13 @@ func poolEngines(engines []*fleet.EngineConfig, pool string) []string {
 // while other requests may read those of an earlier call. The state that
 // must persist (requests in flight, passive health failures) lives in the
 // Host that Caddy keys by dial address, and is shared by every call.
-func (u *EngineUpstreams) GetUpstreams(*http.Request) ([]*reverseproxy.Upstream, error) {
+//
+// It leaves its pool in the request's vars, for lb_policy llm to check
+// that the route names one pool throughout.
+func (u *EngineUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	if r != nil && u.Pool != "" {
+		caddyhttp.SetVar(r.Context(), varUpstreamsPool, u.Pool)
+	}
 	out := make([]*reverseproxy.Upstream, len(u.dials))
 	for i, d := range u.dials {
 		out[i] = &reverseproxy.Upstream{Dial: d}

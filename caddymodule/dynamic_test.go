@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
@@ -198,5 +203,59 @@ func TestDynamicLLMProvisionErrors(t *testing.T) {
 	}
 	if r := mustSend(t, "", chat{user: "still here?", maxTokens: 1}.body(), nil); r.upstream != engines[0].Addr() {
 		t.Errorf("after the refused loads the request went to %q", r.upstream)
+	}
+}
+
+// TestDynamicLLMPoolMismatchWarns: a policy fed by `dynamic llm` of another
+// pool says so, once; the same pool, or every engine, is quiet.
+func TestDynamicLLMPoolMismatchWarns(t *testing.T) {
+	f := testFleet()
+	defer f.Close()
+	core, logs := observer.New(zap.WarnLevel)
+	p := &Policy{Pool: "a"}
+	p.setup(zap.New(core), f)
+	for _, src := range []*EngineUpstreams{{}, {Pool: "a"}, {Pool: "b"}, {Pool: "b"}} {
+		src.dials = deadDials
+		r, _, cancel := testRequest(t, chatBody(false, "which pool?"))
+		ups, err := src.GetUpstreams(r)
+		if err != nil || len(ups) != len(deadDials) {
+			t.Fatalf("GetUpstreams: %d upstreams, %v", len(ups), err)
+		}
+		for _, u := range ups {
+			u.Host = new(reverseproxy.Host) // as reverse_proxy provisions them
+		}
+		p.Select(ups, r, nil)
+		cancel()
+	}
+	warned := logs.FilterMessageSnippet("name different pools").All()
+	if len(warned) != 1 || warned[0].ContextMap()["dynamic_pool"] != "b" {
+		t.Errorf("warnings: %+v, want one naming pool b", logs.All())
+	}
+}
+
+// TestDynamicLLMUpstreamsAreFresh: every call hands out new Upstream
+// values in config order (reverse_proxy writes to them as it provisions
+// them), and a pool filter keeps only its engines.
+func TestDynamicLLMUpstreamsAreFresh(t *testing.T) {
+	engines := []*fleet.EngineConfig{{Dial: "10.0.0.1:8000"}, {Dial: "10.0.0.2:8000", Pool: "big"}, nil, {Dial: "10.0.0.3:8000", Pool: "default"}}
+	for pool, want := range map[string][]string{
+		"":        {"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"},
+		"default": {"10.0.0.1:8000", "10.0.0.3:8000"},
+		"big":     {"10.0.0.2:8000"},
+		"none":    nil,
+	} {
+		u := &EngineUpstreams{Pool: pool, dials: poolEngines(engines, pool)}
+		first, _ := u.GetUpstreams(nil)
+		second, _ := u.GetUpstreams(nil)
+		var got []string
+		for i, up := range first {
+			got = append(got, up.Dial)
+			if up == second[i] {
+				t.Errorf("pool %q: %s handed out twice", pool, up.Dial)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pool %q: %v, want %v", pool, got, want)
+		}
 	}
 }

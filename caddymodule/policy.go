@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -94,6 +95,8 @@ type Policy struct {
 	gen      *fleet.Generation // the config generation this policy belongs to
 	logger   *zap.Logger
 	bodyWait time.Duration // policyBodyWait; shorter in unit tests
+	// poolWarned is set once a `dynamic llm` of another pool was logged.
+	poolWarned atomic.Bool
 }
 
 // policyBodyWait bounds how long Select waits for a request body it reads
@@ -202,6 +205,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
 	st := p.attempt(r, repl, res == nil)
+	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
@@ -242,6 +246,19 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		w.Header().Set("X-LLM-Tier", pick.Tier.String())
 	}
 	return chosen
+}
+
+// checkPool warns, once, when the route's `dynamic llm <pool>` names
+// another pool than the policy's: the policy would teach its own pool
+// (and so the admission of that name) the other pool's engines, and two
+// such routes would take turns at it.
+func (p *Policy) checkPool(r *http.Request) {
+	src, ok := caddyhttp.GetVar(r.Context(), varUpstreamsPool).(string)
+	if !ok || src == p.Pool || p.poolWarned.Swap(true) {
+		return
+	}
+	p.logger.Warn("lb_policy llm and dynamic llm name different pools; name the same pool in dynamic llm, lb_policy llm and llm_admission of the route",
+		zap.String("policy_pool", p.Pool), zap.String("dynamic_pool", src))
 }
 
 // dispatch counts the request on the attempt's engine: admission's
