@@ -30,6 +30,10 @@ func init() {
 // the route: admission gates on the engines of that pool as configured in
 // the llm app until the policy's first selection confirms them.
 //
+// As for every dynamic upstream source, Caddy runs no active health checks
+// on these upstreams; passive ones, lb_policy llm's breaker and drains
+// apply as to listed upstreams.
+//
 // Engines found by DNS are served by Caddy's `dynamic a` and `dynamic srv`
 // instead, and registered with the llm app on first use.
 //
