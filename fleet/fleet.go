@@ -50,6 +50,11 @@ type Fleet struct {
 	mu    sync.Mutex
 	gates map[string]*admission.Gate
 	pools map[string][]string // pool name -> dials, learned from the policy
+
+	// modelGates counts, by pool, the gates split off it for requests
+	// only some of its engines serve (ModelGate); made lazily.
+	modelGates map[string]int
+
 	// running is the generation whose config the fleet follows; started
 	// holds the generations started and not yet cleaned up. Only the
 	// running generation's policies may teach pools.

@@ -88,6 +88,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		return nil
 	}
 	v := f.view(q.Dials, q.Settings)
+	v.serving = f.servingMask(q.Request.Model, q.Dials)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	tr = releaseTokens(tokens, tr)
@@ -95,9 +96,9 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	p := &Placement{Tier: routing.LoadOnly, Tokenize: tr, match: make(map[string]match), req: rr, cost: q.Settings.Cost, decision: d,
 		f: f, request: q.Request}
 	p.cost.SetDefaults()
-	for _, c := range cands {
-		if c.MatchedBlocks <= 0 {
-			continue
+	for i, c := range cands {
+		if c.MatchedBlocks <= 0 || !v.serves(i) {
+			continue // an engine of another model holds no prefix of this one's
 		}
 		m := match{tier: c.Tier, blocks: c.MatchedBlocks, predicted: min(max(c.Speculative, 0), c.MatchedBlocks)}
 		m.cached = p.credit(m.tier, m.blocks)
@@ -108,6 +109,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		}
 	}
 	for _, c := range cands {
+		// (p.match has only engines that may serve the model.)
 		// A group's prefix may live on several engines; each of them is
 		// worth waiting for about as much. Only what an engine's own
 		// events say it holds makes it one: a prediction outlives neither
@@ -200,6 +202,12 @@ func (p *Placement) Pick(dials []string) (*Pick, bool) {
 func (p *Placement) Reserve(dials []string, lim Limits, pass admission.Pass) (res *upstreams.Reservation, failOpen, ok bool) {
 	f := p.f
 	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Occupies = "", "", 0, 0, 0
+	// Capacity counts only on engines that may serve the model, learned
+	// anew at each try: a parked request sees an engine's models change.
+	dials, notFound := f.Serving(p.request.Model, dials)
+	if notFound {
+		return nil, false, false
+	}
 	var loads []dialLoad
 	if pass == admission.PassPreferred {
 		loads = f.loads(p.holdersAmong(dials), lim)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 	"unsafe"
@@ -102,16 +103,34 @@ func (f *Fleet) Route(ctx context.Context, q Query) *Pick {
 // route is Route's decision.
 func (f *Fleet) route(ctx context.Context, q Query) Decision {
 	if q.CacheKey != "" && len(q.Dials) > 0 {
-		return Decision{Decision: routing.Decision{
-			Index: routing.Rendezvous(q.CacheKey, q.Dials), Tier: routing.CacheKey, Outcome: routing.Hit}}
+		return f.pinned(q)
 	}
 	if q.Request == nil {
 		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	}
 	v := f.view(q.Dials, q.Settings)
+	v.serving = f.servingMask(q.Request.Model, q.Dials)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d := f.decide(q, v, tokens, keys)
 	d.Tokenize = releaseTokens(tokens, tr)
+	return d
+}
+
+// pinned is the decision for a request with a cache key: rendezvous
+// hashing over the candidates that may serve its model, so that the key
+// keeps its engine while engines of other models come and go; -1 when
+// none may.
+func (f *Fleet) pinned(q Query) Decision {
+	dials := q.Dials
+	if q.Request != nil {
+		dials, _ = f.Serving(q.Request.Model, q.Dials)
+	}
+	d := Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
+	if len(dials) == 0 {
+		return d
+	}
+	pinned := dials[routing.Rendezvous(q.CacheKey, dials)]
+	d.Index, d.Tier, d.Outcome = slices.Index(q.Dials, pinned), routing.CacheKey, routing.Hit
 	return d
 }
 
@@ -164,7 +183,13 @@ type view struct {
 	engines   []*upstreams.Engine
 	loads     []upstreams.Load
 	blockSize int
+	// serving says, by candidate, whether it may serve the request's
+	// model (Fleet.Serving); nil when all may.
+	serving []bool
 }
+
+// serves reports whether candidate i may serve the request's model.
+func (v view) serves(i int) bool { return v.serving == nil || v.serving[i] }
 
 // view snapshots the candidates' loads and the fleet's block size: what the
 // engines' events say, else their gauges, else the policy's setting.
@@ -243,6 +268,11 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	cands := make([]routing.Candidate, len(q.Dials))
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
+		if !v.serves(i) {
+			// Routing among engines of another model would only earn a
+			// 404 from the engine, however well it holds the prefix.
+			c.Unavailable = ReasonModelNotServed
+		}
 		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
@@ -360,6 +390,9 @@ func (f *Fleet) promptTokens(ctx context.Context, q Query, v view) (tokens, keys
 func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) ([]uint64, []uint64, TokenizeResult) {
 	pick := -1
 	for i, l := range v.loads {
+		if !v.serves(i) {
+			continue // it cannot render the model's prompt
+		}
 		if pick < 0 || tokenizeRank(l) > tokenizeRank(v.loads[pick]) ||
 			(tokenizeRank(l) == tokenizeRank(v.loads[pick]) && l.Inflight < v.loads[pick].Inflight) {
 			pick = i

@@ -111,6 +111,18 @@ func (e *Engine) Models() ServedModels {
 	return s
 }
 
+// ServesModel reports whether the engine serves id (a base model's, an
+// alias's or an adapter's id) and whether its models are known at all:
+// discovered, else configured. An engine whose models are unknown may
+// serve anything, so callers routing by model keep it as a candidate. It
+// allocates nothing, as routing asks it of every candidate per request.
+func (e *Engine) ServesModel(id string) (serves, known bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	known = e.models.list != nil || len(e.cfg.Models) > 0
+	return known && e.servesLocked(id), known
+}
+
 // servesLocked is Models().Serves(id) without the copy. e.mu held.
 func (e *Engine) servesLocked(id string) bool {
 	if e.models.list != nil {

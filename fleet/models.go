@@ -1,0 +1,132 @@
+package fleet
+
+import (
+	"strings"
+
+	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// ReasonModelNotServed is what an explained routing decision says of a
+// candidate that does not serve the request's model.
+const ReasonModelNotServed = "model_not_served"
+
+// maxModelGates bounds the admission gates one pool splits into by the
+// engines its models are served by (see [Fleet.ModelGate]).
+const maxModelGates = 64
+
+// Serving returns the candidates among dials that may serve model: those
+// whose model list (discovered, else configured) includes it — a base
+// model's, an alias's or a LoRA adapter's id — and those whose models are
+// unknown, which may serve anything (fail open: an engine that hides
+// /v1/models still gets requests). notFound reports that dials is not
+// empty and every one of them lists its models without model: no engine
+// of the pool can serve the request, and waiting will not change that
+// until an engine's models do.
+//
+// A request without a model ("") may go anywhere. When nothing is left
+// out, dials itself is returned, so the common single-model fleet
+// allocates nothing; otherwise a new slice, in dials' order.
+func (f *Fleet) Serving(model string, dials []string) (serving []string, notFound bool) {
+	if model == "" {
+		return dials, false
+	}
+	first := -1 // the first dial left out
+	for i, d := range dials {
+		if !f.mayServe(d, model) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return dials, false
+	}
+	serving = make([]string, first, len(dials)-1)
+	copy(serving, dials[:first])
+	for _, d := range dials[first+1:] {
+		if f.mayServe(d, model) {
+			serving = append(serving, d)
+		}
+	}
+	return serving, len(serving) == 0
+}
+
+// mayServe reports whether engine dial may serve model: it lists model,
+// or its models are unknown (an engine the registry has not seen yet
+// included).
+func (f *Fleet) mayServe(dial, model string) bool {
+	e, ok := f.registry.Get(dial)
+	if !ok {
+		return true
+	}
+	serves, known := e.ServesModel(model)
+	return serves || !known
+}
+
+// servingMask is, for each of dials, whether it may serve model (see
+// Serving); nil when every one may, the common case.
+func (f *Fleet) servingMask(model string, dials []string) []bool {
+	if model == "" {
+		return nil
+	}
+	var mask []bool
+	for i, d := range dials {
+		if f.mayServe(d, model) {
+			continue
+		}
+		if mask == nil {
+			mask = make([]bool, len(dials))
+			for j := range mask {
+				mask[j] = true
+			}
+		}
+		mask[i] = false
+	}
+	return mask
+}
+
+// TryReserveModel is [Fleet.TryReserve] among the candidates of dials that
+// may serve model (see Serving): capacity counts per model, so a request
+// for a model whose engines are full is not admitted because another
+// model's engines are idle. When none may serve it, nothing is reserved,
+// and nothing fails open either: the request cannot be served.
+func (f *Fleet) TryReserveModel(model string, dials []string, lim Limits) (res *upstreams.Reservation, failOpen, ok bool) {
+	serving, notFound := f.Serving(model, dials)
+	if notFound {
+		return nil, false, false
+	}
+	return f.TryReserve(serving, lim)
+}
+
+// ModelGate is the admission gate for requests that may go only to
+// serving, among the pool's engines dials (see Serving). A gate admits
+// head of line, so requests for a model whose engines are full would hold
+// back, behind them, the requests for a model whose engines have room:
+// such requests get a gate of their own, one per set of engines (not per
+// model name, so that made-up names add none). Requests that may go to
+// every engine of the pool, and any beyond maxModelGates sets, use the
+// pool's gate.
+func (f *Fleet) ModelGate(pool string, dials, serving []string, cfg admission.Config) *admission.Gate {
+	if len(serving) == len(dials) || len(serving) == 0 {
+		return f.Gate(pool, cfg)
+	}
+	key := pool + " [" + strings.Join(serving, " ") + "]"
+	f.mu.Lock()
+	g, ok := f.gates[key]
+	if !ok && f.modelGates[pool] < maxModelGates {
+		if f.modelGates == nil {
+			f.modelGates = make(map[string]int)
+		}
+		f.modelGates[pool]++
+		g = admission.NewGateClock(cfg, f.now)
+		f.gates[key] = g
+	}
+	f.mu.Unlock()
+	switch {
+	case g == nil:
+		return f.Gate(pool, cfg)
+	case ok:
+		g.SetConfig(cfg) // outside f.mu, as in Gate
+	}
+	return g
+}
