@@ -238,6 +238,11 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		return next.ServeHTTP(w, r)
 	}
 	caddyhttp.SetVar(r.Context(), "llm.band", band.String())
+	if _, notFound := h.fleet.Serving(req.Model, h.dials()); notFound {
+		// Before NotePoolModel: a made-up name must not become one of
+		// the pool's models.
+		return modelNotFound(w, band.String(), req.Model)
+	}
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req)
@@ -428,8 +433,9 @@ func (a *admitted) refused(band admission.Band, reason string) {
 // its client left, and must not be proxied.
 func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, req *openai.Request) (a admitted, done bool) {
 	dials := h.dials()
+	serving, _ := h.fleet.Serving(req.Model, dials)
 	lim := h.limits()
-	if lim.FailClosed && !h.fleet.AnyKnown(dials) {
+	if lim.FailClosed && !h.fleet.AnyKnown(serving) {
 		// Nothing to wait for: parking would only delay the same answer.
 		a.refused(band, "state_unknown")
 		h.reject(w, nil, band, 1, "state_unknown")
@@ -440,13 +446,15 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	// result or a completion); what it writes is read here after Ready is
 	// closed or Leave returned, both ordered after it.
 	try := func(pass admission.Pass) bool {
-		rr, fo, ok := h.reserve(a.place, lim, pass)
+		rr, fo, ok := h.reserve(req.Model, a.place, lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
 		return ok
 	}
-	gate := h.fleet.Gate(h.Pool, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
+	// Requests only some engines serve wait apart from the others (see
+	// fleet.ModelGate): a full model must not hold back an idle one's.
+	gate := h.fleet.ModelGate(h.Pool, dials, serving, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
 	waiter, err := enterGate(gate, band, a.place != nil, try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		a.refused(band, "queue_full")
@@ -489,17 +497,18 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	return a, true
 }
 
-// reserve is one try at admitting the request: on its placement when it
-// has one, else on the engine with the most room (an unplaced request
-// enters the gate without a preferred pass, see enterGate).
-func (h *Admission) reserve(place *fleet.Placement, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+// reserve is one try at admitting a request for model: on its placement
+// when it has one, else on the engine serving model with the most room
+// (an unplaced request enters the gate without a preferred pass, see
+// enterGate).
+func (h *Admission) reserve(model string, place *fleet.Placement, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
 	if place != nil {
 		return place.Reserve(h.dials(), lim, pass)
 	}
 	if pass == admission.PassPreferred {
 		return nil, false, false
 	}
-	return h.fleet.TryReserve(h.dials(), lim)
+	return h.fleet.TryReserveModel(model, h.dials(), lim)
 }
 
 // enterGate asks the gate for admission; a placed request may go ahead of
@@ -636,6 +645,19 @@ func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band adm
 		msg = "the engines' load is unknown (metrics unavailable) and admission fails closed"
 	}
 	_ = writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+}
+
+// modelNotFound answers a request for a model no engine of the pool
+// serves as OpenAI does: 404, model_not_found. Waiting would not help (an
+// engine's models change with its restart, not with its load), nor would
+// sending it to an engine, which would answer the same after a tokenize
+// and a trip. band labels the rejection's count.
+func modelNotFound(w http.ResponseWriter, band, model string) error {
+	rejectedTotal.WithLabelValues(band, "model_not_found").Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write(openai.ModelNotFoundJSON(model))
+	return nil
 }
 
 // writeRequestError answers a body ParseRequest rejected with 400 and an

@@ -35,7 +35,7 @@ var (
 	}, []string{"band"})
 	rejectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_rejected_total",
-		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown).",
+		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown, model_not_found: no engine of the pool serves the model, answered 404).",
 	}, []string{"band", "reason"})
 	placedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_placed_total",

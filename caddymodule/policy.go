@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,11 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
+	if req != nil {
+		// Not even least_conn may send a request to an engine of
+		// another model.
+		cands, spare = p.serving(req.Model, cands), p.serving(req.Model, spare)
+	}
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
 	chosen, pick := p.choose(r, req, cands, res, place)
@@ -338,6 +344,29 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 	sort.Strings(all)
 	p.fleet.LearnPool(p.gen, p.Pool, all)
 	return cands, spare
+}
+
+// serving is those of ups that may serve model (see fleet.Serving): ups
+// itself when none is left out.
+func (p *Policy) serving(model string, ups []*reverseproxy.Upstream) []*reverseproxy.Upstream {
+	if model == "" || len(ups) == 0 {
+		return ups
+	}
+	dials := make([]string, len(ups))
+	for i, u := range ups {
+		dials[i] = u.Dial
+	}
+	keep, _ := p.fleet.Serving(model, dials)
+	if len(keep) == len(ups) {
+		return ups
+	}
+	out := make([]*reverseproxy.Upstream, 0, len(keep))
+	for _, u := range ups {
+		if slices.Contains(keep, u.Dial) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // choose asks the fleet where the request goes among cands; nil when it

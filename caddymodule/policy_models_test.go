@@ -1,0 +1,145 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+)
+
+// multiModelEngines starts issue 37's fleet: three engines of model-a
+// (also named a-alias), the first with the adapter a-lora, and two of
+// model-b.
+func multiModelEngines(t *testing.T) (all, a, b []*vllmsim.Engine) {
+	t.Helper()
+	cfgA := vllmsim.Config{Model: "model-a", ModelAliases: []string{"a-alias"}}
+	loraA := cfgA
+	loraA.LoRAModules = []string{"a-lora"}
+	a = append(startEngines(t, 1, loraA), startEngines(t, 2, cfgA)...)
+	b = startEngines(t, 2, vllmsim.Config{Model: "model-b"})
+	return append(append([]*vllmsim.Engine{}, a...), b...), a, b
+}
+
+// waitModelsLearned waits until /llm/engines shows every engine's models
+// as discovered from its /v1/models.
+func waitModelsLearned(t *testing.T, engines ...*vllmsim.Engine) {
+	t.Helper()
+	testwait.For(t, 15*time.Second, "every engine's models learned", func() bool {
+		var reports []map[string]any
+		if adminJSON(t, http.MethodGet, "/llm/engines", "", &reports) != http.StatusOK {
+			return false
+		}
+		learned := map[string]bool{}
+		for _, r := range reports {
+			if models, _ := r["models"].([]any); len(models) > 0 && r["models_source"] == "discovered" {
+				learned[r["dial"].(string)] = true
+			}
+		}
+		for _, e := range engines {
+			if !learned[e.Addr()] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// modelBody is a small chat request for model.
+func modelBody(model string, i int) string {
+	return fmt.Sprintf(`{"model":%q,"max_tokens":2,"messages":[{"role":"user","content":"hello %d"}]}`, model, i)
+}
+
+// checkServedOnly fails the test for every request an engine received for
+// a model it does not serve, and returns the requests each model got.
+func checkServedOnly(t *testing.T, engines []*vllmsim.Engine) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, e := range engines {
+		for model, n := range e.RequestsByModel() {
+			got[model] += n
+			if n > 0 && !e.Serves(model) {
+				t.Errorf("engine %s got %d requests for %q, which it does not serve", e.Addr(), n, model)
+			}
+		}
+	}
+	return got
+}
+
+// TestAdmissionRoutesByModel is issue 37's test: behind one endpoint,
+// requests for each model (its base id, its alias, its adapter) reach
+// only engines serving it, and a model no engine serves is answered 404
+// model_not_found by the gateway, reaching no engine.
+func TestAdmissionRoutesByModel(t *testing.T) {
+	all, _, _ := multiModelEngines(t)
+	gateway{engines: noKVEngines(all...), engineExtra: "\t\t\tmax_inflight 4\n"}.load(t)
+	waitModelsLearned(t, all...)
+	rejectedBefore := metricValue(t, "llmgw_admission_rejected_total", `reason="model_not_found"`)
+
+	models := []string{"model-a", "a-alias", "a-lora", "model-b", "no-such-model"}
+	const n = 300
+	var mu sync.Mutex
+	status := map[string]map[int]int{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		model := models[i%len(models)]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r := send(context.Background(), "", modelBody(model, i), nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if status[model] == nil {
+				status[model] = map[int]int{}
+			}
+			status[model][r.status]++
+			if model == "no-such-model" && r.status == http.StatusNotFound {
+				checkModelNotFound(t, r.body, model)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, model := range models {
+		want := http.StatusOK
+		if model == "no-such-model" {
+			want = http.StatusNotFound
+		}
+		if status[model][want] != n/len(models) {
+			t.Errorf("%s: statuses %v, want all %d", model, status[model], want)
+		}
+	}
+	got := checkServedOnly(t, all)
+	if got["no-such-model"] != 0 {
+		t.Errorf("engines saw %d requests for the unknown model", got["no-such-model"])
+	}
+	if d := metricValue(t, "llmgw_admission_rejected_total", `reason="model_not_found"`) - rejectedBefore; d != n/float64(len(models)) {
+		t.Errorf("model_not_found rejections counted %v, want %d", d, n/len(models))
+	}
+}
+
+// checkModelNotFound checks a 404 body is OpenAI's model_not_found error
+// naming model.
+func checkModelNotFound(t *testing.T, body, model string) {
+	t.Helper()
+	var v struct {
+		Error struct {
+			Message, Type, Param, Code string
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Errorf("404 body not JSON (%v): %q", err, body)
+		return
+	}
+	e := v.Error
+	if e.Code != "model_not_found" || e.Type != "invalid_request_error" || e.Param != "model" ||
+		e.Message != "The model `"+model+"` does not exist." {
+		t.Errorf("404 body %q", body)
+	}
+}
