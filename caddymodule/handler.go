@@ -271,7 +271,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		failOpenTotal.Inc()
 	}
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
-	return h.proxy(w, r, next, proxied{model: req.Model, body: fb, sseSent: a.sseSent, res: a.res})
+	// The metrics' model label is bounded: a name the fleet does not know
+	// (admitted fail-open on engines whose models are unknown) is "other".
+	model := h.fleet.ModelLabel(req.Model)
+	return h.proxy(w, r, next, proxied{model: model, body: fb, sseSent: a.sseSent, res: a.res})
 }
 
 // prepare reads and parses the body, reinstalls it for the proxy and
@@ -301,7 +304,7 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Req
 
 // proxied is an admitted request on its way to the engine.
 type proxied struct {
-	model   string
+	model   string // the metrics' label (fleet.ModelLabel)
 	body    *followingBody
 	sseSent bool                   // parked as a stream: the SSE 200 is out
 	res     *upstreams.Reservation // nil when the pool had no engine to count on

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +143,68 @@ func checkModelNotFound(t *testing.T, body, model string) {
 	if e.Code != "model_not_found" || e.Type != "invalid_request_error" || e.Param != "model" ||
 		e.Message != "The model `"+model+"` does not exist." {
 		t.Errorf("404 body %q", body)
+	}
+}
+
+// llmgwSeries is the set of llmgw_* sample lines' names and labels on
+// the admin /metrics page.
+func llmgwSeries(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, line := range strings.Split(scrapeMetrics(t), "\n") {
+		if strings.HasPrefix(line, "llmgw_") {
+			out[line[:strings.LastIndexByte(line, ' ')]] = true
+		}
+	}
+	return out
+}
+
+// TestModelLabelBounded: requests' model label is one of the fleet's
+// models; 10,000 made-up model names (answered 404, counted as rejected)
+// add no llmgw_* series.
+func TestModelLabelBounded(t *testing.T) {
+	all, _, _ := multiModelEngines(t)
+	gateway{engines: noKVEngines(all...), engineExtra: "\t\t\tmax_inflight 4\n"}.load(t)
+	waitModelsLearned(t, all...)
+	// Every series the test's requests make, made once.
+	for _, model := range []string{"model-a", "a-lora", "model-b"} {
+		if r := mustSend(t, "", modelBody(model, 0), nil); r.status != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", model, r.status, r.body)
+		}
+	}
+	if r := send(context.Background(), "", modelBody("made-up", 0), nil); r.status != http.StatusNotFound {
+		t.Fatalf("made-up model: status %d: %s", r.status, r.body)
+	}
+	if v := metricValue(t, "llmgw_responses_total", `model="a-lora"`); v < 1 {
+		t.Fatalf("no response counted under the adapter's own name")
+	}
+	before := llmgwSeries(t)
+	const n = 10000
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				r := send(context.Background(), "", modelBody(fmt.Sprintf("made-up-%d", i), i), nil)
+				if r.status != http.StatusNotFound {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		t.Fatalf("%d made-up models were not answered 404", f)
+	}
+	after := llmgwSeries(t)
+	for s := range after {
+		if !before[s] {
+			t.Errorf("new series %s", s)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("%d llmgw_* series before, %d after", len(before), len(after))
 	}
 }

@@ -36,8 +36,10 @@ type Fleet struct {
 	tokenizer atomic.Pointer[remotetok.Tokenizer]
 	tokOpts   remotetok.TokenizerOptions // guarded by mu
 	// local is the running config's local tokenizers, nil without any;
+	// tokNames the models with a local tokenizer of their own;
 	// tokModels keeps loaded tokenizer directories across reloads.
 	local     atomic.Pointer[localtok.Set]
+	tokNames  atomic.Pointer[map[string]struct{}]
 	tokModels localtok.Cache
 	breaker   *routing.Breaker // guarded by mu; replaced when its config changes
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -129,4 +130,37 @@ func (f *Fleet) ModelGate(pool string, dials, serving []string, cfg admission.Co
 		g.SetConfig(cfg) // outside f.mu, as in Gate
 	}
 	return g
+}
+
+// OtherModel is the model label of a request for a model the fleet does
+// not know (see [Fleet.ModelLabel]).
+const OtherModel = "other"
+
+// ModelLabel is model as a metric label: the name itself when an engine
+// serves it (a base model, alias or adapter, as discovered or configured)
+// or a local tokenizer is configured for it, "" for a request without
+// one, and OtherModel for anything else. Clients choose the name, so a
+// label of it as sent would let them add series without bound.
+func (f *Fleet) ModelLabel(model string) string {
+	if model == "" || f.registry.AnyServes(model) {
+		return model
+	}
+	if names := f.tokNames.Load(); names != nil {
+		if _, ok := (*names)[model]; ok {
+			return model
+		}
+	}
+	return OtherModel
+}
+
+// noteTokenizerNames records the models of cfgs (localtok.AnyModel
+// names none) for ModelLabel.
+func (f *Fleet) noteTokenizerNames(cfgs []*TokenizerConfig) {
+	names := make(map[string]struct{}, len(cfgs))
+	for _, c := range cfgs {
+		if c != nil && c.Model != localtok.AnyModel {
+			names[c.Model] = struct{}{}
+		}
+	}
+	f.tokNames.Store(&names)
 }

@@ -188,3 +188,19 @@ func TestRouteByModel(t *testing.T) {
 		t.Fatalf("explain does not say why model-a's engine was left out: %+v", pick.Scored)
 	}
 }
+
+// TestModelLabel: a label is a name some engine serves or a configured
+// tokenizer's model; any other name, even one admitted fail-open on an
+// engine whose models are unknown, is "other".
+func TestModelLabel(t *testing.T) {
+	f := modelFleet(t)
+	f.noteTokenizerNames([]*TokenizerConfig{{Model: "tok-model"}, {Model: "*"}, nil})
+	for model, want := range map[string]string{
+		"model-a": "model-a", "a-alias": "a-alias", "a-lora": "a-lora", "model-b": "model-b",
+		"tok-model": "tok-model", "": "", "*": OtherModel, "made-up": OtherModel, "other": OtherModel,
+	} {
+		if got := f.ModelLabel(model); got != want {
+			t.Errorf("ModelLabel(%q) = %q, want %q", model, got, want)
+		}
+	}
+}

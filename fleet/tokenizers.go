@@ -81,6 +81,7 @@ func (f *Fleet) applyTokenizers(c Config) {
 			f.logger.Error("local tokenizers not loaded; their models use the engines' /tokenize", zap.Error(err))
 		}
 	}
+	f.noteTokenizerNames(c.Tokenizers)
 	dirs := make([]string, 0, len(c.models))
 	for _, m := range c.models {
 		dirs = append(dirs, m.Dir())

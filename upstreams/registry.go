@@ -329,6 +329,23 @@ func (r *Registry) Serving(model string) []*Engine {
 	return out
 }
 
+// AnyServes reports whether some engine serves model, as [Registry.Serving]
+// counts them, without listing them: a request's metrics ask it for their
+// model label.
+func (r *Registry) AnyServes(model string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, e := range r.engines {
+		e.mu.Lock()
+		ok := e.servesLocked(model)
+		e.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // StaleTransitions counts fresh→stale transitions over the registry's life:
 // each time an engine's consecutive failures reach StaleAfter (counted once
 // per episode; a successful scrape ends the episode).
