@@ -156,6 +156,12 @@ func relFullEngine(t *testing.T) (dial string, proxied *atomic.Int64) {
 			http.Error(w, "no tokenizer", http.StatusNotFound)
 			return
 		}
+		if r.URL.Path == "/v1/models" {
+			// Model discovery, not a request: its models stay unknown,
+			// which routes and admits as before discovery.
+			http.NotFound(w, r)
+			return
+		}
 		if r.URL.Path != "/metrics" {
 			proxied.Add(1)
 			http.Error(w, "not expected", http.StatusTeapot)
