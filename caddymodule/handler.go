@@ -246,6 +246,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req)
+	if !done && a.notFound {
+		h.lateNotFound(w, band, req.Model, &a)
+		done = true
+	}
 	spanattr.SetAdmission(trace.SpanFromContext(r.Context()), spanattr.Admission{Request: req, Pool: h.Pool, Band: band.String(),
 		Outcome: a.outcome, Order: a.order.String(), Parked: a.waited, FailOpen: a.failOpen, Placement: a.place})
 	if done {
@@ -423,6 +427,7 @@ type admitted struct {
 	waited   time.Duration
 	order    admission.Order // how the gate admitted it
 	outcome  string          // "" when admitted, else why not (for the span)
+	notFound bool            // let out of the gate because no engine serves its model
 }
 
 // refused counts a request not admitted, for its reason.
@@ -449,6 +454,13 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	// result or a completion); what it writes is read here after Ready is
 	// closed or Leave returned, both ordered after it.
 	try := func(pass admission.Pass) bool {
+		if _, nf := h.fleet.Serving(req.Model, h.dials()); nf {
+			// The engines' models were learned after the request came
+			// in, and none serves it: waiting would not change that.
+			// Let it out, without a reservation, to be answered 404.
+			a.notFound = true
+			return true
+		}
 		rr, fo, ok := h.reserve(req.Model, a.place, lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
@@ -648,6 +660,20 @@ func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band adm
 		msg = "the engines' load is unknown (metrics unavailable) and admission fails closed"
 	}
 	_ = writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+}
+
+// lateNotFound answers a request the gate let out because no engine
+// serves its model (see admit): 404 model_not_found, or, when it parked
+// as a stream and the SSE 200 is out, the same error as an event.
+func (h *Admission) lateNotFound(w http.ResponseWriter, band admission.Band, model string, a *admitted) {
+	a.outcome = "model_not_found"
+	if !a.sseSent {
+		_ = modelNotFound(w, band.String(), model)
+		return
+	}
+	rejectedTotal.WithLabelValues(band.String(), "model_not_found").Inc()
+	_, _ = w.Write(openai.ErrorEvent("The model `"+model+"` does not exist.", http.StatusNotFound))
+	flush(w)
 }
 
 // modelNotFound answers a request for a model no engine of the pool

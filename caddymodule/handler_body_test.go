@@ -146,8 +146,11 @@ func TestAdmissionPassThrough(t *testing.T) {
 
 // TestAdmissionModels: with `models`, only requests for the listed models
 // are gated; others pass straight through even when the engines are full.
+// The engine serves the gated model too (as an alias): a model no engine
+// serves is answered 404 rather than parked.
 func TestAdmissionModels(t *testing.T) {
-	e := slowEngine(t)
+	e := startEngines(t, 1, vllmsim.Config{TimeScale: 1, DecodeStepTime: 10 * time.Millisecond,
+		ModelAliases: []string{"gated-model"}})[0]
 	parkGateway(e, "\t\tmax_park 30s\n\t\tmodels gated-model other-gated\n").load(t)
 	occupy(t, e, 1)
 	waitBusy(t, e.Addr(), 1)
