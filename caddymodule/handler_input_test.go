@@ -99,23 +99,31 @@ func TestReliabilityMetricsHTMLAndHuge(t *testing.T) {
 }
 
 // TestReliabilityUnknownModel: a request for a model no engine serves is
-// not a gateway failure: it is admitted and proxied like any other, and the
-// engine's own 404 JSON error reaches the client (vLLM: "The model `x` does
-// not exist."). With `models` set, such a request is not gated at all and
-// gets the same answer.
+// not a gateway failure: once the engines' models are learned, the gateway
+// answers it 404 model_not_found itself, in OpenAI's shape (as vLLM would:
+// "The model `x` does not exist."), and no engine sees it. With `models`
+// set, such a request is not gated, and lb_policy llm gives the same
+// answer.
 func TestReliabilityUnknownModel(t *testing.T) {
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	for _, admissionCfg := range []string{"", "\t\tmodels sim-model\n"} {
 		gateway{engines: kvEngines(e), admission: admissionCfg}.load(t)
 		t.Cleanup(func() { resetGateway(t) })
+		waitModelsLearned(t, e)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		body := strings.Replace(chat{user: "hello", maxTokens: 8, stream: true}.body(), `"sim-model"`, `"no-such-model"`, 1)
 		s := send(ctx, "", body, nil)
 		cancel()
-		if s.status != http.StatusNotFound || !strings.Contains(s.body, "does not exist") {
-			t.Fatalf("models=%q: %d %q, want the engine's 404", admissionCfg, s.status, s.body)
+		if s.status != http.StatusNotFound {
+			t.Fatalf("models=%q: %d %q, want 404", admissionCfg, s.status, s.body)
 		}
-		relErrorBody(t, s)
+		if ct := s.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("models=%q: Content-Type %q", admissionCfg, ct)
+		}
+		checkModelNotFound(t, s.body, "no-such-model")
+	}
+	if n := e.RequestsByModel()["no-such-model"]; n != 0 {
+		t.Errorf("the engine saw %d requests for the unknown model", n)
 	}
 }
 

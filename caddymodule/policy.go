@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/readahead"
 	"github.com/llmgw/caddy-llmgw/internal/spanattr"
@@ -194,6 +195,9 @@ type selectState struct {
 	// before every attempt; bodyRead says not to read again.
 	body     []byte
 	bodyRead bool
+	// answered: the policy answered the request itself (its model is
+	// served by no engine of the pool), so later attempts write nothing.
+	answered bool
 }
 
 // Select implements reverseproxy.Selector. w may be nil.
@@ -209,6 +213,9 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
+	if req != nil && res == nil && p.modelNotFound(pool, req.Model, st, w) {
+		return nil
+	}
 	if req != nil {
 		// Not even least_conn may send a request to an engine of
 		// another model.
@@ -344,6 +351,34 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 	sort.Strings(all)
 	p.fleet.LearnPool(p.gen, p.Pool, all)
 	return cands, spare
+}
+
+// modelNotFound answers 404 model_not_found, as llm_admission does, for a
+// request it did not gate whose model no upstream of pool serves, and
+// reports whether it did so; Select then returns nil. reverse_proxy turns
+// that nil into a 503 error of its own, which finds the answer written:
+// Caddy logs it and its status line is superfluous, but the client reads
+// the 404. Without a writer (w nil) the 503 is all the client gets; no
+// engine is asked either way.
+func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st *selectState, w http.ResponseWriter) bool {
+	if st.answered {
+		return true
+	}
+	dials := make([]string, 0, len(pool))
+	for _, u := range pool {
+		if u != nil {
+			dials = append(dials, u.Dial)
+		}
+	}
+	if _, notFound := p.fleet.Serving(model, dials); !notFound {
+		return false
+	}
+	if w != nil {
+		st.answered = true
+		// No band headers are read without llm_admission: the default band.
+		_ = modelNotFound(w, admission.Normal.String(), model)
+	}
+	return true
 }
 
 // serving is those of ups that may serve model (see fleet.Serving): ups

@@ -208,3 +208,27 @@ func TestModelLabelBounded(t *testing.T) {
 		t.Errorf("%d llmgw_* series before, %d after", len(before), len(after))
 	}
 }
+
+// TestPolicyRoutesByModel: without llm_admission, lb_policy llm sends each
+// model's requests only to engines serving it and answers a model none
+// serves 404 model_not_found itself.
+func TestPolicyRoutesByModel(t *testing.T) {
+	all, _, _ := multiModelEngines(t)
+	gateway{engines: noKVEngines(all...), admission: "-"}.load(t)
+	waitModelsLearned(t, all...)
+	for i := range 100 {
+		model := []string{"model-a", "a-alias", "a-lora", "model-b", "no-such-model"}[i%5]
+		r := send(context.Background(), "", modelBody(model, i), nil)
+		switch {
+		case model == "no-such-model" && r.status == http.StatusNotFound:
+			checkModelNotFound(t, r.body, model)
+		case model == "no-such-model":
+			t.Fatalf("unknown model: status %d: %s", r.status, r.body)
+		case r.status != http.StatusOK:
+			t.Fatalf("%s: status %d: %s", model, r.status, r.body)
+		}
+	}
+	if got := checkServedOnly(t, all); got["no-such-model"] != 0 {
+		t.Errorf("engines saw %d requests for the unknown model", got["no-such-model"])
+	}
+}
