@@ -450,23 +450,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		return a, true
 	}
 	a.place = h.place(r, req, dials)
-	// try runs under the gate's lock, at Enter or from a Kick (a poll
-	// result or a completion); what it writes is read here after Ready is
-	// closed or Leave returned, both ordered after it.
-	try := func(pass admission.Pass) bool {
-		if _, nf := h.fleet.Serving(req.Model, h.dials()); nf {
-			// The engines' models were learned after the request came
-			// in, and none serves it: waiting would not change that.
-			// Let it out, without a reservation, to be answered 404.
-			a.notFound = true
-			return true
-		}
-		rr, fo, ok := h.reserve(req.Model, a.place, lim, pass)
-		if ok {
-			a.res, a.failOpen = rr, fo
-		}
-		return ok
-	}
+	try := h.try(req.Model, lim, &a)
 	// Requests only some engines serve wait apart from the others (see
 	// fleet.ModelGate): a full model must not hold back an idle one's.
 	gate := h.fleet.ModelGate(h.Pool, dials, serving, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
@@ -510,6 +494,27 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	h.reject(w, gate, band, waiter.Position(), "max_park")
 	return a, true
+}
+
+// try is the gate's try function for a request for model, which writes
+// its outcome into a. It runs under the gate's lock, at Enter or from a
+// Kick (a poll result or a completion); what it writes is read after
+// Ready is closed or Leave returned, both ordered after it.
+func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.PlacedFunc {
+	return func(pass admission.Pass) bool {
+		if _, nf := h.fleet.Serving(model, h.dials()); nf {
+			// The engines' models were learned after the request came
+			// in, and none serves it: waiting would not change that.
+			// Let it out, without a reservation, to be answered 404.
+			a.notFound = true
+			return true
+		}
+		rr, fo, ok := h.reserve(model, a.place, lim, pass)
+		if ok {
+			a.res, a.failOpen = rr, fo
+		}
+		return ok
+	}
 }
 
 // reserve is one try at admitting a request for model: on its placement

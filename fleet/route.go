@@ -191,6 +191,15 @@ type view struct {
 // serves reports whether candidate i may serve the request's model.
 func (v view) serves(i int) bool { return v.serving == nil || v.serving[i] }
 
+// exclude marks c, candidate i, unavailable when it does not serve the
+// request's model: sending the request there would only earn the engine's
+// 404, however much of the prompt it holds.
+func (v view) exclude(i int, c *routing.Candidate) {
+	if !v.serves(i) {
+		c.Unavailable = ReasonModelNotServed
+	}
+}
+
 // view snapshots the candidates' loads and the fleet's block size: what the
 // engines' events say, else their gauges, else the policy's setting.
 func (f *Fleet) view(dials []string, s Settings) view {
@@ -268,11 +277,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	cands := make([]routing.Candidate, len(q.Dials))
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
-		if !v.serves(i) {
-			// Routing among engines of another model would only earn a
-			// 404 from the engine, however well it holds the prefix.
-			c.Unavailable = ReasonModelNotServed
-		}
+		v.exclude(i, &c)
 		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
