@@ -364,6 +364,9 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st 
 	if st.answered {
 		return true
 	}
+	if model == "" {
+		return false // any engine serves a request without a model
+	}
 	dials := make([]string, 0, len(pool))
 	for _, u := range pool {
 		if u != nil {
