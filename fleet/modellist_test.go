@@ -1,0 +1,110 @@
+package fleet
+
+import (
+	"reflect"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// TestUnionModels pins the union rules of the gateway's /v1/models.
+func TestUnionModels(t *testing.T) {
+	type sm = upstreams.ServedModel
+	base := sm{ID: "A", Root: "/models/A", MaxModelLen: 8192}
+	adapter := sm{ID: "a1", Root: "/lora/a1", Parent: "A"}
+	discovered := func(list ...sm) upstreams.ServedModels { return upstreams.ServedModels{List: list} }
+	configured := func(ids ...string) upstreams.ServedModels {
+		s := upstreams.ServedModels{List: []sm{}, Configured: true}
+		for _, id := range ids {
+			s.List = append(s.List, sm{ID: id})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name      string
+		sets      []upstreams.ServedModels
+		want      []sm
+		wantKnown bool
+	}{
+		{"no engines", nil, []sm{}, false},
+		{"nothing known", []upstreams.ServedModels{{}, {}}, []sm{}, false},
+		{"known to serve nothing", []upstreams.ServedModels{{}, {List: []sm{}}}, []sm{}, true},
+		{"one entry per id, sorted",
+			[]upstreams.ServedModels{discovered(sm{ID: "B", Root: "/models/B", MaxModelLen: 4096}, base), discovered(base)},
+			[]sm{base, {ID: "B", Root: "/models/B", MaxModelLen: 4096}}, true},
+		{"smallest max_model_len wins",
+			[]upstreams.ServedModels{discovered(base), discovered(sm{ID: "A", Root: "/models/A", MaxModelLen: 4096})},
+			[]sm{{ID: "A", Root: "/models/A", MaxModelLen: 4096}}, true},
+		{"an unknown length does not lower it",
+			[]upstreams.ServedModels{discovered(sm{ID: "A", Root: "/models/A"}), discovered(base)},
+			[]sm{base}, true},
+		{"adapter keeps its parent and takes its length",
+			[]upstreams.ServedModels{discovered(base, adapter)},
+			[]sm{base, {ID: "a1", Root: "/lora/a1", Parent: "A", MaxModelLen: 8192}}, true},
+		{"adapter of a missing parent has no length",
+			[]upstreams.ServedModels{discovered(adapter)},
+			[]sm{adapter}, true},
+		{"configured-only names have root = id",
+			[]upstreams.ServedModels{configured("C"), {}},
+			[]sm{{ID: "C", Root: "C"}}, true},
+		{"discovered wins over configured",
+			[]upstreams.ServedModels{configured("a1"), discovered(base, adapter)},
+			[]sm{base, {ID: "a1", Root: "/lora/a1", Parent: "A", MaxModelLen: 8192}}, true},
+		{"first discovered entry gives root and parent",
+			[]upstreams.ServedModels{discovered(sm{ID: "A", Root: "/x/A"}), discovered(base)},
+			[]sm{{ID: "A", Root: "/x/A", MaxModelLen: 8192}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var shared [][]sm
+			for _, s := range tc.sets {
+				shared = append(shared, append([]sm(nil), s.List...))
+			}
+			got, known := UnionModels(tc.sets)
+			if known != tc.wantKnown || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v known=%v, want %+v known=%v", got, known, tc.want, tc.wantKnown)
+			}
+			// The engines' lists are shared by their snapshots: the union
+			// must not modify them.
+			for i, s := range tc.sets {
+				if !reflect.DeepEqual(append([]sm(nil), s.List...), shared[i]) {
+					t.Errorf("set %d modified: %+v, was %+v", i, s.List, shared[i])
+				}
+			}
+		})
+	}
+}
+
+// TestListModelsPools: pool "" lists every engine's models, a pool name its
+// own engines'.
+func TestListModelsPools(t *testing.T) {
+	f := New(zap.NewNop(), Options{ManualScrape: true})
+	defer f.Close()
+	g := f.NewGeneration(testConfig(
+		&EngineConfig{Dial: deadDials[0]},
+		&EngineConfig{Dial: deadDials[1], Pool: "other"},
+	), zap.NewNop())
+	f.Start(g)
+	if _, known := f.ListModels(""); known {
+		t.Fatal("models known before any engine told them")
+	}
+	f.Registry().Ensure(deadDials[0]).RecordModels([]upstreams.ServedModel{{ID: "A", Root: "/m/A", MaxModelLen: 100}}, nil)
+	f.Registry().Ensure(deadDials[1]).RecordModels([]upstreams.ServedModel{{ID: "B", Root: "/m/B", MaxModelLen: 200}}, nil)
+	ids := func(pool string) []string {
+		list, known := f.ListModels(pool)
+		if !known {
+			t.Fatalf("pool %q: models unknown", pool)
+		}
+		var out []string
+		for _, m := range list {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	for pool, want := range map[string][]string{"": {"A", "B"}, "default": {"A"}, "other": {"B"}} {
+		if got := ids(pool); !reflect.DeepEqual(got, want) {
+			t.Errorf("pool %q: %v, want %v", pool, got, want)
+		}
+	}
+}
