@@ -17,6 +17,10 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("llm", parseGlobalOption)
 	httpcaddyfile.RegisterHandlerDirective("llm_admission", parseAdmission)
 	httpcaddyfile.RegisterDirectiveOrder("llm_admission", httpcaddyfile.Before, "reverse_proxy")
+	// llm_models answers by itself, like respond: with a matcher at the
+	// top of a site it must run before llm_admission and reverse_proxy.
+	httpcaddyfile.RegisterHandlerDirective("llm_models", parseModelsHandler)
+	httpcaddyfile.RegisterDirectiveOrder("llm_models", httpcaddyfile.Before, "respond")
 }
 
 // parseGlobalOption parses the `llm` global option into the llm app.
