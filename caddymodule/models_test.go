@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -185,5 +186,20 @@ func TestModelsCaddyfileErrors(t *testing.T) {
 				t.Errorf("error %v, want one naming the line with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestModelsCaddyfileExample: the demo config answers /v1/models itself.
+func TestModelsCaddyfileExample(t *testing.T) {
+	raw, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(raw, nil)
+	if err != nil {
+		t.Fatalf("Caddyfile.example: %v", err)
+	}
+	if !strings.Contains(string(out), `"handler":"llm_models"`) {
+		t.Error("adapted Caddyfile.example lacks the llm_models handler")
 	}
 }
