@@ -2,63 +2,27 @@ package zmtp
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 	"testing"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/zmtpwire"
 )
 
 // Hand-written ZMTP 3.0 wire pieces for fake peers, from the spec rather
-// than from the package's own encoders.
+// than from the package's own encoders (internal/testutil/zmtpwire).
 
-func zmtpGreeting(mechanism string, major byte) []byte {
-	g := make([]byte, GreetingLen)
-	g[0], g[9], g[10] = 0xff, 0x7f, major
-	copy(g[12:32], mechanism)
-	return g
-}
-
-func zmtpFrame(flags byte, body []byte) []byte {
-	if len(body) > 255 {
-		b := make([]byte, 9, 9+len(body))
-		b[0] = flags | FlagLong
-		binary.BigEndian.PutUint64(b[1:], uint64(len(body)))
-		return append(b, body...)
-	}
-	return append([]byte{flags, byte(len(body))}, body...)
-}
-
-func zmtpCommand(name string, body []byte) []byte {
-	b := append([]byte{byte(len(name))}, name...)
-	return zmtpFrame(FlagCommand, append(b, body...))
-}
-
-func zmtpProp(k, v string) []byte {
-	b := append([]byte{byte(len(k))}, k...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-	return append(b, v...)
-}
-
-func zmtpReady(sockType string) []byte {
-	return zmtpCommand("READY", zmtpProp("Socket-Type", sockType))
-}
-
-// zmtpMessage encodes a multipart data message.
-func zmtpMessage(frames ...[]byte) []byte {
-	var out []byte
-	for i, f := range frames {
-		var fl byte
-		if i < len(frames)-1 {
-			fl = FlagMore
-		}
-		out = append(out, zmtpFrame(fl, f)...)
-	}
-	return out
-}
-
-func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+var (
+	zmtpGreeting = zmtpwire.Greeting
+	zmtpFrame    = zmtpwire.Frame
+	zmtpCommand  = zmtpwire.Command
+	zmtpProp     = zmtpwire.Prop
+	zmtpReady    = zmtpwire.Ready
+	zmtpMessage  = zmtpwire.Message
+	seqBytes     = zmtpwire.Seq
+)
 
 // TestEncodersMatchSpec holds the package's encoders to the hand-written
-// wire pieces above.
+// wire pieces of internal/testutil/zmtpwire.
 func TestEncodersMatchSpec(t *testing.T) {
 	long := bytes.Repeat([]byte{7}, 300)
 	for _, tc := range []struct {

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/testutil/zmtpwire"
 	"github.com/llmgw/caddy-llmgw/internal/zmtp"
 )
 
-// Hand-written ZMTP 3.0 wire pieces for fake peers.
+// Hand-written ZMTP 3.0 wire pieces for fake peers (internal/testutil/zmtpwire).
 
 // The wire constants, under the names these tests knew before the ZMTP
 // code moved to internal/zmtp.
@@ -24,52 +25,15 @@ const (
 	maxKeptBuffer = zmtp.MaxKeptBuffer
 )
 
-func zmtpGreeting(mechanism string, major byte) []byte {
-	g := make([]byte, greetingLen)
-	g[0], g[9], g[10] = 0xff, 0x7f, major
-	copy(g[12:32], mechanism)
-	return g
-}
-
-func zmtpFrame(flags byte, body []byte) []byte {
-	if len(body) > 255 {
-		b := make([]byte, 9, 9+len(body))
-		b[0] = flags | flagLong
-		binary.BigEndian.PutUint64(b[1:], uint64(len(body)))
-		return append(b, body...)
-	}
-	return append([]byte{flags, byte(len(body))}, body...)
-}
-
-func zmtpCommand(name string, body []byte) []byte {
-	b := append([]byte{byte(len(name))}, name...)
-	return zmtpFrame(flagCommand, append(b, body...))
-}
-
-func zmtpProp(k, v string) []byte {
-	b := append([]byte{byte(len(k))}, k...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-	return append(b, v...)
-}
-
-func zmtpReady(sockType string) []byte {
-	return zmtpCommand("READY", zmtpProp("Socket-Type", sockType))
-}
-
-// zmtpMessage encodes a multipart data message.
-func zmtpMessage(frames ...[]byte) []byte {
-	var out []byte
-	for i, f := range frames {
-		var fl byte
-		if i < len(frames)-1 {
-			fl = flagMore
-		}
-		out = append(out, zmtpFrame(fl, f)...)
-	}
-	return out
-}
-
-func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+var (
+	zmtpGreeting = zmtpwire.Greeting
+	zmtpFrame    = zmtpwire.Frame
+	zmtpCommand  = zmtpwire.Command
+	zmtpProp     = zmtpwire.Prop
+	zmtpReady    = zmtpwire.Ready
+	zmtpMessage  = zmtpwire.Message
+	seqBytes     = zmtpwire.Seq
+)
 
 // readFrame reads one ZMTP frame (for consuming the client's READY).
 func readFrame(r io.Reader) (flags byte, body []byte, err error) {
