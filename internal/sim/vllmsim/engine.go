@@ -98,6 +98,13 @@ type Stats struct {
 	// LoRALoads counts adapters loaded into a GPU slot (each costs
 	// Config.LoRALoadTime).
 	LoRALoads uint64 `json:"lora_loads"`
+	// AdapterArrivals counts requests for a LoRA adapter; of those,
+	// AdapterArrivalsInFlight arrived while the engine had requests for
+	// the same adapter running or waiting (what vllm:lora_requests_info
+	// shows a router): a request that joins its adapter's requests
+	// neither loads it nor waits for a slot behind other adapters.
+	AdapterArrivals         uint64 `json:"adapter_arrivals"`
+	AdapterArrivalsInFlight uint64 `json:"adapter_arrivals_in_flight"`
 }
 
 // Engine is one simulated vLLM engine (one DP rank): an HTTP server, a
@@ -356,22 +363,24 @@ func (e *Engine) Stats() Stats {
 		e.pub.mu.Unlock()
 	}
 	return Stats{
-		KVMessagesDropped:  dropped,
-		Running:            len(e.running),
-		Waiting:            len(e.waiting),
-		KVCacheUsage:       e.pool.usage(),
-		CachedBlocks:       e.pool.numCache,
-		RequestsServed:     e.ctr.requestsServed,
-		PromptTokens:       e.ctr.promptTokens,
-		CachedTokens:       e.ctr.hits,
-		PrefixCacheQueries: e.ctr.queries,
-		GenerationTokens:   e.ctr.genTokens,
-		Preemptions:        e.ctr.preemptions,
-		BatchesPublished:   e.ctr.batches,
-		EventsPublished:    e.ctr.events,
-		Restarts:           e.restarts,
-		Steps:              e.ctr.steps,
-		LoRALoads:          e.ctr.loraLoads,
+		KVMessagesDropped:       dropped,
+		Running:                 len(e.running),
+		Waiting:                 len(e.waiting),
+		KVCacheUsage:            e.pool.usage(),
+		CachedBlocks:            e.pool.numCache,
+		RequestsServed:          e.ctr.requestsServed,
+		PromptTokens:            e.ctr.promptTokens,
+		CachedTokens:            e.ctr.hits,
+		PrefixCacheQueries:      e.ctr.queries,
+		GenerationTokens:        e.ctr.genTokens,
+		Preemptions:             e.ctr.preemptions,
+		BatchesPublished:        e.ctr.batches,
+		EventsPublished:         e.ctr.events,
+		Restarts:                e.restarts,
+		Steps:                   e.ctr.steps,
+		LoRALoads:               e.ctr.loraLoads,
+		AdapterArrivals:         e.ctr.adapterArrivals,
+		AdapterArrivalsInFlight: e.ctr.adapterInFlight,
 	}
 }
 
@@ -566,6 +575,7 @@ func (e *Engine) submit(r *simRequest) error {
 	default:
 	}
 	r.arrival = e.simNowLocked()
+	e.countAdapterArrivalLocked(r.loraID)
 	e.submitted++
 	r.seq = e.submitted
 	e.waiting = append(e.waiting, r)

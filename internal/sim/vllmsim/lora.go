@@ -1,5 +1,7 @@
 package vllmsim
 
+import "slices"
+
 // loraSlots models vLLM's two limits on adapters: the distinct adapters of
 // the step being planned (the scheduler's scheduled_loras, at most
 // capacity = --max-loras) and the LRU of adapters loaded in the GPU's
@@ -107,4 +109,18 @@ func (s *loraSlots) resident() []int {
 		}
 	}
 	return ids
+}
+
+// countAdapterArrivalLocked counts an arriving request for adapter id (0:
+// the base model, not counted), and whether requests for the same adapter
+// were running or waiting when it arrived. e.mu held.
+func (e *Engine) countAdapterArrivalLocked(id int) {
+	if id <= 0 {
+		return
+	}
+	e.ctr.adapterArrivals++
+	same := func(r *simRequest) bool { return r.loraID == id }
+	if slices.ContainsFunc(e.running, same) || slices.ContainsFunc(e.waiting, same) {
+		e.ctr.adapterInFlight++
+	}
 }

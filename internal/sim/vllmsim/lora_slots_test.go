@@ -155,7 +155,8 @@ func (e *Engine) liveAdapters() (running, waiting string) {
 // TestMaxLoRAsHoldsAdapters: with two slots and three adapters in flight,
 // the third adapter's request waits until a slot frees, while base-model
 // requests and requests for adapters in the batch pass it; the running
-// requests never use more than two adapters.
+// requests never use more than two adapters. The engine counts the
+// adapter requests that arrived while their adapter was in flight.
 func TestMaxLoRAsHoldsAdapters(t *testing.T) {
 	e := startEngine(t, Config{Model: "base", TimeScale: 10, MaxNumSeqs: 8, MaxLoRAs: 2, LoRAModules: []string{"a", "b", "c"}})
 	c := newClient(t)
@@ -196,6 +197,11 @@ func TestMaxLoRAsHoldsAdapters(t *testing.T) {
 	}
 	if running, waiting := e.liveAdapters(); running != "a,b" || waiting != "c" {
 		t.Fatalf("running adapters %q waiting %q, want a,b and c", running, waiting)
+	}
+	// Four adapter requests arrived; only the short one for a joined
+	// requests for its adapter (the base model's is not counted).
+	if st := e.Stats(); st.AdapterArrivals != 4 || st.AdapterArrivalsInFlight != 1 {
+		t.Errorf("adapter arrivals %d, in flight %d, want 4 and 1", st.AdapterArrivals, st.AdapterArrivalsInFlight)
 	}
 	labels := loraInfo(t, c, e)
 	if labels["max_lora"] != "2" || labels["running_lora_adapters"] != "a,b" || labels["waiting_lora_adapters"] != "c" {

@@ -74,9 +74,12 @@ type counters struct {
 	steps          uint64
 	events         uint64
 	loraLoads      uint64
-	ttft           histogram
-	itl            histogram // inter_token_latency_seconds: simulated time between a request's output tokens
-	prefillTime    histogram // request_prefill_time_seconds, observed when a request finishes
+	// adapterArrivals and adapterInFlight are Stats.AdapterArrivals and
+	// Stats.AdapterArrivalsInFlight.
+	adapterArrivals, adapterInFlight uint64
+	ttft                             histogram
+	itl                              histogram // inter_token_latency_seconds: simulated time between a request's output tokens
+	prefillTime                      histogram // request_prefill_time_seconds, observed when a request finishes
 }
 
 // ttftBuckets are vLLM's time_to_first_token_seconds buckets.
