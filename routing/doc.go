@@ -19,6 +19,7 @@
 //	        + QueueWeight   × queued     (Waiting, + Dispatched if Waiting > 0)
 //	        + RunningWeight × running    (Running, + Dispatched if Waiting = 0)
 //	        + KVWeight      × KVUsage²
+//	        + AdapterWeight × share(Adapter)   (LoRA requests: 0 running, 0.2 waiting, 0.4 free slot, 1 no slot)
 //
 // Waiting is the queue ahead; QueueWeight is the average uncached prefill
 // one queued request brings. Dispatched (what this gateway sent since the
@@ -29,9 +30,16 @@
 // engine's gauges are unknown (LoadKnown false) the gateway's own Inflight
 // count stands in as Running and the KV term is 0.
 //
+// The adapter term is for a request naming a LoRA adapter: vLLM batches
+// at most --max-loras adapters, so a request whose adapter is not in
+// flight on an engine whose slots are all taken waits for one and then for
+// the adapter to load, while one joining its adapter's running requests
+// waits for neither. It is a cost, not a filter, so a long prefix cached
+// on an engine without the adapter can still win.
+//
 // Defaults (Config): PrefixWeight 1, ApproximateWeight 0.7, QueueWeight 512,
 // RunningWeight 32, KVWeight 1024, KVLimit 0.95, Epsilon 1.5, BoundedLoadMin 8,
-// ImbalanceThreshold 32, TieTokens 8.
+// ImbalanceThreshold 32, TieTokens 8, AdapterWeight 8192.
 //
 // # Worked example
 //

@@ -85,10 +85,11 @@ type view struct {
 	share   float64 // matched / prompt blocks
 	cached  float64 // tokens credited as cached (tier-weighted)
 	hard    string  // exclusion known before comparing candidates
+	adapter Adapter
 }
 
 func (p *prompt) view(c *Candidate, cfg *Config) view {
-	var v view
+	v := view{adapter: c.Adapter}
 	in := counter(c.Inflight)
 	if c.LoadKnown {
 		// Requests dispatched since the scrape join the queue if the
@@ -139,10 +140,15 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 	return v
 }
 
-// loadCost is the queued work ahead of the request, in token-equivalents.
+// loadCost is the queued work ahead of the request, in token-equivalents,
+// the adapter's wait and load included.
 func (v *view) loadCost(cfg *Config) float64 {
-	return cfg.QueueWeight*v.queued + cfg.RunningWeight*v.running + cfg.KVWeight*v.kv*v.kv
+	return cfg.QueueWeight*v.queued + cfg.RunningWeight*v.running + cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)
 }
+
+// adapterCost is the adapter term: what the request waits for its LoRA
+// adapter to get a slot and load there.
+func (v *view) adapterCost(cfg *Config) float64 { return cfg.AdapterWeight * v.adapter.Share() }
 
 // Pick chooses the candidate with the least estimated wait for req (see the
 // package documentation for the cost model and the hot-spot rules). It
@@ -277,6 +283,8 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 				SpeculativeBlocks: speculative(cands[i], v.matched),
 				Share:             v.share,
 				Load:              v.load,
+				Adapter:           v.adapter,
+				AdapterCost:       v.adapterCost(&cfg),
 				Cost:              cost(v),
 				Excluded:          excluded(v),
 			}

@@ -409,7 +409,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero config invalid: %v", err)
 	}
 	c.SetDefaults()
-	want := Config{1, 0.7, 512, 32, 1024, 0.95, 1.5, 8, 32, 8}
+	want := Config{1, 0.7, 512, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
 	if c != want {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
@@ -425,7 +425,7 @@ func TestConfig(t *testing.T) {
 	bad := []Config{
 		{PrefixWeight: -1}, {QueueWeight: math.NaN()}, {RunningWeight: math.Inf(1)}, {KVWeight: -0.5},
 		{ApproximateWeight: 1.5}, {ApproximateWeight: -0.1}, {KVLimit: 1.2}, {BoundedLoadMin: 0.5},
-		{Epsilon: math.NaN()}, {TieTokens: math.Inf(-1)},
+		{Epsilon: math.NaN()}, {TieTokens: math.Inf(-1)}, {AdapterWeight: -1},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); err == nil {
@@ -438,6 +438,8 @@ func TestLabels(t *testing.T) {
 	for v, want := range map[fmt.Stringer]string{
 		Precise: "precise", Approximate: "approximate", CacheKey: "cache_key", LoadOnly: "load_only", Tier(9): "unknown",
 		Hit: "hit", Miss: "miss", OverriddenByLoad: "overridden_by_load", Outcome(-1): "unknown",
+		AdapterNone: "none", AdapterRunning: "running", AdapterWaiting: "waiting", AdapterFreeSlot: "free_slot",
+		AdapterNoSlot: "no_slot", Adapter(9): "unknown",
 	} {
 		if v.String() != want {
 			t.Errorf("%#v.String() = %q, want %q", v, v.String(), want)
@@ -517,6 +519,55 @@ func TestPickShowsSpeculative(t *testing.T) {
 			}
 			if d.Scored[0].Cost != d.Scored[1].Cost || d.Scored[1].SpeculativeBlocks != 0 {
 				t.Fatalf("speculative blocks weigh differently: %+v", d.Scored)
+			}
+		})
+	}
+}
+
+// TestPickAdapter: among engines equal otherwise, a LoRA adapter's request
+// goes where the adapter runs, then where it waits, then where a slot is
+// free; a prefix held elsewhere or a clearly busier engine can outweigh
+// the adapter term, and explain shows it.
+func TestPickAdapter(t *testing.T) {
+	idle := func(dial string, a Adapter) Candidate {
+		return Candidate{Dial: dial, Adapter: a, LoadKnown: true, Tier: Precise}
+	}
+	req := Request{PromptTokens: 1000, BlockSize: 16, TotalBlocks: 62}
+	long := Request{PromptTokens: 4000, BlockSize: 16, TotalBlocks: 250}
+	cases := []struct {
+		name  string
+		req   Request
+		cands []Candidate
+		want  string
+	}{
+		{"running first", req, []Candidate{idle("a", AdapterNoSlot), idle("b", AdapterFreeSlot), idle("c", AdapterWaiting), idle("d", AdapterRunning)}, "d"},
+		{"then waiting", req, []Candidate{idle("a", AdapterNoSlot), idle("b", AdapterFreeSlot), idle("c", AdapterWaiting)}, "c"},
+		{"then a free slot", req, []Candidate{idle("a", AdapterNoSlot), idle("b", AdapterFreeSlot)}, "b"},
+		{"unknown costs nothing", req, []Candidate{idle("a", AdapterNoSlot), idle("b", AdapterNone)}, "b"},
+		{"a held prefix beats the adapter term", long, []Candidate{
+			func() Candidate { c := idle("holder", AdapterFreeSlot); c.MatchedBlocks = 250; return c }(),
+			idle("runs-it", AdapterRunning),
+		}, "holder"},
+		{"a busier engine loses its adapter's requests", req, []Candidate{
+			func() Candidate { c := idle("runs-it", AdapterRunning); c.Running, c.Waiting = 16, 8; return c }(),
+			idle("free", AdapterFreeSlot),
+		}, "free"},
+		{"a little busier keeps them", req, []Candidate{
+			func() Candidate { c := idle("runs-it", AdapterRunning); c.Running, c.Waiting = 16, 4; return c }(),
+			idle("free", AdapterFreeSlot),
+		}, "runs-it"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Pick(tc.req, tc.cands, Config{}, true)
+			if d.Index < 0 || tc.cands[d.Index].Dial != tc.want {
+				t.Fatalf("picked %d, want %s; scored %+v", d.Index, tc.want, d.Scored)
+			}
+			for i, sc := range d.Scored {
+				want := DefaultAdapterWeight * tc.cands[i].Adapter.Share()
+				if sc.Adapter != tc.cands[i].Adapter || sc.AdapterCost != want {
+					t.Errorf("%s: explained adapter %v cost %v, want %v %v", sc.Dial, sc.Adapter, sc.AdapterCost, tc.cands[i].Adapter, want)
+				}
 			}
 		})
 	}

@@ -76,6 +76,67 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 // the approximate tier instead.
 const ReasonKVUnapplied = "kv_events_unapplied"
 
+// Adapter is where a candidate stands for the LoRA adapter a request asks
+// for, best first: vLLM batches requests of the adapters it runs, queues
+// an adapter's requests behind its adapter slots (--max-loras) when they
+// are all taken, and loads an adapter that is not resident before its
+// first step. Pick adds Config.AdapterWeight times the state's share to
+// the candidate's cost (see the package documentation).
+type Adapter int
+
+const (
+	// AdapterNone: the request is for a base model, or nothing is known
+	// of the candidate's adapters; no cost.
+	AdapterNone Adapter = iota
+	// AdapterRunning: requests for the adapter run there (or this gateway
+	// sent one since the engine's last scrape); it joins them.
+	AdapterRunning
+	// AdapterWaiting: requests for the adapter wait there for a slot.
+	AdapterWaiting
+	// AdapterFreeSlot: the adapter is not in flight there, but fewer
+	// adapters than max_lora are: it gets a slot at once, after loading.
+	AdapterFreeSlot
+	// AdapterNoSlot: the adapter is not in flight there and every slot
+	// is taken by others: it waits for one, then loads.
+	AdapterNoSlot
+)
+
+// String returns the label used in the admin API.
+func (a Adapter) String() string {
+	switch a {
+	case AdapterNone:
+		return "none"
+	case AdapterRunning:
+		return "running"
+	case AdapterWaiting:
+		return "waiting"
+	case AdapterFreeSlot:
+		return "free_slot"
+	case AdapterNoSlot:
+		return "no_slot"
+	}
+	return "unknown"
+}
+
+// MarshalText encodes the state as its label.
+func (a Adapter) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// Share is the fraction of Config.AdapterWeight the state costs. The
+// steps follow llm-d's LoRA affinity scorer (1, 0.8, 0.6, 0 for running,
+// waiting, free slot, other), as costs: 0, 0.2, 0.4, 1. Out-of-range
+// values cost nothing.
+func (a Adapter) Share() float64 {
+	switch a {
+	case AdapterWaiting:
+		return 0.2
+	case AdapterFreeSlot:
+		return 0.4
+	case AdapterNoSlot:
+		return 1
+	}
+	return 0
+}
+
 // Candidate is one upstream the request could go to, with what the caller
 // knows about its cache and its load. Values from outside (engine gauges)
 // are sanitised by Pick: NaN and negatives count as 0.
@@ -114,6 +175,9 @@ type Candidate struct {
 	// MaxInflight is the most requests the candidate should hold (0 =
 	// unknown, no limit); at or above it the candidate is "saturated".
 	MaxInflight int
+	// Adapter is where the candidate stands for the request's LoRA
+	// adapter; AdapterNone for a base model's request.
+	Adapter Adapter
 	// LoadKnown says Running, Waiting, Dispatched and KVUsage are valid
 	// (a recent scrape). When false only Inflight is used.
 	LoadKnown bool
@@ -162,6 +226,11 @@ type Scored struct {
 	Share float64 `json:"share"`
 	// Load is the candidate's load in requests (see the package doc).
 	Load float64 `json:"load"`
+	// Adapter is the candidate's standing for the request's LoRA adapter
+	// (Candidate.Adapter); left out for a base model's request.
+	Adapter Adapter `json:"adapter,omitzero"`
+	// AdapterCost is the part of Cost the adapter term adds.
+	AdapterCost float64 `json:"adapter_cost,omitempty"`
 	// Cost is the estimated wait in token-equivalents (lower is better).
 	Cost float64 `json:"cost"`
 	// Excluded is why the candidate could not be picked; empty if it could.
