@@ -64,6 +64,10 @@ type Engine struct {
 	steps stepEstimator
 	// models is what the engine's /v1/models said.
 	models modelsState
+	// sentLoRA holds, by LoRA adapter, the scrape epoch in which this
+	// gateway last sent the engine a request for it (see SentAdapter);
+	// nil until one is sent.
+	sentLoRA map[string]uint64
 
 	// run is the poller/worker handle; guarded by reg.mu.
 	run *runHandle

@@ -1,7 +1,9 @@
 package upstreams
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,4 +114,73 @@ func adapterList(v string) (names []string, cut bool) {
 		names = append(names, name)
 	}
 	return names, cut
+}
+
+// AdapterStanding is where an engine stands for one LoRA adapter's next
+// request, as far as this gateway knows: its last scrape's
+// vllm:lora_requests_info, and the requests for the adapter this gateway
+// sent it since (which that scrape cannot show).
+type AdapterStanding struct {
+	// Running: the adapter's requests run there, or this gateway sent
+	// one since the last scrape's epoch began.
+	Running bool
+	// Waiting: the adapter's requests wait there (and none runs).
+	Waiting bool
+	// FreeSlot: fewer adapters are in flight there than its max_lora, or
+	// its LoRA state or max_lora is unknown: the adapter would get a
+	// slot without waiting for another adapter's requests to end.
+	FreeSlot bool
+}
+
+// SentAdapter records that this gateway sends the engine a request for
+// LoRA adapter name, so that routing counts the adapter as running there
+// until a scrape shows the engine's own view ([Engine.Adapter]). At most
+// maxLoRAAdapters adapters are remembered per engine: sends a scrape has
+// seen are forgotten first, and a send past the bound is not recorded.
+func (e *Engine) SentAdapter(name string) {
+	if name == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sentLoRA == nil {
+		e.sentLoRA = make(map[string]uint64)
+	}
+	if _, ok := e.sentLoRA[name]; !ok && len(e.sentLoRA) >= maxLoRAAdapters {
+		maps.DeleteFunc(e.sentLoRA, func(_ string, epoch uint64) bool { return epoch < e.dropBelow })
+		if len(e.sentLoRA) >= maxLoRAAdapters {
+			return
+		}
+	}
+	e.sentLoRA[name] = e.epoch
+}
+
+// Adapter returns where the engine stands for adapter name (see
+// [AdapterStanding]).
+func (e *Engine) Adapter(name string) AdapterStanding {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := e.g.LoRA
+	known := l.Known && e.scraped && !e.stale
+	if !known {
+		l = LoRAState{}
+	}
+	epoch, sent := e.sentLoRA[name]
+	unseen := sent && epoch >= e.dropBelow // sent since the last scrape's epoch began
+	st := AdapterStanding{
+		Running: unseen || slices.Contains(l.Running, name),
+		Waiting: slices.Contains(l.Waiting, name),
+	}
+	if !known || l.MaxLoRA == 0 {
+		st.FreeSlot = true
+		return st
+	}
+	busy := len(l.Running)
+	for other, epoch := range e.sentLoRA {
+		if epoch >= e.dropBelow && !slices.Contains(l.Running, other) {
+			busy++
+		}
+	}
+	st.FreeSlot = busy < l.MaxLoRA
+	return st
 }

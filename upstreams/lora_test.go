@@ -1,6 +1,7 @@
 package upstreams
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -101,5 +102,80 @@ func TestEngineLoRA(t *testing.T) {
 	e.StartScrape()(Gauges{})
 	if s := e.LoRA(); s.Known || s.Running != nil {
 		t.Fatalf("after a scrape without the series: %+v", s)
+	}
+}
+
+// TestEngineAdapter: where an engine stands for an adapter, from its last
+// scrape and from the requests this gateway sent it since; a send counts
+// as running until a scrape that began after it, and adapters sent but not
+// yet scraped take slots.
+func TestEngineAdapter(t *testing.T) {
+	type step struct {
+		scrape *LoRAState // a scrape recorded with this state (nil: none)
+		send   []string   // adapters sent after it
+		ask    string
+		want   AdapterStanding
+	}
+	full := &LoRAState{MaxLoRA: 2, Running: []string{"a", "b"}, Waiting: []string{"c"}, Known: true}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"unknown: a free slot", []step{{ask: "a", want: AdapterStanding{FreeSlot: true}}}},
+		{"from the scrape", []step{
+			{scrape: full, ask: "a", want: AdapterStanding{Running: true}},
+			{ask: "c", want: AdapterStanding{Waiting: true}},
+			{ask: "d", want: AdapterStanding{}},
+		}},
+		{"a slot left", []step{
+			{scrape: &LoRAState{MaxLoRA: 2, Running: []string{"a"}, Known: true}, ask: "d", want: AdapterStanding{FreeSlot: true}},
+			{send: []string{"e"}, ask: "d", want: AdapterStanding{}},                                       // e took the slot
+			{ask: "e", want: AdapterStanding{Running: true}},                                               // sent since the scrape
+			{scrape: &LoRAState{MaxLoRA: 2, Known: true}, ask: "e", want: AdapterStanding{FreeSlot: true}}, // seen, and done
+		}},
+		{"max_lora unknown", []step{
+			{scrape: &LoRAState{Running: []string{"a", "b", "c"}, Known: true}, ask: "d", want: AdapterStanding{FreeSlot: true}},
+		}},
+		{"the base model's name", []step{{send: []string{""}, ask: "", want: AdapterStanding{FreeSlot: true}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRegistry(Options{ManualScrape: true})
+			defer r.Close()
+			e := r.Ensure("127.0.0.1:1")
+			for i, s := range tc.steps {
+				if s.scrape != nil {
+					e.StartScrape()(Gauges{LoRA: *s.scrape})
+				}
+				for _, name := range s.send {
+					e.SentAdapter(name)
+				}
+				if got := e.Adapter(s.ask); got != s.want {
+					t.Errorf("step %d: %s: %+v, want %+v", i, s.ask, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestEngineSentAdapterBound: an engine remembers at most maxLoRAAdapters
+// adapters sent to it; the sends a scrape has seen make room.
+func TestEngineSentAdapterBound(t *testing.T) {
+	r := NewRegistry(Options{ManualScrape: true})
+	defer r.Close()
+	e := r.Ensure("127.0.0.1:1")
+	for i := range maxLoRAAdapters + 10 {
+		e.SentAdapter(fmt.Sprint("adapter-", i))
+	}
+	if n := len(e.sentLoRA); n != maxLoRAAdapters {
+		t.Fatalf("%d adapters remembered, want %d", n, maxLoRAAdapters)
+	}
+	if !e.Adapter("adapter-0").Running || e.Adapter(fmt.Sprint("adapter-", maxLoRAAdapters)).Running {
+		t.Fatal("the first sends are kept, those past the bound dropped")
+	}
+	e.StartScrape()(Gauges{LoRA: LoRAState{MaxLoRA: 4, Known: true}})
+	e.SentAdapter("late")
+	if n := len(e.sentLoRA); n != 1 || !e.Adapter("late").Running {
+		t.Fatalf("after a scrape: %d remembered, late running %v", n, e.Adapter("late").Running)
 	}
 }
