@@ -833,6 +833,8 @@ type explainCandidate struct {
 	Load          float64 `json:"load"`
 	Cost          float64 `json:"cost"`
 	Excluded      string  `json:"excluded"`
+	Adapter       string  `json:"adapter"`      // the LoRA adapter term's state
+	AdapterCost   float64 `json:"adapter_cost"` // and its part of Cost
 }
 
 // explainFor returns the explain API's candidate for dial.

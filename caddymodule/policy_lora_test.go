@@ -1,12 +1,19 @@
 package caddymodule
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/routing"
 )
 
 // TestPolicyLoRAPrecise: vLLM hashes a LoRA request's blocks with the
@@ -56,5 +63,77 @@ func TestPolicyLoRAPrecise(t *testing.T) {
 		if got := c.want.Stats().CachedTokens - before.CachedTokens; got < 600 {
 			t.Errorf("request %d (%s): %d cached tokens at its holder, want >= 600", i, c.model, got)
 		}
+	}
+}
+
+// TestPolicyLoRAAffinity is issue 37's LoRA figure: 3 engines with 16
+// sequence slots and two adapter slots each (--max-loras 2) serve 6
+// adapters, and 48 clients — the fleet's 48 sequence slots, a 1× load —
+// send adapter requests back to back through llm_admission, each for an
+// adapter drawn at random, with prompts that share nothing (so only the
+// adapter term can tell engines apart). The engines count the adapter
+// requests that arrived while requests for the same adapter ran or
+// waited there: with lb_policy llm at least 90%; least_conn, in the same
+// run, is logged for comparison, with both runs' adapter loads.
+func TestPolicyLoRAAffinity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run")
+	}
+	adapters := []string{"a1", "a2", "a3", "a4", "a5", "a6"}
+	run := func(policy string) (share float64, loads uint64) {
+		engines := startEngines(t, 3, vllmsim.Config{
+			TimeScale: 20, MaxNumSeqs: 16, LoRAModules: adapters, MaxLoRAs: 2, LoRALoadTime: 50 * time.Millisecond,
+		})
+		gateway{patient: true, engines: kvEngines(engines...), policy: policy}.load(t)
+		waitKV(t, engines...)
+		waitModelsLearned(t, engines...)
+		const clients, perClient = 48, 15
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(c), 37))
+				for i := range perClient {
+					adapter := adapters[rng.IntN(len(adapters))]
+					body := strings.Replace(chat{user: words(fmt.Sprintf("c%d-%d", c, i), 40), maxTokens: 64}.body(),
+						`"model":"sim-model"`, `"model":"`+adapter+`"`, 1)
+					if r := send(context.Background(), "", body, nil); r.err != nil || r.status != http.StatusOK {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("%s: %d requests failed", policy, n)
+		}
+		var arrivals, inFlight uint64
+		for _, e := range engines {
+			st := e.Stats()
+			t.Logf("%s: engine %s: requests %v", cmp.Or(policy, "llm"), e.Addr(), e.RequestsByModel())
+			arrivals, inFlight, loads = arrivals+st.AdapterArrivals, inFlight+st.AdapterArrivalsInFlight, loads+st.LoRALoads
+		}
+		if arrivals != clients*perClient {
+			t.Fatalf("%s: the engines saw %d adapter requests, want %d", policy, arrivals, clients*perClient)
+		}
+		// The explain API shows the adapter term: now that the run is
+		// over no adapter is in flight, and each engine has a slot.
+		body := strings.Replace(chatBody(false, "explain"), `"model":"sim-model"`, `"model":"a1"`, 1)
+		for _, e := range engines {
+			waitIdle(t, e.Addr())
+			if c := explainFor(t, body, e.Addr()); c.Adapter != "free_slot" || c.AdapterCost != 0.4*routing.DefaultAdapterWeight {
+				t.Errorf("%s: explained adapter term of %s: %q costing %v, want free_slot", policy, e.Addr(), c.Adapter, c.AdapterCost)
+			}
+		}
+		return float64(inFlight) / float64(arrivals), loads
+	}
+	llm, llmLoads := run("")
+	leastConn, lcLoads := run("lb_policy least_conn")
+	t.Logf("adapter requests landing where their adapter was in flight: llm %.1f%% (%d adapter loads), least_conn %.1f%% (%d loads)",
+		100*llm, llmLoads, 100*leastConn, lcLoads)
+	if llm < 0.90 {
+		t.Errorf("llm: %.1f%% of adapter requests landed where their adapter was in flight, want >= 90%%", 100*llm)
 	}
 }

@@ -87,8 +87,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	if q.Request == nil || q.CacheKey != "" {
 		return nil
 	}
-	v := f.view(q.Dials, q.Settings)
-	v.serving = f.servingMask(q.Request.Model, q.Dials)
+	v := f.queryView(q)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	tr = releaseTokens(tokens, tr)
@@ -319,6 +318,8 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case !l.l.Known:
 		case l.free > 0:
 			l.ok = true
+		case p.adapterHome(loads, i, alt, lim):
+			l.ok = true
 		case p.holds(l.held) && !l.probe: // a probe is one request, never a queue
 			b := batch(l.l)
 			if alt >= 0 {
@@ -333,6 +334,38 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		any = any || l.ok
 	}
 	return any
+}
+
+// adapterHome reports whether loads[i], full, may still take a LoRA
+// adapter's request because the adapter runs or waits there: elsewhere it
+// would wait for an adapter slot and load (routing.Adapter's costs), which
+// is worth a wait in this engine's queue as long as that wait — the queue
+// beyond its capacity, plus one, over its drain rate — is shorter than
+// the difference at prefill speed. alt is the roomiest engine that holds
+// no prefix of the prompt (-1: none), the request's other way in.
+// Without this, admission at full load sends an adapter's requests to
+// whichever engine frees a slot first, and the adapters spread over
+// every engine, each loading and waiting for slots in turn.
+func (p *Placement) adapterHome(loads []dialLoad, i, alt int, lim Limits) bool {
+	l := &loads[i]
+	if p.decision.lora == "" || l.probe || !(l.l.DrainRate > 0) || lim.PrefillRate < 0 {
+		return false
+	}
+	here := adapterOn(l.e, p.decision.lora)
+	if here != routing.AdapterRunning && here != routing.AdapterWaiting {
+		return false
+	}
+	elsewhere := routing.AdapterNoSlot
+	if alt >= 0 {
+		elsewhere = adapterOn(loads[alt].e, p.decision.lora)
+	}
+	saved := p.cost.AdapterWeight * (elsewhere.Share() - here.Share()) // tokens
+	if saved <= 0 {
+		return false
+	}
+	wait := float64(queuedBeyond(l.l, lim)+1) / l.l.DrainRate
+	wait = max(wait, l.l.SinceDone.Seconds(), l.l.Occupied.Seconds())
+	return wait < saved/prefillRate(l.l, lim)
 }
 
 // worthWaiting weighs a wait at a full holder (load l, cached tokens of
@@ -421,6 +454,7 @@ func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
 	first := -1
 	for i := range loads {
 		c := f.candidate(Query{}, loads[i].l, loads[i].e.Dial())
+		c.Adapter = adapterOn(loads[i].e, p.decision.lora)
 		if m, ok := p.match[c.Dial]; ok {
 			c.Tier, c.MatchedBlocks, c.Speculative = m.tier, m.blocks, m.predicted
 		}

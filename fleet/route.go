@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -75,6 +76,9 @@ type Decision struct {
 	// match is what the index said each engine holds of keys when the
 	// decision was made: routed predicts only past a run of stored blocks.
 	match matches
+	// lora is the LoRA adapter the request asks for ("" for a base
+	// model), once the decision looked: routed tells its engine.
+	lora string
 }
 
 // TokenizeResult says how the prompt's token ids were had.
@@ -108,8 +112,7 @@ func (f *Fleet) route(ctx context.Context, q Query) Decision {
 	if q.Request == nil {
 		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	}
-	v := f.view(q.Dials, q.Settings)
-	v.serving = f.servingMask(q.Request.Model, q.Dials)
+	v := f.queryView(q)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
 	d := f.decide(q, v, tokens, keys)
 	d.Tokenize = releaseTokens(tokens, tr)
@@ -161,6 +164,10 @@ func (f *Fleet) routed(req *openai.Request, d Decision, dial string) {
 	if req == nil {
 		return
 	}
+	lora := cmp.Or(d.lora, f.loraOf(req)) // the index's word when not routed
+	if lora != "" {
+		f.registry.Ensure(dial).SentAdapter(lora)
+	}
 	if d.keys != nil && f.live(dial) {
 		keys := d.keys
 		if d.match.predicted[dial] == 0 {
@@ -173,7 +180,7 @@ func (f *Fleet) routed(req *openai.Request, d Decision, dial string) {
 	key := d.key
 	if key == "" {
 		// Keyed exactly as a routed request would be.
-		key, _ = approxKey(req, f.loraOf(req))
+		key, _ = approxKey(req, lora)
 	}
 	f.approx.Insert(key, dial)
 }
@@ -186,6 +193,61 @@ type view struct {
 	// serving says, by candidate, whether it may serve the request's
 	// model (Fleet.Serving); nil when all may.
 	serving []bool
+	// lora is the LoRA adapter the request asks for, "" for a base model
+	// (see adapterOf).
+	lora string
+}
+
+// queryView is the view of q's candidates, with what the request's model
+// makes of them: who serves it, and whether it is a LoRA adapter.
+func (f *Fleet) queryView(q Query) view {
+	v := f.view(q.Dials, q.Settings)
+	v.serving = f.servingMask(q.Request.Model, q.Dials)
+	v.lora = f.adapterOf(q.Request.Model, v.engines)
+	return v
+}
+
+// adapterOf returns model when it names a LoRA adapter, "" when it names a
+// base model (or is unknown): an adapter is a name the index has seen
+// blocks stored under (their lora_name), or one the first of engines to
+// list model in its /v1/models lists with a parent. /v1/models makes an
+// adapter known before its first block is stored, so its first requests
+// are hashed under its name, as vLLM hashes them.
+func (f *Fleet) adapterOf(model string, engines []*upstreams.Engine) string {
+	if model == "" {
+		return ""
+	}
+	if f.index.IsLoRA(model) {
+		return model
+	}
+	for _, e := range engines {
+		for _, m := range e.Models().List {
+			if m.ID == model {
+				if m.Parent != "" {
+					return model
+				}
+				return ""
+			}
+		}
+	}
+	return ""
+}
+
+// adapterOn is where engine e stands for adapter lora, as routing.Pick
+// weighs it; AdapterNone for a base model's request.
+func adapterOn(e *upstreams.Engine, lora string) routing.Adapter {
+	if lora == "" {
+		return routing.AdapterNone
+	}
+	switch st := e.Adapter(lora); {
+	case st.Running:
+		return routing.AdapterRunning
+	case st.Waiting:
+		return routing.AdapterWaiting
+	case st.FreeSlot:
+		return routing.AdapterFreeSlot
+	}
+	return routing.AdapterNoSlot
 }
 
 // serves reports whether candidate i may serve the request's model.
@@ -241,9 +303,9 @@ func (f *Fleet) decide(q Query, v view, tokens, keys []uint64) Decision {
 // blocks of the prompt it holds, and the prompt as routing.Pick sees it.
 func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, routing.Request, []routing.Candidate) {
 	req := q.Request
-	lora := f.loraOf(req)
+	lora := v.lora
 	key, nsLen := approxKey(req, lora)
-	d := Decision{key: key, BlockSize: v.blockSize}
+	d := Decision{key: key, BlockSize: v.blockSize, lora: lora}
 	textLen := len(req.Messages) + len(req.Prompt) // one of them is empty
 	promptTokens := textLen / 4                    // rough bytes-per-token when untokenized
 	var m matches
@@ -278,6 +340,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	for i, dial := range q.Dials {
 		c := f.candidate(q, v.loads[i], dial)
 		v.exclude(i, &c)
+		c.Adapter = adapterOn(v.engines[i], lora)
 		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
 		} else {
@@ -416,14 +479,14 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 		if !f.anyLive(v) {
 			return tokens, nil, tr
 		}
-		return tokens, f.keys.blockKeys(tokens, v.blockSize, f.loraOf(req), req.CacheSalt), tr
+		return tokens, f.keys.blockKeys(tokens, v.blockSize, v.lora, req.CacheSalt), tr
 	}
 	var tokens, keys []uint64
 	var cached bool
 	var err error
 	var ans remotetok.DerivedAnswer
 	if f.anyLive(v) {
-		lora, salt, bs := f.loraOf(req), req.CacheSalt, v.blockSize
+		lora, salt, bs := v.lora, req.CacheSalt, v.blockSize
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
 		ans, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
 			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt) })
@@ -474,7 +537,9 @@ func (f *Fleet) anyLive(v view) bool {
 // copying more of a long prompt would be wasted work per request.
 const approxMaxBytes = 4096 * 64
 
-// loraOf returns the LoRA adapter req asks for, or "" for the base model.
+// loraOf returns the LoRA adapter req asks for, or "" for the base model,
+// as far as the index knows (adapterOf also asks the engines' model
+// lists; this is for requests routed without a view of their engines).
 // A request for an adapter is matched under the adapter's name, which vLLM
 // hashes into every block; the base model's blocks are no hit for it.
 func (f *Fleet) loraOf(req *openai.Request) string {
