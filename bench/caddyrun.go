@@ -84,6 +84,9 @@ type GatewayConfig struct {
 	AppBody string
 	// PlainOnly leaves out the llm app: plain Caddy.
 	PlainOnly bool
+	// Dynamic takes reverse_proxy's upstreams from the llm app's engines
+	// (`dynamic llm`) instead of listing them.
+	Dynamic bool
 }
 
 // caddyfile renders the config for a gateway listening on port with its
@@ -101,10 +104,15 @@ func (g GatewayConfig) caddyfile(port, adminPort int) string {
 		fmt.Fprintf(&b, "\tllm_admission {\n%s\t}\n", indent(g.AdmissionBody, "\t\t"))
 	}
 	b.WriteString("\treverse_proxy")
-	for _, e := range g.Engines {
-		b.WriteString(" " + e.Dial)
+	if !g.Dynamic {
+		for _, e := range g.Engines {
+			b.WriteString(" " + e.Dial)
+		}
 	}
 	b.WriteString(" {\n")
+	if g.Dynamic {
+		b.WriteString("\t\tdynamic llm\n")
+	}
 	if g.PolicyBody != "" {
 		fmt.Fprintf(&b, "\t\tlb_policy %s {\n%s\t\t}\n", g.Policy, indent(g.PolicyBody, "\t\t\t"))
 	} else {
@@ -162,8 +170,8 @@ type Gateway struct {
 }
 
 // startGateway writes the Caddyfile into dir, starts Caddy and waits until
-// it serves and, when wantKV, until every engine's KV subscription is
-// connected and every engine's gauges are known.
+// it serves, every engine's gauges and models are known and, when
+// wantKV, every engine's KV subscription is connected.
 func startGateway(ctx context.Context, bin, dir string, g GatewayConfig, wantKV bool) (*Gateway, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a free port may be taken between probe and bind
@@ -259,6 +267,9 @@ type engineState struct {
 	KV    *struct {
 		Connected bool `json:"connected"`
 	} `json:"kv"`
+	// Models is null until the gateway has learned what the engine
+	// serves.
+	Models []json.RawMessage `json:"models"`
 }
 
 func (gw *Gateway) waitReady(ctx context.Context, engines int, wantKV bool) error {
@@ -282,7 +293,7 @@ func (gw *Gateway) waitReady(ctx context.Context, engines int, wantKV bool) erro
 			}
 			ready := 0
 			for _, s := range states {
-				if s.Known && (!wantKV || (s.KV != nil && s.KV.Connected)) {
+				if s.Known && s.Models != nil && (!wantKV || (s.KV != nil && s.KV.Connected)) {
 					ready++
 				}
 			}

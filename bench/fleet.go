@@ -88,6 +88,12 @@ func (m EngineModel) KVBlocks(w WorkloadSpec, engines int, rho float64) (blocks 
 // startSimFleet starts n engines of the model with the given KV cache
 // size and time scale, tokenizing with tok (nil: the word tokenizer).
 func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64, tok *localtok.Model) (*SimFleet, error) {
+	return startSimFleetWith(ctx, n, m, kvBlocks, timeScale, tok, nil)
+}
+
+// startSimFleetWith is startSimFleet where configure, when set, adjusts
+// engine i's config (its models) before it starts.
+func startSimFleetWith(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64, tok *localtok.Model, configure func(i int, c *vllmsim.Config)) (*SimFleet, error) {
 	cfg := vllmsim.Config{
 		MaxNumSeqs:          m.MaxNumSeqs,
 		NumGPUBlocks:        kvBlocks + 1, // block 0 is vLLM's null block
@@ -104,6 +110,9 @@ func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, time
 		c := cfg
 		kv := *cfg.KVEvents
 		c.KVEvents = &kv
+		if configure != nil {
+			configure(i, &c)
+		}
 		e, err := vllmsim.Start(ctx, c)
 		if err != nil {
 			f.Close()

@@ -130,6 +130,9 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 		if cfg.TargetFor != nil {
 			t = cfg.TargetFor(idx)
 		}
+		if s.Model != "" {
+			t.Model = s.Model
+		}
 		var history []chatMsg
 		if s.System != "" {
 			history = append(history, chatMsg{Role: "system", Content: s.System})

@@ -347,8 +347,55 @@ func scenarioPlans() []QualityPlan {
 			Reference: "prefix-high's prompts, 4 output tokens", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200}, lateJoinWhy),
 		lateJoinPlan(WorkloadSpec{Name: "late-join-noreplay", Kind: "prefix", Groups: 8, PerGroup: 30, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 4,
 			Reference: "late-join without the engines' replay endpoints", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200, NoReplay: true}, lateJoinWhy),
+		multiModelPlan(),
 	}
 }
+
+// loraAdapters are n adapter names on top of base.
+func loraAdapters(base string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-lora-%d", base, i+1)
+	}
+	return out
+}
+
+// multiModelPlan is the multimodel scenario (issue 37): 3 engines serve
+// model-a and 6 LoRA adapters on it (2 per batch, loading one costs what
+// 350 prompt tokens of prefill do), 2 engines serve model-b; prefix-high's
+// prompts in 60 groups of 6: 12 groups ask for model-a, 4 for each
+// adapter, 24 for model-b, so that each pool gets its engines' share of
+// the load (60% and 40%) at 1× cap₀.
+func multiModelPlan() QualityPlan {
+	mf := &ModelFleet{MaxLoRAs: 2, LoRALoadSeconds: 0.05, Pools: []ModelPool{
+		{Model: "model-a", Engines: 3, Adapters: loraAdapters("model-a", 6)},
+		{Model: "model-b", Engines: 2},
+	}}
+	models := []ModelGroups{{Model: "model-a", Groups: 12}}
+	for _, a := range mf.Pools[0].Adapters {
+		models = append(models, ModelGroups{Model: a, Groups: 4})
+	}
+	models = append(models, ModelGroups{Model: "model-b", Groups: 24})
+	w := prefix2048("multimodel", 27)
+	w.Groups, w.Models = 60, models
+	return QualityPlan{Workload: w, Rates: []float64{1},
+		Scenario: &ScenarioOptions{Models: mf, Policies: []string{"llm", "least_conn", "round_robin"}, Why: multiModelWhy,
+			Desc: "two base models on disjoint engines — " + mf.describe() + ", `max_loras` 2, loading an adapter into a slot 50 ms (350 prompt tokens of prefill) — " +
+				"and requests for `model-a` (20%), its 6 adapters (40%, 4 groups each) and `model-b` (40%), each group's sessions asking for one model. " +
+				"Every policy runs behind the same Caddyfile: `llm_admission`, upstreams from `dynamic llm` (all five engines), only `lb_policy` differs. " +
+				"The gateway learns each engine's models from its `/v1/models`."}}
+}
+
+// multiModelWhy explains the multimodel scenario's figures from its shape.
+const multiModelWhy = "admission parks a request only on the engines serving its model, whatever the policy, so the three are gated alike; " +
+	"`lb_policy llm` then picks among those engines, while `least_conn` and `round_robin` pick among all five, as reverse_proxy's own policies do not read the model: " +
+	"a request they send to an engine that does not serve its model is answered 404 by the engine, Caddy passes it on, and the client counts it failed — " +
+	"for `round_robin` 0.6 × 2/5 + 0.4 × 3/5 = 48% of the requests. Their hit rate and TTFT are of the requests that completed, on a fleet spared the ones that failed in milliseconds, which flatters them. " +
+	"Each group's first request misses and the rest can hit its 2,048-token system prompt of 2,317 tokens, so no policy's hit rate passes 5/6 × 2048/2317 = 73.7%. " +
+	"An adapter's requests arrive at 4/60 of 7.7 req/s, 0.51/s, and each lasts at least 256 decode steps of 20 ms: ≥ 2.6 in flight on average. " +
+	"If an adapter's requests all go to one engine, one arriving finds none of its own there about e^-2.6 ≈ 7% of the time (its first always), so ≈ 90% joining their adapter is what adapter affinity can reach at this load; " +
+	"spread over the 3 engines, as routing on prefixes alone does when an adapter's 4 groups land on different engines, they find their adapter about 1 − e^-0.9 ≈ 60% of the time. " +
+	"The share counts only adapter requests that reached an engine serving their adapter."
 
 // lateJoinPlan is the late-join scenario (issue 35) on workload w: each
 // group's first warmPerGroup requests warm the engines through the

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/localtok"
 )
 
@@ -139,15 +140,21 @@ type QualityRun struct {
 	Bypassed int         `json:"bypassed,omitempty"`
 	Restarts int         `json:"restarts,omitempty"`
 	Bursts   *BurstStats `json:"bursts,omitempty"`
+	// Models holds a multimodel run's figures: requests sent to engines
+	// that do not serve their model, and adapter placement.
+	Models *ModelStats `json:"models,omitempty"`
 }
 
 // QualityWorkload is one workload's derived fleet settings.
 type QualityWorkload struct {
-	Spec     WorkloadSpec `json:"spec"`
-	KVBlocks int          `json:"kv_blocks"`
-	Rho      float64      `json:"rho"`
-	CapMiss  float64      `json:"cap_miss"` // fleet req/s, no cache hits
-	CapHit   float64      `json:"cap_hit"`  // fleet req/s, every shared prefix cached
+	Spec WorkloadSpec `json:"spec"`
+	// Engines is the fleet's size for this workload (0 in results saved
+	// before it was recorded: the section's).
+	Engines  int     `json:"engines,omitempty"`
+	KVBlocks int     `json:"kv_blocks"`
+	Rho      float64 `json:"rho"`
+	CapMiss  float64 `json:"cap_miss"` // fleet req/s, no cache hits
+	CapHit   float64 `json:"cap_hit"`  // fleet req/s, every shared prefix cached
 	// Model and TimeScale are the engines' for this workload.
 	Model     EngineModel      `json:"model"`
 	TimeScale float64          `json:"time_scale"`
@@ -177,7 +184,7 @@ func (p QualityParams) derive(w WorkloadSpec) QualityWorkload {
 	}
 	n := float64(p.Engines)
 	return QualityWorkload{
-		Spec: w, KVBlocks: blocks, Rho: rho, Model: p.Model, TimeScale: p.TimeScale,
+		Spec: w, Engines: p.Engines, KVBlocks: blocks, Rho: rho, Model: p.Model, TimeScale: p.TimeScale,
 		CapMiss: n * p.Model.Capacity(prompt, 0, w.OutputTokens),
 		CapHit:  n * p.Model.Capacity(prompt, shared, w.OutputTokens),
 	}
@@ -248,6 +255,10 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 				if s.FirstErr != "" {
 					log.Printf("  first error: %s", s.FirstErr)
 				}
+				if m := run.Models; m != nil {
+					log.Printf("  models: %d sent to an engine not serving them, %d answered 404; adapter arrivals %d, %d joining their adapter in flight (%.1f%%), %d LoRA loads",
+						m.Unserved, m.NotFound, m.AdapterArrivals, m.AdapterInFlight, m.InFlightShare()*100, m.LoRALoads)
+				}
 				res.Runs = append(res.Runs, run)
 			}
 		}
@@ -258,13 +269,19 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
 	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
 	sc := qw.Scenario
-	fleet, err := startSimFleet(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok)
+	var configure func(int, *vllmsim.Config)
+	if mf := sc.models(); mf != nil {
+		configure = mf.configure
+	}
+	fleet, err := startSimFleetWith(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok, configure)
 	if err != nil {
 		return run, err
 	}
 	defer fleet.Close()
 	dir := filepath.Join(env.Out, "runs", fmt.Sprintf("%s-%s-%.2f", qw.Spec.Name, pol.Name, x))
-	gws, err := startGateways(ctx, env.Caddy, dir, p.gatewayConfig(fleet, pol), sc.gateways(), pol.KV)
+	gcfg := p.gatewayConfig(fleet, pol)
+	gcfg.Dynamic = sc.models() != nil
+	gws, err := startGateways(ctx, env.Caddy, dir, gcfg, sc.gateways(), pol.KV)
 	if err != nil {
 		return run, err
 	}
@@ -290,6 +307,9 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	run.Bypassed = len(recs) - run.Summary.Requests
 	if sc != nil && sc.BurstSize > 1 {
 		run.Bursts = burstStats(recs, sc.BurstSize)
+	}
+	if mf := sc.models(); mf != nil {
+		run.Models = modelStats(engineModels(fleet), recs, sessions, mf.adapters(), p.TimeScale)
 	}
 	t := fleet.Totals()
 	if t.PromptTokens > 0 {

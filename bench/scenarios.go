@@ -51,6 +51,11 @@ type ScenarioOptions struct {
 	// compared one at a time between a gateway started after it and one
 	// subscribed all along.
 	LateJoin *LateJoinOptions `json:"late_join,omitempty"`
+	// Models makes the fleet serve several models (issue 37,
+	// multimodel.go): it sets the number of engines and each one's
+	// models, and the gateways take their upstreams from the llm app
+	// (`dynamic llm`).
+	Models *ModelFleet `json:"models,omitempty"`
 }
 
 // apply returns the section's parameters with the plan's overrides.
@@ -67,7 +72,18 @@ func (sc *ScenarioOptions) apply(p QualityParams) QualityParams {
 	if sc.TimeScale > 0 {
 		p.TimeScale = sc.TimeScale
 	}
+	if sc.Models != nil {
+		p.Engines = sc.Models.engines()
+	}
 	return p
+}
+
+// models is the plan's model layout, nil for one model on every engine.
+func (sc *ScenarioOptions) models() *ModelFleet {
+	if sc == nil {
+		return nil
+	}
+	return sc.Models
 }
 
 // runs reports whether the plan runs the policy.

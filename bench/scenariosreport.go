@@ -53,7 +53,11 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 		if qw.Scenario.lateJoin() {
 			rs = append(rs, fmt.Sprintf("warm-up at %g, then one at a time", qw.Scenario.LateJoin.WarmRate))
 		}
-		w("| %s | %s | %d | %d × %d | %d | %.2f | %g× | %.1f | %.1f | %s |\n", qw.Spec.Name, qw.Spec.Shape(), qw.Spec.Requests(), p.Engines, qw.Model.MaxNumSeqs,
+		engines := p.Engines
+		if qw.Engines > 0 {
+			engines = qw.Engines
+		}
+		w("| %s | %s | %d | %d × %d | %d | %.2f | %g× | %.1f | %.1f | %s |\n", qw.Spec.Name, qw.Spec.Shape(), qw.Spec.Requests(), engines, qw.Model.MaxNumSeqs,
 			qw.KVBlocks, qw.Rho, qw.TimeScale, qw.CapMiss, qw.CapHit, strings.Join(rs, ", "))
 	}
 	w("\n")
@@ -76,6 +80,10 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 func renderScenario(b *strings.Builder, q *QualityResult, qw QualityWorkload) {
 	if qw.Scenario.lateJoin() {
 		renderLateJoin(b, q, qw)
+		return
+	}
+	if qw.Scenario.models() != nil {
+		renderMultiModel(b, q, qw)
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
@@ -161,6 +169,12 @@ func scenarioGoals(q *QualityResult) []string {
 		name := qw.Spec.Name
 		for _, x := range q.rates(name) {
 			if x < q.satRate(name)-1e-9 && !strings.HasPrefix(name, "gateways") {
+				continue
+			}
+			if qw.Scenario.models() != nil {
+				if g := loraGoal(q, name, x); g != "" {
+					out = append(out, g)
+				}
 				continue
 			}
 			if g := goalLine(q, name, x); g != "" {

@@ -22,7 +22,9 @@ type Session struct {
 	// System is the system prompt ("" for none). Sessions of one group
 	// share the same string.
 	System string
-	Turns  []Turn
+	// Model is the "model" of the session's requests; "" = the target's.
+	Model string
+	Turns []Turn
 	// Think is the pause between a turn's answer and the next turn, in
 	// simulated seconds.
 	Think float64
@@ -57,6 +59,41 @@ type WorkloadSpec struct {
 	// from, for the report ("256×16, 2048/256/256").
 	Reference string `json:"reference,omitempty"`
 	Seed      uint64 `json:"seed"`
+	// Models, when set, gives the prefix family's groups their models: the
+	// first Models[0].Groups groups ask for Models[0].Model, and so on
+	// (the counts add up to Groups). Unset: every request asks for the
+	// target's model.
+	Models []ModelGroups `json:"models,omitempty"`
+}
+
+// ModelGroups is how many of a workload's groups ask for a model.
+type ModelGroups struct {
+	Model  string `json:"model"`
+	Groups int    `json:"groups"`
+}
+
+// groupModels is the model of each of the workload's groups, or nil when
+// the workload names none.
+func (w WorkloadSpec) groupModels() ([]string, error) {
+	if len(w.Models) == 0 {
+		return nil, nil
+	}
+	if w.Kind != "prefix" && w.Kind != "burst" {
+		return nil, fmt.Errorf("workload %s: models are for the prefix family, not %q", w.Name, w.Kind)
+	}
+	var out []string
+	for _, m := range w.Models {
+		if m.Model == "" || m.Groups <= 0 {
+			return nil, fmt.Errorf("workload %s: model %q with %d groups", w.Name, m.Model, m.Groups)
+		}
+		for range m.Groups {
+			out = append(out, m.Model)
+		}
+	}
+	if len(out) != w.Groups {
+		return nil, fmt.Errorf("workload %s: models cover %d groups of %d", w.Name, len(out), w.Groups)
+	}
+	return out, nil
 }
 
 // Requests is the number of requests the workload sends.
@@ -103,6 +140,14 @@ func (w WorkloadSpec) Shape() string {
 	return fmt.Sprintf("%d×%d, %d/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
 }
 
+// groupModel is group g's model, "" when the workload names none.
+func groupModel(models []string, g int) string {
+	if models == nil {
+		return ""
+	}
+	return models[g]
+}
+
 // Build generates the workload's sessions in the order they are sent,
 // asking for OutputTokens/tokenScale tokens per answer (see
 // EngineModel.TokenScale). The same spec always yields the same text.
@@ -112,6 +157,10 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 	}
 	rng := rand.New(rand.NewPCG(w.Seed, 0x6c6c6d6777))
 	out := max(1, (w.OutputTokens+tokenScale-1)/max(1, tokenScale))
+	models, err := w.groupModels()
+	if err != nil {
+		return nil, err
+	}
 	var sessions []Session
 	switch w.Kind {
 	case "prefix", "burst":
@@ -127,6 +176,7 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 				sessions = append(sessions, Session{
 					Key:    fmt.Sprintf("group-%d", g),
 					System: systems[g],
+					Model:  groupModel(models, g),
 					Turns:  []Turn{{User: simwords.Words(rng, fmt.Sprintf("q%d", i), w.QuestionTokens), MaxTokens: out}},
 				})
 			}
