@@ -162,8 +162,8 @@ func smokePlan() Plan {
 // bypassing traffic, a warm-up and restarts; and a burst.
 func checkScenarios(t *testing.T, q *QualityResult) {
 	t.Helper()
-	if q == nil || len(q.Runs) != 3 {
-		t.Fatalf("scenario runs: %+v, want 3", q)
+	if q == nil || len(q.Runs) != 5 {
+		t.Fatalf("scenario runs: %+v, want 5", q)
 	}
 	for _, pol := range []string{"llm", "llm-approx"} {
 		r := q.at("gateways-2", pol, 1)
@@ -185,6 +185,25 @@ func checkScenarios(t *testing.T, q *QualityResult) {
 		t.Errorf("burst llm: want 3 bursts with engines counted: %+v", b)
 	}
 	checkLateJoin(t, q)
+	checkMultiModel(t, q)
+}
+
+// checkMultiModel checks the smoke plan's multimodel runs: `llm` sent
+// every request to an engine serving its model and every one completed,
+// with adapter requests counted at the engines; under `least_conn` every
+// request an engine did not serve reached the client as a 404.
+func checkMultiModel(t *testing.T, q *QualityResult) {
+	t.Helper()
+	llm, lc := q.at("multimodel", "llm", 1), q.at("multimodel", "least_conn", 1)
+	if llm == nil || llm.Models == nil || lc == nil || lc.Models == nil {
+		t.Fatalf("multimodel: want llm and least_conn runs with model figures: %+v, %+v", llm, lc)
+	}
+	if m := llm.Models; m.Unserved != 0 || llm.Summary.OK != 12 || m.AdapterRequests != 6 || m.AdapterArrivals != 6 {
+		t.Errorf("multimodel llm: %d of %d completed, %+v", llm.Summary.OK, llm.Summary.Requests, m)
+	}
+	if m := lc.Models; m.Unserved != m.NotFound || lc.Summary.OK+m.NotFound != 12 {
+		t.Errorf("multimodel least_conn: %d completed, %+v", lc.Summary.OK, m)
+	}
 }
 
 // checkLateJoin checks the smoke plan's late-join: every case compared

@@ -297,7 +297,8 @@ func scenarioParams(quick bool) QualityParams {
 			{Workload: WorkloadSpec{Name: "burst", Kind: "burst", Groups: 3, PerGroup: 4, SystemTokens: 512, QuestionTokens: 32, OutputTokens: 16, Seed: 25},
 				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}},
 			lateJoinPlan(WorkloadSpec{Name: "late-join", Kind: "prefix", Groups: 2, PerGroup: 8, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 4, Seed: 26},
-				LateJoinOptions{WarmPerGroup: 2, Compared: 12}, "")}
+				LateJoinOptions{WarmPerGroup: 2, Compared: 12}, ""),
+			tinyMultiModelPlan()}
 	}
 	return p
 }
@@ -384,6 +385,20 @@ func multiModelPlan() QualityPlan {
 				"and requests for `model-a` (20%), its 6 adapters (40%, 4 groups each) and `model-b` (40%), each group's sessions asking for one model. " +
 				"Every policy runs behind the same Caddyfile: `llm_admission`, upstreams from `dynamic llm` (all five engines), only `lb_policy` differs. " +
 				"The gateway learns each engine's models from its `/v1/models`."}}
+}
+
+// tinyMultiModelPlan is the multimodel scenario of the -quick run: 2
+// engines serve model-a and 2 adapters, 1 serves model-b; a group per
+// model of 3 requests each; llm against least_conn.
+func tinyMultiModelPlan() QualityPlan {
+	mf := &ModelFleet{MaxLoRAs: 1, LoRALoadSeconds: 0.05, Pools: []ModelPool{
+		{Model: "model-a", Engines: 2, Adapters: loraAdapters("model-a", 2)},
+		{Model: "model-b", Engines: 1},
+	}}
+	w := WorkloadSpec{Name: "multimodel", Kind: "prefix", Groups: 4, PerGroup: 3, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 32, Seed: 27,
+		Models: []ModelGroups{{Model: "model-a", Groups: 1}, {Model: "model-a-lora-1", Groups: 1}, {Model: "model-a-lora-2", Groups: 1}, {Model: "model-b", Groups: 1}}}
+	return QualityPlan{Workload: w, Rates: []float64{1},
+		Scenario: &ScenarioOptions{Desc: "tiny", Models: mf, Policies: []string{"llm", "least_conn"}}}
 }
 
 // multiModelWhy explains the multimodel scenario's figures from its shape.
