@@ -14,7 +14,8 @@ import (
 // The scenarios section (issue 13): real Caddy in front of simulated
 // engines where only the engines' own knowledge helps — KV pressure,
 // several gateways sharing the fleet, traffic that bypasses the gateway
-// after a cache warm-up, engine restarts, and bursts of one new prefix.
+// after a cache warm-up, engine restarts, bursts of one new prefix — and
+// engines serving different models and LoRA adapters (multimodel.go).
 // It runs on the routing-quality machinery (runQuality); a plan's
 // Scenario says how it departs from a plain quality run.
 

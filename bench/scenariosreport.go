@@ -42,7 +42,7 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 	p := q.Params
 	w("## 2. Where only the engines know: real Caddy\n\n")
 	w("Command: `%s` (%s of this run).\n\n", f.rerun("scenarios"), time.Duration(f.Seconds*float64(time.Second)).Round(time.Second))
-	w("The setup of section 1 — a fresh fleet of %d `vllmsim` engines and fresh Caddy processes per run, the same load generator, hit rate from the engines' `usage` — in the conditions where a gateway's own guess of what the engines hold goes wrong: engines evicting, several gateways sharing the fleet, traffic that never passes a gateway, engines restarting, and bursts of one new prefix. `llm` routes on the KV index built from the engines' events (precise); `llm-approx` is the same policy without KV events, on the prefix tree of what that gateway routed itself.\n\n", p.Engines)
+	w("The setup of section 1 — a fresh fleet of %d `vllmsim` engines and fresh Caddy processes per run, the same load generator, hit rate from the engines' `usage` — in the conditions where a gateway's own guess of what the engines hold goes wrong: engines evicting, several gateways sharing the fleet, traffic that never passes a gateway, engines restarting, bursts of one new prefix, and engines serving different models. `llm` routes on the KV index built from the engines' events (precise); `llm-approx` is the same policy without KV events, on the prefix tree of what that gateway routed itself.\n\n", p.Engines)
 	w("%s\n\n", scenarioModelNote)
 	w("| scenario | shape | requests | engines × max_num_seqs | KV blocks/engine | ρ | time scale | cap₀ req/s | cap₁ req/s | rates (× cap₀) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, qw := range q.Workloads {
