@@ -42,6 +42,8 @@ type Fleet struct {
 	tokNames  atomic.Pointer[map[string]struct{}]
 	tokModels localtok.Cache
 	breaker   *routing.Breaker // guarded by mu; replaced when its config changes
+	// aliases is the running config's public model names (models.go).
+	aliases atomic.Pointer[map[string]string]
 
 	now      func() time.Time // Options.Now
 	kick     chan struct{}

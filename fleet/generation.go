@@ -24,6 +24,9 @@ type Config struct {
 	PollTimeout  time.Duration // deadline of one scrape
 	StaleAfter   int           // failed scrapes after which gauges are stale
 	IdleTTL      time.Duration // dynamic engines unused this long are removed
+	// ModelsInterval is the time between fetches of one engine's
+	// /v1/models (upstreams.Options.ModelsInterval); 0 = its default.
+	ModelsInterval time.Duration
 	// KVEventsPort and KVReplayPort derive the KV-event endpoints of
 	// engines without explicit ones: tcp://<dial host>:<port>; 0 = none.
 	KVEventsPort, KVReplayPort int
@@ -54,6 +57,9 @@ type Config struct {
 	// falls back to remote tokenization (nil: the default, 0 never).
 	TokenizerCheckSample   *float64
 	TokenizerMismatchLimit *int
+	// Aliases maps public model names to served ones (see
+	// [Fleet.ResolveAlias]); checked by ValidateAliases.
+	Aliases map[string]string
 	// models are the loaded local tokenizers (LoadTokenizers).
 	models map[string]*localtok.Model
 }
@@ -105,6 +111,17 @@ type EngineConfig struct {
 	// proxies to the engines of that pool, and the name is shown in
 	// metrics and the admin API. Default: "default".
 	Pool string `json:"pool,omitempty"`
+
+	// URL of the engine's OpenAI model list, polled to learn which models
+	// it serves. Default: /v1/models on the metrics URL's server (and path
+	// prefix, when the metrics path ends in /metrics).
+	ModelsURL string `json:"models_url,omitempty"`
+
+	// The models the engine serves, for an engine that does not answer
+	// /v1/models: used until a fetch of models_url succeeds, whose list
+	// then wins. Default: none (the engine's models are unknown until
+	// discovered, and it may be sent any model).
+	Models []string `json:"models,omitempty"`
 }
 
 // Validate checks a config before any of it is applied.
@@ -112,11 +129,14 @@ func (c *Config) Validate() error {
 	if c.StaleAfter < 0 {
 		return fmt.Errorf("stale_after must be positive, got %d", c.StaleAfter)
 	}
-	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 ||
+	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 || c.ModelsInterval < 0 ||
 		c.SpeculativeTTL != nil && *c.SpeculativeTTL < 0 {
 		return fmt.Errorf("durations must be positive")
 	}
 	if err := c.validateTokenizers(); err != nil {
+		return err
+	}
+	if err := ValidateAliases(c.Aliases); err != nil {
 		return err
 	}
 	if err := (kvindex.EngineHash{Algo: c.HashAlgo}).Validate(); err != nil {
@@ -149,6 +169,12 @@ func (c *Config) Validate() error {
 			if ep != "" && !strings.HasPrefix(ep, "tcp://") {
 				return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
 			}
+		}
+		// The registry's own check covers the URLs (models_url included)
+		// and the model names; run it here so a bad one fails the config
+		// instead of the engine being skipped at run time.
+		if err := c.registryEngine(e).Validate(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -229,6 +255,7 @@ func (f *Fleet) registryOptions(c *Config) upstreams.Options {
 	if c != nil {
 		o.PollInterval, o.PollTimeout = c.PollInterval, c.PollTimeout
 		o.StaleAfter, o.IdleTTL = c.StaleAfter, c.IdleTTL
+		o.ModelsInterval = c.ModelsInterval
 	}
 	return o
 }
@@ -266,6 +293,7 @@ func (f *Fleet) apply(c Config) {
 	if ttl != f.index.PredictTTL() {
 		f.index.SetPredictTTL(ttl)
 	}
+	f.aliases.Store(&c.Aliases)
 	f.registry.Apply(c.engineConfigs(), f.registryOptions(&c))
 	// A new config may route a pool to other upstreams: forget what the
 	// policies learned, or admission would gate (and fail open) on departed
@@ -277,30 +305,37 @@ func (f *Fleet) apply(c Config) {
 	f.mu.Unlock()
 }
 
-// engineConfigs turns the config into the registry's view; the KV
-// subscription rides in Attrs so that changing it restarts the subscriber.
+// engineConfigs turns the config into the registry's view.
 func (c *Config) engineConfigs() []upstreams.EngineConfig {
 	out := make([]upstreams.EngineConfig, 0, len(c.Engines))
 	for _, e := range c.Engines {
-		kc := kvConfig{Endpoint: e.KVEvents, Bind: e.KVEventsBind, Replay: e.KVReplay, Topic: e.KVTopic}
-		if kc.Endpoint == "" {
-			kc.Endpoint = derivedEndpoint(e.Dial, c.KVEventsPort)
-		}
-		if kc.Replay == "" {
-			kc.Replay = derivedEndpoint(e.Dial, c.KVReplayPort)
-		}
-		out = append(out, upstreams.EngineConfig{
-			Dial:        e.Dial,
-			MetricsURL:  e.Metrics,
-			TokenizeURL: e.Tokenize,
-			MaxInflight: e.MaxInflight,
-			Header:      bearer(e.APIKey),
-			Pool:        e.Pool,
-			Static:      true,
-			Attrs:       kc.attrs(),
-		})
+		out = append(out, c.registryEngine(e))
 	}
 	return out
+}
+
+// registryEngine is e as the registry takes it; the KV subscription rides
+// in Attrs so that changing it restarts the subscriber.
+func (c *Config) registryEngine(e *EngineConfig) upstreams.EngineConfig {
+	kc := kvConfig{Endpoint: e.KVEvents, Bind: e.KVEventsBind, Replay: e.KVReplay, Topic: e.KVTopic}
+	if kc.Endpoint == "" {
+		kc.Endpoint = derivedEndpoint(e.Dial, c.KVEventsPort)
+	}
+	if kc.Replay == "" {
+		kc.Replay = derivedEndpoint(e.Dial, c.KVReplayPort)
+	}
+	return upstreams.EngineConfig{
+		Dial:        e.Dial,
+		MetricsURL:  e.Metrics,
+		TokenizeURL: e.Tokenize,
+		ModelsURL:   e.ModelsURL,
+		Models:      e.Models,
+		MaxInflight: e.MaxInflight,
+		Header:      bearer(e.APIKey),
+		Pool:        e.Pool,
+		Static:      true,
+		Attrs:       kc.attrs(),
+	}
 }
 
 // derivedEndpoint is tcp://<host of dial>:<port>, or "" when port is 0.

@@ -14,6 +14,12 @@ import (
 // when no engine's models are known yet (none has answered /v1/models and
 // none has configured names): an empty list would then claim the fleet
 // serves nothing, which it does not know. See [UnionModels] for the rules.
+//
+// The running config's aliases are listed too, each as a copy of its
+// served model's entry under the public name, when the pool serves that
+// model: SDKs that check a name against the list accept the alias. An
+// alias shadows a model of the same name that engines serve, as requests
+// for it go to the served model.
 func (f *Fleet) ListModels(pool string) (list []upstreams.ServedModel, known bool) {
 	var engines []*upstreams.Engine
 	if pool == "" {
@@ -29,7 +35,44 @@ func (f *Fleet) ListModels(pool string) (list []upstreams.ServedModel, known boo
 	for i, e := range engines {
 		sets[i] = e.Models()
 	}
-	return UnionModels(sets)
+	list, known = UnionModels(sets)
+	if m := f.aliases.Load(); m != nil && len(*m) > 0 {
+		list = WithAliases(list, *m)
+	}
+	return list, known
+}
+
+// WithAliases is list, sorted by id, with an entry for each alias whose
+// served model list holds: the served model's entry (root, parent and
+// context length) under the alias's name, replacing any entry of that
+// name. list is not modified; it is returned itself when no alias applies.
+func WithAliases(list []upstreams.ServedModel, aliases map[string]string) []upstreams.ServedModel {
+	byID := make(map[string]int, len(list))
+	for i, m := range list {
+		byID[m.ID] = i
+	}
+	var out []upstreams.ServedModel
+	for public, served := range aliases {
+		i, ok := byID[served]
+		if !ok {
+			continue // not served by this pool: the alias would 404
+		}
+		if out == nil {
+			out = slices.Clone(list)
+		}
+		entry := list[i]
+		entry.ID = public
+		if j, shadowed := byID[public]; shadowed {
+			out[j] = entry
+		} else {
+			out = append(out, entry)
+		}
+	}
+	if out == nil {
+		return list
+	}
+	slices.SortFunc(out, func(a, b upstreams.ServedModel) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // UnionModels merges engines' model lists, given in a stable order (the

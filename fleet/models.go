@@ -1,6 +1,9 @@
 package fleet
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/llmgw/caddy-llmgw/admission"
@@ -163,4 +166,48 @@ func (f *Fleet) noteTokenizerNames(cfgs []*TokenizerConfig) {
 		}
 	}
 	f.tokNames.Store(&names)
+}
+
+// maxAliasLength bounds an alias's names, as the engines' model ids are
+// bounded when discovered.
+const maxAliasLength = 1024
+
+// ValidateAliases checks a map of public model names to served ones: both
+// names non-empty, without surrounding blanks and of bounded length; no
+// alias naming itself; and no chains (a served name that is itself an
+// alias), which would make what a request reaches depend on how many
+// times it is resolved. Errors name the alias at fault, first in sorted
+// order so that the message is stable.
+func ValidateAliases(aliases map[string]string) error {
+	for _, public := range slices.Sorted(maps.Keys(aliases)) {
+		served := aliases[public]
+		for _, n := range []string{public, served} {
+			switch {
+			case n == "" || strings.TrimSpace(n) != n:
+				return fmt.Errorf("alias %q -> %q: model name %q is empty or has surrounding blanks", public, served, n)
+			case len(n) > maxAliasLength:
+				return fmt.Errorf("alias %q -> %q: model name of %d bytes, at most %d", public, served, len(n), maxAliasLength)
+			}
+		}
+		if public == served {
+			return fmt.Errorf("alias %q names itself", public)
+		}
+		if next, ok := aliases[served]; ok {
+			return fmt.Errorf("alias %q -> %q -> %q: aliases do not chain; name the served model %q directly", public, served, next, next)
+		}
+	}
+	return nil
+}
+
+// ResolveAlias returns the served name of model when the running config
+// makes it an alias (a public name for a model the engines serve under
+// another, for renames and canaries). ok is false for any other name,
+// which is used as sent.
+func (f *Fleet) ResolveAlias(model string) (served string, ok bool) {
+	m := f.aliases.Load()
+	if m == nil || len(*m) == 0 || model == "" {
+		return "", false
+	}
+	served, ok = (*m)[model]
+	return served, ok
 }
