@@ -12,7 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
-	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -124,7 +123,7 @@ func (adminAPI) explain(w http.ResponseWriter, r *http.Request) error {
 	if len(body) > 8<<20 {
 		return caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: errors.New("body over 8 MiB")}
 	}
-	req, err := openai.ParseRequest(body)
+	req, _, err := parseRequest(f, body) // as routed: a model alias resolved
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
 	}

@@ -49,6 +49,13 @@ type App struct {
 	// Deadline of one scrape. Default: the poll interval, at most 2s.
 	PollTimeout caddy.Duration `json:"poll_timeout,omitempty"`
 
+	// How often each engine's /v1/models is fetched to learn which models
+	// it serves, so requests go only to engines serving their model. An
+	// engine is also asked at its first scrape and after it restarts, so
+	// this only bounds how late an adapter loaded at run time is seen.
+	// Default: 30s.
+	ModelsInterval caddy.Duration `json:"models_interval,omitempty"`
+
 	// Consecutive failed scrapes after which an engine's gauges are stale
 	// (admission then fails open, and routing ignores its load). Default: 3.
 	StaleAfter int `json:"stale_after,omitempty"`
@@ -118,6 +125,18 @@ type App struct {
 
 	// The engines this gateway knows in advance. Others are discovered.
 	Engines []*fleet.EngineConfig `json:"engines,omitempty"`
+
+	// Public model names mapped to the names the engines serve, for
+	// renames and canaries: a request whose body's model is a key here is
+	// rewritten to the value before admission, routing and the engine see
+	// it, and the gateway's /v1/models (llm_models) lists the key beside
+	// the served model. A key that engines also serve is shadowed. Names
+	// must not be empty, an alias must not name itself, and a value must
+	// not be another key (no chains). Without llm_admission, lb_policy llm
+	// rewrites the body it reads; one it stops waiting for (a client
+	// stalling its body) goes on as sent, and the engine answers 404 for
+	// the alias. Default: none.
+	Aliases map[string]string `json:"aliases,omitempty"`
 
 	fleet  *fleet.Fleet
 	gen    *fleet.Generation // this config generation's handle on the fleet
@@ -197,6 +216,7 @@ func (a *App) fleetConfig() fleet.Config {
 		PollTimeout:            time.Duration(a.PollTimeout),
 		StaleAfter:             a.StaleAfter,
 		IdleTTL:                time.Duration(a.IdleTTL),
+		ModelsInterval:         time.Duration(a.ModelsInterval),
 		KVEventsPort:           a.KVEventsPort,
 		KVReplayPort:           a.KVReplayPort,
 		HashSeed:               a.HashSeed,
@@ -209,6 +229,7 @@ func (a *App) fleetConfig() fleet.Config {
 		Tokenizers:             a.Tokenizers,
 		TokenizerCheckSample:   a.TokenizerCheckSample,
 		TokenizerMismatchLimit: a.TokenizerMismatchLimit,
+		Aliases:                a.Aliases,
 	}
 }
 

@@ -7,14 +7,21 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
+
+	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // The request bodies of inference calls: llm_admission reads a body whole
 // under its limits and reinstalls it as a followingBody; lb_policy llm,
 // when no llm_admission ran, reads ahead with a bound on its wait
 // (readahead.Body). Either way the body is parsed once, and the parsed request
-// rides in the request vars.
+// rides in the request vars. A request for a model alias has its body
+// rewritten to the served name right after that parse (parseRequest), so
+// everything after it — admission, routing, labels, tokenization and the
+// engine — sees the served name.
 
 // readBody reads the whole body under max_body and body_timeout.
 func (h *Admission) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
@@ -87,3 +94,38 @@ func (b *followingBody) Read(p []byte) (int, error) {
 
 // Close implements io.Closer; the body is in memory.
 func (b *followingBody) Close() error { return nil }
+
+// parseRequest parses body, and when its model is an alias of the running
+// config (see [fleet.Fleet.ResolveAlias]) rewrites the body's model to the
+// served name and parses the result, whose Raw fields alias it. It returns
+// the request and the body to send on: body itself unless rewritten.
+// Errors are ParseRequest's.
+func parseRequest(f *fleet.Fleet, body []byte) (*openai.Request, []byte, error) {
+	req, err := openai.ParseRequest(body)
+	if err != nil {
+		return nil, body, err
+	}
+	served, ok := f.ResolveAlias(req.Model)
+	if !ok {
+		return req, body, nil
+	}
+	out, ok := rewriteModel(body, served)
+	if !ok {
+		// ParseRequest found a string model in a well-formed object,
+		// so the rewrite cannot fail; should it, the engine must not
+		// get the alias, which it does not serve.
+		return nil, body, fmt.Errorf("rewriting model alias %q to %q failed", req.Model, served)
+	}
+	if req, err = openai.ParseRequest(out); err != nil {
+		return nil, body, fmt.Errorf("request after rewriting model alias: %w", err)
+	}
+	return req, out, nil
+}
+
+// setBodyLength makes r's framing match a body of n bytes now in memory:
+// a rewrite changes its length, and a chunked body is now of known length.
+func setBodyLength(r *http.Request, n int) {
+	r.ContentLength = int64(n)
+	r.TransferEncoding = nil
+	r.Header.Set("Content-Length", strconv.Itoa(n))
+}

@@ -47,6 +47,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	llm {
 //	    poll_interval        <duration>
 //	    poll_timeout         <duration>
+//	    models_interval      <duration>
 //	    stale_after          <n>
 //	    kv_events_port       <port>
 //	    kv_replay_port       <port>
@@ -60,9 +61,12 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    tokenizer <model|*> <dir|remote>
 //	    tokenizer_check_sample   <0..1>
 //	    tokenizer_mismatch_limit <n>
+//	    alias <public> <served>
 //	    engine <dial> {
 //	        metrics      <url>
 //	        tokenize     <url>
+//	        models_url   <url>
+//	        models       <model...>
 //	        max_inflight <n>
 //	        kv_events    [bind] <tcp://host:port>
 //	        kv_replay    <tcp://host:port>
@@ -83,6 +87,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseDuration(d, &a.PollInterval)
 		case "poll_timeout":
 			err = parseDuration(d, &a.PollTimeout)
+		case "models_interval":
+			err = parseDuration(d, &a.ModelsInterval)
 		case "stale_after":
 			err = parseInt(d, &a.StaleAfter)
 		case "kv_events_port":
@@ -118,6 +124,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "tokenizer_mismatch_limit":
 			a.TokenizerMismatchLimit = new(int)
 			err = parseInt(d, a.TokenizerMismatchLimit)
+		case "alias":
+			err = a.parseAlias(d)
 		case "engine":
 			var e *fleet.EngineConfig
 			if e, err = parseEngine(d); err == nil {
@@ -130,6 +138,23 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// parseAlias parses `alias <public> <served>`. A public name given twice
+// is an error: the Caddyfile would otherwise keep one silently.
+func (a *App) parseAlias(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return d.Errf("usage: alias <public model name> <served model name>")
+	}
+	if prev, dup := a.Aliases[args[0]]; dup {
+		return d.Errf("alias '%s' given twice (already for '%s')", args[0], prev)
+	}
+	if a.Aliases == nil {
+		a.Aliases = make(map[string]string)
+	}
+	a.Aliases[args[0]] = args[1]
 	return nil
 }
 
@@ -149,6 +174,13 @@ func parseEngine(d *caddyfile.Dispenser) (*fleet.EngineConfig, error) {
 			err = parseString(d, &e.Metrics)
 		case "tokenize":
 			err = parseString(d, &e.Tokenize)
+		case "models_url":
+			err = parseString(d, &e.ModelsURL)
+		case "models":
+			e.Models = append(e.Models, d.RemainingArgs()...)
+			if len(e.Models) == 0 {
+				return nil, d.ArgErr()
+			}
 		case "max_inflight":
 			err = parseInt(d, &e.MaxInflight)
 		case "kv_events":

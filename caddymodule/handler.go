@@ -292,15 +292,13 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Req
 		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
 		return nil, nil, nil
 	}
-	req, err := openai.ParseRequest(body)
+	req, body, err := parseRequest(h.fleet, body) // a model alias rewritten
 	if err != nil {
 		return nil, nil, writeRequestError(w, err)
 	}
 	fb := &followingBody{Reader: bytes.NewReader(body)}
 	r.Body = fb
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil // the body is now of known length
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	setBodyLength(r, len(body))
 	caddyhttp.SetVar(r.Context(), varRequest, req)
 	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
 	return req, fb, nil

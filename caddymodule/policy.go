@@ -507,9 +507,12 @@ func (p *Policy) request(r *http.Request, st *selectState) *openai.Request {
 		r.Body = ab
 		return nil
 	}
+	req, body, err := parseRequest(p.fleet, body) // a model alias rewritten
 	st.body = body
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	req, err := openai.ParseRequest(body)
+	if r.ContentLength >= 0 && r.ContentLength != int64(len(body)) {
+		setBodyLength(r, len(body)) // rewritten; a chunked body stays chunked
+	}
 	if err != nil {
 		return nil
 	}

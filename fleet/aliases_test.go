@@ -55,7 +55,7 @@ func TestConfigValidateModels(t *testing.T) {
 		want string
 	}{
 		{"ok", testConfig(&EngineConfig{Dial: "127.0.0.1:1", ModelsURL: "https://h/v1/models", Models: []string{"a", "b"}}), ""},
-		{"negative interval", Config{ModelsInterval: -time.Second}, "durations"},
+		{"negative interval", Config{ModelsInterval: -time.Second}, "models_interval must not be negative"},
 		{"relative models_url", testConfig(&EngineConfig{Dial: "127.0.0.1:1", ModelsURL: "/v1/models"}), "must be absolute http(s)"},
 		{"bad models_url", testConfig(&EngineConfig{Dial: "127.0.0.1:1", ModelsURL: "http://h/%zz"}), "bad URL"},
 		{"ftp models_url", testConfig(&EngineConfig{Dial: "127.0.0.1:1", ModelsURL: "ftp://h/v1/models"}), "must be absolute http(s)"},

@@ -129,9 +129,12 @@ func (c *Config) Validate() error {
 	if c.StaleAfter < 0 {
 		return fmt.Errorf("stale_after must be positive, got %d", c.StaleAfter)
 	}
-	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 || c.ModelsInterval < 0 ||
+	if c.PollInterval < 0 || c.PollTimeout < 0 || c.IdleTTL < 0 || c.TokenizeTimeout < 0 ||
 		c.SpeculativeTTL != nil && *c.SpeculativeTTL < 0 {
 		return fmt.Errorf("durations must be positive")
+	}
+	if c.ModelsInterval < 0 {
+		return fmt.Errorf("models_interval must not be negative, got %v", c.ModelsInterval)
 	}
 	if err := c.validateTokenizers(); err != nil {
 		return err
