@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // aliasApp is the aliases of the alias tests: a rename of model-b, a
@@ -186,6 +187,38 @@ func TestAliasCaddyfileErrors(t *testing.T) {
 		_, _, err := adapter.Adapt([]byte(cfg), nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Caddyfile:") {
 			t.Errorf("%s: error %v, want one naming the line with %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAliasBodyForwarded: the engine receives the client's body byte for
+// byte but for the model's value, through llm_admission and through
+// lb_policy llm alone, sent with a length or chunked.
+func TestAliasBodyForwarded(t *testing.T) {
+	engine := startEngines(t, 1, vllmsim.Config{Model: "model-b"})[0]
+	rec := newUpstreamRecorder(t, engine)
+	const sent = "{\n  \"messages\": [{\"role\": \"user\", \"content\": \"h\\u00e9llo \\\"model\\\": \\\"prod-b\\\" ✓\"}],\n" +
+		"  \"mod\\u0065l\" :  \"prod-b\",\n  \"max_tokens\": 2, \"meta\": {\"model\": \"prod-b\"}\n}\n"
+	want := strings.Replace(sent, `"mod\u0065l" :  "prod-b"`, `"mod\u0065l" :  "model-b"`, 1)
+	for _, admission := range []string{"", "-"} {
+		gateway{engines: dialEngines(rec.addr()), appExtra: "\t\talias prod-b model-b\n", admission: admission}.load(t)
+		testwait.For(t, 15*time.Second, "the engine's models learned", func() bool {
+			return getEngineReport(t, rec.addr()).ModelsSource == "discovered"
+		})
+		for _, chunked := range []bool{false, true} {
+			var r reply
+			if chunked {
+				r = chunkedPost(t, sent)
+			} else {
+				r = send(context.Background(), "", sent, nil)
+			}
+			if r.status != http.StatusOK {
+				t.Fatalf("admission %q, chunked %v: status %d: %s", admission, chunked, r.status, r.body)
+			}
+			last := rec.last(t)
+			if last.path != "/v1/chat/completions" || string(last.body) != want {
+				t.Errorf("admission %q, chunked %v: engine got %s %q\nwant %q", admission, chunked, last.path, last.body, want)
+			}
 		}
 	}
 }
