@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -296,7 +297,8 @@ func (f *Fleet) apply(c Config) {
 	if ttl != f.index.PredictTTL() {
 		f.index.SetPredictTTL(ttl)
 	}
-	f.aliases.Store(&c.Aliases)
+	aliases := maps.Clone(c.Aliases) // read per request: not shared with the caller's config
+	f.aliases.Store(&aliases)
 	f.registry.Apply(c.engineConfigs(), f.registryOptions(&c))
 	// A new config may route a pool to other upstreams: forget what the
 	// policies learned, or admission would gate (and fail open) on departed
