@@ -310,6 +310,7 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	    bounded_load_min    <float>
 //	    imbalance_threshold <float>
 //	    tie_tokens          <float>
+//	    adapter_weight      <float>
 //	    cache_key_header    <name>
 //	    pool                <name>
 //	    block_size          <n>
@@ -335,6 +336,7 @@ func (p *Policy) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"bounded_load_min":    &p.BoundedLoadMin,
 		"imbalance_threshold": &p.ImbalanceThreshold,
 		"tie_tokens":          &p.TieTokens,
+		"adapter_weight":      &p.AdapterWeight,
 	}
 	for d.NextBlock(0) {
 		var err error
