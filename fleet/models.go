@@ -21,61 +21,84 @@ const maxModelGates = 64
 
 // Serving returns the candidates among dials that may serve model: those
 // whose model list (discovered, else configured) includes it — a base
-// model's, an alias's or a LoRA adapter's id — and those whose models are
-// unknown, which may serve anything (fail open: an engine that hides
-// /v1/models still gets requests). notFound reports that dials is not
-// empty and every one of them lists its models without model: no engine
-// of the pool can serve the request, and waiting will not change that
-// until an engine's models do.
+// model's, an alias's or a LoRA adapter's id — and those that do not
+// serve /v1/models and have no configured list, which may serve anything
+// (fail open: such an engine still gets requests). An engine whose models
+// are only pending (see [upstreams.Engine.ModelsPending]: new, its first
+// poll and /v1/models fetch not made yet) is left out while some other engine
+// of dials may serve model, so that an engine joining the pool gets no
+// requests for models it may not serve; it is in when no other is (fail
+// open: a fleet that just started knows no engine's models). notFound
+// reports that dials is not empty and every one of them lists its models
+// without model: no engine of the pool can serve the request, and waiting
+// will not change that until an engine's models do.
 //
 // A request without a model ("") may go anywhere. When nothing is left
 // out, dials itself is returned, so the common single-model fleet
 // allocates nothing; otherwise a new slice, in dials' order.
 func (f *Fleet) Serving(model string, dials []string) (serving []string, notFound bool) {
-	if model == "" {
+	mask := f.servingMask(model, dials)
+	if mask == nil {
 		return dials, false
 	}
-	first := -1 // the first dial left out
+	serving = make([]string, 0, len(dials))
 	for i, d := range dials {
-		if !f.mayServe(d, model) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return dials, false
-	}
-	serving = make([]string, first, len(dials)-1)
-	copy(serving, dials[:first])
-	for _, d := range dials[first+1:] {
-		if f.mayServe(d, model) {
+		if mask[i] {
 			serving = append(serving, d)
 		}
 	}
 	return serving, len(serving) == 0
 }
 
-// mayServe reports whether engine dial may serve model: it lists model,
-// or its models are unknown (an engine the registry has not seen yet
-// included).
-func (f *Fleet) mayServe(dial, model string) bool {
+// standing is how an engine stands for one model.
+type standing int
+
+const (
+	servesModel  standing = iota // it lists the model
+	mayServe                     // its models are unknown for good (no /v1/models, none configured)
+	pendingModel                 // its models are not learned yet (see ModelsPending)
+	lacksModel                   // it lists its models, without this one
+)
+
+// standingOf is how engine dial stands for model. An engine the registry
+// has not seen yet is pending: its poller starts on first use.
+func (f *Fleet) standingOf(dial, model string) standing {
 	e, ok := f.registry.Get(dial)
 	if !ok {
-		return true
+		return pendingModel
 	}
-	serves, known := e.ServesModel(model)
-	return serves || !known
+	switch serves, known := e.ServesModel(model); {
+	case serves:
+		return servesModel
+	case known:
+		return lacksModel
+	case e.ModelsPending():
+		return pendingModel
+	}
+	return mayServe
 }
 
 // servingMask is, for each of dials, whether it may serve model (see
-// Serving); nil when every one may, the common case.
+// Serving); nil when every one may, the common case, which allocates
+// nothing.
 func (f *Fleet) servingMask(model string, dials []string) []bool {
 	if model == "" {
 		return nil
 	}
+	var buf [16]standing
+	st := buf[:0]
+	if len(dials) > len(buf) {
+		st = make([]standing, 0, len(dials))
+	}
+	others := false // some engine serves the model or may
+	for _, d := range dials {
+		s := f.standingOf(d, model)
+		st = append(st, s)
+		others = others || s == servesModel || s == mayServe
+	}
 	var mask []bool
-	for i, d := range dials {
-		if f.mayServe(d, model) {
+	for i, s := range st {
+		if s == servesModel || s == mayServe || (s == pendingModel && !others) {
 			continue
 		}
 		if mask == nil {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -9,9 +10,10 @@ import (
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
-// modelDials are four engines: two serve model-a (the first also its
-// adapter), one serves model-b, and the last never says what it serves.
-var modelDials = []string{"127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14"}
+// modelDials are five engines: two serve model-a (the first also its
+// adapter), one serves model-b, one does not serve /v1/models, and the
+// last has not answered it yet.
+var modelDials = []string{"127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14", "127.0.0.1:15"}
 
 // modelFleet is a manual fleet over modelDials with their models learned,
 // each engine taking at most two requests.
@@ -32,6 +34,7 @@ func modelFleet(t *testing.T) *Fleet {
 	learn(modelDials[0], "model-a", "a-alias", "a-lora")
 	learn(modelDials[1], "model-a", "a-alias")
 	learn(modelDials[2], "model-b")
+	f.Registry().Ensure(modelDials[3]).RecordModels(nil, fmt.Errorf("HTTP 404: %w", upstreams.ErrModelsUnavailable))
 	for _, d := range modelDials {
 		scrape(f, d, upstreams.Gauges{})
 	}
@@ -39,7 +42,8 @@ func modelFleet(t *testing.T) *Fleet {
 }
 
 // TestServing: the candidates for a model are the engines listing it (by
-// base id, alias or adapter id) and those whose models are unknown; a
+// base id, alias or adapter id) and those that do not serve /v1/models;
+// an engine whose models are pending only when no other may serve it; a
 // model no known engine lists is not found only when every candidate's
 // models are known.
 func TestServing(t *testing.T) {
@@ -52,14 +56,17 @@ func TestServing(t *testing.T) {
 		notFound bool
 	}{
 		{"model-a", modelDials, []string{modelDials[0], modelDials[1], modelDials[3]}, false},
+		{"model-a", []string{modelDials[0], modelDials[4]}, modelDials[:1], false}, // the pending one left out
 		{"a-alias", known, modelDials[:2], false},
 		{"a-lora", known, modelDials[:1], false},
 		{"model-b", known, modelDials[2:3], false},
 		{"", known, known, false},
 		{"nope", known, []string{}, true},
-		{"nope", modelDials, modelDials[3:], false}, // fail open on the unknown engine
+		{"nope", modelDials, modelDials[3:4], false},                            // fail open on the engine without /v1/models
+		{"nope", []string{modelDials[0], modelDials[4]}, modelDials[4:], false}, // and on a pending one when none other may
 		{"nope", nil, nil, false},
 		{"model-a", []string{"127.0.0.1:99"}, []string{"127.0.0.1:99"}, false}, // never seen
+		{"model-a", []string{modelDials[0], "127.0.0.1:99"}, modelDials[:1], false},
 	}
 	for _, tc := range tests {
 		got, notFound := f.Serving(tc.model, tc.dials)

@@ -31,10 +31,11 @@ const (
 // asking every interval would only fill the engine's access log.
 const modelsUnavailableFactor = 10
 
-// errModelsUnavailable marks an engine that does not serve /v1/models (a
+// ErrModelsUnavailable marks an engine that does not serve /v1/models (a
 // proxy in front hides it, or the server is not vLLM): its models are
-// unknown, which is not a failure of the engine.
-var errModelsUnavailable = errors.New("/v1/models not served")
+// unknown, which is not a failure of the engine. A fetch made by the
+// caller ([Engine.RecordModels]) reports such an answer wrapping it.
+var ErrModelsUnavailable = errors.New("/v1/models not served")
 
 // ServedModel is one entry of an engine's GET /v1/models: a name the engine
 // answers to, either a base model (one of its --served-model-name) or a
@@ -123,6 +124,19 @@ func (e *Engine) ServesModel(id string) (serves, known bool) {
 	return known && e.servesLocked(id), known
 }
 
+// ModelsPending reports whether the engine's models are not known yet but
+// soon will be: none configured, /v1/models never asked, and no poll of
+// the engine failed. That is a new engine until its first poll, which
+// fetches /v1/models right after a successful scrape. An engine whose
+// polls fail, or whose /v1/models fails or is not served, is not pending:
+// its models stay unknown.
+func (e *Engine) ModelsPending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := &e.models
+	return m.list == nil && len(e.cfg.Models) == 0 && !m.unavailable && m.checkedAt.IsZero() && e.failures == 0
+}
+
 // servesLocked is Models().Serves(id) without the copy. e.mu held.
 func (e *Engine) servesLocked(id string) bool {
 	if e.models.list != nil {
@@ -160,7 +174,7 @@ func (e *Engine) recordModels(list []ServedModel, err error, o *Options) {
 			log.Info("engine models readable again")
 		}
 		m.learnedAt, m.err, m.unavailable, m.failing = now, "", false, false
-	case errors.Is(err, errModelsUnavailable):
+	case errors.Is(err, ErrModelsUnavailable):
 		if !m.unavailable {
 			log.Info("engine does not serve /v1/models: its models are the configured ones, if any",
 				zap.String("models_url", redactURL(e.cfg.ModelsURL)), zap.Error(err))
@@ -196,7 +210,7 @@ func firstIDs(list []ServedModel, n int) []string {
 
 // fetchModels fetches and parses the engine's /v1/models within
 // o.PollTimeout and maxModelsBytes. A 404, 405 or 501 wraps
-// errModelsUnavailable.
+// ErrModelsUnavailable.
 func fetchModels(ctx context.Context, o *Options, url string, header http.Header) ([]ServedModel, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.PollTimeout)
 	defer cancel()
@@ -216,7 +230,7 @@ func fetchModels(ctx context.Context, o *Options, url string, header http.Header
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
-		return nil, fmt.Errorf("%w: HTTP %d", errModelsUnavailable, resp.StatusCode)
+		return nil, fmt.Errorf("%w: HTTP %d", ErrModelsUnavailable, resp.StatusCode)
 	default:
 		return nil, fmt.Errorf("fetch models: HTTP %d: %s", resp.StatusCode, httpbody.Snippet(resp.Body))
 	}

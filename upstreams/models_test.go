@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // TestParseModels: /v1/models bodies as vLLM writes them parse into the
@@ -130,7 +133,7 @@ func TestEngineModelsRecorded(t *testing.T) {
 	if m := b.Models(); m.List != nil || m.Configured {
 		t.Fatalf("nothing known: %+v", m)
 	}
-	a.RecordModels(nil, errors.Join(errModelsUnavailable, errors.New("HTTP 404")))
+	a.RecordModels(nil, errors.Join(ErrModelsUnavailable, errors.New("HTTP 404")))
 	if m := a.Models(); !m.Unavailable || m.Error != "" || !m.Configured || m.CheckedAt.IsZero() {
 		t.Fatalf("without /v1/models: %+v", m)
 	}
@@ -182,4 +185,46 @@ func FuzzParseModels(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestModelsPending: an engine's models are pending only until something
+// is known of them: a configured list, a fetch (answered, failed or not
+// served), or a failed poll.
+func TestModelsPending(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  EngineConfig
+		then func(e *Engine)
+		want bool
+	}{
+		{"new", EngineConfig{}, func(*Engine) {}, true},
+		{"scraped, not fetched yet", EngineConfig{}, func(e *Engine) { e.StartScrape()(Gauges{}) }, true},
+		{"configured", EngineConfig{Models: []string{"m"}}, func(*Engine) {}, false},
+		{"learned", EngineConfig{}, func(e *Engine) { e.RecordModels([]ServedModel{{ID: "m"}}, nil) }, false},
+		{"not served", EngineConfig{}, func(e *Engine) { e.RecordModels(nil, ErrModelsUnavailable) }, false},
+		{"fetch failed", EngineConfig{}, func(e *Engine) { e.RecordModels(nil, errors.New("boom")) }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRegistry(Options{ManualScrape: true})
+			defer r.Close()
+			tc.cfg.Dial = "127.0.0.1:1"
+			r.Apply([]EngineConfig{tc.cfg}, Options{})
+			e, _ := r.Get(tc.cfg.Dial)
+			tc.then(e)
+			if got := e.ModelsPending(); got != tc.want {
+				t.Errorf("ModelsPending %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// An engine whose polls fail is not pending: nothing will be learned
+	// of it soon.
+	r := NewRegistry(Options{PollInterval: 10 * time.Millisecond, PollTimeout: 10 * time.Millisecond})
+	defer r.Close()
+	r.Apply([]EngineConfig{{Dial: "127.0.0.1:1", MetricsURL: "http://127.0.0.1:1/metrics"}}, Options{PollInterval: 10 * time.Millisecond, PollTimeout: 10 * time.Millisecond})
+	e, _ := r.Get("127.0.0.1:1")
+	testwait.For(t, 5*time.Second, "a failed poll", func() bool { return e.Load().Failures > 0 })
+	if e.ModelsPending() {
+		t.Error("pending after a failed poll")
+	}
 }

@@ -233,7 +233,7 @@ func (s *modelsSchedule) next(err error, o *Options) time.Duration {
 	case err == nil:
 		s.backoff = 0
 		return o.ModelsInterval
-	case errors.Is(err, errModelsUnavailable):
+	case errors.Is(err, ErrModelsUnavailable):
 		s.backoff = 0
 		return modelsUnavailableFactor * o.ModelsInterval
 	}
