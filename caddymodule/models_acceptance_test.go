@@ -1,0 +1,292 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+)
+
+// Issue 37's acceptance test: several models and LoRA adapters behind one
+// endpoint, in the smallest configuration, with nothing model-specific in
+// it. Each engine is listed once, in the llm app; the gateway learns what
+// each serves from its /v1/models.
+
+// acceptancePoll is the llm app's poll_interval in the acceptance test. An
+// engine's /v1/models is fetched at its poller's first successful scrape,
+// so a new engine's models should be known about one interval after it
+// joins.
+const acceptancePoll = 100 * time.Millisecond
+
+// acceptanceCaddyfile is the whole gateway: the engines (with their KV
+// events) in the llm app, GET /v1/models answered by llm_models, and every
+// other request through llm_admission to reverse_proxy, whose upstreams are
+// the llm app's engines. Written out rather than built with the gateway
+// helper so that the test shows the configuration it accepts.
+func acceptanceCaddyfile(engines []*vllmsim.Engine) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n\tadmin %s\n\tskip_install_trust\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ns\n", adminAddr, httpPort, httpsPort)
+	fmt.Fprintf(&b, "\tllm {\n\t\tpoll_interval %s\n", acceptancePoll)
+	for _, e := range engines {
+		fmt.Fprintf(&b, "\t\tengine %s {\n\t\t\tkv_events %s\n\t\t}\n", e.Addr(), e.KVEndpoint())
+	}
+	fmt.Fprintf(&b, "\t}\n}\n\nhttp://%s {\n", gatewayAddr)
+	b.WriteString("\thandle /v1/models {\n\t\tllm_models\n\t}\n")
+	b.WriteString("\tllm_admission\n")
+	b.WriteString("\treverse_proxy {\n\t\tdynamic llm\n\t\tlb_policy llm\n\t}\n}\n")
+	return b.String()
+}
+
+// acceptanceFleet is the test's engines: three of model-a, the first also
+// serving the adapters a-lora-1 and a-lora-2, and two of model-b.
+type acceptanceFleet struct {
+	a, b []*vllmsim.Engine
+}
+
+func startAcceptanceFleet(t *testing.T) acceptanceFleet {
+	t.Helper()
+	// TimeScale 200: a 2-token answer takes well under a millisecond of
+	// simulated decode time.
+	cfgA := vllmsim.Config{Model: "model-a", TimeScale: 200}
+	loraA := cfgA
+	loraA.LoRAModules, loraA.MaxLoRAs = []string{"a-lora-1", "a-lora-2"}, 2
+	return acceptanceFleet{
+		a: append(startEngines(t, 1, loraA), startEngines(t, 2, cfgA)...),
+		b: startEngines(t, 2, vllmsim.Config{Model: "model-b", TimeScale: 200}),
+	}
+}
+
+func (f acceptanceFleet) all() []*vllmsim.Engine {
+	return append(slices.Clone(f.a), f.b...)
+}
+
+// acceptanceBody is request i for model: a chat or, every third, a
+// completion; every fourth streamed.
+func acceptanceBody(model string, i int) (url, body string) {
+	stream := i%4 == 0
+	if i%3 == 0 {
+		return "http://" + gatewayAddr + "/v1/completions",
+			fmt.Sprintf(`{"model":%q,"max_tokens":2,"stream":%t,"prompt":"acceptance %d"}`, model, stream, i)
+	}
+	return "", fmt.Sprintf(`{"model":%q,"max_tokens":2,"stream":%t,"messages":[{"role":"user","content":"acceptance %d"}]}`, model, stream, i)
+}
+
+// statusTally counts answers by model and status.
+type statusTally struct {
+	mu  sync.Mutex
+	got map[string]map[int]int
+}
+
+func (s *statusTally) add(model string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got == nil {
+		s.got = map[string]map[int]int{}
+	}
+	if s.got[model] == nil {
+		s.got[model] = map[int]int{}
+	}
+	s.got[model][status]++
+}
+
+// sendMixed sends n requests, request i for models[i%len(models)], from
+// workers concurrent clients, and returns the answers' statuses. A 404's
+// body is checked to be the gateway's model_not_found.
+func sendMixed(t *testing.T, models []string, n, workers int) *statusTally {
+	t.Helper()
+	tally := &statusTally{}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				model := models[i%len(models)]
+				url, body := acceptanceBody(model, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				r := send(ctx, url, body, nil)
+				cancel()
+				status := r.status
+				if r.err != nil || (status == http.StatusOK && strings.Contains(body, `"stream":true`) && !r.complete()) {
+					status = -1 // failed, or a stream cut short
+				}
+				if status == http.StatusNotFound {
+					checkModelNotFound(t, r.body, model)
+				}
+				tally.add(model, status)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return tally
+}
+
+// expectStatus fails the test unless each of models got exactly want
+// answers, all with status.
+func (s *statusTally) expectStatus(t *testing.T, models []string, status, want int) {
+	t.Helper()
+	for _, m := range models {
+		if got := s.got[m]; got[status] != want || len(got) != 1 {
+			t.Errorf("%s: statuses %v, want %d × %d", m, got, want, status)
+		}
+	}
+}
+
+// engineTotal is how many completion and chat requests e received.
+func engineTotal(e *vllmsim.Engine) int {
+	n := 0
+	for _, c := range e.RequestsByModel() {
+		n += c
+	}
+	return n
+}
+
+// gatewayModels is the gateway's GET /v1/models ids, or nil when it does
+// not answer 200.
+func gatewayModels(t *testing.T) []string {
+	t.Helper()
+	res, body := getModels(t, http.MethodGet, "/v1/models")
+	if res.StatusCode != http.StatusOK {
+		return nil
+	}
+	var ids []string
+	for _, m := range decodeModels(t, body) {
+		ids = append(ids, m.id)
+	}
+	return ids
+}
+
+// TestModelsAcceptance is issue 37's acceptance test, in two parts: a mixed
+// load over a fixed fleet, then engines joining and leaving by reload.
+func TestModelsAcceptance(t *testing.T) {
+	forgetEngines(t) // the model list is the union over the fleet's engines
+	t.Cleanup(func() { resetGateway(t) })
+	f := startAcceptanceFleet(t)
+	newTester(t, acceptanceCaddyfile(f.all()))
+	waitModelsLearned(t, f.all()...)
+
+	t.Run("mixed", func(t *testing.T) { acceptMixed(t, f) })
+	if t.Failed() {
+		return
+	}
+	t.Run("join and leave", func(t *testing.T) { acceptJoinLeave(t, f) })
+}
+
+// acceptMixed: 1,000 requests for the models and adapters, 16 at a time,
+// are all answered 200 by engines serving their model; requests for a
+// model nobody serves are answered 404 model_not_found by the gateway; the
+// model list shows every model and adapter.
+func acceptMixed(t *testing.T, f acceptanceFleet) {
+	if got, want := gatewayModels(t), []string{"a-lora-1", "a-lora-2", "model-a", "model-b"}; !sameSet(got, want) {
+		t.Errorf("GET /v1/models lists %v, want %v", got, want)
+	}
+	served := []string{"model-a", "model-b", "a-lora-1", "a-lora-2"}
+	// Five rounds of the served models, then one no engine serves: 250
+	// requests for each served model (1,000) and 50 for the unknown one.
+	var models []string
+	for range 5 {
+		models = append(models, served...)
+	}
+	models = append(models, "no-such-model")
+	const n = 1050
+	start := time.Now()
+	tally := sendMixed(t, models, n, 16)
+	t.Logf("%d requests in %v: %v", n, time.Since(start).Round(time.Millisecond), tally.got)
+	tally.expectStatus(t, served, http.StatusOK, 250)
+	tally.expectStatus(t, []string{"no-such-model"}, http.StatusNotFound, 50)
+
+	// Counted at the engines: every request reached an engine serving
+	// its model, and none saw the unknown one.
+	got := checkServedOnly(t, f.all())
+	if got["no-such-model"] != 0 {
+		t.Errorf("engines saw %d requests for the unknown model", got["no-such-model"])
+	}
+	for _, m := range served {
+		if got[m] != 250 {
+			t.Errorf("engines received %d requests for %s, want 250", got[m], m)
+		}
+	}
+	for _, e := range f.all() {
+		t.Logf("engine %s (%s) received %v", e.Addr(), e.Config().Model, e.RequestsByModel())
+	}
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// acceptJoinLeave: an engine serving a new model joins the llm app by a
+// reload, and its model is routable as soon as the gateway learned it,
+// about one poll after the reload; engines left out by a later reload get
+// no further requests, and a model only they served is answered 404.
+func acceptJoinLeave(t *testing.T, f acceptanceFleet) {
+	c := startEngines(t, 1, vllmsim.Config{Model: "model-c", TimeScale: 200})[0]
+	joined := append(f.all(), c)
+	// Timed from before the reload: the new engine's poller starts as the
+	// config is applied, before the load returns.
+	reloading := time.Now()
+	newTester(t, acceptanceCaddyfile(joined))
+	loaded := time.Since(reloading)
+	testwait.For(t, 10*time.Second, "GET /v1/models to list model-c", func() bool {
+		return slices.Contains(gatewayModels(t), "model-c")
+	})
+	learned := time.Since(reloading)
+	t.Logf("model-c listed %v after the reload began (the load took %v; poll_interval %v)",
+		learned.Round(time.Millisecond), loaded.Round(time.Millisecond), acceptancePoll)
+	if learned > 20*acceptancePoll {
+		// Not a timing assertion: the bound is loose enough for a loaded
+		// machine, yet far below the 30s models interval.
+		t.Errorf("model-c took %v to be learned, more than 20 polls", learned)
+	}
+
+	models := []string{"model-c", "model-a", "model-b", "a-lora-1", "a-lora-2"}
+	before := checkServedOnly(t, joined)
+	tally := sendMixed(t, models, 200, 16)
+	tally.expectStatus(t, models, http.StatusOK, 40)
+	after := checkServedOnly(t, joined)
+	if d := after["model-c"] - before["model-c"]; d != 40 || c.RequestsByModel()["model-c"] != 40 {
+		t.Errorf("model-c: %d requests reached engines, %d of them the new engine, want 40 there", d, c.RequestsByModel()["model-c"])
+	}
+
+	// The third model-a engine and model-c's engine leave.
+	gone := []*vllmsim.Engine{f.a[2], c}
+	kept := slices.DeleteFunc(slices.Clone(joined), func(e *vllmsim.Engine) bool { return slices.Contains(gone, e) })
+	goneBefore := []int{engineTotal(gone[0]), engineTotal(gone[1])}
+	newTester(t, acceptanceCaddyfile(kept))
+	// Routing follows the reload at once: model-c, served by no engine of
+	// the new config, is answered 404. (GET /v1/models may still list it:
+	// the fleet keeps a removed engine that served requests recently as a
+	// dynamic one until idle_ttl, and the list of pool "" is the union
+	// over every engine the fleet knows.)
+	t.Logf("GET /v1/models after the removal lists %v", gatewayModels(t))
+	models = append(models, "model-a") // more of model-a, which lost an engine
+	tally = sendMixed(t, models, 240, 16)
+	tally.expectStatus(t, []string{"model-b", "a-lora-1", "a-lora-2"}, http.StatusOK, 40)
+	tally.expectStatus(t, []string{"model-a"}, http.StatusOK, 80)
+	tally.expectStatus(t, []string{"model-c"}, http.StatusNotFound, 40)
+	for i, e := range gone {
+		if n := engineTotal(e) - goneBefore[i]; n != 0 {
+			t.Errorf("engine %s (%s) got %d requests after it was removed", e.Addr(), e.Config().Model, n)
+		}
+	}
+	for _, e := range kept {
+		t.Logf("engine %s (%s) received %v", e.Addr(), e.Config().Model, e.RequestsByModel())
+	}
+	checkServedOnly(t, joined)
+}
