@@ -620,3 +620,60 @@ func spreadKey(tokens []uint64, bs int, text string) uint64 {
 	}
 	return h.Sum64()
 }
+
+// ContextLimit is the context length (max_model_len) a request for model
+// must fit among dials: the smallest of the lengths the engines serving
+// it report, since the request may go to any of them. It is 0, meaning
+// unknown, when model is "" (the base model, whichever each engine has),
+// when no engine of dials serves model, or when any engine that may serve
+// it does not say: one whose models are unknown (it may serve anything,
+// see Serving), one with configured names only, one whose /v1/models
+// leaves the length out. A LoRA adapter runs with its base model's
+// context, as /v1/models lists it on the same engine.
+func (f *Fleet) ContextLimit(model string, dials []string) int {
+	if model == "" {
+		return 0
+	}
+	limit := 0
+	for _, d := range dials {
+		e, ok := f.registry.Get(d)
+		if !ok {
+			return 0
+		}
+		m := e.Models()
+		if m.List == nil || m.Configured {
+			return 0
+		}
+		n, serves := modelLen(m.List, model)
+		switch {
+		case !serves:
+			continue
+		case n <= 0:
+			return 0
+		case limit == 0 || n < limit:
+			limit = n
+		}
+	}
+	return limit
+}
+
+// modelLen is model's context length in one engine's model list (an
+// adapter's is its parent's there), and whether the list has model.
+func modelLen(list []upstreams.ServedModel, model string) (n int, serves bool) {
+	i := slices.IndexFunc(list, func(m upstreams.ServedModel) bool { return m.ID == model })
+	if i < 0 {
+		return 0, false
+	}
+	m := list[i]
+	if m.MaxModelLen > 0 || m.Parent == "" {
+		return m.MaxModelLen, true
+	}
+	if p := slices.IndexFunc(list, func(p upstreams.ServedModel) bool { return p.ID == m.Parent }); p >= 0 {
+		return list[p].MaxModelLen, true
+	}
+	return 0, true
+}
+
+// PromptTokens is how many tokens the prompt the placement was computed
+// for has; 0 when they were not known (not tokenized, or tokenize failed).
+func (p *Placement) PromptTokens() int { return p.decision.Tokens }
