@@ -300,8 +300,78 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Req
 	r.Body = fb
 	setBodyLength(r, len(body))
 	caddyhttp.SetVar(r.Context(), varRequest, req)
+	caddyhttp.SetVar(r.Context(), varBody, &keptBody{body})
 	caddyhttp.SetVar(r.Context(), varPool, h.Pool)
 	return req, fb, nil
+}
+
+// varBody holds the *keptBody llm_admission read, for the length check of
+// lb_policy llm on requests admission does not gate.
+const varBody = "llm.body"
+
+// keptBody is a request body kept in the vars; a pointer, so that a
+// placeholder naming the var does not print the body.
+type keptBody struct{ b []byte }
+
+// admittedBody is the body llm_admission kept for r, nil if none.
+func admittedBody(r *http.Request) []byte {
+	if kb, ok := caddyhttp.GetVar(r.Context(), varBody).(*keptBody); ok && kb != nil {
+		return kb.b
+	}
+	return nil
+}
+
+// contextLengthError is vLLM's 400 message for a request whose prompt of
+// tokens tokens, with the output budget its body asks for, does not fit
+// the context of its model on the engines of dials serving it
+// (fleet.ContextLimit): the engine would refuse it after a trip, and a
+// parked one after its wait. It is "" when the request fits, or when the
+// prompt's length (tokens 0: not tokenized) or the context's is unknown.
+// A nil body (not kept) checks the prompt alone, which every engine
+// refuses whatever the budget (see openai.ContextLengthMessage).
+func contextLengthError(f *fleet.Fleet, req *openai.Request, tokens int, dials []string, body []byte) string {
+	if req == nil || tokens <= 0 || !onePrompt(req) {
+		return ""
+	}
+	limit := f.ContextLimit(req.Model, dials)
+	if limit <= 0 {
+		return ""
+	}
+	var budget int64
+	if body != nil {
+		budget = openai.OutputBudget(body, req.Messages != nil)
+	}
+	return openai.ContextLengthMessage(limit, tokens, budget)
+}
+
+// onePrompt reports whether req has one prompt, whose tokens the gateway
+// counts as the engine does: a chat, or a completion whose prompt is a
+// string or a flat list of token ids. vLLM checks each prompt of a batch
+// on its own, so the tokens of a batch, however counted, say nothing.
+func onePrompt(req *openai.Request) bool {
+	if req.Messages != nil {
+		return true
+	}
+	p := bytes.TrimSpace(req.Prompt)
+	if len(p) == 0 {
+		return false
+	}
+	if p[0] == '"' {
+		return true
+	}
+	if p[0] != '[' {
+		return false
+	}
+	p = bytes.TrimSpace(p[1:])
+	return len(p) > 0 && p[0] >= '0' && p[0] <= '9'
+}
+
+// writeContextLength answers a contextLengthError as vLLM does: 400, type
+// BadRequestError.
+func writeContextLength(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(openai.ContextLengthJSON(msg))
 }
 
 // proxied is an admitted request on its way to the engine.
@@ -448,6 +518,12 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		return a, true
 	}
 	a.place = h.place(r, req, dials)
+	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
+		// Before the gate: no wait makes the prompt shorter.
+		a.outcome = "context_length_exceeded"
+		writeContextLength(w, msg)
+		return a, true
+	}
 	try := h.try(req.Model, lim, &a)
 	// Requests only some engines serve wait apart from the others (see
 	// fleet.ModelGate): a full model must not hold back an idle one's.
@@ -492,6 +568,15 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	h.reject(w, gate, band, waiter.Position(), "max_park")
 	return a, true
+}
+
+// contextLength is contextLengthError for a placed request, whose
+// placement tokenized its prompt; "" when it was not placed.
+func (h *Admission) contextLength(r *http.Request, req *openai.Request, place *fleet.Placement, serving []string) string {
+	if place == nil {
+		return ""
+	}
+	return contextLengthError(h.fleet, req, place.PromptTokens(), serving, admittedBody(r))
 }
 
 // try is the gate's try function for a request for model, which writes

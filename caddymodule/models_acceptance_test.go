@@ -2,8 +2,11 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -289,4 +292,112 @@ func acceptJoinLeave(t *testing.T, f acceptanceFleet) {
 		t.Logf("engine %s (%s) received %v", e.Addr(), e.Config().Model, e.RequestsByModel())
 	}
 	checkServedOnly(t, joined)
+}
+
+// lengthMessages is the chat prompt of the context-length test.
+const lengthMessages = `[{"role":"user","content":"how long is this prompt, in tokens?"}]`
+
+// tokenCount is the prompt length e's /tokenize counts for model and
+// body, a tokenize request's JSON fields after "model".
+func tokenCount(t *testing.T, e *vllmsim.Engine, model, fields string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,%s}`, model, fields)
+	r := send(context.Background(), e.URL()+"/tokenize", body, nil)
+	var v struct{ Count int }
+	if r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &v) != nil || v.Count == 0 {
+		t.Fatalf("tokenize %s: %d %s", body, r.status, r.body)
+	}
+	return v.Count
+}
+
+// apiError is an OpenAI error body's fields, param as raw JSON.
+type apiError struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Param   json.RawMessage `json:"param"`
+	Code    json.RawMessage `json:"code"`
+}
+
+func decodeAPIError(t *testing.T, body string) apiError {
+	t.Helper()
+	var v struct{ Error apiError }
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("error body not JSON (%v): %q", err, body)
+	}
+	return v.Error
+}
+
+// TestContextLengthRefused: a request whose prompt plus budget does not
+// fit the smallest max_model_len among the engines serving its model is
+// answered vLLM's 400 by the gateway, word for word what that engine
+// answers, and reaches no engine; one exactly at the limit is served.
+// Behind llm_admission (which places, so tokenizes, the request) and
+// with lb_policy llm alone.
+func TestContextLengthRefused(t *testing.T) {
+	t.Cleanup(func() { resetGateway(t) })
+	short := startEngines(t, 1, vllmsim.Config{Model: "model-a", MaxModelLen: 128})[0]
+	long := startEngines(t, 1, vllmsim.Config{Model: "model-a", MaxModelLen: 256, LoRAModules: []string{"a-lora"}})[0]
+	b := startEngines(t, 1, vllmsim.Config{Model: "model-b"})[0]
+	all := []*vllmsim.Engine{short, long, b}
+	for _, tc := range []struct{ name, admission string }{{"admission", ""}, {"policy", "-"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			gateway{engines: noKVEngines(all...), dynamic: dynamicLLM, patient: true, admission: tc.admission}.load(t)
+			waitModelsLearned(t, all...)
+			checkContextLengths(t, all, short)
+		})
+	}
+}
+
+// checkContextLengths sends requests at and past the limits of the test's
+// engines: model-a's smallest context is 128 (short's), its adapter's 256
+// (on the one engine serving it), model-b's the default 32768.
+func checkContextLengths(t *testing.T, all []*vllmsim.Engine, short *vllmsim.Engine) {
+	p := tokenCount(t, short, "model-a", `"messages":`+lengthMessages)
+	chat := func(model, budget string) string {
+		return fmt.Sprintf(`{"model":%q,%s,"messages":%s}`, model, budget, lengthMessages)
+	}
+	ids := strings.TrimSuffix(strings.Repeat("7,", 128), ",")
+	completions := "http://" + gatewayAddr + "/v1/completions"
+	tests := []struct {
+		name, url, body string
+		want            string // the refusal's message; "" for a 200
+		sameAsEngine    bool   // short answers the body with the same 400
+	}{
+		{"fits the smallest", "", chat("model-a", fmt.Sprintf(`"max_tokens":%d`, 128-p)), "", false},
+		{"past the smallest", "", chat("model-a", fmt.Sprintf(`"max_tokens":%d`, 129-p)),
+			fmt.Sprintf("This model's maximum context length is 128 tokens. However, you requested 129 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 129-p), true},
+		{"max_completion_tokens first", "", chat("model-a", fmt.Sprintf(`"max_tokens":1,"max_completion_tokens":%d`, 200-p)),
+			fmt.Sprintf("This model's maximum context length is 128 tokens. However, you requested 200 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 200-p), false},
+		{"adapter fits its engine", "", chat("a-lora", fmt.Sprintf(`"max_tokens":%d`, 256-p)), "", false},
+		{"adapter past its engine", "", chat("a-lora", fmt.Sprintf(`"max_tokens":%d`, 257-p)),
+			fmt.Sprintf("This model's maximum context length is 256 tokens. However, you requested 257 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 257-p), false},
+		{"token ids without a budget", completions, fmt.Sprintf(`{"model":"model-a","prompt":[%s]}`, ids),
+			"This model's maximum context length is 128 tokens. However, you requested 128 tokens in the messages, Please reduce the length of the messages.", false},
+		{"another model's context", "", chat("model-b", `"max_tokens":1000`), "", false},
+	}
+	for _, tt := range tests {
+		before := checkServedOnly(t, all)
+		r := send(context.Background(), tt.url, tt.body, nil)
+		after := checkServedOnly(t, all)
+		if tt.want == "" {
+			if r.status != http.StatusOK {
+				t.Errorf("%s: status %d %s, want 200", tt.name, r.status, r.body)
+			}
+			continue
+		}
+		e := decodeAPIError(t, r.body)
+		if r.status != http.StatusBadRequest || e.Message != tt.want || e.Type != "BadRequestError" ||
+			string(e.Param) != "null" || string(e.Code) != "400" {
+			t.Errorf("%s: status %d %s, want 400 %q", tt.name, r.status, r.body, tt.want)
+		}
+		if !maps.Equal(before, after) {
+			t.Errorf("%s: engines received it: %v, then %v", tt.name, before, after)
+		}
+		if tt.sameAsEngine {
+			direct := send(context.Background(), short.URL()+"/v1/chat/completions", tt.body, nil)
+			if d := decodeAPIError(t, direct.body); direct.status != r.status || !reflect.DeepEqual(d, e) {
+				t.Errorf("%s: the gateway answered %d %+v, the engine %d %+v", tt.name, r.status, e, direct.status, d)
+			}
+		}
+	}
 }

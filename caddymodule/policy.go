@@ -210,6 +210,9 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
 	st := p.attempt(r, repl, res == nil)
+	if st.answered {
+		return nil // the policy answered the request itself
+	}
 	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
@@ -224,6 +227,10 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
 	chosen, pick := p.choose(r, req, cands, res, place)
+	if res == nil && p.tooLong(pool, r, req, pick.Tokens, st, w) {
+		p.releaseProbes(cands)
+		return nil
+	}
 	if chosen == nil {
 		// No request to route on, or every candidate excluded (saturated,
 		// KV full): least_conn among what is left rather than nil while
@@ -367,13 +374,7 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st 
 	if model == "" {
 		return false // any engine serves a request without a model
 	}
-	dials := make([]string, 0, len(pool))
-	for _, u := range pool {
-		if u != nil {
-			dials = append(dials, u.Dial)
-		}
-	}
-	if _, notFound := p.fleet.Serving(model, dials); !notFound {
+	if _, notFound := p.fleet.Serving(model, upstreamDials(pool)); !notFound {
 		return false
 	}
 	if w != nil {
@@ -382,6 +383,54 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st 
 		_ = modelNotFound(w, admission.Normal.String(), model)
 	}
 	return true
+}
+
+// tooLong answers vLLM's 400, as llm_admission does for the requests it
+// places, for a request it did not gate whose prompt (tokenized by the
+// routing decision: tokens 0 when not) does not fit its model's context
+// on the pool's engines, and reports whether it did so; Select then
+// returns nil, with the consequences modelNotFound describes. The budget
+// is read from the body the policy read, or llm_admission kept.
+func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *openai.Request, tokens int, st *selectState, w http.ResponseWriter) bool {
+	if req == nil || tokens <= 0 {
+		return false
+	}
+	body := st.body
+	if body == nil {
+		body = admittedBody(r)
+	}
+	msg := contextLengthError(p.fleet, req, tokens, upstreamDials(pool), body)
+	if msg == "" {
+		return false
+	}
+	if w != nil {
+		st.answered = true
+		writeContextLength(w, msg)
+	}
+	return true
+}
+
+// releaseProbes hands back the half-open breaker probes candidates
+// claimed for an attempt that picks none of them, as Pick.Commit does for
+// those it does not pick: the next request may probe them at once.
+func (p *Policy) releaseProbes(cands []*reverseproxy.Upstream) {
+	b, now := p.fleet.Breaker(), time.Now()
+	for _, u := range cands {
+		if b.State(u.Dial, now) == routing.StateHalfOpen {
+			b.Release(u.Dial)
+		}
+	}
+}
+
+// upstreamDials are the dial addresses of pool's upstreams.
+func upstreamDials(pool reverseproxy.UpstreamPool) []string {
+	dials := make([]string, 0, len(pool))
+	for _, u := range pool {
+		if u != nil {
+			dials = append(dials, u.Dial)
+		}
+	}
+	return dials
 }
 
 // serving is those of ups that may serve model (see fleet.Serving): ups
