@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,8 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 // Issue 37's acceptance test: several models and LoRA adapters behind one
@@ -399,5 +404,44 @@ func checkContextLengths(t *testing.T, all []*vllmsim.Engine, short *vllmsim.Eng
 				t.Errorf("%s: the gateway answered %d %+v, the engine %d %+v", tt.name, r.status, e, direct.status, d)
 			}
 		}
+	}
+}
+
+// TestPolicyRefusalsHandBackProbes: lb_policy llm without llm_admission
+// answers a model no engine serves (404) and a prompt past its model's
+// context (400) itself; either way it hands back the half-open breaker
+// probe its candidate claimed, and a later attempt of the same request
+// writes nothing more.
+func TestPolicyRefusalsHandBackProbes(t *testing.T) {
+	f := testFleet()
+	defer f.Close()
+	p := testPolicy(f, &Policy{BreakerFailures: 1, BreakerCooldown: caddy.Duration(time.Millisecond)})
+	dial := deadDials[0]
+	f.Registry().Ensure(dial).RecordModels([]upstreams.ServedModel{{ID: "model-a", MaxModelLen: 8}}, nil)
+	pool, b := testPool(dial), f.Breaker()
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"unknown model", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, http.StatusNotFound},
+		{"too long", `{"model":"model-a","prompt":[1,2,3,4,5,6],"max_tokens":3}`, http.StatusBadRequest},
+	} {
+		b.Failure(dial, time.Now())
+		testwait.For(t, 5*time.Second, "the breaker to be half-open", func() bool {
+			return b.State(dial, time.Now()) == routing.StateHalfOpen
+		})
+		r, _, cancel := testRequest(t, tc.body)
+		w := httptest.NewRecorder()
+		if u := p.Select(pool, r, w); u != nil || w.Code != tc.status {
+			t.Errorf("%s: picked %v, answered %d %s; want nil and %d", tc.name, u, w.Code, w.Body, tc.status)
+		}
+		if ok, probe := b.Admits(dial, time.Now()); !ok || !probe {
+			t.Errorf("%s: the half-open probe was not handed back (admits %t, probe %t)", tc.name, ok, probe)
+		}
+		n := w.Body.Len()
+		if u := p.Select(pool, r, w); u != nil || w.Body.Len() != n {
+			t.Errorf("%s: a later attempt picked %v or wrote %q", tc.name, u, w.Body.String()[n:])
+		}
+		cancel()
 	}
 }

@@ -217,6 +217,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
 	if req != nil && res == nil && p.modelNotFound(pool, req.Model, st, w) {
+		p.releaseProbes(cands)
 		return nil
 	}
 	if req != nil {
