@@ -48,6 +48,12 @@ const (
 // with a computed Retry-After when parking runs out. When the engines' state
 // is unknown it admits (fail-open) unless configured otherwise.
 //
+// A request for a model no engine of the pool serves is answered 404
+// model_not_found. When the pool is routed by lb_policy llm, a request
+// whose prompt the placement tokenized and which, with its max_tokens,
+// does not fit the smallest max_model_len the model's engines report is
+// answered vLLM's 400 before it waits (see contextLengthError).
+//
 // The parsed request is left in the request vars for the llm selection
 // policy; {http.vars.llm.band} and {http.vars.llm.queue_wait} are set for
 // logs.

@@ -46,6 +46,11 @@ func init() {
 // no candidate left the policy falls back to least_conn among available
 // upstreams (those whose breaker is open last).
 //
+// For requests llm_admission did not gate, the policy answers itself a
+// model no upstream serves (404 model_not_found) and a prompt that, as
+// routing tokenized it, does not fit its model's smallest max_model_len
+// among the upstreams (vLLM's 400).
+//
 // Without llm_admission in front, the policy reads the body itself (up to
 // max_body, restored for the upstream and handed afresh to every attempt,
 // so response-based retries work without request_buffers) and reports each
