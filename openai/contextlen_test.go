@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -83,5 +84,19 @@ func TestContextLengthJSON(t *testing.T) {
 	}
 	if e := v.Error; e.Message != "too <long>" || e.Type != "BadRequestError" || e.Param != nil || e.Code != 400 {
 		t.Errorf("body %s", raw)
+	}
+}
+
+// BenchmarkOutputBudget: the extra pass over a 100 KB chat body that a
+// request whose prompt length matters costs.
+func BenchmarkOutputBudget(b *testing.B) {
+	msg, _ := json.Marshal(strings.Repeat("a fairly ordinary sentence of a long prompt. ", 2300))
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":` + string(msg) + `}],"max_tokens":256}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if OutputBudget(body, true) != 256 {
+			b.Fatal("wrong budget")
+		}
 	}
 }
