@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
@@ -496,4 +498,154 @@ func TestPolicyRefusalsHandBackProbes(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// mutableDNS answers A queries for any name with the addresses last set,
+// and counts the queries, so a test can change what `dynamic a` resolves.
+type mutableDNS struct {
+	addr    string
+	mu      sync.Mutex
+	answers []dnsmessage.AResource
+	queries int
+}
+
+// newMutableDNS serves until the test ends.
+func newMutableDNS(t *testing.T) *mutableDNS {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &mutableDNS{addr: pc.LocalAddr().String()}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if out, ok := d.answer(buf[:n]); ok {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	return d
+}
+
+// set replaces the addresses answered.
+func (d *mutableDNS) set(ips ...string) {
+	answers := make([]dnsmessage.AResource, len(ips))
+	for i, ip := range ips {
+		answers[i] = dnsmessage.AResource{A: [4]byte(net.ParseIP(ip).To4())}
+	}
+	d.mu.Lock()
+	d.answers = answers
+	d.mu.Unlock()
+}
+
+// answer is the response to one query packet.
+func (d *mutableDNS) answer(pkt []byte) ([]byte, bool) {
+	var q dnsmessage.Message
+	if err := q.Unpack(pkt); err != nil || len(q.Questions) != 1 {
+		return nil, false
+	}
+	res := dnsmessage.Message{
+		Header:    dnsmessage.Header{ID: q.ID, Response: true, Authoritative: true, RecursionAvailable: true},
+		Questions: q.Questions,
+	}
+	d.mu.Lock()
+	d.queries++
+	answers := d.answers
+	d.mu.Unlock()
+	if qq := q.Questions[0]; qq.Type == dnsmessage.TypeA {
+		for _, a := range answers {
+			res.Answers = append(res.Answers, dnsmessage.Resource{
+				Header: dnsmessage.ResourceHeader{Name: qq.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 1},
+				Body:   &a,
+			})
+		}
+	}
+	out, err := res.Pack()
+	return out, err == nil
+}
+
+func (d *mutableDNS) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.queries
+}
+
+// TestModelsAcceptanceDNS is the acceptance test's dynamic part with
+// engines found by DNS (`dynamic a`, re-resolved every 100ms) instead of
+// listed in the llm app: an engine serving model-c appears in DNS.
+//
+// A gap it shows (logged, not asserted): requests for model-c alone do
+// not make it routable behind llm_admission, which answers them 404
+// model_not_found before reverse_proxy, so nothing resolves the name
+// again or shows the pool the new engine. The first request of another
+// model that reaches reverse_proxy does; model-c is then routable at
+// once (admission fails open on the engine until its models are known).
+func TestModelsAcceptanceDNS(t *testing.T) {
+	forgetEngines(t)
+	t.Cleanup(func() { resetGateway(t) })
+	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+	port := mustFreePort(t, ips...)
+	var engines []*vllmsim.Engine
+	for i, model := range []string{"model-a", "model-b", "model-c"} {
+		e, err := vllmsim.Start(context.Background(), vllmsim.Config{Model: model, Addr: fmt.Sprintf("%s:%d", ips[i], port), TimeScale: 200})
+		if err != nil {
+			t.Fatalf("engine on %s: %v (port taken meanwhile?)", ips[i], err)
+		}
+		engines = append(engines, e)
+		t.Cleanup(func() { _ = e.Close() })
+	}
+	dns := newMutableDNS(t)
+	dns.set(ips[:2]...)
+	gateway{patient: true, pollInterval: acceptancePoll.String(), siteExtra: "\thandle /v1/models {\n\t\tllm_models\n\t}\n",
+		dynamic: fmt.Sprintf("\t\tdynamic a sims.llmgw.test %d {\n\t\t\tresolvers %s\n\t\t\tversions ipv4\n\t\t\trefresh 100ms\n\t\t}\n", port, dns.addr),
+	}.load(t)
+
+	// A request without a model (any engine serves it) makes the policy
+	// meet the engines; then their models are learned.
+	anyModel := `{"max_tokens":1,"messages":[{"role":"user","content":"anyone?"}]}`
+	mustSend(t, "", anyModel, nil)
+	waitModelsLearned(t, engines[:2]...)
+	tally := sendMixed(t, []string{"model-a", "model-b", "model-c"}, 150, 8)
+	tally.expectStatus(t, []string{"model-a", "model-b"}, http.StatusOK, 50)
+	tally.expectStatus(t, []string{"model-c"}, http.StatusNotFound, 50)
+	checkServedOnly(t, engines)
+
+	// For three re-resolve intervals, requests for model-c alone.
+	dns.set(ips...)
+	// Measured, not asserted: the 404s are a gap, not a promise.
+	changed, queries := time.Now(), dns.count()
+	statuses := map[int]int{}
+	for i := 0; time.Since(changed) < 3*100*time.Millisecond; i++ {
+		url, body := acceptanceBody("model-c", i)
+		statuses[send(context.Background(), url, body, nil).status]++
+	}
+	t.Logf("for %v after the DNS change, model-c alone: statuses %v; DNS queries meanwhile: %d",
+		time.Since(changed).Round(time.Millisecond), statuses, dns.count()-queries)
+
+	// Then other traffic: each round one request any engine serves, then
+	// one for model-c.
+	first := time.Now()
+	rounds := 0
+	testwait.For(t, 10*time.Second, "model-c to be answered 200", func() bool {
+		rounds++
+		mustSend(t, "", anyModel, nil)
+		url, body := acceptanceBody("model-c", rounds)
+		return send(context.Background(), url, body, nil).status == http.StatusOK
+	})
+	t.Logf("with other traffic, model-c answered 200 %v (%d rounds) after its first request; %d DNS queries since the change (re-resolve every 100ms, poll_interval %v)",
+		time.Since(first).Round(time.Millisecond), rounds, dns.count()-queries, acceptancePoll)
+	tally = sendMixed(t, []string{"model-a", "model-b", "model-c"}, 150, 8)
+	tally.expectStatus(t, []string{"model-a", "model-b", "model-c"}, http.StatusOK, 50)
+	checkServedOnly(t, engines)
 }
