@@ -398,8 +398,8 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st 
 // returns nil, with the consequences modelNotFound describes. The budget
 // is read from the body the policy read, or llm_admission kept.
 func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *openai.Request, tokens int, st *selectState, w http.ResponseWriter) bool {
-	if req == nil || tokens <= 0 {
-		return false
+	if req == nil || req.Model == "" || tokens <= 0 {
+		return false // no context to check against (fleet.ContextLimit): no dials to list
 	}
 	body := st.body
 	if body == nil {
