@@ -100,3 +100,52 @@ func BenchmarkOutputBudget(b *testing.B) {
 		}
 	}
 }
+
+// oracleBudget is OutputBudget by encoding/json, for bodies ParseRequest
+// accepts (the only ones OutputBudget is given).
+func oracleBudget(body []byte, chat bool) int64 {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return -1
+	}
+	value := func(key string) int64 {
+		raw, ok := m[key]
+		if !ok || string(raw) == "null" {
+			return 0
+		}
+		var n int64
+		switch err := json.Unmarshal(raw, &n); {
+		case err != nil || n < 0:
+			return -1
+		}
+		return n
+	}
+	if chat {
+		if n := value("max_completion_tokens"); n != 0 {
+			return n
+		}
+	}
+	return value("max_tokens")
+}
+
+// FuzzOutputBudget checks OutputBudget against encoding/json on the bodies
+// ParseRequest accepts, and that it never panics on any.
+func FuzzOutputBudget(f *testing.F) {
+	for _, s := range []string{
+		`{"max_tokens":5}`, `{"max_completion_tokens":3,"max_tokens":5}`, `{"max_tokens":null}`,
+		`{"max_tokens":-0}`, `{"max_tokens":1e2}`, `{"max_tokens":"5"}`, `{"max_t\u006fkens":4}`,
+		`{"max_tokens":9223372036854775808}`, `{"messages":[{"max_tokens":1}],"max_tokens":2,"max_tokens":3}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		got := OutputBudget(body, chat)
+		if _, err := ParseRequest(body); err != nil {
+			return
+		}
+		if want := oracleBudget(body, chat); got != want {
+			t.Fatalf("OutputBudget(%q, chat %t) = %d, encoding/json says %d", body, chat, got, want)
+		}
+	})
+}
