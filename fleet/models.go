@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/localtok"
@@ -21,17 +22,17 @@ const maxModelGates = 64
 
 // Serving returns the candidates among dials that may serve model: those
 // whose model list (discovered, else configured) includes it — a base
-// model's, an alias's or a LoRA adapter's id — and those that do not
-// serve /v1/models and have no configured list, which may serve anything
-// (fail open: such an engine still gets requests). An engine whose models
-// are only pending (see [upstreams.Engine.ModelsPending]: new, its first
-// poll and /v1/models fetch not made yet) is left out while some other engine
-// of dials may serve model, so that an engine joining the pool gets no
-// requests for models it may not serve; it is in when no other is (fail
-// open: a fleet that just started knows no engine's models). notFound
-// reports that dials is not empty and every one of them lists its models
-// without model: no engine of the pool can serve the request, and waiting
-// will not change that until an engine's models do.
+// model's, an alias's or a LoRA adapter's id — and those whose models are
+// unknown, which may serve anything (fail open: an engine that hides
+// /v1/models still gets requests). One exception: an engine that joined
+// after another candidate's models were known to include model, and whose
+// own are pending (see [upstreams.ModelStanding]: its first poll has not
+// fetched them yet), is left out until they are known, so that an engine
+// joining a running fleet gets no requests for models it may not serve.
+// Engines that start together are not held back by each other's first
+// poll. notFound reports that dials is not empty and every one of them
+// lists its models without model: no engine of the pool can serve the
+// request, and waiting will not change that until an engine's models do.
 //
 // A request without a model ("") may go anywhere. When nothing is left
 // out, dials itself is returned, so the common single-model fleet
@@ -50,55 +51,39 @@ func (f *Fleet) Serving(model string, dials []string) (serving []string, notFoun
 	return serving, len(serving) == 0
 }
 
-// standing is how an engine stands for one model.
-type standing int
-
-const (
-	servesModel  standing = iota // it lists the model
-	mayServe                     // its models are unknown for good (no /v1/models, none configured)
-	pendingModel                 // its models are not learned yet (see ModelsPending)
-	lacksModel                   // it lists its models, without this one
-)
-
 // standingOf is how engine dial stands for model. An engine the registry
-// has not seen yet is pending: its poller starts on first use.
-func (f *Fleet) standingOf(dial, model string) standing {
-	e, ok := f.registry.Get(dial)
-	if !ok {
-		return pendingModel
+// has not seen yet is pending, added now: its poller starts on first use.
+func (f *Fleet) standingOf(dial, model string) upstreams.ModelStanding {
+	if e, ok := f.registry.Get(dial); ok {
+		return e.ModelStanding(model)
 	}
-	switch serves, known := e.ServesModel(model); {
-	case serves:
-		return servesModel
-	case known:
-		return lacksModel
-	case e.ModelsPending():
-		return pendingModel
-	}
-	return mayServe
+	return upstreams.ModelStanding{Pending: true, Added: f.now()}
 }
 
 // servingMask is, for each of dials, whether it may serve model (see
 // Serving); nil when every one may, the common case, which allocates
-// nothing.
+// nothing for up to 16 dials.
 func (f *Fleet) servingMask(model string, dials []string) []bool {
 	if model == "" {
 		return nil
 	}
-	var buf [16]standing
+	var buf [16]upstreams.ModelStanding
 	st := buf[:0]
 	if len(dials) > len(buf) {
-		st = make([]standing, 0, len(dials))
+		st = make([]upstreams.ModelStanding, 0, len(dials))
 	}
-	others := false // some engine serves the model or may
+	var servedSince time.Time // the earliest a candidate was known to serve model
 	for _, d := range dials {
 		s := f.standingOf(d, model)
 		st = append(st, s)
-		others = others || s == servesModel || s == mayServe
+		if s.Serves && (servedSince.IsZero() || s.KnownSince.Before(servedSince)) {
+			servedSince = s.KnownSince
+		}
 	}
 	var mask []bool
 	for i, s := range st {
-		if s == servesModel || s == mayServe || (s == pendingModel && !others) {
+		joiner := s.Pending && !servedSince.IsZero() && servedSince.Before(s.Added)
+		if s.Serves || (!s.Known && !joiner) {
 			continue
 		}
 		if mask == nil {

@@ -4,26 +4,38 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/upstreams"
+	"go.uber.org/zap"
 )
 
 // modelDials are five engines: two serve model-a (the first also its
 // adapter), one serves model-b, one does not serve /v1/models, and the
-// last has not answered it yet.
+// last has not answered it yet. joinerDial joined after they answered.
 var modelDials = []string{"127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14", "127.0.0.1:15"}
 
+const joinerDial = "127.0.0.1:16"
+
 // modelFleet is a manual fleet over modelDials with their models learned,
-// each engine taking at most two requests.
+// each engine taking at most two requests, and joinerDial added last. Its
+// clock moves a millisecond at every reading, so that what happens later
+// in the test is later on it.
 func modelFleet(t *testing.T) *Fleet {
 	t.Helper()
+	var ticks atomic.Int64
+	f := New(zap.NewNop(), Options{ManualScrape: true, Now: func() time.Time {
+		return time.Unix(0, ticks.Add(int64(time.Millisecond)))
+	}})
+	t.Cleanup(f.Close)
 	cfgs := make([]*EngineConfig, len(modelDials))
 	for i, d := range modelDials {
 		cfgs[i] = &EngineConfig{Dial: d, MaxInflight: 2}
 	}
-	f := manualFleet(t, cfgs...)
+	f.Start(f.NewGeneration(testConfig(cfgs...), zap.NewNop()))
 	learn := func(dial string, ids ...string) {
 		list := make([]upstreams.ServedModel, len(ids))
 		for i, id := range ids {
@@ -38,14 +50,15 @@ func modelFleet(t *testing.T) *Fleet {
 	for _, d := range modelDials {
 		scrape(f, d, upstreams.Gauges{})
 	}
+	f.Registry().Ensure(joinerDial)
 	return f
 }
 
 // TestServing: the candidates for a model are the engines listing it (by
-// base id, alias or adapter id) and those that do not serve /v1/models;
-// an engine whose models are pending only when no other may serve it; a
-// model no known engine lists is not found only when every candidate's
-// models are known.
+// base id, alias or adapter id) and those whose models are unknown,
+// except an engine that joined after the model's engines were known and
+// has not answered /v1/models yet; a model no known engine lists is not
+// found only when every candidate's models are known.
 func TestServing(t *testing.T) {
 	f := modelFleet(t)
 	known := modelDials[:3]
@@ -55,15 +68,16 @@ func TestServing(t *testing.T) {
 		want     []string
 		notFound bool
 	}{
-		{"model-a", modelDials, []string{modelDials[0], modelDials[1], modelDials[3]}, false},
-		{"model-a", []string{modelDials[0], modelDials[4]}, modelDials[:1], false}, // the pending one left out
+		{"model-a", modelDials, []string{modelDials[0], modelDials[1], modelDials[3], modelDials[4]}, false},
+		{"model-a", []string{modelDials[0], joinerDial}, modelDials[:1], false}, // the joiner waits for its models
+		{"model-b", []string{joinerDial, modelDials[4]}, []string{joinerDial, modelDials[4]}, false},
 		{"a-alias", known, modelDials[:2], false},
 		{"a-lora", known, modelDials[:1], false},
 		{"model-b", known, modelDials[2:3], false},
 		{"", known, known, false},
 		{"nope", known, []string{}, true},
-		{"nope", modelDials, modelDials[3:4], false},                            // fail open on the engine without /v1/models
-		{"nope", []string{modelDials[0], modelDials[4]}, modelDials[4:], false}, // and on a pending one when none other may
+		{"nope", modelDials, modelDials[3:], false},                                // fail open on the unknown engines
+		{"nope", []string{modelDials[0], joinerDial}, []string{joinerDial}, false}, // the joiner too: no one else may
 		{"nope", nil, nil, false},
 		{"model-a", []string{"127.0.0.1:99"}, []string{"127.0.0.1:99"}, false}, // never seen
 		{"model-a", []string{modelDials[0], "127.0.0.1:99"}, modelDials[:1], false},

@@ -18,8 +18,9 @@ const Unlimited = math.MaxInt32
 // Engine is one upstream engine: its config, last scraped gauges and the
 // gateway's own accounting. All methods are safe for concurrent use.
 type Engine struct {
-	reg  *Registry // options and OnUpdate; never nil
-	dial string
+	reg   *Registry // options and OnUpdate; never nil
+	dial  string
+	added time.Time // when the registry created it
 
 	lastUsed atomic.Int64 // unix nanos of the last Ensure/Reserve/Done (0 = never)
 
@@ -78,7 +79,7 @@ type Engine struct {
 // newEngine creates an engine; a dynamic one counts as used now (it is being
 // Ensure'd), a static one only once traffic touches it.
 func newEngine(r *Registry, cfg EngineConfig) *Engine {
-	e := &Engine{reg: r, dial: cfg.Dial, cfg: cfg, kick: make(chan struct{}, 1)}
+	e := &Engine{reg: r, dial: cfg.Dial, cfg: cfg, kick: make(chan struct{}, 1), added: r.now()}
 	if !cfg.Static {
 		e.touch()
 	}

@@ -89,6 +89,7 @@ type modelsState struct {
 	list                 []ServedModel // last good list; replaced, never modified
 	ids                  map[string]struct{}
 	learnedAt, checkedAt time.Time
+	firstLearned         time.Time // the first successful fetch
 	err                  string
 	unavailable          bool
 	failing              bool // the last fetch failed: log the next failure at debug
@@ -124,17 +125,42 @@ func (e *Engine) ServesModel(id string) (serves, known bool) {
 	return known && e.servesLocked(id), known
 }
 
-// ModelsPending reports whether the engine's models are not known yet but
-// soon will be: none configured, /v1/models never asked, and no poll of
-// the engine failed. That is a new engine until its first poll, which
-// fetches /v1/models right after a successful scrape. An engine whose
-// polls fail, or whose /v1/models fails or is not served, is not pending:
-// its models stay unknown.
-func (e *Engine) ModelsPending() bool {
+// ModelStanding is what an engine's models say of one model id.
+type ModelStanding struct {
+	// Serves: its models (discovered, else configured) list the id.
+	Serves bool
+	// Known: its models are known, discovered or configured.
+	Known bool
+	// Pending: its models are not known yet but soon will be: none
+	// configured, /v1/models never asked, and no poll of the engine
+	// failed. That is a new engine until its first poll, which fetches
+	// /v1/models right after a successful scrape. An engine whose polls
+	// fail, or whose /v1/models fails or is not served, is not pending:
+	// its models stay unknown.
+	Pending bool
+	// KnownSince is, when Known, since when: its first /v1/models answer,
+	// or when it was added for configured models.
+	KnownSince time.Time
+	// Added is when the registry created the engine.
+	Added time.Time
+}
+
+// ModelStanding returns what the engine's models say of id. It allocates
+// nothing, as routing asks it of every candidate per request.
+func (e *Engine) ModelStanding(id string) ModelStanding {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := &e.models
-	return m.list == nil && len(e.cfg.Models) == 0 && !m.unavailable && m.checkedAt.IsZero() && e.failures == 0
+	st := ModelStanding{Known: m.list != nil || len(e.cfg.Models) > 0, Added: e.added}
+	switch {
+	case m.list != nil:
+		st.KnownSince = m.firstLearned
+	case st.Known:
+		st.KnownSince = e.added
+	}
+	st.Serves = st.Known && e.servesLocked(id)
+	st.Pending = !st.Known && !m.unavailable && m.checkedAt.IsZero() && e.failures == 0
+	return st
 }
 
 // servesLocked is Models().Serves(id) without the copy. e.mu held.
@@ -172,6 +198,9 @@ func (e *Engine) recordModels(list []ServedModel, err error, o *Options) {
 			log.Info("engine models learned", zap.Int("models", len(list)), zap.Strings("ids", firstIDs(list, 8)))
 		} else if m.failing || m.unavailable {
 			log.Info("engine models readable again")
+		}
+		if m.firstLearned.IsZero() {
+			m.firstLearned = now
 		}
 		m.learnedAt, m.err, m.unavailable, m.failing = now, "", false, false
 	case errors.Is(err, ErrModelsUnavailable):

@@ -212,8 +212,8 @@ func TestModelsPending(t *testing.T) {
 			r.Apply([]EngineConfig{tc.cfg}, Options{})
 			e, _ := r.Get(tc.cfg.Dial)
 			tc.then(e)
-			if got := e.ModelsPending(); got != tc.want {
-				t.Errorf("ModelsPending %v, want %v", got, tc.want)
+			if got := e.ModelStanding("m").Pending; got != tc.want {
+				t.Errorf("pending %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -224,7 +224,7 @@ func TestModelsPending(t *testing.T) {
 	r.Apply([]EngineConfig{{Dial: "127.0.0.1:1", MetricsURL: "http://127.0.0.1:1/metrics"}}, Options{PollInterval: 10 * time.Millisecond, PollTimeout: 10 * time.Millisecond})
 	e, _ := r.Get("127.0.0.1:1")
 	testwait.For(t, 5*time.Second, "a failed poll", func() bool { return e.Load().Failures > 0 })
-	if e.ModelsPending() {
+	if e.ModelStanding("m").Pending {
 		t.Error("pending after a failed poll")
 	}
 }
