@@ -35,6 +35,31 @@ type Request struct {
 	// CacheSalt is vLLM's "cache_salt": it enters the hash of the first KV
 	// block, so requests with different salts never share a prefix.
 	CacheSalt string
+
+	// The fields below are set by the parsers of the other APIs
+	// (ParseResponses, ParseAnthropic, ParsePooling); ParseRequest leaves
+	// them zero. Those parsers build Messages and Tools anew (not aliasing
+	// the body) in the chat completions form vLLM converts them to.
+
+	// PreviousResponseID is the /v1/responses "previous_response_id". vLLM
+	// keeps stored responses in the serving process's memory and prepends
+	// the stored conversation to Messages, so a follow-up must go to the
+	// engine that stored it.
+	PreviousResponseID string
+	// Store is the /v1/responses "store"; nil if absent (vLLM then stores
+	// the response if its store is enabled).
+	Store *bool
+	// MaxTokens is the Anthropic "max_tokens" or the Responses
+	// "max_output_tokens"; nil if absent.
+	MaxTokens *int64
+	// PrefillOnly marks a pooling request (embeddings, pooling, score,
+	// rerank, classify): it computes no output token, only the prompt.
+	PrefillOnly bool
+	// Query and Documents are the two sides of a /score or /rerank
+	// request, raw: "query" (rerank) or "queries", "text_1", "data_1"
+	// (score), and "documents", "items", "text_2", "data_2". The other
+	// pooling endpoints put their input in Prompt (or Messages).
+	Query, Documents json.RawMessage
 }
 
 // RequestError describes why a request body was rejected. The handler
