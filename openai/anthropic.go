@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"strings"
 	"time"
 )
@@ -99,7 +98,7 @@ func (c *converter) scalars(top object, r *Request) error {
 		if v[0] != '{' {
 			return c.err(v, "chat_template_kwargs", "must be an object, not "+kind(v[0]))
 		}
-		r.ChatTemplateKwargs = json.RawMessage(v)
+		r.ChatTemplateKwargs = clip(v)
 	}
 	v := top.get("messages")
 	if v == nil || v[0] != '[' {

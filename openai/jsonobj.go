@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"strconv"
 
 	"github.com/llmgw/caddy-llmgw/internal/jsonlex"
@@ -36,6 +37,9 @@ func (o object) get(key string) []byte {
 }
 
 // parseObject reads the members of the object v, which was validated.
+// The values are two-index sub-slices of v, so that an error's offset in
+// the body is cap(body)-cap(value) (see fieldErr); clip them before
+// handing them out.
 func parseObject(v []byte) object {
 	s := &scanner{b: v}
 	var o object
@@ -44,11 +48,11 @@ func parseObject(v []byte) object {
 		start, end, err := s.value()
 		for i := range o {
 			if o[i].key == k {
-				o[i].val = v[start:end:end]
+				o[i].val = v[start:end]
 				return err
 			}
 		}
-		o = append(o, member{k, v[start:end:end]})
+		o = append(o, member{k, v[start:end]})
 		return err
 	})
 	return o
@@ -60,7 +64,7 @@ func parseElems(v []byte) [][]byte {
 	var out [][]byte
 	_ = s.array(func() error {
 		start, end, err := s.value()
-		out = append(out, v[start:end:end])
+		out = append(out, v[start:end])
 		return err
 	})
 	return out
@@ -107,6 +111,10 @@ func fieldErr(body, v []byte, param, path, msg string) error {
 	}
 	return &RequestError{Param: param, Offset: off, Msg: msg}
 }
+
+// clip returns v with its capacity cut to its length, so that appending
+// to a raw value handed out never writes into the body.
+func clip(v []byte) json.RawMessage { return json.RawMessage(v[:len(v):len(v)]) }
 
 // isNull reports whether the raw value is absent or null: the two are the
 // same to pydantic's optional fields.

@@ -53,12 +53,12 @@ func ParsePooling(body []byte) (*Request, error) {
 		if v[0] != '[' && v[0] != '"' {
 			return nil, c.err(v, f.key, "must be a string or an array, not "+kind(v[0]))
 		}
-		*f.dst = json.RawMessage(v)
+		*f.dst = clip(v)
 	}
 	for _, p := range scorePairs {
 		q, d := top.get(p[0]), top.get(p[1])
 		if !isNull(q) && !isNull(d) {
-			r.Query, r.Documents = json.RawMessage(q), json.RawMessage(d)
+			r.Query, r.Documents = clip(q), clip(d)
 			break
 		}
 	}

@@ -113,7 +113,7 @@ func (c *converter) responsesScalars(top object, r *Request) error {
 		if v[0] != '{' {
 			return c.err(v, "chat_template_kwargs", "must be an object, not "+kind(v[0]))
 		}
-		r.ChatTemplateKwargs = json.RawMessage(v)
+		r.ChatTemplateKwargs = clip(v)
 	}
 	return nil
 }
