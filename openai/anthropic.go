@@ -141,18 +141,20 @@ func (c *converter) optString(v []byte, path string) (string, error) {
 // message when there is no part at all (_convert_system_message).
 func (c *converter) system(sys, messages []byte) error {
 	var parts []string
-	if truthy(sys) {
-		if s, ok := decodeString(sys); ok {
+	switch {
+	case isNull(sys):
+	case sys[0] == '"':
+		if s, _ := decodeString(sys); s != "" {
 			parts = append(parts, s)
-		} else if sys[0] == '[' {
-			p, err := c.systemBlocks(sys, "system")
-			if err != nil {
-				return err
-			}
-			parts = append(parts, p...)
-		} else {
-			return c.err(sys, "system", "must be a string or an array, not "+kind(sys[0]))
 		}
+	case sys[0] == '[':
+		p, err := c.systemBlocks(sys, "system")
+		if err != nil {
+			return err
+		}
+		parts = append(parts, p...)
+	default:
+		return c.err(sys, "system", "must be a string or an array, not "+kind(sys[0]))
 	}
 	for i, m := range parseElems(messages) {
 		path := "messages[" + itoa(i) + "]"

@@ -43,19 +43,41 @@ func (o object) get(key string) []byte {
 func parseObject(v []byte) object {
 	s := &scanner{b: v}
 	var o object
+	var index map[string]int // for large objects, so that dedup stays linear
 	_ = s.object(func(ks, ke int, esc bool) error {
 		k := string(keyBytes(v, ks, ke, esc))
 		start, end, err := s.value()
-		for i := range o {
-			if o[i].key == k {
-				o[i].val = v[start:end]
-				return err
+		if i, ok := o.find(k, index); ok {
+			o[i].val = v[start:end]
+			return err
+		}
+		if len(o) == 16 {
+			index = make(map[string]int)
+			for i, m := range o {
+				index[m.key] = i
 			}
+		}
+		if index != nil {
+			index[k] = len(o)
 		}
 		o = append(o, member{k, v[start:end]})
 		return err
 	})
 	return o
+}
+
+// find returns the position of key, looked up in index when there is one.
+func (o object) find(key string, index map[string]int) (int, bool) {
+	if index != nil {
+		i, ok := index[key]
+		return i, ok
+	}
+	for i, m := range o {
+		if m.key == key {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // parseElems returns the elements of the array v, which was validated.

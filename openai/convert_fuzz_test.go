@@ -1,0 +1,543 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// The fuzz targets of the converting parsers compare them with reference
+// conversions written the slow, obvious way: encoding/json into maps, then
+// the Python of vLLM transcribed line by line. Maps lose key order, so the
+// comparison is of decoded values; the table tests check the order. Python
+// renderings the reference does not redo (json.dumps of tool arguments,
+// str() of an assistant's tool result, non-string parts of a data URI) are
+// masked on both sides.
+
+// refDecode decodes body as a JSON object with numbers kept as text, or
+// reports that the converting parsers must reject it.
+func refDecode(body []byte) (map[string]any, bool) {
+	if !utf8.Valid(body) || !json.Valid(body) || jsonDepth(body) > maxDepth {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// refInt is pydantic's lax int: an integer or an integral float.
+func refInt(v any) (int64, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	if i, err := n.Int64(); err == nil {
+		return i, true
+	}
+	f, err := n.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<62 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+func isStrOrNil(v any) bool  { _, s := v.(string); return v == nil || s }
+func isBoolOrNil(v any) bool { _, b := v.(bool); return v == nil || b }
+func isMapOrNil(v any) bool  { _, m := v.(map[string]any); return v == nil || m }
+
+// refTruthy is Python's bool() of a decoded value.
+func refTruthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case string:
+		return x != ""
+	case json.Number:
+		f, _ := x.Float64()
+		return f != 0
+	case []any:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	}
+	return true
+}
+
+// errSkip marks a case the reference does not model: compare nothing.
+var errSkip = errors.New("not modelled")
+
+// refBlockOK is AnthropicContentBlock's validation.
+func refBlockOK(v any) bool {
+	b, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	t, _ := b["type"].(string)
+	if !anthBlockTypes[t] {
+		return false
+	}
+	for _, k := range anthBlockStrings {
+		if !isStrOrNil(b[k]) {
+			return false
+		}
+	}
+	if !isMapOrNil(b["source"]) || !isMapOrNil(b["input"]) || !isBoolOrNil(b["is_error"]) {
+		return false
+	}
+	switch c := b["content"].(type) {
+	case nil, string:
+	case []any:
+		for _, e := range c {
+			if _, ok := e.(map[string]any); !ok {
+				return false
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// refAnthropic is _convert_anthropic_to_openai_request on decoded JSON.
+func refAnthropic(top map[string]any) (msgs []any, err error) {
+	if !isStrOrNil(top["model"]) || !isBoolOrNil(top["stream"]) || !isMapOrNil(top["chat_template_kwargs"]) {
+		return nil, errors.New("type")
+	}
+	if n, ok := refInt(top["max_tokens"]); !ok || n <= 0 {
+		return nil, errors.New("max_tokens")
+	}
+	messages, ok := top["messages"].([]any)
+	if !ok {
+		return nil, errors.New("messages")
+	}
+	var parts []string
+	switch s := top["system"].(type) {
+	case nil:
+	case string:
+		if s != "" {
+			parts = append(parts, s)
+		}
+	case []any:
+		for _, b := range s {
+			if !refBlockOK(b) {
+				return nil, errors.New("system block")
+			}
+			parts = append(parts, refSystemText(b.(map[string]any))...)
+		}
+	default:
+		return nil, errors.New("system")
+	}
+	type rm struct {
+		role    string
+		content any
+	}
+	var ms []rm
+	for _, m := range messages {
+		mm, ok := m.(map[string]any)
+		if !ok {
+			return nil, errors.New("message")
+		}
+		role, _ := mm["role"].(string)
+		if role == "ctx" || role == "msg" {
+			role = "user"
+		}
+		if role != "user" && role != "assistant" && role != "system" {
+			return nil, errors.New("role")
+		}
+		switch c := mm["content"].(type) {
+		case string:
+		case []any:
+			for _, b := range c {
+				if !refBlockOK(b) {
+					return nil, errors.New("block")
+				}
+			}
+		default:
+			return nil, errors.New("content")
+		}
+		ms = append(ms, rm{role, mm["content"]})
+	}
+	for _, m := range ms {
+		if m.role != "system" {
+			continue
+		}
+		if s, ok := m.content.(string); ok {
+			parts = append(parts, s)
+			continue
+		}
+		for _, b := range m.content.([]any) {
+			parts = append(parts, refSystemText(b.(map[string]any))...)
+		}
+	}
+	if parts != nil {
+		msgs = append(msgs, map[string]any{"role": "system", "content": strings.Join(parts, "")})
+	}
+	for _, m := range ms {
+		if m.role == "system" {
+			continue
+		}
+		om := map[string]any{"role": m.role}
+		if s, ok := m.content.(string); ok {
+			om["content"] = s
+		} else if msgs, err = refAnthContent(m.content.([]any), m.role, om, msgs); err != nil {
+			return nil, err
+		}
+		if _, has := om["content"]; m.role != "user" || has {
+			msgs = append(msgs, om)
+		}
+	}
+	return msgs, nil
+}
+
+func refSystemText(b map[string]any) []string {
+	t, _ := b["text"].(string)
+	if b["type"] == "text" && t != "" && !strings.HasPrefix(t, billingHeader) {
+		return []string{t}
+	}
+	return nil
+}
+
+// refAnthContent is _convert_message_content and _convert_block.
+func refAnthContent(blocks []any, role string, om map[string]any, out []any) ([]any, error) {
+	var parts, calls []any
+	var reasoning []string
+	for _, bv := range blocks {
+		b := bv.(map[string]any)
+		switch b["type"] {
+		case "text":
+			if t, _ := b["text"].(string); t != "" {
+				parts = append(parts, map[string]any{"type": "text", "text": t})
+			}
+		case "image":
+			if src, _ := b["source"].(map[string]any); len(src) > 0 {
+				u, err := refImageURL(src)
+				if err != nil {
+					return nil, err
+				}
+				parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]any{"url": u}})
+			}
+		case "thinking":
+			if t, ok := b["thinking"].(string); ok {
+				reasoning = append(reasoning, t)
+			}
+		case "tool_use":
+			id, _ := b["id"].(string)
+			if id == "" {
+				id = "call_1700000000"
+			}
+			name, _ := b["name"].(string)
+			calls = append(calls, map[string]any{"id": id, "type": "function",
+				"function": map[string]any{"name": name, "arguments": "*"}})
+		case "tool_result":
+			var err error
+			if role != "user" {
+				text := ""
+				if refTruthy(b["content"]) {
+					text, _ = b["content"].(string)
+					if _, isList := b["content"].([]any); isList {
+						text = "*"
+					}
+				}
+				parts = append(parts, map[string]any{"type": "text", "text": "Tool result: " + text})
+			} else if out, err = refUserToolResult(b, out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if reasoning != nil {
+		om["reasoning"] = strings.Join(reasoning, "")
+	}
+	if calls != nil {
+		om["tool_calls"] = calls
+	}
+	if len(parts) == 1 && parts[0].(map[string]any)["type"] == "text" {
+		om["content"] = parts[0].(map[string]any)["text"]
+	} else if len(parts) > 0 {
+		om["content"] = parts
+	}
+	return out, nil
+}
+
+func refImageURL(src map[string]any) (string, error) {
+	if src["type"] == "url" {
+		u, has := src["url"]
+		if !has {
+			return "", nil
+		}
+		s, ok := u.(string)
+		if !ok {
+			return "", errors.New("url")
+		}
+		return s, nil
+	}
+	media, data := "image/jpeg", ""
+	for k, dst := range map[string]*string{"media_type": &media, "data": &data} {
+		if v, has := src[k]; has {
+			s, ok := v.(string)
+			if !ok {
+				return "", errSkip
+			}
+			*dst = s
+		}
+	}
+	return "data:" + media + ";base64," + data, nil
+}
+
+// refUserToolResult is _convert_user_tool_result.
+func refUserToolResult(b map[string]any, out []any) ([]any, error) {
+	text := ""
+	var images, refs []any
+	switch c := b["content"].(type) {
+	case string:
+		text = c
+	case []any:
+		var texts []string
+		for _, iv := range c {
+			it := iv.(map[string]any)
+			switch it["type"] {
+			case "text":
+				t, has := it["text"]
+				s, ok := t.(string)
+				if has && !ok {
+					return nil, errors.New("text")
+				}
+				texts = append(texts, s)
+			case "image":
+				src, has := it["source"]
+				sm, ok := src.(map[string]any)
+				if has && !ok {
+					return nil, errors.New("source")
+				}
+				u, err := refImageURL(sm)
+				if err != nil {
+					return nil, err
+				}
+				if u != "" {
+					images = append(images, map[string]any{"type": "image_url", "image_url": map[string]any{"url": u}})
+				}
+			case "tool_reference":
+				ref := it["tool_name"]
+				if !refTruthy(ref) {
+					ref = it["name"]
+				}
+				if refTruthy(ref) {
+					refs = append(refs, map[string]any{"type": "tool_reference", "name": ref})
+				}
+			}
+		}
+		text = strings.Join(texts, "\n")
+	}
+	id, _ := b["tool_use_id"].(string)
+	out = append(out, map[string]any{"role": "tool", "tool_call_id": id, "content": text})
+	if images != nil {
+		out = append(out, map[string]any{"role": "user", "content": images})
+	}
+	if refs != nil {
+		out = append(out, map[string]any{"role": "tool", "tool_call_id": id, "content": refs})
+	}
+	return out, nil
+}
+
+// refAnthropicTools is _convert_tools.
+func refAnthropicTools(v any) ([]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tools, ok := v.([]any)
+	if !ok {
+		return nil, errors.New("tools")
+	}
+	out := []any{}
+	for _, tv := range tools {
+		t, ok := tv.(map[string]any)
+		if !ok {
+			return nil, errors.New("tool")
+		}
+		name, ok := t["name"].(string)
+		schema, sok := t["input_schema"].(map[string]any)
+		if !ok || !sok || !isStrOrNil(t["description"]) || !isBoolOrNil(t["strict"]) || !isBoolOrNil(t["defer_loading"]) {
+			return nil, errors.New("tool field")
+		}
+		if _, has := schema["type"]; !has {
+			schema["type"] = "object"
+		}
+		fn := map[string]any{"name": name, "parameters": schema}
+		for _, k := range []string{"description", "defer_loading"} {
+			if t[k] != nil {
+				fn[k] = t[k]
+			}
+		}
+		out = append(out, map[string]any{"type": "function", "function": fn})
+	}
+	return out, nil
+}
+
+// maskPython replaces the renderings the reference does not redo.
+func maskPython(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if k == "arguments" {
+				if _, ok := e.(string); ok {
+					x[k] = "*"
+					continue
+				}
+			}
+			x[k] = maskPython(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = maskPython(e)
+		}
+	case string:
+		if strings.HasPrefix(x, "Tool result: [") {
+			return "Tool result: *"
+		}
+	}
+	return v
+}
+
+// decodeAny decodes our output for comparison (numbers as text).
+func decodeAny(t *testing.T, b []byte) any {
+	t.Helper()
+	if b == nil {
+		return nil
+	}
+	if !json.Valid(b) {
+		t.Fatalf("output is not valid JSON: %s", b)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// roundTrip re-encodes a reference value through JSON, so that numbers
+// and containers have the types decodeAny gives.
+func roundTrip(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeAny(t, b)
+}
+
+// checkError fails unless err is a *RequestError pointing into body.
+func checkError(t *testing.T, body []byte, err error) {
+	t.Helper()
+	var re *RequestError
+	if !errors.As(err, &re) {
+		t.Fatalf("error %T is not a *RequestError: %v", err, err)
+	}
+	if re.Offset < 0 || re.Offset > len(body) {
+		t.Fatalf("offset %d outside body of %d bytes", re.Offset, len(body))
+	}
+}
+
+var anthropicSeeds = []string{
+	`{"model":"m","max_tokens":8,"system":"S","messages":[{"role":"user","content":"hi"}]}`,
+	`{"max_tokens":8,"system":[{"type":"text","text":"A"}],"messages":[{"role":"system","content":"B"},{"role":"assistant","content":[{"type":"thinking","thinking":""},{"type":"tool_use","id":"x","name":"f","input":{"a":[1.5,"é"]}}]}]}`,
+	`{"max_tokens":8,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"url","url":"u"}},{"type":"tool_reference","name":"n"}]},{"type":"image","source":{"data":"d"}}]}]}`,
+	`{"max_tokens":8,"messages":[{"role":"assistant","content":[{"type":"tool_result","content":[{"type":"text","text":"x"}]},{"type":"text","text":"y"}]}],"tools":[{"name":"f","input_schema":{}}]}`,
+	`{"max_tokens":0,"messages":[]}`, `{"max_tokens":1,"messages":[{"role":"ctx","content":[{"type":"video"}]}]}`,
+}
+
+// FuzzParseAnthropic checks ParseAnthropic against refAnthropic: the same
+// bodies accepted, the same messages and tools, valid JSON, no panic.
+func FuzzParseAnthropic(f *testing.F) {
+	for _, s := range anthropicSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fixClock(t)
+		got, err := ParseAnthropic(body)
+		top, ok := refDecode(body)
+		var want, wantTools []any
+		if ok {
+			var rerr error
+			want, rerr = refAnthropic(top)
+			if rerr == nil {
+				wantTools, rerr = refAnthropicTools(top["tools"])
+			}
+			if errors.Is(rerr, errSkip) {
+				return
+			}
+			ok = rerr == nil
+		}
+		if err != nil {
+			checkError(t, body, err)
+			if ok {
+				t.Fatalf("rejected %q: %v; the reference accepts it", body, err)
+			}
+			return
+		}
+		if !ok {
+			t.Fatalf("accepted %q, which the reference rejects", body)
+		}
+		compare(t, body, "Messages", got.Messages, want)
+		compare(t, body, "Tools", got.Tools, wantTools)
+	})
+}
+
+// compare checks our output against the reference value, masked.
+func compare(t *testing.T, body []byte, what string, got []byte, want []any) {
+	t.Helper()
+	g := maskPython(decodeAny(t, got))
+	var w any
+	if want != nil {
+		w = maskPython(roundTrip(t, want))
+	} else if what == "Messages" {
+		w = []any{}
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("body %q\n%s got  %v\n%s want %v", body, what, g, what, w)
+	}
+}
+
+// TestConvertLargeBodies guards against quadratic work on bodies the size
+// limit lets through: many keys in one object (duplicate detection), many
+// messages, many items merged into one assistant message.
+func TestConvertLargeBodies(t *testing.T) {
+	var keys, msgs, calls strings.Builder
+	for i := range 100000 {
+		if i > 0 {
+			keys.WriteByte(',')
+			msgs.WriteByte(',')
+			calls.WriteByte(',')
+		}
+		keys.WriteString(`"k` + itoa(i) + `":1`)
+		msgs.WriteString(`{"role":"user","content":"m"}`)
+		calls.WriteString(`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}`)
+	}
+	bodies := map[string]func([]byte) (*Request, error){
+		`{"max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","input":{` + keys.String() + `}}]}]}`: ParseAnthropic,
+		`{"max_tokens":1,"messages":[` + msgs.String() + `]}`:                                                                ParseAnthropic,
+		`{"input":[` + calls.String() + `]}`:                                                                                 ParseResponses,
+	}
+	for body, parse := range bodies {
+		start := time.Now()
+		if _, err := parse([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%d-byte body took %v", len(body), d)
+		}
+	}
+}
