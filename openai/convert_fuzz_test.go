@@ -541,3 +541,278 @@ func TestConvertLargeBodies(t *testing.T) {
 		}
 	}
 }
+
+// refResponses is construct_input_messages and
+// _construct_message_from_response_item on decoded JSON.
+func refResponses(top map[string]any) (msgs []any, continueFinal bool, err error) {
+	for _, k := range []string{"model", "previous_response_id", "cache_salt", "instructions"} {
+		if !isStrOrNil(top[k]) {
+			return nil, false, errors.New(k)
+		}
+	}
+	if !isBoolOrNil(top["stream"]) || !isBoolOrNil(top["store"]) || !isMapOrNil(top["chat_template_kwargs"]) {
+		return nil, false, errors.New("type")
+	}
+	if v := top["max_output_tokens"]; v != nil {
+		if _, ok := refInt(v); !ok {
+			return nil, false, errors.New("max_output_tokens")
+		}
+	}
+	if s, _ := top["instructions"].(string); s != "" {
+		msgs = append(msgs, map[string]any{"role": "system", "content": s})
+	}
+	switch in := top["input"].(type) {
+	case string:
+		return append(msgs, map[string]any{"role": "user", "content": in}), false, nil
+	case []any:
+		for _, it := range in {
+			if msgs, err = refItem(it, msgs); err != nil {
+				return nil, false, err
+			}
+		}
+		if len(in) > 0 {
+			last, _ := in[len(in)-1].(map[string]any)
+			t, st := "message", ""
+			if v, has := last["type"]; has {
+				t, _ = v.(string)
+			}
+			st, _ = last["status"].(string)
+			continueFinal = (t == "message" || t == "reasoning") && (st == "in_progress" || st == "incomplete")
+		}
+		return msgs, continueFinal, nil
+	}
+	return nil, false, errors.New("input")
+}
+
+// refPrevAssistant is prev_assistant_msg.
+func refPrevAssistant(msgs []any) map[string]any {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if m, ok := msgs[len(msgs)-1].(map[string]any); ok && m["role"] == "assistant" {
+		return m
+	}
+	return nil
+}
+
+func refFirstText(v any) string {
+	l, _ := v.([]any)
+	if len(l) == 0 {
+		return ""
+	}
+	if s, ok := l[0].(string); ok {
+		return s
+	}
+	m, _ := l[0].(map[string]any)
+	s, _ := m["text"].(string)
+	return s
+}
+
+func refItem(iv any, msgs []any) ([]any, error) {
+	it, ok := iv.(map[string]any)
+	if !ok {
+		return nil, errors.New("item")
+	}
+	t, _ := it["type"].(string)
+	role, _ := it["role"].(string)
+	prev := refPrevAssistant(msgs)
+	switch {
+	case t == "function_call":
+		var f [4]string
+		for i, k := range []string{"call_id", "name", "arguments", "namespace"} {
+			s, ok := it[k].(string)
+			if !ok && (i < 3 || it[k] != nil) {
+				return nil, errors.New(k)
+			}
+			f[i] = s
+		}
+		if f[3] != "" {
+			f[1] = f[3] + "__" + f[1]
+		}
+		call := map[string]any{"id": f[0], "type": "function", "function": map[string]any{"name": f[1], "arguments": f[2]}}
+		if prev != nil {
+			calls, _ := prev["tool_calls"].([]any)
+			prev["tool_calls"] = append(calls, call)
+			return msgs, nil
+		}
+		return append(msgs, map[string]any{"role": "assistant", "tool_calls": []any{call}}), nil
+	case t == "reasoning":
+		if refTruthy(it["encrypted_content"]) {
+			return nil, errors.New("encrypted")
+		}
+		text := ""
+		if c, ok := it["content"].([]any); ok && len(c) > 0 {
+			text = refFirstText(c)
+		} else if s, ok := it["summary"].([]any); ok && len(s) > 0 {
+			text = refFirstText(s)
+		}
+		if _, has := prev["reasoning"]; prev != nil && !has {
+			prev["reasoning"] = text
+			return msgs, nil
+		}
+		return append(msgs, map[string]any{"role": "assistant", "reasoning": text}), nil
+	case t == "function_call_output":
+		return append(msgs, map[string]any{"role": "tool", "content": it["output"], "tool_call_id": it["call_id"]}), nil
+	case role == "assistant" && (t == "" || t == "message"):
+		text := ""
+		switch c := it["content"].(type) {
+		case nil:
+		case string:
+			text = c
+		case []any:
+			text = refFirstText(c)
+		default:
+			return nil, errors.New("content")
+		}
+		if _, has := prev["content"]; prev != nil && !has {
+			prev["content"] = text
+			return msgs, nil
+		}
+		return append(msgs, map[string]any{"role": "assistant", "content": text}), nil
+	}
+	return append(msgs, it), nil
+}
+
+// refResponsesTools is construct_tool_dicts.
+func refResponsesTools(v any) ([]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tools, ok := v.([]any)
+	if !ok {
+		return nil, errors.New("tools")
+	}
+	var out []any
+	conv := func(t map[string]any, ns string) {
+		fn := map[string]any{}
+		for k, e := range t {
+			if k != "type" {
+				fn[k] = e
+			}
+		}
+		if name, has := t["name"]; has && ns != "" {
+			s, _ := name.(string)
+			fn["name"] = ns + "__" + s
+		}
+		out = append(out, map[string]any{"type": "function", "function": fn})
+	}
+	for _, tv := range tools {
+		t, ok := tv.(map[string]any)
+		if !ok {
+			return nil, errors.New("tool")
+		}
+		switch t["type"] {
+		case "function":
+			conv(t, "")
+		case "namespace":
+			ns, _ := t["name"].(string)
+			sub, ok := t["tools"].([]any)
+			if !ok {
+				return nil, errors.New("namespace tools")
+			}
+			for _, sv := range sub {
+				if st, ok := sv.(map[string]any); ok && st["type"] == "function" {
+					conv(st, ns)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+var responsesSeeds = []string{
+	`{"model":"m","instructions":"I","input":"hi","store":true,"previous_response_id":"r"}`,
+	`{"input":[{"role":"user","content":[{"type":"input_text","text":"q"}]},{"type":"reasoning","id":"r","summary":[],"content":[{"type":"reasoning_text","text":"t"}]},` +
+		`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}]}`,
+	`{"input":[{"role":"assistant","content":"a","status":"incomplete"}],"tools":[{"type":"function","name":"f"},{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]}]}`,
+	`{"input":[{"type":"reasoning","encrypted_content":"x"}]}`, `{"input":5}`,
+}
+
+// FuzzParseResponses checks ParseResponses against refResponses.
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range responsesSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := ParseResponses(body)
+		top, ok := refDecode(body)
+		var want, wantTools []any
+		var cf bool
+		if ok {
+			var rerr error
+			want, cf, rerr = refResponses(top)
+			if rerr == nil {
+				wantTools, rerr = refResponsesTools(top["tools"])
+			}
+			ok = rerr == nil
+		}
+		if err != nil {
+			checkError(t, body, err)
+			if ok {
+				t.Fatalf("rejected %q: %v; the reference accepts it", body, err)
+			}
+			return
+		}
+		if !ok {
+			t.Fatalf("accepted %q, which the reference rejects", body)
+		}
+		compare(t, body, "Messages", got.Messages, want)
+		compare(t, body, "Tools", got.Tools, wantTools)
+		if *got.ContinueFinalMessage != cf || *got.AddGenerationPrompt == cf {
+			t.Fatalf("body %q: ContinueFinalMessage %v, want %v", body, *got.ContinueFinalMessage, cf)
+		}
+	})
+}
+
+// FuzzParsePooling checks ParsePooling against encoding/json.
+func FuzzParsePooling(f *testing.F) {
+	for _, s := range []string{`{"model":"e","input":["a","b"]}`, `{"input":[[1,2]],"cache_salt":"s"}`,
+		`{"messages":[{"role":"user","content":"x"}]}`, `{"queries":"q","items":["i"],"text_1":"a","text_2":"b"}`,
+		`{"query":"q","documents":["d"]}`, `{"input":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := ParsePooling(body)
+		top, ok := refDecode(body)
+		if ok {
+			_, in := top["input"].([]any)
+			_, ins := top["input"].(string)
+			_, msgs := top["messages"].([]any)
+			ok = isStrOrNil(top["model"]) && isStrOrNil(top["cache_salt"]) &&
+				(top["input"] == nil || in || ins) && (top["messages"] == nil || msgs)
+		}
+		if err != nil {
+			checkError(t, body, err)
+			if ok {
+				t.Fatalf("rejected %q: %v; encoding/json accepts it", body, err)
+			}
+			return
+		}
+		if !ok {
+			t.Fatalf("accepted %q, which must be rejected", body)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		raw := func(k string) string {
+			if string(m[k]) == "null" {
+				return ""
+			}
+			return string(m[k])
+		}
+		if !got.PrefillOnly || string(got.Prompt) != raw("input") || string(got.Messages) != raw("messages") {
+			t.Fatalf("body %q: Prompt %s Messages %s", body, got.Prompt, got.Messages)
+		}
+		q, d := "", ""
+		for _, p := range scorePairs {
+			if raw(p[0]) != "" && raw(p[1]) != "" {
+				q, d = raw(p[0]), raw(p[1])
+				break
+			}
+		}
+		if string(got.Query) != q || string(got.Documents) != d {
+			t.Fatalf("body %q: Query %s Documents %s, want %s %s", body, got.Query, got.Documents, q, d)
+		}
+	})
+}

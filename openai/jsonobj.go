@@ -185,7 +185,6 @@ func kindOf(v []byte) string {
 // list value (tool_calls, content parts) are kept apart so a later item
 // can extend them, as vLLM appends to the list in a previous message.
 type msg struct {
-	raw  []byte // an item passed on unchanged, instead of keys and vals
 	keys []string
 	vals []any // []byte (encoded JSON) or [][]byte (a list's encoded elements)
 }
@@ -216,9 +215,6 @@ func (m *msg) has(key string) bool {
 
 // appendTo appends the message as a JSON object.
 func (m *msg) appendTo(dst []byte) []byte {
-	if m.raw != nil {
-		return append(dst, m.raw...)
-	}
 	dst = append(dst, '{')
 	for i, k := range m.keys {
 		if i > 0 {

@@ -173,7 +173,11 @@ func (c *converter) item(it []byte, path string) error {
 	case role == "assistant" && (t == "" || t == "message"):
 		return c.assistantItem(o.get("content"), path)
 	}
-	c.out = append(c.out, &msg{raw: it})
+	m := &msg{} // a dict as Python has it: a later item may merge into it
+	for _, mb := range o {
+		m.set(mb.key, mb.val)
+	}
+	c.out = append(c.out, m)
 	return nil
 }
 

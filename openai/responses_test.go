@@ -127,3 +127,34 @@ func TestParseResponsesErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestParseResponsesOwnBytes checks that the converted messages and tools
+// do not alias the body, which the handler may reuse.
+func TestParseResponsesOwnBytes(t *testing.T) {
+	body := []byte(`{"input":[{"role":"user","content":"abc"}],"tools":[{"type":"function","name":"f"}]}`)
+	r, err := ParseResponses(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, tools := string(r.Messages), string(r.Tools)
+	for i := range body {
+		body[i] = ' '
+	}
+	if string(r.Messages) != msgs || string(r.Tools) != tools {
+		t.Errorf("output changed with the body: %s %s", r.Messages, r.Tools)
+	}
+}
+
+// An item of another type with role "assistant" is a dict vLLM passes on
+// unchanged, but the next item still merges into it (prev_msg's role).
+func TestParseResponsesMergeIntoPassedItem(t *testing.T) {
+	body := `{"input":[{"type":"item_reference","id":"x","role":"assistant"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}`
+	r, err := ParseResponses([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"type":"item_reference","id":"x","role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"},"type":"function"}]}]`
+	if string(r.Messages) != want {
+		t.Errorf("got %s\nwant %s", r.Messages, want)
+	}
+}
