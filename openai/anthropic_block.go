@@ -130,51 +130,14 @@ func (c *converter) imageURL(src []byte, path string) (string, error) {
 // by newlines, then a user message with its images, then a tool message
 // with its tool references, each only when there are some.
 func (c *converter) userToolResult(b anthBlock, path string) error {
-	text := ""
-	var images [][]byte
-	var refs [][]byte
+	text, images, refs := "", [][]byte(nil), [][]byte(nil)
 	if s, ok := decodeString(b.content); ok {
 		text = s
 	} else if b.content != nil {
-		var texts []string
-		for i, e := range parseElems(b.content) {
-			ip := path + ".content[" + itoa(i) + "]"
-			o := parseObject(e)
-			switch t, _ := decodeString(o.get("type")); t {
-			case "text":
-				s, ok := "", true
-				if v := o.get("text"); v != nil {
-					s, ok = decodeString(v)
-				}
-				if !ok {
-					return c.err(o.get("text"), ip+".text", "must be a string")
-				}
-				texts = append(texts, s)
-			case "image":
-				src := o.get("source")
-				if src == nil {
-					src = []byte("{}")
-				} else if src[0] != '{' {
-					return c.err(src, ip+".source", "must be an object, not "+kind(src[0]))
-				}
-				u, err := c.imageURL(src, ip+".source")
-				if err != nil {
-					return err
-				}
-				if u != "" {
-					images = append(images, imagePart(u).enc)
-				}
-			case "tool_reference":
-				ref := o.get("tool_name")
-				if !truthy(ref) {
-					ref = o.get("name")
-				}
-				if truthy(ref) {
-					refs = append(refs, append(append([]byte(`{"type":"tool_reference","name":`), ref...), '}'))
-				}
-			}
+		var err error
+		if text, images, refs, err = c.toolResultItems(b.content, path+".content"); err != nil {
+			return err
 		}
-		text = strings.Join(texts, "\n")
 	}
 	c.toolMessage(b.toolUseID, jstr(text))
 	if images != nil {
@@ -187,6 +150,53 @@ func (c *converter) userToolResult(b anthBlock, path string) error {
 		c.toolMessage(b.toolUseID, appendList(nil, refs))
 	}
 	return nil
+}
+
+// toolResultItems reads the items of a tool result's list content: the
+// text of text items, joined by newlines; image parts; and tool
+// references (tool_name, else name, when truthy, copied as they are).
+// Other items are ignored, as in vLLM.
+func (c *converter) toolResultItems(content []byte, path string) (string, [][]byte, [][]byte, error) {
+	var texts []string
+	var images, refs [][]byte
+	for i, e := range parseElems(content) {
+		ip := path + "[" + itoa(i) + "]"
+		o := parseObject(e)
+		switch t, _ := decodeString(o.get("type")); t {
+		case "text":
+			s, ok := "", true
+			if v := o.get("text"); v != nil {
+				s, ok = decodeString(v)
+			}
+			if !ok { // "\n".join fails on it in vLLM
+				return "", nil, nil, c.err(o.get("text"), ip+".text", "must be a string")
+			}
+			texts = append(texts, s)
+		case "image":
+			src := o.get("source")
+			if src == nil {
+				src = []byte("{}")
+			} else if src[0] != '{' {
+				return "", nil, nil, c.err(src, ip+".source", "must be an object, not "+kind(src[0]))
+			}
+			u, err := c.imageURL(src, ip+".source")
+			if err != nil {
+				return "", nil, nil, err
+			}
+			if u != "" {
+				images = append(images, imagePart(u).enc)
+			}
+		case "tool_reference":
+			ref := o.get("tool_name")
+			if !truthy(ref) {
+				ref = o.get("name")
+			}
+			if truthy(ref) {
+				refs = append(refs, append(append([]byte(`{"type":"tool_reference","name":`), ref...), '}'))
+			}
+		}
+	}
+	return strings.Join(texts, "\n"), images, refs, nil
 }
 
 // toolMessage appends {"role":"tool","tool_call_id":id,"content":content}.

@@ -111,8 +111,14 @@ func refBlockOK(v any) bool {
 	return true
 }
 
-// refAnthropic is _convert_anthropic_to_openai_request on decoded JSON.
-func refAnthropic(top map[string]any) (msgs []any, err error) {
+// refMessage is a validated Anthropic message.
+type refMessage struct {
+	role    string
+	content any
+}
+
+// refAnthropicValidate is pydantic's validation of the fields used.
+func refAnthropicValidate(top map[string]any) ([]refMessage, error) {
 	if !isStrOrNil(top["model"]) || !isBoolOrNil(top["stream"]) || !isMapOrNil(top["chat_template_kwargs"]) {
 		return nil, errors.New("type")
 	}
@@ -123,28 +129,7 @@ func refAnthropic(top map[string]any) (msgs []any, err error) {
 	if !ok {
 		return nil, errors.New("messages")
 	}
-	var parts []string
-	switch s := top["system"].(type) {
-	case nil:
-	case string:
-		if s != "" {
-			parts = append(parts, s)
-		}
-	case []any:
-		for _, b := range s {
-			if !refBlockOK(b) {
-				return nil, errors.New("system block")
-			}
-			parts = append(parts, refSystemText(b.(map[string]any))...)
-		}
-	default:
-		return nil, errors.New("system")
-	}
-	type rm struct {
-		role    string
-		content any
-	}
-	var ms []rm
+	var ms []refMessage
 	for _, m := range messages {
 		mm, ok := m.(map[string]any)
 		if !ok {
@@ -168,7 +153,29 @@ func refAnthropic(top map[string]any) (msgs []any, err error) {
 		default:
 			return nil, errors.New("content")
 		}
-		ms = append(ms, rm{role, mm["content"]})
+		ms = append(ms, refMessage{role, mm["content"]})
+	}
+	return ms, nil
+}
+
+// refAnthropicSystem is _convert_system_message.
+func refAnthropicSystem(sys any, ms []refMessage) ([]any, error) {
+	var parts []string
+	switch s := sys.(type) {
+	case nil:
+	case string:
+		if s != "" {
+			parts = append(parts, s)
+		}
+	case []any:
+		for _, b := range s {
+			if !refBlockOK(b) {
+				return nil, errors.New("system block")
+			}
+			parts = append(parts, refSystemText(b.(map[string]any))...)
+		}
+	default:
+		return nil, errors.New("system")
 	}
 	for _, m := range ms {
 		if m.role != "system" {
@@ -182,8 +189,21 @@ func refAnthropic(top map[string]any) (msgs []any, err error) {
 			parts = append(parts, refSystemText(b.(map[string]any))...)
 		}
 	}
-	if parts != nil {
-		msgs = append(msgs, map[string]any{"role": "system", "content": strings.Join(parts, "")})
+	if parts == nil {
+		return nil, nil
+	}
+	return []any{map[string]any{"role": "system", "content": strings.Join(parts, "")}}, nil
+}
+
+// refAnthropic is _convert_anthropic_to_openai_request on decoded JSON.
+func refAnthropic(top map[string]any) ([]any, error) {
+	ms, err := refAnthropicValidate(top)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := refAnthropicSystem(top["system"], ms)
+	if err != nil {
+		return nil, err
 	}
 	for _, m := range ms {
 		if m.role == "system" {

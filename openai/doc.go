@@ -4,6 +4,11 @@
 //
 //   - ParseRequest: a single-pass walk over an OpenAI-style request body that
 //     extracts the few fields the gateway needs without decoding messages.
+//   - ParseResponses, ParseAnthropic, ParsePooling: the other APIs vLLM
+//     serves. Responses and Anthropic Messages bodies are converted to the
+//     chat messages vLLM builds from them before the chat template, so
+//     tokenization and prefix routing see the engine's prompt; pooling
+//     requests are prefill only. EndpointOf picks the parser by path.
 //   - IsInference and MediaType: which requests are admitted and routed on
 //     their body.
 //   - StreamObserver and ParseUsage: TTFT, inter-token gaps, usage and errors
