@@ -14,7 +14,8 @@ import (
 // _convert_user_tool_result, _convert_tools), at vLLM commit
 // 0001948bc76939369ca855c90b36d81256477e85, with the request models of
 // vllm/entrypoints/anthropic/protocol.py at commit
-// 00589e563e771f2de7abeb48bd0814873e891411 (both vLLM main, late 2026).
+// 00589e563e771f2de7abeb48bd0814873e891411 (vLLM main branch;
+// their release tag was not determined).
 //
 // Later vLLM (vllm/entrypoints/anthropic/inline_system.py) can keep
 // system messages inside "messages" in place, or fold them into a

@@ -14,6 +14,10 @@ import (
 // messages the way vLLM's Python does, so they look into nested objects;
 // the body is validated once up front, and the nested walks over parts of
 // it cannot fail on syntax.
+//
+// Types are checked strictly, as ParseRequest checks them: pydantic's lax
+// coercions, which vLLM accepts ("stream": "true", "max_tokens": "8"), are
+// errors here.
 
 // member is one key of an object with its raw value.
 type member struct {

@@ -6,7 +6,8 @@ import "encoding/json"
 // (not the Harmony path of gpt-oss models): the request becomes chat
 // messages rendered like a chat completion. The conversion below follows
 // vLLM's vllm/entrypoints/openai/responses/utils.py at commit
-// 01ca842df5b1ddd7f91aa376294040d126a453f2 (vLLM main, late 2026):
+// 01ca842df5b1ddd7f91aa376294040d126a453f2 (vLLM main branch;
+// its release tag was not determined):
 // construct_input_messages, construct_chat_messages_with_tool_call,
 // _construct_message_from_response_item, should_continue_final_message and
 // construct_tool_dicts, with the namespace-tool flattening of
