@@ -70,6 +70,13 @@ type Config struct {
 	// tokenizer. Requests it cannot render (images, a request's own
 	// chat_template) are answered 400.
 	Tokenizer *localtok.Model
+	// ResponsesStoreSize is how many /v1/responses responses the engine
+	// keeps in memory for previous_response_id, the most recent ones
+	// (their total size is bounded too). The simulator stores as vLLM does
+	// with VLLM_ENABLE_RESPONSES_API_STORE=1; vLLM's default (0) ignores
+	// "store", which -1 simulates: every previous_response_id is then
+	// unknown. 0 means 10000.
+	ResponsesStoreSize int
 }
 
 // KVEventsConfig mirrors vLLM's --kv-events-config for the ZMQ publisher.
@@ -107,6 +114,9 @@ const (
 	maxLoRAModules      = 1 << 10
 	maxLoRASlots        = 1 << 10
 	maxModelAliases     = 1 << 10
+	// defaultResponsesStore is Config.ResponsesStoreSize's default.
+	defaultResponsesStore = 10000
+	maxResponsesStore     = 1 << 20
 )
 
 // withDefaults returns a copy of c with defaults filled in, or an error when
@@ -145,6 +155,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HashSeed == "" {
 		c.HashSeed = "0"
 	}
+	if c.ResponsesStoreSize == 0 {
+		c.ResponsesStoreSize = defaultResponsesStore
+	}
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = defaultMaxTokensVal
 	}
@@ -164,6 +177,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.TimeScale > 0 && !math.IsInf(c.TimeScale, 0) && !math.IsNaN(c.TimeScale), "time_scale %v must be positive", c.TimeScale)
 	check(c.DPRank >= 0, "dp rank %d must not be negative", c.DPRank)
 	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
+	check(c.ResponsesStoreSize >= -1 && c.ResponsesStoreSize <= maxResponsesStore, "responses_store_size %d out of range -1..%d", c.ResponsesStoreSize, maxResponsesStore)
 	// Copies: the engine keeps them, and Config() hands them out.
 	c.LoRAModules = slices.Clone(c.LoRAModules)
 	c.ModelAliases = slices.Clone(c.ModelAliases)

@@ -105,6 +105,18 @@ type Stats struct {
 	// neither loads it nor waits for a slot behind other adapters.
 	AdapterArrivals         uint64 `json:"adapter_arrivals"`
 	AdapterArrivalsInFlight uint64 `json:"adapter_arrivals_in_flight"`
+	// RequestsByEndpoint counts the requests received on each API path
+	// ("/v1/chat/completions", "/v1/responses", "/v1/messages",
+	// "/v1/embeddings", "/pooling", "/score", "/rerank", "/v1/rerank",
+	// "/classify", ...), valid or not, so that tests can check where a
+	// gateway sent them.
+	RequestsByEndpoint map[string]uint64 `json:"requests_by_endpoint"`
+	// PoolingRequestsServed counts the pooling requests (one per input or
+	// pair) that finished their prefill; they are also in RequestsServed.
+	PoolingRequestsServed uint64 `json:"pooling_requests_served"`
+	// ResponsesStored is the number of Responses API responses the engine
+	// keeps for previous_response_id (at most Config.ResponsesStoreSize).
+	ResponsesStored int `json:"responses_stored"`
 }
 
 // Engine is one simulated vLLM engine (one DP rank): an HTTP server, a
@@ -118,6 +130,9 @@ type Engine struct {
 	replayEP *endpoint
 	loraIDs  map[string]int  // adapter name → lora_id, 1-based in Config order; read-only after Start
 	aliases  map[string]bool // Config.ModelAliases; read-only after Start
+	// responses are the stored Responses API conversations, for
+	// previous_response_id; own lock.
+	responses *responseStore
 
 	mu       sync.Mutex
 	waiting  []*simRequest
@@ -185,6 +200,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		ctr:     newCounters(),
 	}
 	e.loraIDs = loraIDs(cfg.LoRAModules)
+	e.responses = newResponseStore(cfg.ResponsesStoreSize, maxStoredResponseBytes)
 	e.aliases = make(map[string]bool, len(cfg.ModelAliases))
 	for _, name := range cfg.ModelAliases {
 		e.aliases[name] = true
@@ -381,7 +397,17 @@ func (e *Engine) Stats() Stats {
 		LoRALoads:               e.ctr.loraLoads,
 		AdapterArrivals:         e.ctr.adapterArrivals,
 		AdapterArrivalsInFlight: e.ctr.adapterInFlight,
+		RequestsByEndpoint:      maps.Clone(e.ctr.byEndpoint),
+		PoolingRequestsServed:   e.ctr.poolingServed,
+		ResponsesStored:         e.responses.len(),
 	}
+}
+
+// countEndpoint counts a request for Stats.RequestsByEndpoint.
+func (e *Engine) countEndpoint(path string) {
+	e.mu.Lock()
+	e.ctr.byEndpoint[path]++
+	e.mu.Unlock()
 }
 
 // ResetPrefixCache is vLLM's reset_prefix_cache: it succeeds only when no
@@ -429,6 +455,7 @@ func (e *Engine) Restart() error {
 	e.events = e.events[:0]
 	e.pool.reset()
 	e.slots.reset()
+	e.responses.clear() // stored responses live in the process's memory
 	e.ctr = newCounters()
 	e.shownRunning, e.shownWaiting = 0, 0
 	old := e.pub

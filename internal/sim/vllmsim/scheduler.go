@@ -17,6 +17,7 @@ type simRequest struct {
 	maxTokens int
 	seed      uint64
 	stream    bool             // wake the handler for every token, not only at the end
+	pooling   bool             // prefill only (embeddings, score, ...): no prefix cache, no output tokens
 	model     string           // echoed in responses
 	lora      string           // LoRA adapter name, "" for the base model
 	loraID    int              // its lora_id, 0 for the base model
@@ -74,6 +75,8 @@ type counters struct {
 	steps          uint64
 	events         uint64
 	loraLoads      uint64
+	poolingServed  uint64            // pooling requests finished (Stats.PoolingRequestsServed)
+	byEndpoint     map[string]uint64 // requests received by API path (Stats.RequestsByEndpoint)
 	// adapterArrivals and adapterInFlight are Stats.AdapterArrivals and
 	// Stats.AdapterArrivalsInFlight.
 	adapterArrivals, adapterInFlight uint64
@@ -127,7 +130,8 @@ func (h *histogram) observe(v float64) {
 
 // newCounters returns zeroed counters with their histograms' buckets.
 func newCounters() counters {
-	return counters{ttft: histogram{bounds: ttftBuckets[:]}, itl: histogram{bounds: itlBuckets[:]}, prefillTime: histogram{bounds: requestTimeBuckets[:]}}
+	return counters{ttft: histogram{bounds: ttftBuckets[:]}, itl: histogram{bounds: itlBuckets[:]}, prefillTime: histogram{bounds: requestTimeBuckets[:]},
+		byEndpoint: make(map[string]uint64)}
 }
 
 // simNowLocked is the simulated clock: it advances by each step's simulated
@@ -319,7 +323,9 @@ func (e *Engine) admitLocked(prefill, budget int) int {
 		if !r.admitted {
 			r.admitted = true
 			r.scheduled = e.simClock // the step being planned starts now
-			e.ctr.queries += uint64(r.promptLen)
+			if !r.pooling {
+				e.ctr.queries += uint64(r.promptLen)
+			}
 			e.ctr.hits += uint64(r.numComputed)
 			r.mu.Lock()
 			r.cached = r.numComputed
@@ -350,7 +356,7 @@ func (e *Engine) admitLocked(prefill, budget int) int {
 func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
 	bs := e.cfg.BlockSize
 	full := upto / bs
-	if full <= r.numStored {
+	if full <= r.numStored || r.pooling {
 		return
 	}
 	for len(r.hashes) < full {
@@ -427,6 +433,11 @@ func (e *Engine) completeLocked() {
 		if r.numComputed < len(r.tokens) {
 			continue // chunked prefill continues next step
 		}
+		if r.pooling {
+			e.finishPoolingLocked(r)
+			finished = true
+			continue
+		}
 		r.mu.Lock()
 		k := r.out
 		tok, _ := outputToken(r.seed, k)
@@ -462,6 +473,17 @@ func (e *Engine) completeLocked() {
 	e.step = e.step[:0]
 	e.showLocked()
 	e.flushEventsLocked(now)
+}
+
+// finishPoolingLocked ends a pooling request once its prefill is done: it
+// frees its blocks (never cached: see pooling.go) and counts its prompt
+// tokens, without generating a token or observing time to first token.
+func (e *Engine) finishPoolingLocked(r *simRequest) {
+	e.ctr.promptTokens += uint64(r.promptLen)
+	e.ctr.requestsServed++
+	e.ctr.poolingServed++
+	e.freeLocked(r)
+	e.finishLocked(r, "stop", nil)
 }
 
 // showLocked renders the gauges as vLLM's stats after a step: the running
