@@ -24,6 +24,7 @@ func (e *Engine) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
 	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
+	mux.HandleFunc("POST /v1/responses", e.handleResponses)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
@@ -266,8 +267,13 @@ func writeReqError(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusInternalServerError, err.Error())
 }
 
-func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) { e.handleGenerate(w, r, true) }
+func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
+	e.countEndpoint("/v1/chat/completions")
+	e.handleGenerate(w, r, true)
+}
+
 func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	e.countEndpoint("/v1/completions")
 	e.handleGenerate(w, r, false)
 }
 
