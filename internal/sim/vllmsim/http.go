@@ -25,6 +25,7 @@ func (e *Engine) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
 	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
 	mux.HandleFunc("POST /v1/responses", e.handleResponses)
+	mux.HandleFunc("POST /v1/messages", e.handleMessages)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
