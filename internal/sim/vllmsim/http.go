@@ -26,6 +26,13 @@ func (e *Engine) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
 	mux.HandleFunc("POST /v1/responses", e.handleResponses)
 	mux.HandleFunc("POST /v1/messages", e.handleMessages)
+	mux.HandleFunc("POST /v1/embeddings", e.poolingHandler("/v1/embeddings", poolEmbed))
+	mux.HandleFunc("POST /pooling", e.poolingHandler("/pooling", poolRaw))
+	mux.HandleFunc("POST /classify", e.poolingHandler("/classify", poolClassify))
+	mux.HandleFunc("POST /score", e.poolingHandler("/score", poolScore))
+	mux.HandleFunc("POST /v1/score", e.poolingHandler("/v1/score", poolScore))
+	mux.HandleFunc("POST /rerank", e.poolingHandler("/rerank", poolRerank))
+	mux.HandleFunc("POST /v1/rerank", e.poolingHandler("/v1/rerank", poolRerank))
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
