@@ -1,7 +1,8 @@
 // Package vllmsim simulates a vLLM (v1 engine) OpenAI-compatible server closely
 // enough that a gateway cannot tell it from the real thing: the HTTP API
-// (/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /health,
-// /metrics, /reset_prefix_cache), KV-cache events over ZeroMQ/msgpack with
+// (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, the
+// pooling endpoints, /v1/models, /tokenize, /health, /metrics,
+// /reset_prefix_cache), KV-cache events over ZeroMQ/msgpack with
 // vLLM's exact wire forms and block hashes (sha256_cbor via kvindex), and the
 // replay ROUTER socket. It runs many engines in one process at a small cost,
 // with a TimeScale to run faster than real time.
@@ -61,8 +62,38 @@
 // Config.ModelAliases are more names of the base model (the names after the
 // first of vLLM's --served-model-name): accepted in requests and listed in
 // /v1/models, while responses report Config.Model. RequestsByModel counts
-// the generation requests the engine received by the model they named,
-// unknown names included, so that tests can check a gateway's routing.
+// the requests (generation and pooling) the engine received by the model
+// they named, unknown names included, so that tests can check a gateway's
+// routing; Stats.RequestsByEndpoint counts them by API path.
+//
+// # Responses, Anthropic and pooling APIs
+//
+// POST /v1/responses and POST /v1/messages are converted to chat messages
+// as vLLM's handlers convert them, then run exactly as the equivalent
+// /v1/chat/completions request (same prompt tokens, blocks and scheduling),
+// and answer in their API's shape, streamed as their API's named SSE
+// events (event: <type>, data: <json>):
+//
+//   - /v1/responses: instructions become the first (system) message; with
+//     previous_response_id the stored conversation (without its system
+//     messages) and the previous output come next, then the input. The
+//     engine stores every response with store unset or true, in its own
+//     memory as vLLM's serving process does (Config.ResponsesStoreSize,
+//     the most recent ones), so a follow-up on another engine, or after a
+//     restart, is a 404 "Response with id '<id>' not found.". As every
+//     simulated request stops at its token limit, responses have vLLM's
+//     status for that: "incomplete", reason max_output_tokens.
+//   - /v1/messages: the system prompt first, text blocks as content,
+//     tool_use and tool_result blocks as tool calls and tool messages;
+//     stop_reason "max_tokens"; errors in the Anthropic envelope with
+//     vLLM's error type names.
+//   - /v1/embeddings, /pooling, /classify, /score, /v1/score, /rerank,
+//     /v1/rerank: every input (or query-document pair) is one request that
+//     only prefills: it waits, runs and holds KV blocks while its prompt is
+//     computed, then finishes without decoding (no generation tokens, no
+//     time to first token). Pooling requests do not use the prefix cache
+//     (vLLM disables it for most pooling models), so they publish no KV
+//     events. Outputs are small deterministic vectors and scores.
 //
 // # Time
 //

@@ -541,10 +541,10 @@ const (
 	maxCountedName   = 256
 )
 
-// RequestsByModel returns how many completion and chat requests the engine
-// has received since Start, by the "model" their JSON body named ("" for
-// none), whether it serves that model or not (it answers unknown names
-// 404). It is test and bench instrumentation, not a vLLM metric: with
+// RequestsByModel returns how many requests (completions, chat, responses,
+// messages and pooling) the engine has received since Start, by the "model"
+// their JSON body named ("" for none), whether it serves that model or not
+// (it answers unknown names 404). It is test and bench instrumentation, not a vLLM metric: with
 // Serves, a gateway test checks that no request reached an engine that does
 // not serve its model. Restart does not reset it.
 func (e *Engine) RequestsByModel() map[string]int {
