@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"testing"
 )
 
@@ -59,6 +60,34 @@ func TestAPIErrorShapes(t *testing.T) {
 				t.Fatalf("status %d, want %d: %v", resp.StatusCode, tc.status, m)
 			}
 			tc.check(t, m)
+		})
+	}
+}
+
+// TestAPIStreamsDropped: Faults.DropStreamAfter cuts the Responses and
+// Anthropic streams too, before their final event.
+func TestAPIStreamsDropped(t *testing.T) {
+	e, c := apiEngine(t, Config{})
+	e.SetFaults(Faults{DropStreamAfter: 2})
+	for _, tc := range []struct {
+		path, last string
+		body       map[string]any
+	}{
+		{"/v1/responses", "response.completed", map[string]any{"input": "x", "stream": true, "max_output_tokens": 5}},
+		{"/v1/messages", "message_stop", map[string]any{"model": "sim-model", "max_tokens": 5, "stream": true,
+			"messages": []any{map[string]any{"role": "user", "content": "x"}}}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			b, _ := json.Marshal(tc.body)
+			resp, err := c.Post(e.URL()+tc.path, "application/json", bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			out, err := io.ReadAll(resp.Body)
+			if err == nil || bytes.Contains(out, []byte(tc.last)) {
+				t.Errorf("stream not cut (err %v): %s", err, out)
+			}
 		})
 	}
 }

@@ -112,8 +112,10 @@ func (e *Engine) waitResult(r *http.Request, sr *simRequest) (genResult, bool) {
 // followTokens calls emit with the text of each generated token as the
 // request makes progress and returns the result once it is done. It
 // returns false when the client went away or emit failed; the request is
-// then aborted.
+// then aborted. With Faults.DropStreamAfter it cuts the connection after
+// that many tokens, as the chat stream does.
 func (e *Engine) followTokens(r *http.Request, sr *simRequest, fl http.Flusher, emit func(text string) bool) (genResult, bool) {
+	dropAfter := e.Faults().DropStreamAfter
 	finished := false
 	defer func() {
 		if !finished {
@@ -134,6 +136,12 @@ func (e *Engine) followTokens(r *http.Request, sr *simRequest, fl http.Flusher, 
 			text.WriteString(s)
 			if !emit(s) {
 				return genResult{}, false
+			}
+			if dropAfter > 0 && sent+1 >= dropAfter && !(done && sent+1 == out) {
+				if fl != nil {
+					fl.Flush()
+				}
+				panic(http.ErrAbortHandler) // cut the connection mid-stream
 			}
 		}
 		if fl != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 func TestPoolingEndpoints(t *testing.T) {
-	e, c := apiEngine(t, Config{})
+	e, c := apiEngine(t, Config{KVEvents: &KVEventsConfig{Endpoint: "tcp://*:0"}})
 	type want struct {
 		items  int    // data or results entries
 		object string // data[i].object, "" for none
@@ -57,7 +57,7 @@ func TestPoolingEndpoints(t *testing.T) {
 		})
 	}
 	st := e.Stats()
-	if st.GenerationTokens != 0 || st.CachedBlocks != 0 || st.PrefixCacheQueries != 0 {
+	if st.GenerationTokens != 0 || st.CachedBlocks != 0 || st.PrefixCacheQueries != 0 || st.EventsPublished != 0 {
 		t.Errorf("pooling decoded or cached: %+v", st)
 	}
 	if st.PoolingRequestsServed != 20 || st.RequestsServed != 20 || st.PromptTokens != uint64(prompts) {
