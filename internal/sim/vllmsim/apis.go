@@ -56,6 +56,7 @@ type chatCall struct {
 	tools     json.RawMessage // chat-format tools, or nil
 	maxTokens *int
 	stream    bool
+	idPrefix  string // the answer's id prefix; "" keeps the chat one
 }
 
 // submitChat validates a converted request exactly as /v1/chat/completions
@@ -76,6 +77,9 @@ func (e *Engine) submitChat(c chatCall) (*simRequest, *apiFailure) {
 	sr, err := e.newSimRequest(&g, model, true)
 	if err != nil {
 		return nil, failure(err)
+	}
+	if c.idPrefix != "" {
+		sr.id = c.idPrefix + randomID()
 	}
 	if err := e.submit(sr); err != nil {
 		return nil, &apiFailure{status: http.StatusServiceUnavailable, msg: "engine is not running"}

@@ -23,7 +23,8 @@ func fuzzEngine(t testing.TB) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{cfg: cfg, stop: make(chan struct{}), loraIDs: loraIDs(cfg.LoRAModules)}
+	e := &Engine{cfg: cfg, stop: make(chan struct{}), loraIDs: loraIDs(cfg.LoRAModules),
+		responses: newResponseStore(cfg.ResponsesStoreSize, maxStoredResponseBytes)}
 	e.hashers.New = func() any {
 		h, _ := kvindexHasher(cfg)
 		return h
@@ -76,6 +77,66 @@ func FuzzGenerateRequest(f *testing.F) {
 		}
 		if sr.model != model.name || sr.lora != model.lora || (sr.lora != "" && (sr.extraRest == nil || sr.extra0[0] != sr.lora)) {
 			t.Fatalf("request for %+v: model %q lora %q extra %v %v", model, sr.model, sr.lora, sr.extra0, sr.extraRest)
+		}
+	})
+}
+
+// FuzzAPIConversions: the Responses, Anthropic and pooling conversions
+// refuse bad bodies with client errors and never panic; what they accept
+// renders on the chat path or tokenizes within limits.
+func FuzzAPIConversions(f *testing.F) {
+	for _, s := range []string{
+		`{"input":"hi","instructions":"be brief","max_output_tokens":3}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}]}`,
+		`{"input":[{"type":"reasoning"}]}`, `{"input":[]}`, `{"previous_response_id":"resp_x","input":"y"}`,
+		`{"model":"sim-model","max_tokens":4,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r"}]}]},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}]}]}`,
+		`{"model":"sim-model","max_tokens":0,"messages":[]}`,
+		`{"input":[[1,2],[3]]}`, `{"input":[1,2,3]}`, `{"text_1":"a","text_2":["b","c"]}`,
+		`{"query":"q","documents":["a","b"],"top_n":-1}`, `{"input":[18446744073709551615]}`,
+		`null`, `{`, `[]`,
+	} {
+		for kind := range 3 {
+			f.Add([]byte(s), uint8(kind))
+		}
+	}
+	e := fuzzEngine(f)
+	clientError := func(t *testing.T, err error, body []byte) {
+		if af := failure(err); af.status >= 500 {
+			t.Fatalf("server error %v for %q", err, body)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, kind uint8) {
+		switch kind % 3 {
+		case 0:
+			var req responsesRequest
+			if json.Unmarshal(body, &req) != nil {
+				return
+			}
+			if call, _, fail := e.responsesCall(&req); fail != nil {
+				clientError(t, fail, body)
+			} else if _, err := renderChat(call.messages, call.tools, true, false); err != nil {
+				clientError(t, err, body)
+			}
+		case 1:
+			var req anthropicRequest
+			if json.Unmarshal(body, &req) != nil {
+				return
+			}
+			if call, err := anthropicCall(&req); err != nil {
+				clientError(t, err, body)
+			} else if _, err := renderChat(call.messages, call.tools, true, false); err != nil {
+				clientError(t, err, body)
+			}
+		default:
+			var req poolingRequest
+			if json.Unmarshal(body, &req) != nil {
+				return
+			}
+			for _, k := range []poolKind{poolEmbed, poolScore, poolRerank} {
+				if _, err := e.poolPrompts(&req, k); err != nil {
+					clientError(t, err, body)
+				}
+			}
 		}
 	})
 }

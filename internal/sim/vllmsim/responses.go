@@ -68,7 +68,6 @@ func (e *Engine) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeResponsesError(w, f, "")
 		return
 	}
-	sr.id = "resp_" + randomID()
 	rs := newResponseState(&req, sr, call.messages)
 	if req.Stream {
 		e.streamResponse(w, r, sr, rs)
@@ -124,7 +123,8 @@ func (e *Engine) responsesCall(req *responsesRequest) (chatCall, string, *apiFai
 	if err != nil {
 		return chatCall{}, "tools", failure(err)
 	}
-	return chatCall{model: req.Model, messages: msgs, tools: tj, maxTokens: req.MaxOutputTokens, stream: req.Stream}, "", nil
+	return chatCall{model: req.Model, messages: msgs, tools: tj, maxTokens: req.MaxOutputTokens, stream: req.Stream,
+		idPrefix: "resp_"}, "", nil
 }
 
 // textMessage is a chat message with string content.
