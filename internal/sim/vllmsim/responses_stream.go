@@ -44,7 +44,7 @@ type responseOutputText struct {
 	Type        string `json:"type"`
 	Text        string `json:"text"`
 	Annotations []any  `json:"annotations"`
-	Logprobs    []any  `json:"logprobs,omitempty"`
+	Logprobs    []any  `json:"logprobs"` // null unless requested; [] in content_part.added, as vLLM
 }
 
 type responsesUsage struct {

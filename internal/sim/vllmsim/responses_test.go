@@ -74,6 +74,9 @@ func TestResponsesStreaming(t *testing.T) {
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("events %v\nwant %v", names, want)
 	}
+	if lp, ok := path(t, evs[3].data, "part", "logprobs").([]any); !ok || len(lp) != 0 || path(t, evs[3].data, "item_id") != path(t, evs[2].data, "item", "id") {
+		t.Errorf("content_part.added %v after %v", evs[3].data, evs[2].data)
+	}
 	if st := path(t, evs[0].data, "response", "status"); st != "in_progress" {
 		t.Errorf("created: status %v", st)
 	}
