@@ -9,8 +9,9 @@ import (
 
 // ListModels is the union of what a pool's engines serve, for the gateway's
 // own GET /v1/models: one entry per id, sorted by id. pool "" means every
-// engine the registry knows; a pool name means the engines [Fleet.PoolDials]
-// gives it, the ones admission sends the pool's requests to. known is false
+// engine the running config routes to (see routedDials); a pool name
+// means the engines [Fleet.PoolDials] gives it, the ones admission sends
+// the pool's requests to. known is false
 // when no engine's models are known yet (none has answered /v1/models and
 // none has configured names): an empty list would then claim the fleet
 // serves nothing, which it does not know. See [UnionModels] for the rules.
@@ -21,14 +22,14 @@ import (
 // alias shadows a model of the same name that engines serve, as requests
 // for it go to the served model.
 func (f *Fleet) ListModels(pool string) (list []upstreams.ServedModel, known bool) {
+	dials := f.routedDials()
+	if pool != "" {
+		dials = f.PoolDials(pool)
+	}
 	var engines []*upstreams.Engine
-	if pool == "" {
-		engines = f.registry.Engines()
-	} else {
-		for _, d := range f.PoolDials(pool) {
-			if e, ok := f.registry.Get(d); ok {
-				engines = append(engines, e)
-			}
+	for _, d := range dials {
+		if e, ok := f.registry.Get(d); ok {
+			engines = append(engines, e)
 		}
 	}
 	sets := make([]upstreams.ServedModels, len(engines))
@@ -40,6 +41,33 @@ func (f *Fleet) ListModels(pool string) (list []upstreams.ServedModel, known boo
 		list = WithAliases(list, *m)
 	}
 	return list, known
+}
+
+// routedDials are the engines the running config routes to, over every
+// pool: those it configures, and those its proxies offered their policies
+// (engines found by DNS among them); every engine the registry knows when
+// neither is known yet. An engine a reload removed lingers in the registry
+// until idle_ttl, for requests still on their way to it, but is in
+// neither list.
+func (f *Fleet) routedDials() []string {
+	f.mu.Lock()
+	var dials []string
+	for _, ds := range f.pools {
+		dials = append(dials, ds...)
+	}
+	f.mu.Unlock()
+	var all []string
+	for _, e := range f.registry.Engines() {
+		all = append(all, e.Dial())
+		if e.Config().Static {
+			dials = append(dials, e.Dial())
+		}
+	}
+	if len(dials) == 0 {
+		return all
+	}
+	slices.Sort(dials)
+	return slices.Compact(dials)
 }
 
 // WithAliases is list, sorted by id, with an entry for each alias whose

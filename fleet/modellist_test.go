@@ -108,3 +108,56 @@ func TestListModelsPools(t *testing.T) {
 		}
 	}
 }
+
+// TestListModelsRouted: the fleet's list is of the engines the running
+// config routes to — configured ones, and those a pool's proxy offered
+// (found by DNS) — not of an engine a reload removed while it lingers in
+// the registry for requests still on their way.
+func TestListModelsRouted(t *testing.T) {
+	f := New(zap.NewNop(), Options{ManualScrape: true})
+	defer f.Close()
+	cfg := func(dials ...string) *Generation {
+		engines := make([]*EngineConfig, len(dials))
+		for i, d := range dials {
+			engines[i] = &EngineConfig{Dial: d}
+		}
+		return f.NewGeneration(testConfig(engines...), zap.NewNop())
+	}
+	f.Start(cfg(deadDials[0], deadDials[1]))
+	learn := func(dial, id string) {
+		f.Registry().Ensure(dial).RecordModels([]upstreams.ServedModel{{ID: id}}, nil)
+	}
+	learn(deadDials[0], "A")
+	learn(deadDials[1], "B")
+	ids := func() []string {
+		list, _ := f.ListModels("")
+		var out []string
+		for _, m := range list {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	if got := ids(); !reflect.DeepEqual(got, []string{"A", "B"}) {
+		t.Fatalf("configured: %v", got)
+	}
+	// B's engine leaves the config while in use: it lingers, unlisted.
+	f.Registry().Ensure(deadDials[1]).Reserve().Done()
+	g := cfg(deadDials[0])
+	f.Start(g)
+	if _, ok := f.Registry().Get(deadDials[1]); !ok {
+		t.Fatal("the removed engine should linger while recently used")
+	}
+	if got := ids(); !reflect.DeepEqual(got, []string{"A"}) {
+		t.Errorf("after the removal: %v, want [A]", got)
+	}
+	// An engine a proxy offers (found by DNS) is listed once offered.
+	const found = "127.0.0.1:61999"
+	learn(found, "C")
+	if got := ids(); !reflect.DeepEqual(got, []string{"A"}) {
+		t.Errorf("before the proxy offered it: %v, want [A]", got)
+	}
+	f.LearnPool(g, "default", []string{deadDials[0], found})
+	if got := ids(); !reflect.DeepEqual(got, []string{"A", "C"}) {
+		t.Errorf("offered: %v, want [A C]", got)
+	}
+}
