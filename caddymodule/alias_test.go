@@ -68,8 +68,10 @@ func checkAliasRouting(t *testing.T, all []*vllmsim.Engine) {
 		t.Fatalf("tuned: status %d: %s", r.status, r.body)
 	}
 	for _, model := range []string{"no-such-model", "ghost", "model-z"} {
-		if r := send(context.Background(), "", modelBody(model, 0), nil); r.status != http.StatusNotFound {
-			t.Errorf("%s: status %d, want 404: %s", model, r.status, r.body)
+		// The 404 names the model as the client named it, alias or not.
+		r := send(context.Background(), "", modelBody(model, 0), nil)
+		if r.status != http.StatusNotFound || !strings.Contains(r.body, "`"+model+"`") {
+			t.Errorf("%s: status %d, want 404 naming it: %s", model, r.status, r.body)
 		}
 	}
 	got := checkServedOnly(t, all)

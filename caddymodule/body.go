@@ -116,9 +116,11 @@ func parseRequest(f *fleet.Fleet, body []byte) (*openai.Request, []byte, error) 
 		// get the alias, which it does not serve.
 		return nil, body, fmt.Errorf("rewriting model alias %q to %q failed", req.Model, served)
 	}
+	alias := req.Model
 	if req, err = openai.ParseRequest(out); err != nil {
 		return nil, body, fmt.Errorf("request after rewriting model alias: %w", err)
 	}
+	req.Alias = alias
 	return req, out, nil
 }
 

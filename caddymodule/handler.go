@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -247,13 +248,13 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	if _, notFound := h.fleet.Serving(req.Model, h.dials()); notFound {
 		// Before NotePoolModel: a made-up name must not become one of
 		// the pool's models.
-		return modelNotFound(w, band.String(), req.Model)
+		return modelNotFound(w, band.String(), cmp.Or(req.Alias, req.Model))
 	}
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req)
 	if !done && a.notFound {
-		h.lateNotFound(w, band, req.Model, &a)
+		h.lateNotFound(w, band, cmp.Or(req.Alias, req.Model), &a)
 		done = true
 	}
 	spanattr.SetAdmission(trace.SpanFromContext(r.Context()), spanattr.Admission{Request: req, Pool: h.Pool, Band: band.String(),

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -221,7 +222,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
-	if req != nil && res == nil && p.modelNotFound(pool, req.Model, st, w) {
+	if req != nil && res == nil && p.modelNotFound(pool, req.Model, cmp.Or(req.Alias, req.Model), st, w) {
 		p.releaseProbes(cands)
 		return nil
 	}
@@ -371,9 +372,10 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 // reports whether it did so; Select then returns nil. reverse_proxy turns
 // that nil into a 503 error of its own, which finds the answer written:
 // Caddy logs it and its status line is superfluous, but the client reads
-// the 404. Without a writer (w nil) the 503 is all the client gets; no
-// engine is asked either way.
-func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st *selectState, w http.ResponseWriter) bool {
+// the 404, which names asked, the model as the client named it (an alias
+// it sent, or model). Without a writer (w nil) the 503 is all the client
+// gets; no engine is asked either way.
+func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model, asked string, st *selectState, w http.ResponseWriter) bool {
 	if st.answered {
 		return true
 	}
@@ -386,7 +388,7 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model string, st 
 	if w != nil {
 		st.answered = true
 		// No band headers are read without llm_admission: the default band.
-		_ = modelNotFound(w, admission.Normal.String(), model)
+		_ = modelNotFound(w, admission.Normal.String(), asked)
 	}
 	return true
 }

@@ -60,6 +60,11 @@ type Request struct {
 	// (score), and "documents", "items", "text_2", "data_2". The other
 	// pooling endpoints put their input in Prompt (or Messages).
 	Query, Documents json.RawMessage
+	// Alias is the model name the client sent when the gateway rewrote
+	// Model from it (a configured alias; see caddymodule's parseRequest):
+	// answers about the request name what the client asked for. ""
+	// otherwise; no parser sets it.
+	Alias string
 }
 
 // RequestError describes why a request body was rejected. The handler
