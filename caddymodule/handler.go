@@ -374,8 +374,9 @@ func onePrompt(req *openai.Request) bool {
 }
 
 // writeContextLength answers a contextLengthError as vLLM does: 400, type
-// BadRequestError.
-func writeContextLength(w http.ResponseWriter, msg string) {
+// BadRequestError, and counts the request as rejected for its band.
+func writeContextLength(w http.ResponseWriter, band admission.Band, msg string) {
+	rejectedTotal.WithLabelValues(band.String(), "context_length").Inc()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(openai.ContextLengthJSON(msg))
@@ -528,7 +529,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
 		// Before the gate: no wait makes the prompt shorter.
 		a.outcome = "context_length_exceeded"
-		writeContextLength(w, msg)
+		writeContextLength(w, band, msg)
 		return a, true
 	}
 	try := h.try(req.Model, lim, &a)

@@ -35,7 +35,7 @@ var (
 	}, []string{"band"})
 	rejectedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_rejected_total",
-		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown, model_not_found: no engine of the pool serves the model, answered 404).",
+		Help: "Requests not admitted, by band and reason (queue_full, max_park, client_gone, state_unknown, model_not_found: no engine of the pool serves the model, answered 404; context_length: the prompt and its output budget exceed the model's max_model_len, answered 400).",
 	}, []string{"band", "reason"})
 	placedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_admission_placed_total",

@@ -403,7 +403,12 @@ func TestContextLengthRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			gateway{engines: noKVEngines(all...), dynamic: dynamicLLM, patient: true, admission: tc.admission}.load(t)
 			waitModelsLearned(t, all...)
+			before := metricValue(t, "llmgw_admission_rejected_total", `reason="context_length"`)
 			checkContextLengths(t, all, short)
+			// Four refusals, counted as rejected with their reason.
+			if n := metricValue(t, "llmgw_admission_rejected_total", `reason="context_length"`) - before; n != 4 {
+				t.Errorf("llmgw_admission_rejected_total{reason=\"context_length\"} grew by %v, want 4", n)
+			}
 		})
 	}
 }

@@ -413,7 +413,8 @@ func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *o
 	}
 	if w != nil {
 		st.answered = true
-		writeContextLength(w, msg)
+		// No band headers are read without llm_admission: the default band.
+		writeContextLength(w, admission.Normal, msg)
 	}
 	return true
 }
