@@ -432,7 +432,7 @@ func checkContextLengths(t *testing.T, all []*vllmsim.Engine, short *vllmsim.Eng
 		{"past the smallest", "", chat("model-a", fmt.Sprintf(`"max_tokens":%d`, 129-p)),
 			fmt.Sprintf("This model's maximum context length is 128 tokens. However, you requested 129 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 129-p), true},
 		{"max_completion_tokens first", "", chat("model-a", fmt.Sprintf(`"max_tokens":1,"max_completion_tokens":%d`, 200-p)),
-			fmt.Sprintf("This model's maximum context length is 128 tokens. However, you requested 200 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 200-p), false},
+			fmt.Sprintf("This model's maximum context length is 128 tokens. However, you requested 200 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 200-p), true},
 		{"adapter fits its engine", "", chat("a-lora", fmt.Sprintf(`"max_tokens":%d`, 256-p)), "", false},
 		{"adapter past its engine", "", chat("a-lora", fmt.Sprintf(`"max_tokens":%d`, 257-p)),
 			fmt.Sprintf("This model's maximum context length is 256 tokens. However, you requested 257 tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p, 257-p), false},

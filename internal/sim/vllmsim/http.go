@@ -375,12 +375,15 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 	if len(prompt) == 0 {
 		return nil, badRequest("The prompt is empty.")
 	}
+	// vLLM's chat requests take max_completion_tokens over max_tokens
+	// (ChatCompletionRequest.to_sampling_params); completions have only
+	// max_tokens.
 	maxTokens := e.cfg.DefaultMaxTokens
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	}
 	if req.MaxTokens != nil {
 		maxTokens = *req.MaxTokens
+	}
+	if chat && req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
 	}
 	if maxTokens < 1 {
 		return nil, badRequest("max_tokens must be at least 1, got %d.", maxTokens)
