@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmgw/caddy-llmgw/fleet"
+	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -123,7 +125,13 @@ func (adminAPI) explain(w http.ResponseWriter, r *http.Request) error {
 	if len(body) > 8<<20 {
 		return caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: errors.New("body over 8 MiB")}
 	}
-	req, _, err := parseRequest(f, body) // as routed: a model alias resolved
+	// The body is parsed as its API's: ?path= names the API's path,
+	// /v1/chat/completions by default (which parses completions too).
+	ep := openai.EndpointOf(cmp.Or(r.URL.Query().Get("path"), "/v1/chat/completions"))
+	if ep == openai.EndpointOther {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("path %q is no API the gateway routes", r.URL.Query().Get("path"))}
+	}
+	req, _, err := parseRequest(f, ep, body) // as routed: a model alias resolved
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
 	}

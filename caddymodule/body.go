@@ -95,14 +95,16 @@ func (b *followingBody) Read(p []byte) (int, error) {
 // Close implements io.Closer; the body is in memory.
 func (b *followingBody) Close() error { return nil }
 
-// parseRequest parses body, and when its model is an alias of the running
-// config (see [fleet.Fleet.ResolveAlias]) rewrites the body's model to the
-// served name and parses the result, whose Raw fields alias it. It returns
-// the request and the body to send on: body itself unless rewritten.
-// Errors are ParseRequest's.
-func parseRequest(f *fleet.Fleet, body []byte) (*openai.Request, []byte, error) {
-	req, err := openai.ParseRequest(body)
-	if err != nil {
+// parseRequest parses body with the parser of its endpoint (ep, from the
+// request's path), and when its model is an alias of the running config
+// (see [fleet.Fleet.ResolveAlias]) rewrites the body's model to the served
+// name and parses the result, whose Raw fields alias it. It returns the
+// request and the body to send on: body itself unless rewritten. Errors
+// are the parser's; an endpoint the gateway does not parse gives a nil
+// request and no error.
+func parseRequest(f *fleet.Fleet, ep openai.Endpoint, body []byte) (*openai.Request, []byte, error) {
+	req, err := ep.Parse(body)
+	if req == nil || err != nil {
 		return nil, body, err
 	}
 	served, ok := f.ResolveAlias(req.Model)
@@ -111,13 +113,13 @@ func parseRequest(f *fleet.Fleet, body []byte) (*openai.Request, []byte, error) 
 	}
 	out, ok := rewriteModel(body, served)
 	if !ok {
-		// ParseRequest found a string model in a well-formed object,
-		// so the rewrite cannot fail; should it, the engine must not
-		// get the alias, which it does not serve.
+		// The parser found a string model in a well-formed object, so
+		// the rewrite cannot fail; should it, the engine must not get
+		// the alias, which it does not serve.
 		return nil, body, fmt.Errorf("rewriting model alias %q to %q failed", req.Model, served)
 	}
 	alias := req.Model
-	if req, err = openai.ParseRequest(out); err != nil {
+	if req, err = ep.Parse(out); err != nil {
 		return nil, body, fmt.Errorf("request after rewriting model alias: %w", err)
 	}
 	req.Alias = alias

@@ -299,7 +299,7 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Req
 		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
 		return nil, nil, nil
 	}
-	req, body, err := parseRequest(h.fleet, body) // a model alias rewritten
+	req, body, err := parseRequest(h.fleet, openai.EndpointOf(r.URL.Path), body) // a model alias rewritten
 	if err != nil {
 		return nil, nil, writeRequestError(w, err)
 	}

@@ -536,7 +536,8 @@ func (p *Policy) request(r *http.Request, st *selectState) *openai.Request {
 		return nil
 	}
 	st.bodyRead = true
-	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody || r.ContentLength > p.MaxBody {
+	ep := openai.EndpointOf(r.URL.Path)
+	if r.Method != http.MethodPost || ep == openai.EndpointOther || r.Body == nil || r.Body == http.NoBody || r.ContentLength > p.MaxBody {
 		return nil
 	}
 	// A read with no deadline of its own would hold this request's
@@ -565,7 +566,7 @@ func (p *Policy) request(r *http.Request, st *selectState) *openai.Request {
 		r.Body = ab
 		return nil
 	}
-	req, body, err := parseRequest(p.fleet, body) // a model alias rewritten
+	req, body, err := parseRequest(p.fleet, ep, body) // a model alias rewritten
 	st.body = body
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if r.ContentLength >= 0 && r.ContentLength != int64(len(body)) {

@@ -109,7 +109,10 @@ func (f *Fleet) route(ctx context.Context, q Query) Decision {
 	if q.CacheKey != "" && len(q.Dials) > 0 {
 		return f.pinned(q)
 	}
-	if q.Request == nil {
+	if q.Request == nil || q.Request.PrefillOnly {
+		// A pooling request (embeddings, score...) shares no prefix
+		// worth routing on: pooling models mostly run without a prefix
+		// cache, and their inputs are short. It goes by load alone.
 		return Decision{Decision: routing.Decision{Index: -1, Tier: routing.LoadOnly, Outcome: routing.Miss}}
 	}
 	v := f.queryView(q)

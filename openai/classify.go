@@ -6,14 +6,11 @@ import (
 	"strings"
 )
 
-// IsInference reports whether the request is an OpenAI-style inference call
-// that carries a JSON body worth reading.
+// IsInference reports whether the request is a call to one of the APIs a
+// vLLM fleet serves (see EndpointOf) that carries a JSON body worth
+// reading.
 func IsInference(r *http.Request) bool {
-	if r.Method != http.MethodPost {
-		return false
-	}
-	p := r.URL.Path
-	if !strings.HasSuffix(p, "/chat/completions") && !strings.HasSuffix(p, "/completions") {
+	if r.Method != http.MethodPost || EndpointOf(r.URL.Path) == EndpointOther {
 		return false
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {

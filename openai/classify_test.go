@@ -5,6 +5,8 @@ import (
 	"testing"
 )
 
+// TestIsInference: every API a vLLM fleet serves is admitted and routed
+// on its JSON body; other paths, methods and media types are not.
 func TestIsInference(t *testing.T) {
 	tests := []struct {
 		method, path, ct string
@@ -18,7 +20,14 @@ func TestIsInference(t *testing.T) {
 		{"POST", "/v1/chat/completions", "text/plain", false},
 		{"POST", "/v1/chat/completions", "not a media type;;", false},
 		{"GET", "/v1/chat/completions", "application/json", false},
-		{"POST", "/v1/embeddings", "application/json", false},
+		{"POST", "/v1/embeddings", "application/json", true},
+		{"POST", "/v1/responses", "application/json", true},
+		{"POST", "/v1/messages", "application/json", true},
+		{"POST", "/score", "", true},
+		{"POST", "/v1/rerank", "", true},
+		{"POST", "/v1/messages/count_tokens", "application/json", false},
+		{"POST", "/v1/audio/transcriptions", "multipart/form-data; boundary=x", false},
+		{"POST", "/tokenize", "application/json", false},
 		{"POST", "/metrics", "", false},
 	}
 	for _, tc := range tests {
