@@ -248,13 +248,13 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	if _, notFound := h.fleet.Serving(req.Model, h.dials()); notFound {
 		// Before NotePoolModel: a made-up name must not become one of
 		// the pool's models.
-		return modelNotFound(w, band.String(), cmp.Or(req.Alias, req.Model))
+		return modelNotFound(w, r, band.String(), cmp.Or(req.Alias, req.Model))
 	}
 	h.fleet.NotePoolModel(h.Pool, req.Model)
 
 	a, done := h.admit(w, r, band, req)
 	if !done && a.notFound {
-		h.lateNotFound(w, band, cmp.Or(req.Alias, req.Model), &a)
+		h.lateNotFound(w, r, cmp.Or(req.Alias, req.Model), &a)
 		done = true
 	}
 	spanattr.SetAdmission(trace.SpanFromContext(r.Context()), spanattr.Admission{Request: req, Pool: h.Pool, Band: band.String(),
@@ -296,12 +296,12 @@ func (h *Admission) prepare(w http.ResponseWriter, r *http.Request) (*openai.Req
 	if err != nil {
 		// The client may still be sending its body: earlyreject drains it,
 		// bounded, after the answer so that the client can read it.
-		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, status, err.Error()) })
+		earlyreject.Refuse(w, r, h.MaxBody, func() { _ = writeJSONError(w, r, status, err.Error()) })
 		return nil, nil, nil
 	}
 	req, body, err := parseRequest(h.fleet, openai.EndpointOf(r.URL.Path), body) // a model alias rewritten
 	if err != nil {
-		return nil, nil, writeRequestError(w, err)
+		return nil, nil, writeRequestError(w, r, err)
 	}
 	fb := &followingBody{Reader: bytes.NewReader(body)}
 	r.Body = fb
@@ -373,15 +373,6 @@ func onePrompt(req *openai.Request) bool {
 	return len(p) > 0 && p[0] >= '0' && p[0] <= '9'
 }
 
-// writeContextLength answers a contextLengthError as vLLM does: 400, type
-// BadRequestError, and counts the request as rejected for its band.
-func writeContextLength(w http.ResponseWriter, band admission.Band, msg string) {
-	rejectedTotal.WithLabelValues(band.String(), "context_length").Inc()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(openai.ContextLengthJSON(msg))
-}
-
 // proxied is an admitted request on its way to the engine.
 type proxied struct {
 	model   string // the metrics' label (fleet.ModelLabel)
@@ -421,7 +412,7 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 		// Headers are out: an upstream failure can only be told in-band, and
 		// returning an error would make Caddy write into the open stream.
 		if err != nil || ow.aborted || ow.status >= 400 {
-			h.streamError(w, ow, err)
+			h.streamError(w, r, ow, err)
 		}
 		return nil
 	}
@@ -431,14 +422,14 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 		// internal address; the cause is logged as Caddy would.
 		st := errStatus(err)
 		h.logger.Error("upstream failed", zap.Int("status", st), zap.Error(err))
-		return writeJSONError(w, st, "no engine could serve the request: "+strings.ToLower(http.StatusText(st)))
+		return writeJSONError(w, r, st, "no engine could serve the request: "+strings.ToLower(http.StatusText(st)))
 	}
 	return err
 }
 
 // streamError ends an open SSE stream with an `event: error` telling why
 // the upstream failed.
-func (h *Admission) streamError(w http.ResponseWriter, ow *observingWriter, err error) {
+func (h *Admission) streamError(w http.ResponseWriter, r *http.Request, ow *observingWriter, err error) {
 	msg := "upstream error"
 	switch {
 	case ow.aborted:
@@ -453,7 +444,7 @@ func (h *Admission) streamError(w http.ResponseWriter, ow *observingWriter, err 
 	if st < 400 {
 		st = http.StatusBadGateway
 	}
-	ev := openai.ErrorEvent(msg, st)
+	ev := errorEvent(r, msg, st)
 	if ow.aborted {
 		// The cut may have fallen inside an event: end it first (a blank
 		// line without data is no event).
@@ -496,6 +487,7 @@ func errStatus(err error) int {
 
 // admitted is how a request got through the gate.
 type admitted struct {
+	band     admission.Band         // its priority band
 	res      *upstreams.Reservation // nil when the pool had no engine to count on
 	place    *fleet.Placement       // nil when not placed (no llm policy, a cache key)
 	failOpen bool                   // admitted on unknown or stale engine state
@@ -516,20 +508,21 @@ func (a *admitted) refused(band admission.Band, reason string) {
 // engine has room. done reports that the request was answered (refused) or
 // its client left, and must not be proxied.
 func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission.Band, req *openai.Request) (a admitted, done bool) {
+	a.band = band
 	dials := h.dials()
 	serving, _ := h.fleet.Serving(req.Model, dials)
 	lim := h.limits()
 	if lim.FailClosed && !h.fleet.AnyKnown(serving) {
 		// Nothing to wait for: parking would only delay the same answer.
 		a.refused(band, "state_unknown")
-		h.reject(w, nil, band, 1, "state_unknown")
+		h.reject(w, r, rejection{band: band, position: 1, reason: "state_unknown"})
 		return a, true
 	}
 	a.place = h.place(r, req, dials)
 	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
 		// Before the gate: no wait makes the prompt shorter.
 		a.outcome = "context_length_exceeded"
-		writeContextLength(w, band, msg)
+		_ = writeContextLength(w, r, band, msg)
 		return a, true
 	}
 	try := h.try(req.Model, lim, &a)
@@ -539,12 +532,12 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	waiter, err := enterGate(gate, band, a.place != nil, try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		a.refused(band, "queue_full")
-		h.reject(w, gate, band, 0, "queue_full")
+		h.reject(w, r, rejection{gate: gate, band: band, reason: "queue_full"})
 		return a, true
 	}
 	if err != nil {
 		a.outcome = "error"
-		_ = writeJSONError(w, http.StatusInternalServerError, err.Error())
+		_ = writeJSONError(w, r, http.StatusInternalServerError, err.Error())
 		return a, true
 	}
 	select {
@@ -570,11 +563,11 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	}
 	a.refused(band, "max_park")
 	if sseSent {
-		_, _ = w.Write(openai.ErrorEvent("no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
+		_, _ = w.Write(errorEvent(r, "no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
 		flush(w)
 		return a, true
 	}
-	h.reject(w, gate, band, waiter.Position(), "max_park")
+	h.reject(w, r, rejection{gate: gate, band: band, position: waiter.Position(), reason: "max_park"})
 	return a, true
 }
 
@@ -742,73 +735,41 @@ func (h *Admission) park(w http.ResponseWriter, r *http.Request, waiter *admissi
 	}
 }
 
+// rejection is why and where in the queue a request is refused.
+type rejection struct {
+	gate     *admission.Gate // its gate; nil when it never entered one
+	band     admission.Band
+	position int    // its place in the queue; 0: a newcomer's place in band
+	reason   string // the llmgw_admission_rejected_total reason
+}
+
 // reject answers 503 with a Retry-After computed from the pool's observed
-// drain rate and the request's queue position (a newcomer's place in band
-// when position is 0). gate may be nil.
-func (h *Admission) reject(w http.ResponseWriter, gate *admission.Gate, band admission.Band, position int, reason string) {
-	ra := h.fleet.RetryAfter(h.dials(), gate, band, position, time.Duration(h.MaxPark))
+// drain rate and the request's queue position, in the format of r's API.
+func (h *Admission) reject(w http.ResponseWriter, r *http.Request, rej rejection) {
+	ra := h.fleet.RetryAfter(h.dials(), rej.gate, rej.band, rej.position, time.Duration(h.MaxPark))
 	w.Header().Set("Retry-After", strconv.Itoa(int((ra+time.Second-1)/time.Second)))
 	msg := "all engines are at capacity"
-	switch reason {
+	switch rej.reason {
 	case "queue_full":
 		msg = "admission queue is full"
 	case "state_unknown":
 		msg = "the engines' load is unknown (metrics unavailable) and admission fails closed"
 	}
-	_ = writeJSONError(w, http.StatusServiceUnavailable, msg+"; retry later")
+	_ = writeJSONError(w, r, http.StatusServiceUnavailable, msg+"; retry later")
 }
 
 // lateNotFound answers a request the gate let out because no engine
 // serves its model (see admit): 404 model_not_found, or, when it parked
 // as a stream and the SSE 200 is out, the same error as an event.
-func (h *Admission) lateNotFound(w http.ResponseWriter, band admission.Band, model string, a *admitted) {
+func (h *Admission) lateNotFound(w http.ResponseWriter, r *http.Request, model string, a *admitted) {
 	a.outcome = "model_not_found"
 	if !a.sseSent {
-		_ = modelNotFound(w, band.String(), model)
+		_ = modelNotFound(w, r, a.band.String(), model)
 		return
 	}
-	rejectedTotal.WithLabelValues(band.String(), "model_not_found").Inc()
-	_, _ = w.Write(openai.ErrorEvent("The model `"+model+"` does not exist.", http.StatusNotFound))
+	rejectedTotal.WithLabelValues(a.band.String(), "model_not_found").Inc()
+	_, _ = w.Write(errorEvent(r, "The model `"+model+"` does not exist.", http.StatusNotFound))
 	flush(w)
-}
-
-// modelNotFound answers a request for a model no engine of the pool
-// serves as OpenAI does: 404, model_not_found. Waiting would not help (an
-// engine's models change with its restart, not with its load), nor would
-// sending it to an engine, which would answer the same after a tokenize
-// and a trip. band labels the rejection's count.
-func modelNotFound(w http.ResponseWriter, band, model string) error {
-	rejectedTotal.WithLabelValues(band, "model_not_found").Inc()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusNotFound)
-	_, _ = w.Write(openai.ModelNotFoundJSON(model))
-	return nil
-}
-
-// writeRequestError answers a body ParseRequest rejected with 400 and an
-// OpenAI-style error naming the field at fault.
-func writeRequestError(w http.ResponseWriter, err error) error {
-	var re *openai.RequestError
-	if !errors.As(err, &re) {
-		return writeJSONError(w, http.StatusBadRequest, err.Error())
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(re.JSON())
-	return nil
-}
-
-// writeJSONError answers with an OpenAI-style JSON error. It returns nil:
-// the response is complete, and Caddy must not write another one.
-func writeJSONError(w http.ResponseWriter, status int, msg string) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	_, _ = w.Write(openai.ErrorJSON(msg, typ, status))
-	return nil
 }
 
 // servedBy is the upstream reverse_proxy used last, whatever its policy.

@@ -388,7 +388,7 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model, asked stri
 	if w != nil {
 		st.answered = true
 		// No band headers are read without llm_admission: the default band.
-		_ = modelNotFound(w, admission.Normal.String(), asked)
+		_ = modelNotFound(w, st.req, admission.Normal.String(), asked)
 	}
 	return true
 }
@@ -414,7 +414,7 @@ func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *o
 	if w != nil {
 		st.answered = true
 		// No band headers are read without llm_admission: the default band.
-		writeContextLength(w, admission.Normal, msg)
+		_ = writeContextLength(w, st.req, admission.Normal, msg)
 	}
 	return true
 }
