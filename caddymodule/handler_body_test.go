@@ -126,7 +126,7 @@ func TestAdmissionPassThrough(t *testing.T) {
 	}{
 		{"text body on an inference path", http.MethodPost, "/v1/chat/completions", "text/plain", long},
 		{"form on an inference path", http.MethodPost, "/v1/completions", "application/x-www-form-urlencoded", "a=1&b=2"},
-		{"JSON on another path", http.MethodPost, "/v1/embeddings", "application/json", `{"model":"sim-model","input":"x"` + long},
+		{"JSON on another path", http.MethodPost, "/v1/messages/count_tokens", "application/json", `{"model":"sim-model","messages":[]` + long},
 		{"GET models", http.MethodGet, "/v1/models", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
