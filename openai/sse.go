@@ -64,13 +64,22 @@ type StreamConfig struct {
 	// OnFirst, if set, runs once, at the first content event: the
 	// engine's prefill of the prompt is over.
 	OnFirst func()
+	// OnResponseID, if set, runs once, synchronously from Write, with
+	// the id of a Responses stream (its first event's response.id,
+	// response.created's in vLLM's streams), before Write returns: a
+	// writer that observes before it forwards knows the id before the
+	// client does.
+	OnResponseID func(id string)
 }
 
 // StreamStats is what a StreamObserver has seen so far.
 type StreamStats struct {
 	// TTFT is the time from Start to the first event carrying generated
-	// content (text, delta content, reasoning or tool calls); valid when
-	// ContentEvents > 0. Role-only and empty deltas do not count.
+	// content (text, delta content, reasoning or tool calls; in a
+	// Responses stream a non-empty response.output_text.delta or other
+	// generated delta, in an Anthropic stream a content_block_delta with
+	// text); valid when ContentEvents > 0. Role-only and empty deltas do
+	// not count.
 	TTFT time.Duration
 	// LastContent is the time from Start to the last content event, so
 	// LastContent-TTFT is the decode time.
@@ -82,9 +91,16 @@ type StreamStats struct {
 	ITLCount int
 	ITLSum   time.Duration
 	ITLMax   time.Duration
-	// Usage is the usage object of the last event that had a non-null one.
+	// Usage is the usage object of the last event that had a non-null
+	// one: in a chat or completions stream the chunk's usage; in a
+	// Responses stream response.completed's response.usage; in an
+	// Anthropic stream message_start's input tokens merged with the last
+	// message_delta's output tokens.
 	Usage    Usage
 	HasUsage bool
+	// ResponseID is a Responses stream's response id, "" until seen (or
+	// when it is not one worth recording; see MaxResponseID).
+	ResponseID string
 	// Done reports that "data: [DONE]" was seen.
 	Done bool
 	// Error reports an error in the stream: an "event: error" event, or a
@@ -306,8 +322,12 @@ func (o *StreamObserver) handle(data []byte) {
 		}
 		return
 	}
-	if c.hasUsage {
-		o.stats.Usage, o.stats.HasUsage = c.usage, true
+	o.noteUsage(&c)
+	if c.responseID != nil && o.stats.ResponseID == "" {
+		o.stats.ResponseID = string(c.responseID)
+		if o.cfg.OnResponseID != nil {
+			o.cfg.OnResponseID(o.stats.ResponseID)
+		}
 	}
 	if o.evError || c.isError {
 		msg := c.errMsg
@@ -332,6 +352,19 @@ func (o *StreamObserver) handle(data []byte) {
 	o.batch++
 }
 
+// noteUsage keeps an event's usage: it replaces the previous one, except
+// for an Anthropic message_start or message_delta, which carry part of it
+// each (the input tokens, then the output tokens) and are merged into it.
+func (o *StreamObserver) noteUsage(c *chunk) {
+	switch {
+	case !c.hasUsage:
+	case c.typ == evMessageUsage:
+		o.stats.Usage, o.stats.HasUsage = mergeUsage(o.stats.Usage, c.usage, c.usageSet), true
+	default:
+		o.stats.Usage, o.stats.HasUsage = c.usage, true
+	}
+}
+
 func (o *StreamObserver) setError(msg []byte) {
 	o.stats.Error = true
 	if len(msg) > maxErrorMessage {
@@ -350,13 +383,52 @@ func (o *StreamObserver) setError(msg []byte) {
 // Stats returns what the observer has seen so far.
 func (o *StreamObserver) Stats() StreamStats { return o.stats }
 
-// chunk is what the observer needs from one streamed JSON object.
+// eventType is the "type" of a Responses or Anthropic stream event, as
+// far as the observer cares.
+type eventType uint8
+
+const (
+	evOther         eventType = iota
+	evResponseDelta           // response.output_text.delta and the other generated deltas
+	evResponseError           // response.failed, or a Responses "type":"error" event
+	evBlockDelta              // Anthropic content_block_delta
+	evMessageUsage            // Anthropic message_start or message_delta: partial usage
+)
+
+// eventTypeOf classifies a "type" value.
+func eventTypeOf(t []byte) eventType {
+	switch string(t) {
+	case "response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta",
+		"response.function_call_arguments.delta", "response.reasoning_summary_text.delta":
+		return evResponseDelta
+	case "response.failed", "error":
+		return evResponseError
+	case "content_block_delta":
+		return evBlockDelta
+	case "message_start", "message_delta":
+		return evMessageUsage
+	}
+	return evOther
+}
+
+// MaxResponseID is the longest Responses id a StreamObserver or
+// ResponseID reports; vLLM's are 37 bytes ("resp_" and 32 hex digits).
+const MaxResponseID = 128
+
+// chunk is what the observer needs from one streamed JSON object: a chat
+// or completions chunk, or a Responses or Anthropic event.
 type chunk struct {
 	content  bool
 	usage    Usage
+	usageSet usageSet
 	hasUsage bool
 	isError  bool
 	errMsg   []byte // decoded message of the error, if any
+	typ      eventType
+	// delta is a top-level "delta" with content: a non-empty string
+	// (Responses) or an object with non-empty text (Anthropic).
+	delta      bool
+	responseID []byte // the Responses event's response.id
 }
 
 // parse walks one event payload. Only a JSON object counts.
@@ -366,49 +438,148 @@ func (c *chunk) parse(data []byte) error {
 	if s.peek() != '{' {
 		return s.unexpected("looking for beginning of object")
 	}
-	err := s.object(func(ks, ke int, esc bool) error {
-		switch string(keyBytes(data, ks, ke, esc)) {
-		case "choices":
-			if s.peek() != '[' {
-				return s.skip()
-			}
-			return s.array(func() error { return c.choice(s) })
-		case "usage":
-			u, ok, err := parseUsageValue(s)
-			if ok {
-				c.usage, c.hasUsage = u, true
-			}
-			return err
-		case "error":
-			return c.errorValue(s)
-		case "object":
-			if s.peek() != '"' {
-				return s.skip()
-			}
-			st, en, esc, err := s.str()
-			if err == nil && !esc && string(data[st:en]) == "error" {
-				c.isError = true
-			}
-			return err
-		case "message": // older vLLM: {"object":"error","message":...}
-			if s.peek() != '"' || c.errMsg != nil {
-				return s.skip()
-			}
-			st, en, esc, err := s.str()
-			if err == nil {
-				c.errMsg = decodedString(data, st, en, esc)
-			}
-			return err
-		}
-		return s.skip()
-	})
-	if err != nil {
+	if err := s.object(func(ks, ke int, esc bool) error { return c.member(s, keyBytes(data, ks, ke, esc)) }); err != nil {
 		return err
+	}
+	switch c.typ {
+	case evResponseDelta, evBlockDelta:
+		c.content = c.content || c.delta
+	case evResponseError:
+		c.isError = true
 	}
 	if !c.isError {
 		c.errMsg = nil // a stray "message" field is not an error
 	}
 	return s.end()
+}
+
+// member reads one top-level member of an event payload.
+func (c *chunk) member(s *scanner, key []byte) error {
+	switch string(key) {
+	case "choices":
+		if s.peek() != '[' {
+			return s.skip()
+		}
+		return s.array(func() error { return c.choice(s) })
+	case "usage":
+		return c.usageValue(s)
+	case "error":
+		return c.errorValue(s)
+	case "object":
+		if s.peek() != '"' {
+			return s.skip()
+		}
+		st, en, esc, err := s.str()
+		if err == nil && !esc && string(s.b[st:en]) == "error" {
+			c.isError = true
+		}
+		return err
+	case "message":
+		return c.messageValue(s)
+	case "type":
+		if s.peek() != '"' {
+			return s.skip()
+		}
+		st, en, esc, err := s.str()
+		if err == nil {
+			c.typ = eventTypeOf(decodedString(s.b, st, en, esc))
+		}
+		return err
+	case "delta":
+		return c.deltaValue(s)
+	case "response":
+		return c.responseValue(s)
+	}
+	return s.skip()
+}
+
+// usageValue reads a usage object (or null) into the chunk.
+func (c *chunk) usageValue(s *scanner) error {
+	u, set, ok, err := parseUsageValue(s)
+	if ok {
+		c.usage, c.usageSet, c.hasUsage = u, set, true
+	}
+	return err
+}
+
+// messageValue reads a top-level "message": an older vLLM error's message
+// ({"object":"error","message":...}), or an Anthropic message_start's
+// message object, whose usage holds the input tokens.
+func (c *chunk) messageValue(s *scanner) error {
+	switch {
+	case s.peek() == '{':
+		return s.object(func(ks, ke int, esc bool) error {
+			if string(keyBytes(s.b, ks, ke, esc)) != "usage" {
+				return s.skip()
+			}
+			return c.usageValue(s)
+		})
+	case s.peek() != '"' || c.errMsg != nil:
+		return s.skip()
+	}
+	st, en, esc, err := s.str()
+	if err == nil {
+		c.errMsg = decodedString(s.b, st, en, esc)
+	}
+	return err
+}
+
+// deltaValue reads a top-level "delta": a Responses delta's text, or an
+// Anthropic content block's delta object (text, tool input JSON or
+// thinking).
+func (c *chunk) deltaValue(s *scanner) error {
+	if s.peek() != '{' {
+		ok, err := nonEmpty(s)
+		c.delta = c.delta || ok
+		return err
+	}
+	return s.object(func(ks, ke int, esc bool) error {
+		switch string(keyBytes(s.b, ks, ke, esc)) {
+		case "text", "partial_json", "thinking":
+			ok, err := nonEmpty(s)
+			c.delta = c.delta || ok
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// responseValue reads a Responses event's "response" object: its id and
+// its usage (set in response.completed).
+func (c *chunk) responseValue(s *scanner) error {
+	if s.peek() != '{' {
+		return s.skip()
+	}
+	return s.object(func(ks, ke int, esc bool) error {
+		switch string(keyBytes(s.b, ks, ke, esc)) {
+		case "usage":
+			return c.usageValue(s)
+		case "id":
+			if s.peek() != '"' {
+				return s.skip()
+			}
+			st, en, esc, err := s.str()
+			if err == nil {
+				c.responseID = responseID(decodedString(s.b, st, en, esc))
+			}
+			return err
+		}
+		return s.skip()
+	})
+}
+
+// responseID is id when it is one worth recording (1 to MaxResponseID
+// bytes of valid UTF-8 without control characters), else nil.
+func responseID(id []byte) []byte {
+	if len(id) == 0 || len(id) > MaxResponseID || !utf8.Valid(id) {
+		return nil
+	}
+	for _, b := range id {
+		if b < 0x20 || b == 0x7f {
+			return nil
+		}
+	}
+	return id
 }
 
 // choice inspects one element of "choices" for generated content.
@@ -438,22 +609,26 @@ func (c *chunk) choice(s *scanner) error {
 
 // nonEmpty marks content when the value is a non-empty string or array.
 func (c *chunk) nonEmpty(s *scanner) error {
+	ok, err := nonEmpty(s)
+	c.content = c.content || ok
+	return err
+}
+
+// nonEmpty consumes the value at the cursor and reports whether it is a
+// non-empty string or array.
+func nonEmpty(s *scanner) (bool, error) {
 	start, end, err := s.value()
 	if err != nil {
-		return err
+		return false, err
 	}
 	v := s.b[start:end]
 	switch v[0] {
 	case '"':
-		if len(v) > 2 {
-			c.content = true
-		}
+		return len(v) > 2, nil
 	case '[':
-		if len(bytes.TrimSpace(v[1:len(v)-1])) > 0 {
-			c.content = true
-		}
+		return len(bytes.TrimSpace(v[1:len(v)-1])) > 0, nil
 	}
-	return nil
+	return false, nil
 }
 
 // errorValue handles a top-level "error": an object with a message, a
@@ -498,34 +673,116 @@ func decodedString(b []byte, start, end int, esc bool) []byte {
 	return []byte(v)
 }
 
-// parseUsageValue reads a usage object (or null) at the cursor.
-func parseUsageValue(s *scanner) (u Usage, ok bool, err error) {
-	if s.peek() != '{' {
-		return u, false, s.skip()
+// usageSet says which counts a usage object carried, for merging the
+// partial ones of an Anthropic stream (see mergeUsage).
+type usageSet uint8
+
+const (
+	hasPrompt usageSet = 1 << iota
+	hasCompletion
+	hasTotal
+	hasCached
+)
+
+// usageKeys collects a usage object's counts under both namings: the
+// chat and completions APIs' (prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens) and the Responses and Anthropic
+// APIs' (input_tokens, output_tokens, input_tokens_details.cached_tokens).
+// The former win when both are present, whatever their order.
+type usageKeys struct {
+	chat, alt       Usage
+	chatSet, altSet usageSet
+}
+
+// member reads the usage member named key at the cursor.
+func (k *usageKeys) member(s *scanner, key []byte) error {
+	switch string(key) {
+	case "prompt_tokens":
+		k.chatSet |= hasPrompt
+		return intValue(s, &k.chat.PromptTokens, nil)
+	case "completion_tokens":
+		k.chatSet |= hasCompletion
+		return intValue(s, &k.chat.CompletionTokens, nil)
+	case "total_tokens":
+		k.chatSet |= hasTotal
+		return intValue(s, &k.chat.TotalTokens, nil)
+	case "input_tokens":
+		k.altSet |= hasPrompt
+		return intValue(s, &k.alt.PromptTokens, nil)
+	case "output_tokens":
+		k.altSet |= hasCompletion
+		return intValue(s, &k.alt.CompletionTokens, nil)
+	case "prompt_tokens_details":
+		return cachedTokens(s, &k.chat, &k.chatSet)
+	case "input_tokens_details":
+		return cachedTokens(s, &k.alt, &k.altSet)
 	}
-	err = s.object(func(ks, ke int, esc bool) error {
-		switch string(keyBytes(s.b, ks, ke, esc)) {
-		case "prompt_tokens":
-			return intValue(s, &u.PromptTokens, nil)
-		case "completion_tokens":
-			return intValue(s, &u.CompletionTokens, nil)
-		case "total_tokens":
-			return intValue(s, &u.TotalTokens, nil)
-		case "prompt_tokens_details":
-			u.HasCachedTokens = false // a repeated key replaces the value
-			if s.peek() != '{' {
-				return s.skip()
-			}
-			return s.object(func(ks, ke int, esc bool) error {
-				if string(keyBytes(s.b, ks, ke, esc)) != "cached_tokens" {
-					return s.skip()
-				}
-				return intValue(s, &u.CachedTokens, &u.HasCachedTokens)
-			})
-		}
+	return s.skip()
+}
+
+// result resolves the two namings: each count is the chat name's when
+// that was present, else the other's.
+func (k *usageKeys) result() (Usage, usageSet) {
+	u, set := k.chat, k.chatSet
+	if set&hasPrompt == 0 && k.altSet&hasPrompt != 0 {
+		u.PromptTokens, set = k.alt.PromptTokens, set|hasPrompt
+	}
+	if set&hasCompletion == 0 && k.altSet&hasCompletion != 0 {
+		u.CompletionTokens, set = k.alt.CompletionTokens, set|hasCompletion
+	}
+	if set&hasCached == 0 && k.altSet&hasCached != 0 {
+		u.CachedTokens, u.HasCachedTokens, set = k.alt.CachedTokens, k.alt.HasCachedTokens, set|hasCached
+	}
+	return u, set
+}
+
+// cachedTokens reads a prompt_tokens_details (or input_tokens_details)
+// value: its cached_tokens, when an object has one.
+func cachedTokens(s *scanner, u *Usage, set *usageSet) error {
+	*set |= hasCached
+	u.CachedTokens, u.HasCachedTokens = 0, false // a repeated key replaces the value
+	if s.peek() != '{' {
 		return s.skip()
+	}
+	return s.object(func(ks, ke int, esc bool) error {
+		if string(keyBytes(s.b, ks, ke, esc)) != "cached_tokens" {
+			return s.skip()
+		}
+		return intValue(s, &u.CachedTokens, &u.HasCachedTokens)
 	})
-	return u, err == nil, err
+}
+
+// parseUsageValue reads a usage object (or null) at the cursor, in either
+// naming (see usageKeys); set says which counts it carried.
+func parseUsageValue(s *scanner) (u Usage, set usageSet, ok bool, err error) {
+	if s.peek() != '{' {
+		return u, 0, false, s.skip()
+	}
+	var k usageKeys
+	err = s.object(func(ks, ke int, esc bool) error {
+		return k.member(s, keyBytes(s.b, ks, ke, esc))
+	})
+	u, set = k.result()
+	return u, set, err == nil, err
+}
+
+// mergeUsage is dst with the counts src carried (set) replaced: an
+// Anthropic stream tells its input tokens in message_start and its output
+// tokens in message_delta.
+func mergeUsage(dst, src Usage, set usageSet) Usage {
+	if set&hasPrompt != 0 {
+		dst.PromptTokens = src.PromptTokens
+	}
+	if set&hasCompletion != 0 {
+		dst.CompletionTokens = src.CompletionTokens
+	}
+	if set&hasTotal != 0 {
+		dst.TotalTokens = src.TotalTokens
+	}
+	if set&hasCached != 0 {
+		dst.CachedTokens, dst.HasCachedTokens = src.CachedTokens, src.HasCachedTokens
+	}
+	return dst
 }
 
 // intValue reads a non-negative integer token count; other values (null,
@@ -549,7 +806,9 @@ func intValue(s *scanner, dst *int64, has *bool) error {
 }
 
 // ParseUsage extracts the top-level "usage" object of a non-streaming
-// completions or chat completions response. found is false when the body
+// completions, chat completions, Responses or Anthropic messages response
+// (the latter two name the counts input_tokens, output_tokens and
+// input_tokens_details.cached_tokens; see usageKeys). found is false when the body
 // has no (or a null) usage. The body must be one valid JSON object, nested
 // no deeper than 128; the walk allocates nothing proportional to the body,
 // and the caller bounds how much body it buffers.
@@ -563,7 +822,7 @@ func ParseUsage(body []byte) (u Usage, found bool, err error) {
 		if string(keyBytes(body, ks, ke, esc)) != "usage" {
 			return s.skip()
 		}
-		v, ok, err := parseUsageValue(s)
+		v, _, ok, err := parseUsageValue(s)
 		u, found = v, ok
 		return err
 	})

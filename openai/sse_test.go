@@ -325,6 +325,7 @@ func FuzzParseUsage(f *testing.F) {
 	f.Add([]byte(`{"usage":{"prompt_tokens":10,"completion_tokens":4,"total_tokens":14,"prompt_tokens_details":{"cached_tokens":3}}}`))
 	f.Add([]byte(`{"usage":null,"choices":[{"message":{"content":"x"}}]}`))
 	f.Add([]byte(`{"usage":{"prompt_tokens":1.5}}`))
+	f.Add([]byte(`{"usage":{"input_tokens":10,"output_tokens":4,"input_tokens_details":{"cached_tokens":3}}}`))
 	f.Add([]byte(`[1]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		u, found, err := ParseUsage(body)
@@ -343,6 +344,13 @@ func FuzzParseUsage(f *testing.F) {
 				PromptTokensDetails *struct {
 					CachedTokens json.RawMessage `json:"cached_tokens"`
 				} `json:"prompt_tokens_details"`
+				// The Responses and Anthropic names, which count when
+				// the chat names are absent.
+				InputTokens        json.RawMessage `json:"input_tokens"`
+				OutputTokens       json.RawMessage `json:"output_tokens"`
+				InputTokensDetails *struct {
+					CachedTokens json.RawMessage `json:"cached_tokens"`
+				} `json:"input_tokens_details"`
 			} `json:"usage"`
 		}
 		// Field matching in structs is case-insensitive and merges
@@ -368,9 +376,17 @@ func FuzzParseUsage(f *testing.F) {
 			}
 			return n
 		}
-		want := Usage{PromptTokens: num(m.Usage.PromptTokens), CompletionTokens: num(m.Usage.CompletionTokens),
-			TotalTokens: num(m.Usage.TotalTokens)}
+		either := func(chat, alt json.RawMessage) int64 {
+			if chat != nil {
+				return num(chat)
+			}
+			return num(alt)
+		}
+		want := Usage{PromptTokens: either(m.Usage.PromptTokens, m.Usage.InputTokens),
+			CompletionTokens: either(m.Usage.CompletionTokens, m.Usage.OutputTokens), TotalTokens: num(m.Usage.TotalTokens)}
 		if d := m.Usage.PromptTokensDetails; d != nil {
+			want.CachedTokens = num(d.CachedTokens)
+		} else if d := m.Usage.InputTokensDetails; d != nil && !bytes.Contains(body, []byte(`"prompt_tokens_details"`)) {
 			want.CachedTokens = num(d.CachedTokens)
 		}
 		if u.PromptTokens != want.PromptTokens || u.CompletionTokens != want.CompletionTokens ||
