@@ -44,6 +44,8 @@ type Fleet struct {
 	breaker   *routing.Breaker // guarded by mu; replaced when its config changes
 	// aliases is the running config's public model names (models.go).
 	aliases atomic.Pointer[map[string]string]
+	// responses maps stored Responses ids to their engines (responses.go).
+	responses *responseStore
 
 	now      func() time.Time // Options.Now
 	kick     chan struct{}
@@ -111,6 +113,7 @@ func New(logger *zap.Logger, o Options) *Fleet {
 		drained: make(map[string]bool),
 		now:     o.Now,
 	}
+	f.responses = newResponseStore(DefaultMaxResponses, DefaultResponseTTL, o.Now)
 	f.index.SetPredictTTL(DefaultSpeculativeTTL)
 	f.logBase.Store(logger)
 	// The fleet outlives configs; its logs go where the running

@@ -82,10 +82,10 @@ type Placement struct {
 
 // Place computes a request's placement among dials (see Placement). It
 // tokenizes as Route does (the same cache). It returns nil for a query
-// with no request, with a cache key (the policy pins those itself), or
-// for a pooling request (Route sends those by load alone).
+// with no request, with a cache key or a pin (the policy pins those
+// itself), or for a pooling request (Route sends those by load alone).
 func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
-	if q.Request == nil || q.CacheKey != "" || q.Request.PrefillOnly {
+	if q.Request == nil || q.CacheKey != "" || q.Pin != "" || q.Request.PrefillOnly {
 		return nil
 	}
 	v := f.queryView(q)

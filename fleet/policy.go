@@ -61,7 +61,11 @@ func (f *Fleet) Breaker() *routing.Breaker {
 // a healthy engine out of routing for its cooldown, and the pool's load on
 // fewer engines, deeper in their queues, to be lost at their own restarts.
 // Should the new process fail too, its own failures open the breaker again.
+//
+// The responses the old process stored are gone with it: a follow-up
+// naming one is answered as vLLM would (see PreviousResponse).
 func (f *Fleet) onRestart(dial string) {
+	f.responses.restarted(dial)
 	if f.Breaker().Reset(dial, time.Now()) {
 		f.logger.Info("engine restarted: circuit breaker closed", zap.String("engine", dial))
 	}

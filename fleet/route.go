@@ -53,6 +53,11 @@ type Query struct {
 	Own string
 	// CacheKey, when set, pins the request by rendezvous hashing over Dials.
 	CacheKey string
+	// Pin, when set, is the engine the request must go to, whatever its
+	// prefix and load: the one that stored its previous_response_id (see
+	// PreviousResponse). It outranks CacheKey. The decision's Index is
+	// -1 when Pin is not among Dials.
+	Pin string
 	// Tokens are the prompt's token ids when the caller has them already;
 	// nil: taken from a prompt given as ids, else from /tokenize.
 	Tokens []uint64
@@ -106,6 +111,13 @@ func (f *Fleet) Route(ctx context.Context, q Query) *Pick {
 
 // route is Route's decision.
 func (f *Fleet) route(ctx context.Context, q Query) Decision {
+	if q.Pin != "" {
+		d := Decision{Decision: routing.Decision{Index: slices.Index(q.Dials, q.Pin), Tier: routing.CacheKey, Outcome: routing.Hit}}
+		if d.Index < 0 {
+			d.Tier, d.Outcome = routing.LoadOnly, routing.Miss
+		}
+		return d
+	}
 	if q.CacheKey != "" && len(q.Dials) > 0 {
 		return f.pinned(q)
 	}

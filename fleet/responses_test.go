@@ -1,0 +1,139 @@
+package fleet
+
+import (
+	"fmt"
+	"testing"
+	"time"
+	"weak"
+
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// weakNone is a recording without a registry engine to check.
+var weakNone weak.Pointer[upstreams.Engine]
+
+// testClock is a settable clock.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time { return c.t }
+
+// TestResponseStoreBound: the store keeps the newest max ids; recording
+// an id again moves it to the front of the queue, and a dead entry leaves
+// without taking the new one with it.
+func TestResponseStoreBound(t *testing.T) {
+	clock := &testClock{t: time.Unix(1_700_000_000, 0)}
+	s := newResponseStore(3, time.Hour, clock.now)
+	for i := range 5 {
+		s.record(fmt.Sprintf("resp_%d", i), "a:1", weakNone)
+	}
+	for i := range 5 {
+		_, ok := s.lookup(fmt.Sprintf("resp_%d", i))
+		if ok != (i >= 2) {
+			t.Errorf("resp_%d found %v, want %v", i, ok, i >= 2)
+		}
+	}
+	s.record("resp_2", "b:1", weakNone) // again, elsewhere: the newest now
+	s.record("resp_5", "a:1", weakNone) // pushes out resp_3, the oldest live
+	s.record("resp_6", "a:1", weakNone) // pushes out the dead resp_2 entry, then resp_4
+	if e, ok := s.lookup("resp_2"); !ok || e.dial.name != "b:1" {
+		t.Errorf("resp_2: %+v, %v; want on b:1", e, ok)
+	}
+	for _, id := range []string{"resp_3", "resp_4"} {
+		if _, ok := s.lookup(id); ok {
+			t.Errorf("%s still found", id)
+		}
+	}
+	if n := s.len(); n != 3 || len(s.queue) != 3 {
+		t.Errorf("%d ids in a queue of %d, want 3 and 3", n, len(s.queue))
+	}
+	if len(s.dials) != 2 {
+		t.Errorf("%d dials kept, want 2", len(s.dials))
+	}
+}
+
+// TestResponseStoreTTL: an id is forgotten once its TTL has passed, and
+// the dials of expired entries with it.
+func TestResponseStoreTTL(t *testing.T) {
+	clock := &testClock{t: time.Unix(1_700_000_000, 0)}
+	s := newResponseStore(100, time.Hour, clock.now)
+	s.record("old", "a:1", weakNone)
+	clock.t = clock.t.Add(30 * time.Minute)
+	s.record("new", "b:1", weakNone)
+	clock.t = clock.t.Add(30*time.Minute - time.Nanosecond)
+	if _, ok := s.lookup("old"); !ok {
+		t.Fatal("forgotten before its TTL")
+	}
+	clock.t = clock.t.Add(time.Nanosecond)
+	if _, ok := s.lookup("old"); ok {
+		t.Fatal("remembered past its TTL")
+	}
+	if _, ok := s.lookup("new"); !ok || s.len() != 1 || s.dials["a:1"] != nil {
+		t.Fatalf("after the first expired: new found %v, %d ids, dials %v", ok, s.len(), s.dials)
+	}
+	clock.t = clock.t.Add(time.Hour)
+	if s.len() != 1 { // len does not expire; lookups and records do
+		t.Fatalf("%d ids", s.len())
+	}
+	s.lookup("x")
+	if s.len() != 0 || len(s.dials) != 0 || len(s.queue) != 0 {
+		t.Fatalf("%d ids, %d dials, queue %d after both expired", s.len(), len(s.dials), len(s.queue))
+	}
+}
+
+// TestPreviousResponse: a recorded id is stored on its engine until the
+// engine restarts or leaves the fleet; ids recorded after a restart are
+// the new process's; an id never recorded is unknown.
+func TestPreviousResponse(t *testing.T) {
+	a, b := deadDials[0], deadDials[1]
+	f := manualFleet(t, &EngineConfig{Dial: a}, &EngineConfig{Dial: b})
+	f.RecordResponse("resp_a", a)
+	f.RecordResponse("resp_b", b)
+	check := func(id, wantDial string, want ResponseState) {
+		t.Helper()
+		if dial, st := f.PreviousResponse(id); dial != wantDial || st != want {
+			t.Errorf("PreviousResponse(%q) = %q, %v; want %q, %v", id, dial, st, wantDial, want)
+		}
+	}
+	check("resp_a", a, ResponseStored)
+	check("resp_x", "", ResponseUnknown)
+	check("", "", ResponseUnknown)
+
+	scrape(f, a, upstreams.Gauges{PromptTokens: 9000, PrefillSeconds: 3})
+	scrape(f, a, upstreams.Gauges{PromptTokens: 10, PrefillSeconds: 0.01}) // counters down: restarted
+	check("resp_a", "", ResponseGone)
+	check("resp_b", b, ResponseStored)
+	f.RecordResponse("resp_a2", a)
+	check("resp_a2", a, ResponseStored)
+
+	// b leaves the fleet (a config without it, nothing in flight).
+	cfg := testConfig(&EngineConfig{Dial: a})
+	cfg.IdleTTL = time.Nanosecond
+	f.Start(f.NewGeneration(cfg, zap.NewNop()))
+	if _, ok := f.registry.Get(b); ok {
+		t.Fatal("b is still in the registry")
+	}
+	check("resp_b", "", ResponseGone)
+	// Back as a new process at the same address: still gone.
+	f.Start(f.NewGeneration(testConfig(&EngineConfig{Dial: a}, &EngineConfig{Dial: b}), zap.NewNop()))
+	check("resp_b", "", ResponseGone)
+	check("resp_a2", a, ResponseStored)
+}
+
+// TestRoutePin: a pinned query goes to its pin whatever the cache key,
+// and to no candidate when the pin is not one; placement leaves it alone.
+func TestRoutePin(t *testing.T) {
+	f := manualFleet(t, &EngineConfig{Dial: deadDials[0]}, &EngineConfig{Dial: deadDials[1]})
+	q := Query{Request: chatRequest(t, nil, "hello"), Dials: deadDials[:2], Settings: DefaultSettings(), CacheKey: "k", Pin: deadDials[1]}
+	if d := f.route(t.Context(), q); d.Index != 1 {
+		t.Errorf("pinned to %s: index %d", q.Pin, d.Index)
+	}
+	q.Pin = deadDials[2]
+	if d := f.route(t.Context(), q); d.Index != -1 {
+		t.Errorf("pinned to a non-candidate: index %d", d.Index)
+	}
+	if p := f.Place(t.Context(), q); p != nil {
+		t.Errorf("a pinned request was placed: %+v", p)
+	}
+}
