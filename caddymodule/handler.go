@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -285,7 +286,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	// The metrics' model label is bounded: a name the fleet does not know
 	// (admitted fail-open on engines whose models are unknown) is "other".
 	model := h.fleet.ModelLabel(req.Model)
-	return h.proxy(w, r, next, proxied{model: model, body: fb, sseSent: a.sseSent, res: a.res})
+	return h.proxy(w, r, next, proxied{model: model, body: fb, sseSent: a.sseSent, res: a.res, record: responseRecorder(h.fleet, r, req)})
 }
 
 // prepare reads and parses the body, reinstalls it for the proxy and
@@ -379,6 +380,7 @@ type proxied struct {
 	body    *followingBody
 	sseSent bool                   // parked as a stream: the SSE 200 is out
 	res     *upstreams.Reservation // nil when the pool had no engine to count on
+	record  func(id string)        // records a stored response's id (responseRecorder); nil for others
 }
 
 // proxy runs the rest of the chain for an admitted request, observes the
@@ -386,7 +388,7 @@ type proxied struct {
 // upstream failure into an answer the client can read.
 func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, p proxied) error {
 	ow := newObservingWriter(w, r, p.sseSent, time.Now(), p.model)
-	ow.onResponse, ow.onFirst = p.body.onSend, p.res.Prefilled
+	ow.onResponse, ow.onFirst, ow.record = p.body.onSend, p.res.Prefilled, p.record
 	var err error
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()
@@ -496,6 +498,7 @@ type admitted struct {
 	order    admission.Order // how the gate admitted it
 	outcome  string          // "" when admitted, else why not (for the span)
 	notFound bool            // let out of the gate because no engine serves its model
+	pin      string          // the engine that stored its previous response, "" for none
 }
 
 // refused counts a request not admitted, for its reason.
@@ -518,7 +521,18 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		h.reject(w, r, rejection{band: band, position: 1, reason: "state_unknown"})
 		return a, true
 	}
-	a.place = h.place(r, req, dials)
+	pin, gone := previousResponse(h.fleet, req, func(d string) bool { return slices.Contains(serving, d) && !h.fleet.IsDrained(d) }, true)
+	if gone {
+		// Before the gate: no engine holds the response any more, and
+		// any other would answer as if it never existed, or worse.
+		a.outcome = "response_not_found"
+		writeResponseNotFound(w, req.PreviousResponseID)
+		return a, true
+	}
+	if _, llm := h.fleet.PolicyOf(h.Pool); llm {
+		a.pin = pin // other policies route on their own: no engine to wait for
+	}
+	a.place = h.place(r, req, dials, pin)
 	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
 		// Before the gate: no wait makes the prompt shorter.
 		a.outcome = "context_length_exceeded"
@@ -529,7 +543,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 	// Requests only some engines serve wait apart from the others (see
 	// fleet.ModelGate): a full model must not hold back an idle one's.
 	gate := h.fleet.ModelGate(h.Pool, dials, serving, admission.Config{QueueSize: h.QueueSize, Aging: time.Duration(h.Aging)})
-	waiter, err := enterGate(gate, band, a.place != nil, try)
+	waiter, err := enterGate(gate, band, a.place != nil || a.pin != "", try)
 	if errors.Is(err, admission.ErrQueueFull) {
 		a.refused(band, "queue_full")
 		h.reject(w, r, rejection{gate: gate, band: band, reason: "queue_full"})
@@ -593,7 +607,7 @@ func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.P
 			a.notFound = true
 			return true
 		}
-		rr, fo, ok := h.reserve(model, a.place, lim, pass)
+		rr, fo, ok := h.reserve(model, a.place, a.pin, lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
@@ -601,22 +615,27 @@ func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.P
 	}
 }
 
-// reserve is one try at admitting a request for model: on its placement
-// when it has one, else on the engine serving model with the most room
-// (an unplaced request enters the gate without a preferred pass, see
-// enterGate).
-func (h *Admission) reserve(model string, place *fleet.Placement, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
-	if place != nil {
+// reserve is one try at admitting a request for model: on the engine it
+// is pinned to (the one that stored its previous response) when it is,
+// whatever the pass, as that engine is the only one it may go to; on its
+// placement when it has one; else on the engine serving model with the
+// most room (an unplaced request enters the gate without a preferred
+// pass, see enterGate).
+func (h *Admission) reserve(model string, place *fleet.Placement, pin string, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+	switch {
+	case pin != "":
+		return h.fleet.TryReserveModel(model, []string{pin}, lim)
+	case place != nil:
 		return place.Reserve(h.dials(), lim, pass)
-	}
-	if pass == admission.PassPreferred {
+	case pass == admission.PassPreferred:
 		return nil, false, false
 	}
 	return h.fleet.TryReserveModel(model, h.dials(), lim)
 }
 
-// enterGate asks the gate for admission; a placed request may go ahead of
-// its band when its prefix holder has room (admission.Gate.EnterPlaced).
+// enterGate asks the gate for admission; a placed (or pinned) request may
+// go ahead of its band when its prefix holder (or pinned engine) has room
+// (admission.Gate.EnterPlaced).
 func enterGate(gate *admission.Gate, band admission.Band, placed bool, try admission.PlacedFunc) (*admission.Waiter, error) {
 	if placed {
 		return gate.EnterPlaced(band, try)
@@ -647,13 +666,14 @@ func (h *Admission) band(r *http.Request) admission.Band {
 // lb_policy llm, which then sends it where admission counted it: nil for
 // other policies (they route on their own, and a request queued at its
 // prefix holder would land elsewhere) and for requests the policy pins by
-// their cache key.
-func (h *Admission) place(r *http.Request, req *openai.Request, dials []string) *fleet.Placement {
+// their cache key or to pin, the engine that stored their previous
+// response.
+func (h *Admission) place(r *http.Request, req *openai.Request, dials []string, pin string) *fleet.Placement {
 	s, ok := h.fleet.PolicyOf(h.Pool)
 	if !ok {
 		return nil
 	}
-	pl := h.fleet.Place(r.Context(), fleet.Query{Request: req, Dials: dials, Settings: s, CacheKey: cacheKey(r, s.CacheKeyHeader)})
+	pl := h.fleet.Place(r.Context(), fleet.Query{Request: req, Dials: dials, Settings: s, CacheKey: cacheKey(r, s.CacheKeyHeader), Pin: pin})
 	if pl != nil {
 		observeTokenize(pl.Tokenize) // the policy does not tokenize again
 	}

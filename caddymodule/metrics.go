@@ -63,6 +63,10 @@ var (
 		Name: "llmgw_responses_total",
 		Help: "Admitted requests by model, serving engine and outcome.",
 	}, []string{"model", "engine", "outcome"})
+	previousResponseTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_previous_response_total",
+		Help: "Responses API requests with a previous_response_id, by outcome: pinned (sent to the engine that stored it), unknown (not recorded by this gateway: routed as any other), gone (its engine restarted or left: answered 404 as vLLM would).",
+	}, []string{"outcome"})
 	prefixDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_prefix_decisions_total",
 		Help: "Routing decisions by tier (precise, approximate, cache_key, load_only) and outcome (hit, miss, overridden_by_load).",
@@ -100,7 +104,7 @@ var (
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
-		ttftSeconds, itlSeconds, tokensTotal, responsesTotal,
+		ttftSeconds, itlSeconds, tokensTotal, responsesTotal, previousResponseTotal,
 		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds, decisionSeconds,
 	}
 }

@@ -31,9 +31,22 @@ type observingWriter struct {
 	// onResponse, if set, runs when the upstream's response starts;
 	// onFirst at a stream's first token (its prefill is over).
 	onResponse, onFirst func()
+	// record, if set, records the id of a successful /v1/responses
+	// answer the engine stores (responseRecorder); idDone once it ran,
+	// or gave up after maxIDTries walks of a body's prefix.
+	record  func(id string)
+	idDone  bool
+	idTries int
 }
 
 const maxObservedBody = 64 << 10
+
+// maxIDTries bounds how many times a non-streaming body's growing prefix
+// is walked for its response id (openai.ResponseID), once per write until
+// found: vLLM writes the id first, so the first walk finds it; a body
+// split in many small writes with the id far in costs at most this many
+// walks of maxObservedBody before the last one, at the end.
+const maxIDTries = 8
 
 func newObservingWriter(w http.ResponseWriter, r *http.Request, resumed bool, start time.Time, model string) *observingWriter {
 	ow := &observingWriter{
@@ -71,10 +84,14 @@ func (o *observingWriter) WriteHeader(code int) {
 	}
 	if mt, _ := openai.MediaType(o.Header().Get("Content-Type")); mt == "text/event-stream" && code < 400 {
 		h := itlSeconds.WithLabelValues(o.model, o.engine())
-		o.obs = openai.NewStreamObserver(openai.StreamConfig{
+		cfg := openai.StreamConfig{
 			Start: o.start, OnFirst: o.onFirst,
 			OnITL: func(d time.Duration) { h.Observe(d.Seconds()) },
-		})
+		}
+		if o.record != nil && code < 300 {
+			cfg.OnResponseID = o.recordID
+		}
+		o.obs = openai.NewStreamObserver(cfg)
 	}
 	if !o.resumed {
 		o.ResponseWriterWrapper.WriteHeader(code)
@@ -97,8 +114,32 @@ func (o *observingWriter) Write(p []byte) (int, error) {
 		_, _ = o.obs.Write(p)
 	} else if o.status < 400 && o.body.Len() < maxObservedBody {
 		o.body.Write(p[:min(len(p), maxObservedBody-o.body.Len())])
+		if o.idTries < maxIDTries {
+			o.idTries++
+			o.findResponseID()
+		}
 	}
 	return o.ResponseWriterWrapper.Write(p)
+}
+
+// findResponseID records a non-streaming Responses answer's id once the
+// body's prefix holds it, before the bytes that complete the body reach
+// the client: a follow-up sent as soon as the answer is read must find it.
+func (o *observingWriter) findResponseID() {
+	if o.record == nil || o.idDone || o.status >= 300 {
+		return
+	}
+	if id, ok := openai.ResponseID(o.body.Bytes()); ok {
+		o.recordID(id)
+	}
+}
+
+// recordID records a response's id, once.
+func (o *observingWriter) recordID(id string) {
+	if !o.idDone {
+		o.idDone = true
+		o.record(id)
+	}
 }
 
 // ReadFrom goes through Write so that nothing bypasses the status check and
@@ -139,6 +180,7 @@ func (o *observingWriter) finish() {
 		}
 	} else if o.status > 0 && o.status < 400 {
 		u, haveUsage, _ = openai.ParseUsage(o.body.Bytes())
+		o.findResponseID() // late, when the writes outnumbered maxIDTries
 	}
 	if o.aborted {
 		outcome = "aborted"

@@ -231,9 +231,16 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		// another model.
 		cands, spare = p.serving(req.Model, cands), p.serving(req.Model, spare)
 	}
+	pin, gone := previousResponse(p.fleet, req, upstreamUsable(cands, spare), res == nil) // llm_admission counted its own
+	if gone {
+		p.releaseProbes(cands)
+		p.responseGone(req, st, w)
+		return nil
+	}
+	cands = withPin(cands, spare, pin)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
-	chosen, pick := p.choose(r, req, cands, res, place)
+	chosen, pick := p.choose(r, req, cands, res, place, pin)
 	if res == nil && p.tooLong(pool, r, req, pick.Tokens, st, w) {
 		p.releaseProbes(cands)
 		return nil
@@ -419,6 +426,32 @@ func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *o
 	return true
 }
 
+// responseGone answers a follow-up whose previous response's engine is
+// gone (restarted, left, drained or failed this request) with vLLM's 404,
+// with the consequences modelNotFound describes: no engine holds the
+// response any more, and another would answer as if it never existed.
+func (p *Policy) responseGone(req *openai.Request, st *selectState, w http.ResponseWriter) {
+	if w != nil {
+		st.answered = true
+		writeResponseNotFound(w, req.PreviousResponseID)
+	}
+}
+
+// withPin is cands with the upstream of pin from spare added: a request
+// pinned to an engine behind an open breaker goes there still, as no
+// other holds its previous response.
+func withPin(cands, spare []*reverseproxy.Upstream, pin string) []*reverseproxy.Upstream {
+	if pin == "" || upstreamUsable(cands)(pin) {
+		return cands
+	}
+	for _, u := range spare {
+		if u.Dial == pin {
+			return append(cands, u)
+		}
+	}
+	return cands
+}
+
 // releaseProbes hands back the half-open breaker probes candidates
 // claimed for an attempt that picks none of them, as Pick.Commit does for
 // those it does not pick: the next request may probe them at once.
@@ -470,12 +503,14 @@ func (p *Policy) serving(model string, ups []*reverseproxy.Upstream) []*reversep
 // with a pick to commit to whichever upstream the caller chooses instead.
 // A request llm_admission placed goes to the engine its reservation counts
 // on, the decision admission made, while that engine is a candidate (not
-// failed by this request, drained or behind an open breaker since).
-func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement) (*reverseproxy.Upstream, *fleet.Pick) {
+// failed by this request, drained or behind an open breaker since). A
+// request pinned to the engine that stored its previous response goes
+// there (pin is among cands: Select answers the others).
+func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement, pin string) (*reverseproxy.Upstream, *fleet.Pick) {
 	if len(cands) == 0 {
 		return nil, p.fleet.Unrouted(req, nil)
 	}
-	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: cacheKey(r, p.CacheKeyHeader)}
+	q := fleet.Query{Request: req, Dials: make([]string, len(cands)), Settings: p.settings(), CacheKey: cacheKey(r, p.CacheKeyHeader), Pin: pin}
 	for i, u := range cands {
 		q.Dials[i] = u.Dial
 	}
