@@ -90,6 +90,12 @@ type App struct {
 	// held there before its events confirm it; 0 disables. Default: 2s.
 	SpeculativeTTL *caddy.Duration `json:"speculative_ttl,omitempty"`
 
+	// How long the engine that stored a /v1/responses answer is
+	// remembered for previous_response_id follow-ups (at most 100,000
+	// ids, the oldest forgotten first); past it a follow-up is routed as
+	// one this gateway never saw. Default: 1h.
+	ResponsesTTL caddy.Duration `json:"responses_ttl,omitempty"`
+
 	// Dynamic engines unused for this long are removed. Default: 10m.
 	IdleTTL caddy.Duration `json:"idle_ttl,omitempty"`
 
@@ -186,6 +192,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.TokenizeCacheSize == 0 {
 		a.TokenizeCacheSize = 4096
 	}
+	if a.ResponsesTTL < 0 {
+		return fmt.Errorf("responses_ttl must not be negative")
+	}
+	if a.ResponsesTTL == 0 {
+		a.ResponsesTTL = caddy.Duration(fleet.DefaultResponseTTL)
+	}
 	cfg := a.fleetConfig()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -237,6 +249,7 @@ func (a *App) fleetConfig() fleet.Config {
 // for new engines and stop for removed ones; engines that stay keep running.
 func (a *App) Start() error {
 	a.fleet.Start(a.gen)
+	a.fleet.SetResponseTTL(time.Duration(a.ResponsesTTL))
 	current.Store(a)
 	return nil
 }

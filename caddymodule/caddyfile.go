@@ -58,6 +58,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    tokenize_concurrency <n>
 //	    tokenize_cache_size  <n>
 //	    speculative_ttl      <duration>
+//	    responses_ttl        <duration>
 //	    tokenizer <model|*> <dir|remote>
 //	    tokenizer_check_sample   <0..1>
 //	    tokenizer_mismatch_limit <n>
@@ -112,6 +113,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "speculative_ttl":
 			a.SpeculativeTTL = new(caddy.Duration)
 			err = parseDuration(d, a.SpeculativeTTL)
+		case "responses_ttl":
+			err = parseDuration(d, &a.ResponsesTTL)
 		case "tokenizer":
 			args := d.RemainingArgs()
 			if len(args) != 2 {

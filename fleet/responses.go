@@ -65,6 +65,19 @@ func (f *Fleet) RecordResponse(id, dial string) {
 	f.responses.record(id, dial, eng)
 }
 
+// SetResponseTTL sets how long a recorded id is remembered (the llm app's
+// responses_ttl, at each config start); ttl <= 0 means
+// DefaultResponseTTL. Ids already older are forgotten at once.
+func (f *Fleet) SetResponseTTL(ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = DefaultResponseTTL
+	}
+	f.responses.mu.Lock()
+	defer f.responses.mu.Unlock()
+	f.responses.ttl = ttl
+	f.responses.expire(f.now())
+}
+
 // PreviousResponse says where the response id was stored: on dial when
 // the state is ResponseStored, and dial "" otherwise.
 func (f *Fleet) PreviousResponse(id string) (dial string, st ResponseState) {

@@ -137,3 +137,21 @@ func TestRoutePin(t *testing.T) {
 		t.Errorf("a pinned request was placed: %+v", p)
 	}
 }
+
+// TestSetResponseTTL: the configured TTL applies to the ids already
+// recorded, and a non-positive one is the default.
+func TestSetResponseTTL(t *testing.T) {
+	clock := &testClock{t: time.Unix(1_700_000_000, 0)}
+	f := New(zap.NewNop(), Options{ManualScrape: true, Now: clock.now})
+	t.Cleanup(f.Close)
+	f.RecordResponse("resp_1", deadDials[0])
+	clock.t = clock.t.Add(10 * time.Minute)
+	f.SetResponseTTL(0)
+	if _, st := f.PreviousResponse("resp_1"); st != ResponseStored {
+		t.Fatalf("under the default TTL: %v", st)
+	}
+	f.SetResponseTTL(5 * time.Minute)
+	if _, st := f.PreviousResponse("resp_1"); st != ResponseUnknown {
+		t.Fatalf("past a shorter TTL: %v", st)
+	}
+}
