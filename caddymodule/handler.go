@@ -258,6 +258,10 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		h.lateNotFound(w, r, cmp.Or(req.Alias, req.Model), &a)
 		done = true
 	}
+	if !done && a.pinGone {
+		lateResponseGone(w, req.PreviousResponseID, &a)
+		done = true
+	}
 	spanattr.SetAdmission(trace.SpanFromContext(r.Context()), spanattr.Admission{Request: req, Pool: h.Pool, Band: band.String(),
 		Outcome: a.outcome, Order: a.order.String(), Parked: a.waited, FailOpen: a.failOpen, Placement: a.place})
 	if done {
@@ -499,6 +503,8 @@ type admitted struct {
 	outcome  string          // "" when admitted, else why not (for the span)
 	notFound bool            // let out of the gate because no engine serves its model
 	pin      string          // the engine that stored its previous response, "" for none
+	pinGone  bool            // let out of the gate because pin restarted or left while it waited
+	prev     string          // the previous_response_id pin stored
 }
 
 // refused counts a request not admitted, for its reason.
@@ -530,7 +536,7 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		return a, true
 	}
 	if _, llm := h.fleet.PolicyOf(h.Pool); llm {
-		a.pin = pin // other policies route on their own: no engine to wait for
+		a.pin, a.prev = pin, req.PreviousResponseID // other policies route on their own: no engine to wait for
 	}
 	a.place = h.place(r, req, dials, pin)
 	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
@@ -606,6 +612,14 @@ func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.P
 			// Let it out, without a reservation, to be answered 404.
 			a.notFound = true
 			return true
+		}
+		if a.pin != "" {
+			if dial, _ := h.fleet.PreviousResponse(a.prev); dial != a.pin {
+				// Its engine restarted or left while it waited:
+				// waiting longer would not bring the response back.
+				a.pinGone = true
+				return true
+			}
 		}
 		rr, fo, ok := h.reserve(model, a.place, a.pin, lim, pass)
 		if ok {

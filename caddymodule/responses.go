@@ -47,6 +47,20 @@ func writeResponseNotFound(w http.ResponseWriter, id string) {
 	_, _ = w.Write(openai.ResponseNotFoundJSON(id))
 }
 
+// lateResponseGone answers a pinned request the gate let out because the
+// engine holding its previous response restarted or left while it waited
+// (see Admission.try): vLLM's 404, or, when it parked as a stream and the
+// SSE 200 is out, the same error as an event.
+func lateResponseGone(w http.ResponseWriter, id string, a *admitted) {
+	a.outcome = "response_not_found"
+	if !a.sseSent {
+		writeResponseNotFound(w, id)
+		return
+	}
+	_, _ = w.Write(openai.ErrorEvent("Response with id '"+id+"' not found.", http.StatusNotFound))
+	flush(w)
+}
+
 // responseRecorder returns the function that records, for a /v1/responses
 // request whose response the engine stores (store not false), the id of
 // its answer against the engine that served it (servedBy r); nil for any

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 )
 
 // responsesBody is a /v1/responses request, following prev when set.
@@ -130,6 +131,9 @@ func restartHolder(t *testing.T, engines []*vllmsim.Engine, holder, url, id stri
 			e = x
 		}
 	}
+	// The registry tells a restart by the engine's counters going down:
+	// it must have seen them up first.
+	waitScraped(t, holder)
 	if err := e.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +148,7 @@ func restartHolder(t *testing.T, engines []*vllmsim.Engine, holder, url, id stri
 		if fmt.Sprint(responsesCounts(engines)) == fmt.Sprint(before) {
 			break // the gateway answered: no engine was asked
 		}
-		w.tick("the engine still answers") // its scrape has not come yet
+		w.tick(lazy(func() string { return fmt.Sprintf("the engine still answers; report %+v", getEngineReport(t, holder)) })) // its scrape has not come yet
 	}
 	r := send(context.Background(), url, responsesBody("still there?", id, true, nil), nil)
 	if r.status != http.StatusNotFound || !strings.Contains(r.body, `"param":"response_id"`) {
@@ -153,4 +157,56 @@ func restartHolder(t *testing.T, engines []*vllmsim.Engine, holder, url, id stri
 	if d := metricValue(t, "llmgw_previous_response_total", `outcome="gone"`) - goneBefore; d < 2 {
 		t.Errorf("%v follow-ups counted gone, want at least 2", d)
 	}
+}
+
+// TestPreviousResponseParked: a follow-up waits for the engine that stored
+// its previous response, full, while another engine is idle (admission
+// reserves on that engine only); when that engine restarts as the
+// follow-up waits, the follow-up is let out and answered the gateway's
+// 404 rather than waiting on, or going to an engine that never held the
+// response.
+func TestPreviousResponseParked(t *testing.T) {
+	engines := startEngines(t, 2, vllmsim.Config{TimeScale: 50})
+	gateway{patient: true, engines: kvEngines(engines...), engineExtra: "\t\t\tmax_inflight 1\n", policy: "\t\t\tdebug_headers\n"}.load(t)
+	waitKV(t, engines...)
+	url := "http://" + gatewayAddr + "/v1/responses"
+	first := mustSend(t, url, responsesBody("Remember the number 7.", "", false, nil), nil)
+	holder, id := first.upstream, responseIDOf(t, first)
+	var e *vllmsim.Engine
+	for _, x := range engines {
+		if x.Addr() == holder {
+			e = x
+		}
+	}
+	occupy(t, e, 1)
+	waitBusy(t, holder, 1)
+	before := responsesCounts(engines)
+	ch := sendAsync(context.Background(), url, responsesBody("Which number?", id, false, nil), nil)
+	waitQueueDepth(t, "", 1)
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	r := waitReply(t, ch, 10*time.Second)
+	if msg, _, _ := openAIError(t, r.body); r.status != http.StatusNotFound || msg != "Response with id '"+id+"' not found." {
+		t.Fatalf("parked follow-up after the restart: status %d: %.300s", r.status, r.body)
+	}
+	for i, x := range engines {
+		if x == e {
+			before[i] = 0 // the restart reset its counts
+		}
+	}
+	if after := responsesCounts(engines); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("an engine was asked: /v1/responses counts %v (the holder's reset), then %v", before, after)
+	}
+}
+
+// waitScraped waits for a scrape of dial taken from now on, so that the
+// gateway has seen the counters of every request answered so far.
+func waitScraped(t *testing.T, dial string) {
+	t.Helper()
+	since := time.Now()
+	testwait.For(t, 10*time.Second, "a scrape of "+dial, func() bool {
+		r := getEngineReport(t, dial)
+		return r.Known && r.ScrapedAt.After(since)
+	})
 }
