@@ -203,7 +203,8 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 
 // driveDashboardTraffic sends what every dashboard row needs: streams with
 // usage sharing a long system prompt (TTFT, ITL, tokens, cache hits,
-// routing decisions and placements), a non-streaming request, a request
+// routing decisions and placements), a non-streaming request, a
+// previous_response_id follow-up, a request
 // that parks and is rejected after max_park while both engines are full,
 // and one the engines answer 500.
 func driveDashboardTraffic(t *testing.T, engines []*vllmsim.Engine, sys string, wave int) {
@@ -215,6 +216,10 @@ func driveDashboardTraffic(t *testing.T, engines []*vllmsim.Engine, sys string, 
 		}
 	}
 	mustSend(t, "", chat{system: sys, user: fmt.Sprintf("wave %d plain", wave), maxTokens: 4}.body(), nil)
+	// A Responses answer and its follow-up, pinned to its engine.
+	responses := "http://" + gatewayAddr + "/v1/responses"
+	first := mustSend(t, responses, responsesBody(fmt.Sprintf("wave %d responses", wave), "", false, nil), nil)
+	mustSend(t, responses, responsesBody("and then?", responseIDOf(t, first), true, nil), nil)
 
 	var occ []*occupant
 	for _, e := range engines {
