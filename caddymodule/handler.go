@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -527,18 +526,10 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		h.reject(w, r, rejection{band: band, position: 1, reason: "state_unknown"})
 		return a, true
 	}
-	pin, gone := previousResponse(h.fleet, req, func(d string) bool { return slices.Contains(serving, d) && !h.fleet.IsDrained(d) }, true)
-	if gone {
-		// Before the gate: no engine holds the response any more, and
-		// any other would answer as if it never existed, or worse.
-		a.outcome = "response_not_found"
-		writeResponseNotFound(w, req.PreviousResponseID)
+	if h.pinResponse(w, req, serving, &a) {
 		return a, true
 	}
-	if _, llm := h.fleet.PolicyOf(h.Pool); llm {
-		a.pin, a.prev = pin, req.PreviousResponseID // other policies route on their own: no engine to wait for
-	}
-	a.place = h.place(r, req, dials, pin)
+	a.place = h.place(r, req, dials, a.pin)
 	if msg := h.contextLength(r, req, a.place, serving); msg != "" {
 		// Before the gate: no wait makes the prompt shorter.
 		a.outcome = "context_length_exceeded"

@@ -39,6 +39,27 @@ func previousResponse(f *fleet.Fleet, req *openai.Request, usable func(dial stri
 	return pin, gone
 }
 
+// pinResponse is previousResponse for admission, among the engines
+// serving the request's model that are not drained: it pins the request
+// (a.pin) on pools routed by lb_policy llm (other policies route on their
+// own: there is no engine to wait for), or answers vLLM's 404 before the
+// gate when the response is gone, and then reports done.
+func (h *Admission) pinResponse(w http.ResponseWriter, req *openai.Request, serving []string, a *admitted) (done bool) {
+	usable := func(d string) bool { return slices.Contains(serving, d) && !h.fleet.IsDrained(d) }
+	pin, gone := previousResponse(h.fleet, req, usable, true)
+	if gone {
+		// No engine holds the response any more, and any other would
+		// answer as if it never existed.
+		a.outcome = "response_not_found"
+		writeResponseNotFound(w, req.PreviousResponseID)
+		return true
+	}
+	if _, llm := h.fleet.PolicyOf(h.Pool); llm && pin != "" {
+		a.pin, a.prev = pin, req.PreviousResponseID
+	}
+	return false
+}
+
 // writeResponseNotFound answers a follow-up whose previous response is
 // gone with vLLM's own 404 for an id it does not hold.
 func writeResponseNotFound(w http.ResponseWriter, id string) {
