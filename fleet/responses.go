@@ -12,9 +12,10 @@ import (
 const (
 	// DefaultMaxResponses is how many response ids the fleet remembers.
 	// An entry is its id (37 bytes for vLLM's, at most
-	// openai.MaxResponseID), a few words and its map slot: about 150
-	// bytes with vLLM's ids, so the map holds at most some 15 MB
-	// (30 MB with the longest ids). The oldest entry goes first.
+	// openai.MaxResponseID), a few words, its map slot and its share of
+	// the queue's spare capacity: about 200 bytes with vLLM's ids
+	// (measured), so the map holds at most some 20 MB (30 MB with the
+	// longest ids). The oldest entry goes first.
 	DefaultMaxResponses = 100_000
 	// DefaultResponseTTL is how long an id is remembered after its
 	// response.
