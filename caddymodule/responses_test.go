@@ -72,8 +72,8 @@ func responsesCounts(engines []*vllmsim.Engine) []uint64 {
 // 20 chained follow-ups, streamed and not, all reach the engine that
 // stored the response they follow, and all succeed; a response stored
 // with store:false is not recorded (its follow-up is routed as unknown);
-// once the storing engine restarts, a follow-up gets the gateway's own
-// 404, vLLM's body, without reaching any engine.
+// while the storing engine is drained, and once it restarts, a follow-up
+// gets the gateway's own 404, vLLM's body, without reaching any engine.
 func TestPreviousResponseAffinity(t *testing.T) {
 	engines := startEngines(t, 3, vllmsim.Config{TimeScale: 50})
 	gateway{patient: true, engines: kvEngines(engines...), policy: "\t\t\tdebug_headers\n"}.load(t)
@@ -117,7 +117,34 @@ func TestPreviousResponseAffinity(t *testing.T) {
 		t.Errorf("follow-up of a store:false response: status %d, %v counted unknown; want the engine's 404, 1", r.status, d)
 	}
 
+	id = drainHolder(t, engines, holder, url, id)
 	restartHolder(t, engines, holder, url, id)
+}
+
+// drainHolder drains holder, which stored id: a follow-up of id gets the
+// gateway's 404 without reaching an engine; undrained, the next gets its
+// answer there. It returns that answer's id.
+func drainHolder(t *testing.T, engines []*vllmsim.Engine, holder, url, id string) string {
+	t.Helper()
+	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder+"/drain", "", nil); code != http.StatusOK {
+		t.Fatalf("drain: %d", code)
+	}
+	before := responsesCounts(engines)
+	r := send(context.Background(), url, responsesBody("are you there?", id, false, nil), nil)
+	if msg, _, _ := openAIError(t, r.body); r.status != http.StatusNotFound || msg != "Response with id '"+id+"' not found." {
+		t.Errorf("follow-up while its engine is drained: status %d: %.300s", r.status, r.body)
+	}
+	if after := responsesCounts(engines); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("an engine was asked: /v1/responses counts %v, then %v", before, after)
+	}
+	if code := adminJSON(t, http.MethodPost, "/llm/engines/"+holder+"/undrain", "", nil); code != http.StatusOK {
+		t.Fatalf("undrain: %d", code)
+	}
+	r = send(context.Background(), url, responsesBody("back?", id, true, nil), nil)
+	if r.status != http.StatusOK || r.errEvent != "" || r.upstream != holder {
+		t.Fatalf("follow-up after undrain: status %d from %s (stored on %s): %.300s", r.status, r.upstream, holder, r.body)
+	}
+	return responseIDOf(t, r)
 }
 
 // restartHolder restarts the engine holder that stored id and checks that,

@@ -3,9 +3,6 @@ package fleet
 import (
 	"sync"
 	"time"
-	"weak"
-
-	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 // Bounds of the previous_response_id affinity map (see [Fleet.RecordResponse]).
@@ -33,8 +30,8 @@ const (
 	// ResponseStored: the engine that stored the response still runs the
 	// process that stored it, as far as the fleet knows.
 	ResponseStored
-	// ResponseGone: the engine that stored it restarted or left the fleet
-	// since: its memory, with the response, is gone.
+	// ResponseGone: the engine that stored it restarted since: its
+	// memory, with the response, is gone.
 	ResponseGone
 )
 
@@ -52,18 +49,13 @@ func (s ResponseState) String() string {
 // RecordResponse notes that the engine dial stored the response id (a
 // /v1/responses answer with store not false), so that a follow-up naming
 // it as previous_response_id goes there: vLLM keeps stored responses in
-// the serving process's memory. The engine is remembered as the process
-// it is now: once the registry sees it restart, or it leaves the registry,
-// its ids are gone.
+// the serving process's memory. Once the registry sees the engine
+// restart, its ids recorded before are gone.
 func (f *Fleet) RecordResponse(id, dial string) {
 	if id == "" || dial == "" {
 		return
 	}
-	var eng weak.Pointer[upstreams.Engine]
-	if e, ok := f.registry.Get(dial); ok {
-		eng = weak.Make(e)
-	}
-	f.responses.record(id, dial, eng)
+	f.responses.record(id, dial)
 }
 
 // SetResponseTTL sets how long a recorded id is remembered (the llm app's
@@ -80,24 +72,25 @@ func (f *Fleet) SetResponseTTL(ttl time.Duration) {
 }
 
 // PreviousResponse says where the response id was stored: on dial when
-// the state is ResponseStored, and dial "" otherwise.
+// the state is ResponseStored, and dial "" otherwise. Whether dial may
+// still take the request (it left the pool, is drained) is the caller's
+// to check. An engine that left the registry and came back at the same
+// address is taken for the same process unless a restart was seen (the
+// registry forgets idle discovered engines that may still be running):
+// should it be another, it answers the follow-up as it would anyway,
+// with the 404 of an id it does not hold.
 func (f *Fleet) PreviousResponse(id string) (dial string, st ResponseState) {
 	if id == "" {
 		return "", ResponseUnknown
 	}
-	e, ok := f.responses.lookup(id)
-	if !ok {
+	d, epoch, current, ok := f.responses.lookup(id)
+	switch {
+	case !ok:
 		return "", ResponseUnknown
-	}
-	if e.epoch != e.dial.epoch {
+	case epoch != current:
 		return "", ResponseGone // restarted since
 	}
-	if e.eng != (weak.Pointer[upstreams.Engine]{}) {
-		if cur, ok := f.registry.Get(e.dial.name); !ok || weak.Make(cur) != e.eng {
-			return "", ResponseGone // left the registry (and may have come back as another process)
-		}
-	}
-	return e.dial.name, ResponseStored
+	return d, ResponseStored
 }
 
 // responseStore is the bounded id → engine map behind RecordResponse:
@@ -120,7 +113,6 @@ type responseEntry struct {
 	id    string
 	dial  *responseDial
 	epoch uint64 // dial's epoch when recorded
-	eng   weak.Pointer[upstreams.Engine]
 	at    time.Time
 }
 
@@ -137,7 +129,7 @@ func newResponseStore(maxEntries int, ttl time.Duration, now func() time.Time) *
 }
 
 // record adds or replaces id's entry.
-func (s *responseStore) record(id, dial string, eng weak.Pointer[upstreams.Engine]) {
+func (s *responseStore) record(id, dial string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.max <= 0 {
@@ -158,23 +150,21 @@ func (s *responseStore) record(id, dial string, eng weak.Pointer[upstreams.Engin
 	}
 	d.entries++
 	s.byID[id] = s.base + uint64(len(s.queue))
-	s.queue = append(s.queue, responseEntry{id: id, dial: d, epoch: d.epoch, eng: eng, at: now})
+	s.queue = append(s.queue, responseEntry{id: id, dial: d, epoch: d.epoch, at: now})
 }
 
-// lookup returns id's entry, with its dial's current epoch in e.dial
-// read under the lock (the copy's epoch is the recorded one).
-func (s *responseStore) lookup(id string) (e responseEntry, ok bool) {
+// lookup returns the engine that stored id, the epoch it was recorded in
+// and the engine's current epoch.
+func (s *responseStore) lookup(id string) (dial string, epoch, current uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(s.now())
 	seq, ok := s.byID[id]
 	if !ok {
-		return e, false
+		return "", 0, 0, false
 	}
-	e = s.queue[seq-s.base]
-	d := *e.dial
-	e.dial = &d
-	return e, true
+	e := &s.queue[seq-s.base]
+	return e.dial.name, e.epoch, e.dial.epoch, true
 }
 
 // restarted forgets the ids dial stored before its restart: a lookup finds
