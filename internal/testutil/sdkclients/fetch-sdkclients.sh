@@ -66,7 +66,7 @@ say "npm ci ($(node -p 'Object.entries(require(process.argv[1]).dependencies).ma
 # about 12 s instead of npm's 70.
 (cd "$tmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error --cache "$tmp/npm-cache" \
 	--fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 >/dev/null) ||
-	fail "npm ci failed (is the npm registry reachable?)"
+	fail "npm ci failed (is the npm registry reachable? EINTEGRITY: a tarball differs from package-lock.json)"
 rm -rf "${dest:?}/node_modules" "$dest/.installed"
 mv "$tmp/node_modules" "$dest/node_modules"
 printf '%s\n' "$stamp" >"$dest/.installed"
