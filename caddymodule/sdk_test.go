@@ -304,11 +304,11 @@ func TestSDKAnthropicMessages(t *testing.T) {
 		}
 	})
 	for _, c := range []struct {
-		step, class string
-		status      int
+		step, class, inner string
+		status             int
 	}{
-		{"unknown-model", "NotFoundError", 404},
-		{"oversized", "ContentTooLargeError", 413},
+		{"unknown-model", "NotFoundError", "not_found_error", 404},
+		{"oversized", "ContentTooLargeError", "request_too_large", 413},
 	} {
 		t.Run(c.step, func(t *testing.T) {
 			ls := steps[c.step]
@@ -321,6 +321,10 @@ func TestSDKAnthropicMessages(t *testing.T) {
 			}
 			if l.Error.Class != c.class || l.Error.Status != c.status {
 				t.Errorf("%s: the SDK threw %s, want %s with status %d", c.step, l.Error, c.class, c.status)
+			}
+			// The gateway's own answer, in Anthropic's error shape.
+			if l.Error.Type != "error" || l.Error.InnerType != c.inner {
+				t.Errorf("%s: error body types %q / %q, want error / %s", c.step, l.Error.Type, l.Error.InnerType, c.inner)
 			}
 			t.Logf("%s: %s", c.step, l.Error)
 		})
