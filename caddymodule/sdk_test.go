@@ -279,10 +279,11 @@ func TestSDKOpenAIResponses(t *testing.T) {
 
 // TestSDKAnthropicMessages drives /v1/messages with the Anthropic Node
 // SDK: client.messages.create and client.messages.stream return text and
-// usage, and the gateway's refusals surface as the SDK's error classes: an
-// unknown model's 404 as NotFoundError, a body over max_body's 413 as
-// ContentTooLargeError. Each error's body types are logged (the gateway's
-// Anthropic-shaped errors are the lead's; the classes go by status).
+// usage, and the gateway's refusals surface as the SDK's error classes,
+// their bodies in Anthropic's shape: an unknown model's 404 as
+// NotFoundError (not_found_error), a body over max_body's 413 as
+// ContentTooLargeError (request_too_large), no capacity's 503 as
+// ServiceUnavailableError (overloaded_error).
 func TestSDKAnthropicMessages(t *testing.T) {
 	nm := sdkNodeModules(t)
 	engines := sdkGateway(t, 2)
@@ -332,6 +333,17 @@ func TestSDKAnthropicMessages(t *testing.T) {
 	var reached uint64
 	for _, e := range engines {
 		reached += e.Stats().RequestsByEndpoint["/v1/messages"]
+	}
+	// No capacity: the gateway's 503, which the SDK (told not to retry)
+	// raises as its ServiceUnavailableError, the body typed
+	// overloaded_error.
+	gateway{engines: dialEngines("127.0.0.1:1"), admission: "\t\tfail_closed\n"}.load(t)
+	ls := sdkSteps(runSDKScript(t, nm, "anthropic.mjs", "STEPS=overloaded"))["overloaded"]
+	if len(ls) != 1 || ls[0].OK || ls[0].Error == nil {
+		t.Fatalf("overloaded: %+v, want one failed request", ls)
+	}
+	if e := ls[0].Error; e.Class != "ServiceUnavailableError" || e.Status != 503 || e.InnerType != "overloaded_error" {
+		t.Errorf("overloaded: the SDK threw %s, want ServiceUnavailableError 503 typed overloaded_error", e)
 	}
 	if reached != 2 {
 		t.Errorf("the engines saw %d /v1/messages requests, want 2 (the refused ones must not reach them)", reached)

@@ -2,8 +2,9 @@
 // gateway: client.messages.create, client.messages.stream (text collected,
 // the final message's usage), then two requests the gateway refuses: an
 // unknown model (404) and a body over the gateway's max_body (413), each
-// printed as the SDK's error class, status and error body types. One JSON
-// line per request.
+// printed as the SDK's error class, status and error body types; with
+// STEPS=overloaded, one request a gateway without capacity refuses (503).
+// One JSON line per request.
 import { attempt, baseURL, model, sdk } from './common.mjs';
 
 const { Anthropic } = sdk('@anthropic-ai/sdk');
@@ -12,13 +13,18 @@ const params = { model: model(), max_tokens: 8, system: 'You are terse.', messag
 // OVERSIZED_BYTES: the body of the 413 case, over the test's max_body.
 const oversized = Number(process.env.OVERSIZED_BYTES || 2 << 20);
 
-await attempt('create', async () => {
+// STEPS, when set, names the steps to run (comma-separated); 'overloaded'
+// runs only when named: it expects a gateway with no engine capacity (503).
+const only = process.env.STEPS ? new Set(process.env.STEPS.split(',')) : null;
+const step = (name, fn) => (only ? only.has(name) : name !== 'overloaded') ? attempt(name, fn) : undefined;
+
+await step('create', async () => {
   const { data: msg, response } = await client.messages.create(params).withResponse();
   const text = msg.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
   return { id: msg.id, type: msg.type, stopReason: msg.stop_reason, text, usage: msg.usage, upstream: response.headers.get('x-llm-upstream') };
 });
 
-await attempt('stream', async () => {
+await step('stream', async () => {
   const stream = client.messages.stream(params);
   let text = '', events = 0;
   stream.on('text', (delta) => { text += delta; });
@@ -27,6 +33,8 @@ await attempt('stream', async () => {
   return { id: msg.id, type: msg.type, stopReason: msg.stop_reason, text, finalText: msg.content.filter((b) => b.type === 'text').map((b) => b.text).join(''), usage: msg.usage, events };
 });
 
-await attempt('unknown-model', () => client.messages.create({ ...params, model: 'no-such-model' }));
+await step('unknown-model', () => client.messages.create({ ...params, model: 'no-such-model' }));
 
-await attempt('oversized', () => client.messages.create({ ...params, messages: [{ role: 'user', content: 'x'.repeat(oversized) }] }));
+await step('oversized', () => client.messages.create({ ...params, messages: [{ role: 'user', content: 'x'.repeat(oversized) }] }));
+
+await step('overloaded', () => client.messages.create(params));
