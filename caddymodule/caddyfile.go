@@ -81,67 +81,74 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	durations := map[string]*caddy.Duration{
+		"poll_interval":    &a.PollInterval,
+		"poll_timeout":     &a.PollTimeout,
+		"models_interval":  &a.ModelsInterval,
+		"idle_ttl":         &a.IdleTTL,
+		"tokenize_timeout": &a.TokenizeTimeout,
+		"responses_ttl":    &a.ResponsesTTL,
+	}
+	ints := map[string]*int{
+		"stale_after":          &a.StaleAfter,
+		"kv_events_port":       &a.KVEventsPort,
+		"kv_replay_port":       &a.KVReplayPort,
+		"tokenize_concurrency": &a.TokenizeConcurrency,
+		"tokenize_cache_size":  &a.TokenizeCacheSize,
+	}
 	for d.NextBlock(0) {
 		var err error
-		switch d.Val() {
-		case "poll_interval":
-			err = parseDuration(d, &a.PollInterval)
-		case "poll_timeout":
-			err = parseDuration(d, &a.PollTimeout)
-		case "models_interval":
-			err = parseDuration(d, &a.ModelsInterval)
-		case "stale_after":
-			err = parseInt(d, &a.StaleAfter)
-		case "kv_events_port":
-			err = parseInt(d, &a.KVEventsPort)
-		case "kv_replay_port":
-			err = parseInt(d, &a.KVReplayPort)
-		case "hash_seed":
-			var s string
-			err = parseString(d, &s)
-			a.HashSeed = &s
-		case "hash_algo":
-			err = parseString(d, &a.HashAlgo)
-		case "idle_ttl":
-			err = parseDuration(d, &a.IdleTTL)
-		case "tokenize_timeout":
-			err = parseDuration(d, &a.TokenizeTimeout)
-		case "tokenize_concurrency":
-			err = parseInt(d, &a.TokenizeConcurrency)
-		case "tokenize_cache_size":
-			err = parseInt(d, &a.TokenizeCacheSize)
-		case "speculative_ttl":
-			a.SpeculativeTTL = new(caddy.Duration)
-			err = parseDuration(d, a.SpeculativeTTL)
-		case "responses_ttl":
-			err = parseDuration(d, &a.ResponsesTTL)
-		case "tokenizer":
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.ArgErr()
-			}
-			a.Tokenizers = append(a.Tokenizers, &fleet.TokenizerConfig{Model: args[0], Dir: args[1]})
-		case "tokenizer_check_sample":
-			a.TokenizerCheckSample = new(float64)
-			err = parseFloat(d, a.TokenizerCheckSample)
-		case "tokenizer_mismatch_limit":
-			a.TokenizerMismatchLimit = new(int)
-			err = parseInt(d, a.TokenizerMismatchLimit)
-		case "alias":
-			err = a.parseAlias(d)
-		case "engine":
-			var e *fleet.EngineConfig
-			if e, err = parseEngine(d); err == nil {
-				a.Engines = append(a.Engines, e)
-			}
-		default:
-			return d.Errf("unrecognized llm subdirective '%s'", d.Val())
+		if v, ok := durations[d.Val()]; ok {
+			err = parseDuration(d, v)
+		} else if v, ok := ints[d.Val()]; ok {
+			err = parseInt(d, v)
+		} else {
+			err = a.unmarshalOption(d)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// unmarshalOption parses one llm subdirective other than the plain
+// durations and integers.
+func (a *App) unmarshalOption(d *caddyfile.Dispenser) error {
+	var err error
+	switch d.Val() {
+	case "hash_seed":
+		var s string
+		err = parseString(d, &s)
+		a.HashSeed = &s
+	case "hash_algo":
+		err = parseString(d, &a.HashAlgo)
+	case "speculative_ttl":
+		a.SpeculativeTTL = new(caddy.Duration)
+		err = parseDuration(d, a.SpeculativeTTL)
+	case "tokenizer":
+		args := d.RemainingArgs()
+		if len(args) != 2 {
+			return d.ArgErr()
+		}
+		a.Tokenizers = append(a.Tokenizers, &fleet.TokenizerConfig{Model: args[0], Dir: args[1]})
+	case "tokenizer_check_sample":
+		a.TokenizerCheckSample = new(float64)
+		err = parseFloat(d, a.TokenizerCheckSample)
+	case "tokenizer_mismatch_limit":
+		a.TokenizerMismatchLimit = new(int)
+		err = parseInt(d, a.TokenizerMismatchLimit)
+	case "alias":
+		err = a.parseAlias(d)
+	case "engine":
+		var e *fleet.EngineConfig
+		if e, err = parseEngine(d); err == nil {
+			a.Engines = append(a.Engines, e)
+		}
+	default:
+		return d.Errf("unrecognized llm subdirective '%s'", d.Val())
+	}
+	return err
 }
 
 // parseAlias parses `alias <public> <served>`. A public name given twice

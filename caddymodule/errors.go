@@ -19,15 +19,23 @@ func anthropic(r *http.Request) bool {
 	return openai.EndpointOf(r.URL.Path) == openai.EndpointMessages
 }
 
-// writeError answers status with body, or, for the Anthropic API, with
-// msg in Anthropic's shape.
-func writeError(w http.ResponseWriter, r *http.Request, status int, msg string, body []byte) error {
+// answer is one of the gateway's error answers: its status, its message,
+// and its body in OpenAI's format.
+type answer struct {
+	status int
+	msg    string
+	body   []byte
+}
+
+// writeError writes a, its OpenAI body, or, for the Anthropic API, its
+// message in Anthropic's shape.
+func writeError(w http.ResponseWriter, r *http.Request, a answer) error {
 	if anthropic(r) {
-		body = openai.AnthropicErrorJSON(msg, status)
+		a.body = openai.AnthropicErrorJSON(a.msg, a.status)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 	return nil
 }
 
@@ -47,7 +55,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, msg stri
 	if status >= 500 {
 		typ = "server_error"
 	}
-	return writeError(w, r, status, msg, openai.ErrorJSON(msg, typ, status))
+	return writeError(w, r, answer{status, msg, openai.ErrorJSON(msg, typ, status)})
 }
 
 // modelNotFound answers a request for a model no engine of the pool
@@ -58,7 +66,7 @@ func writeJSONError(w http.ResponseWriter, r *http.Request, status int, msg stri
 func modelNotFound(w http.ResponseWriter, r *http.Request, band, model string) error {
 	rejectedTotal.WithLabelValues(band, "model_not_found").Inc()
 	msg := "The model `" + model + "` does not exist."
-	return writeError(w, r, http.StatusNotFound, msg, openai.ModelNotFoundJSON(model))
+	return writeError(w, r, answer{http.StatusNotFound, msg, openai.ModelNotFoundJSON(model)})
 }
 
 // writeRequestError answers a body its parser rejected with 400 and an
@@ -68,12 +76,12 @@ func writeRequestError(w http.ResponseWriter, r *http.Request, err error) error 
 	if !errors.As(err, &re) {
 		return writeJSONError(w, r, http.StatusBadRequest, err.Error())
 	}
-	return writeError(w, r, http.StatusBadRequest, re.Error(), re.JSON())
+	return writeError(w, r, answer{http.StatusBadRequest, re.Error(), re.JSON()})
 }
 
 // writeContextLength answers a contextLengthError as vLLM does: 400, type
 // BadRequestError, and counts the request as rejected for its band.
 func writeContextLength(w http.ResponseWriter, r *http.Request, band admission.Band, msg string) error {
 	rejectedTotal.WithLabelValues(band.String(), "context_length").Inc()
-	return writeError(w, r, http.StatusBadRequest, msg, openai.ContextLengthJSON(msg))
+	return writeError(w, r, answer{http.StatusBadRequest, msg, openai.ContextLengthJSON(msg)})
 }

@@ -332,27 +332,36 @@ func admittedBody(r *http.Request) []byte {
 	return nil
 }
 
-// contextLengthError is vLLM's 400 message for a request whose prompt of
-// tokens tokens, with the output budget its body asks for, does not fit
-// the context of its model on the engines of dials serving it
+// contextLengthError is vLLM's 400 message for a request whose prompt,
+// with the output budget its body asks for, does not fit the context of
+// its model on the engines of dials serving it
 // (fleet.ContextLimit): the engine would refuse it after a trip, and a
 // parked one after its wait. It is "" when the request fits, or when the
 // prompt's length (tokens 0: not tokenized) or the context's is unknown.
-// A nil body (not kept) checks the prompt alone, which every engine
+// Without a body (not kept) the prompt alone is checked, which every engine
 // refuses whatever the budget (see openai.ContextLengthMessage).
-func contextLengthError(f *fleet.Fleet, req *openai.Request, tokens int, dials []string, body []byte) string {
-	if req == nil || tokens <= 0 || !onePrompt(req) {
+func contextLengthError(f *fleet.Fleet, dials []string, p sizedPrompt) string {
+	if p.req == nil || p.tokens <= 0 || !onePrompt(p.req) {
 		return ""
 	}
-	limit := f.ContextLimit(req.Model, dials)
+	limit := f.ContextLimit(p.req.Model, dials)
 	if limit <= 0 {
 		return ""
 	}
 	var budget int64
-	if body != nil {
-		budget = openai.OutputBudget(body, req.Messages != nil)
+	if p.body != nil {
+		budget = openai.OutputBudget(p.body, p.req.Messages != nil)
 	}
-	return openai.ContextLengthMessage(limit, tokens, budget)
+	return openai.ContextLengthMessage(limit, p.tokens, budget)
+}
+
+// sizedPrompt is a request whose prompt the gateway counted: tokens of it
+// (0: not tokenized), and its body (nil: not kept), where its output
+// budget is read.
+type sizedPrompt struct {
+	req    *openai.Request
+	tokens int
+	body   []byte
 }
 
 // onePrompt reports whether req has one prompt, whose tokens the gateway
@@ -557,29 +566,43 @@ func (h *Admission) admit(w http.ResponseWriter, r *http.Request, band admission
 		return a, false
 	default:
 	}
-	parkedTotal.WithLabelValues(band.String()).Inc()
-	out, sseSent := h.park(w, r, waiter, req.Stream)
-	a.sseSent, a.waited = sseSent, waiter.Waited()
-	parkSeconds.WithLabelValues(band.String()).Observe(a.waited.Seconds())
+	return a, h.waitParked(w, r, parking{waiter: waiter, gate: gate, stream: req.Stream}, &a)
+}
+
+// parking is a request waiting in its gate.
+type parking struct {
+	waiter *admission.Waiter
+	gate   *admission.Gate
+	stream bool // its client asked for a stream: SSE keep-alives while it waits
+}
+
+// waitParked parks the request until its gate admits it, its client
+// leaves or max_park ends, and reports whether it was answered (refused)
+// or its client left instead of being admitted.
+func (h *Admission) waitParked(w http.ResponseWriter, r *http.Request, p parking, a *admitted) (done bool) {
+	parkedTotal.WithLabelValues(a.band.String()).Inc()
+	out, sseSent := h.park(w, r, p.waiter, p.stream)
+	a.sseSent, a.waited = sseSent, p.waiter.Waited()
+	parkSeconds.WithLabelValues(a.band.String()).Observe(a.waited.Seconds())
 	switch out {
 	case parkAdmitted:
-		a.order = waiter.Order()
-		return a, false
+		a.order = p.waiter.Order()
+		return false
 	case parkClientGone:
-		a.refused(band, "client_gone")
+		a.refused(a.band, "client_gone")
 		if a.res != nil {
 			a.res.Done() // admitted as the client left: hand the room back
 		}
-		return a, true
+		return true
 	}
-	a.refused(band, "max_park")
+	a.refused(a.band, "max_park")
 	if sseSent {
 		_, _ = w.Write(errorEvent(r, "no engine capacity within max_park; retry later", http.StatusServiceUnavailable))
 		flush(w)
-		return a, true
+		return true
 	}
-	h.reject(w, r, rejection{gate: gate, band: band, position: waiter.Position(), reason: "max_park"})
-	return a, true
+	h.reject(w, r, rejection{gate: p.gate, band: a.band, position: p.waiter.Position(), reason: "max_park"})
+	return true
 }
 
 // contextLength is contextLengthError for a placed request, whose
@@ -588,7 +611,7 @@ func (h *Admission) contextLength(r *http.Request, req *openai.Request, place *f
 	if place == nil {
 		return ""
 	}
-	return contextLengthError(h.fleet, req, place.PromptTokens(), serving, admittedBody(r))
+	return contextLengthError(h.fleet, serving, sizedPrompt{req, place.PromptTokens(), admittedBody(r)})
 }
 
 // try is the gate's try function for a request for model, which writes
@@ -612,7 +635,7 @@ func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.P
 				return true
 			}
 		}
-		rr, fo, ok := h.reserve(model, a.place, a.pin, lim, pass)
+		rr, fo, ok := h.reserve(model, a, lim, pass)
 		if ok {
 			a.res, a.failOpen = rr, fo
 		}
@@ -621,17 +644,17 @@ func (h *Admission) try(model string, lim fleet.Limits, a *admitted) admission.P
 }
 
 // reserve is one try at admitting a request for model: on the engine it
-// is pinned to (the one that stored its previous response) when it is,
-// whatever the pass, as that engine is the only one it may go to; on its
-// placement when it has one; else on the engine serving model with the
-// most room (an unplaced request enters the gate without a preferred
-// pass, see enterGate).
-func (h *Admission) reserve(model string, place *fleet.Placement, pin string, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
+// is pinned to (a.pin, the one that stored its previous response) when it
+// is, whatever the pass, as that engine is the only one it may go to; on
+// its placement (a.place) when it has one; else on the engine serving
+// model with the most room (an unplaced request enters the gate without a
+// preferred pass, see enterGate).
+func (h *Admission) reserve(model string, a *admitted, lim fleet.Limits, pass admission.Pass) (*upstreams.Reservation, bool, bool) {
 	switch {
-	case pin != "":
-		return h.fleet.TryReserveModel(model, []string{pin}, lim)
-	case place != nil:
-		return place.Reserve(h.dials(), lim, pass)
+	case a.pin != "":
+		return h.fleet.TryReserveModel(model, []string{a.pin}, lim)
+	case a.place != nil:
+		return a.place.Reserve(h.dials(), lim, pass)
 	case pass == admission.PassPreferred:
 		return nil, false, false
 	}

@@ -201,6 +201,9 @@ type selectState struct {
 	// before every attempt; bodyRead says not to read again.
 	body     []byte
 	bodyRead bool
+	// w is the writer reverse_proxy passed to the latest Select (nil
+	// when it passes none): the policy's own answers go there.
+	w http.ResponseWriter
 	// answered: the policy answered the request itself (its model is
 	// served by no engine of the pool), so later attempts write nothing.
 	answered bool
@@ -222,7 +225,8 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	p.checkPool(r)
 	req := p.request(r, st)
 	cands, spare := p.candidates(pool, st)
-	if req != nil && res == nil && p.modelNotFound(pool, req.Model, cmp.Or(req.Alias, req.Model), st, w) {
+	st.w = w
+	if req != nil && res == nil && p.modelNotFound(pool, req, st) {
 		p.releaseProbes(cands)
 		return nil
 	}
@@ -234,26 +238,20 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	pin, gone := previousResponse(p.fleet, req, upstreamUsable(cands, spare), res == nil) // llm_admission counted its own
 	if gone {
 		p.releaseProbes(cands)
-		p.responseGone(req, st, w)
+		p.responseGone(req, st)
 		return nil
 	}
 	cands = withPin(cands, spare, pin)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
-	chosen, pick := p.choose(r, req, cands, res, place, pin)
-	if res == nil && p.tooLong(pool, r, req, pick.Tokens, st, w) {
+	chosen, pick := p.choose(r, req, cands, routeHints{res: res, place: place, pin: pin})
+	if res == nil && p.tooLong(pool, sizedPrompt{req: req, tokens: pick.Tokens}, st) {
 		p.releaseProbes(cands)
 		return nil
 	}
 	if chosen == nil {
-		// No request to route on, or every candidate excluded (saturated,
-		// KV full): least_conn among what is left rather than nil while
-		// any upstream is available; replicas whose breaker is open come
-		// last. Drained replicas never get new requests.
 		pick.Tier = routing.LoadOnly
-		if chosen = leastConn(cands); chosen == nil {
-			chosen = leastConn(spare)
-		}
+		chosen = fallback(cands, spare)
 	}
 	if chosen == nil {
 		return nil // no candidate: no half-open probe was claimed
@@ -280,6 +278,18 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 		w.Header().Set("X-LLM-Tier", pick.Tier.String())
 	}
 	return chosen
+}
+
+// fallback is the upstream for a request the fleet did not route (no
+// request to route on, or every candidate excluded: saturated, KV full):
+// least_conn among what is left rather than nil while any upstream is
+// available; replicas whose breaker is open (spare) come last. Drained
+// replicas never get new requests.
+func fallback(cands, spare []*reverseproxy.Upstream) *reverseproxy.Upstream {
+	if u := leastConn(cands); u != nil {
+		return u
+	}
+	return leastConn(spare)
 }
 
 // checkPool warns, once, when the route's `dynamic llm <pool>` names
@@ -379,23 +389,23 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 // reports whether it did so; Select then returns nil. reverse_proxy turns
 // that nil into a 503 error of its own, which finds the answer written:
 // Caddy logs it and its status line is superfluous, but the client reads
-// the 404, which names asked, the model as the client named it (an alias
-// it sent, or model). Without a writer (w nil) the 503 is all the client
-// gets; no engine is asked either way.
-func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model, asked string, st *selectState, w http.ResponseWriter) bool {
+// the 404, which names the model as the client named it (an alias it
+// sent, or the model). Without a writer (st.w nil) the 503 is all the
+// client gets; no engine is asked either way.
+func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, req *openai.Request, st *selectState) bool {
 	if st.answered {
 		return true
 	}
-	if model == "" {
+	if req.Model == "" {
 		return false // any engine serves a request without a model
 	}
-	if _, notFound := p.fleet.Serving(model, upstreamDials(pool)); !notFound {
+	if _, notFound := p.fleet.Serving(req.Model, upstreamDials(pool)); !notFound {
 		return false
 	}
-	if w != nil {
+	if st.w != nil {
 		st.answered = true
 		// No band headers are read without llm_admission: the default band.
-		_ = modelNotFound(w, st.req, admission.Normal.String(), asked)
+		_ = modelNotFound(st.w, st.req, admission.Normal.String(), cmp.Or(req.Alias, req.Model))
 	}
 	return true
 }
@@ -406,22 +416,22 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, model, asked stri
 // on the pool's engines, and reports whether it did so; Select then
 // returns nil, with the consequences modelNotFound describes. The budget
 // is read from the body the policy read, or llm_admission kept.
-func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *openai.Request, tokens int, st *selectState, w http.ResponseWriter) bool {
-	if req == nil || req.Model == "" || tokens <= 0 {
+func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, sp sizedPrompt, st *selectState) bool {
+	if sp.req == nil || sp.req.Model == "" || sp.tokens <= 0 {
 		return false // no context to check against (fleet.ContextLimit): no dials to list
 	}
-	body := st.body
-	if body == nil {
-		body = admittedBody(r)
+	sp.body = st.body
+	if sp.body == nil {
+		sp.body = admittedBody(st.req)
 	}
-	msg := contextLengthError(p.fleet, req, tokens, upstreamDials(pool), body)
+	msg := contextLengthError(p.fleet, upstreamDials(pool), sp)
 	if msg == "" {
 		return false
 	}
-	if w != nil {
+	if st.w != nil {
 		st.answered = true
 		// No band headers are read without llm_admission: the default band.
-		_ = writeContextLength(w, st.req, admission.Normal, msg)
+		_ = writeContextLength(st.w, st.req, admission.Normal, msg)
 	}
 	return true
 }
@@ -430,10 +440,10 @@ func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, r *http.Request, req *o
 // gone (restarted, left, drained or failed this request) with vLLM's 404,
 // with the consequences modelNotFound describes: no engine holds the
 // response any more, and another would answer as if it never existed.
-func (p *Policy) responseGone(req *openai.Request, st *selectState, w http.ResponseWriter) {
-	if w != nil {
+func (p *Policy) responseGone(req *openai.Request, st *selectState) {
+	if st.w != nil {
 		st.answered = true
-		writeResponseNotFound(w, req.PreviousResponseID)
+		writeResponseNotFound(st.w, req.PreviousResponseID)
 	}
 }
 
@@ -498,6 +508,15 @@ func (p *Policy) serving(model string, ups []*reverseproxy.Upstream) []*reversep
 	return out
 }
 
+// routeHints are what the request's way so far says of where it goes:
+// admission's reservation (nil: not gated) and placement (nil: not
+// placed), and the engine holding its previous response ("" for none).
+type routeHints struct {
+	res   *upstreams.Reservation
+	place *fleet.Placement
+	pin   string
+}
+
 // choose asks the fleet where the request goes among cands; nil when it
 // has no answer (no candidate, no request, or every candidate excluded),
 // with a pick to commit to whichever upstream the caller chooses instead.
@@ -506,7 +525,8 @@ func (p *Policy) serving(model string, ups []*reverseproxy.Upstream) []*reversep
 // failed by this request, drained or behind an open breaker since). A
 // request pinned to the engine that stored its previous response goes
 // there (pin is among cands: Select answers the others).
-func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, res *upstreams.Reservation, place *fleet.Placement, pin string) (*reverseproxy.Upstream, *fleet.Pick) {
+func (p *Policy) choose(r *http.Request, req *openai.Request, cands []*reverseproxy.Upstream, h routeHints) (*reverseproxy.Upstream, *fleet.Pick) {
+	res, place, pin := h.res, h.place, h.pin
 	if len(cands) == 0 {
 		return nil, p.fleet.Unrouted(req, nil)
 	}
