@@ -274,6 +274,13 @@ func postLoad(ctx context.Context, cfg string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "text/caddyfile")
+	// Caddy replaces its admin server on every load, a refused one too
+	// (the old config runs again): a kept-alive connection to the one
+	// before may be reset as this request is sent on it. So may one to
+	// the gateway's server, whose idle connections the shared client
+	// drops after the load (as newTester does).
+	req.Close = true
+	defer client.CloseIdleConnections()
 	res, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
