@@ -25,8 +25,14 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			e := slowEngine(t)
 			e.SetFaults(vllmsim.Faults{Metrics: fault})
 			occupy(t, e, 1) // at max_inflight: would park if the gauges were known
-			// A config without the engine first, for the counters' baseline.
-			gateway{engines: noKVEngines(startEngines(t, 1, vllmsim.Config{})...)}.load(t)
+			// A config without the engine first, for the counters'
+			// baseline, and a fleet that has forgotten every engine: it
+			// keeps those a config no longer lists until idle_ttl, and the
+			// kernel may give this engine the port of an earlier one,
+			// whose history the checks below would then read (a run saw
+			// "degraded false" so, that engine's self-check long done).
+			gateway{respond: "reset"}.load(t)
+			resetGateway(t)
 			staleBefore := metricValue(t, "llmgw_engine_state_stale_total")
 			// Scrapes time out at 300ms (the interval is 50ms): a hanging
 			// /metrics turns stale within about a second, and once the
@@ -61,7 +67,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			for i := range 3 {
 				res := waitReply(t, sendAsync(ctx, "", chatBody(false, "fail open "+strconv.Itoa(i)), nil), 30*time.Second)
 				if res.status != http.StatusOK {
-					t.Fatalf("request %d with metrics %q: %d %s", i, fault, res.status, res.body)
+					t.Fatalf("request %d with metrics %q: %d %v (reused connection %v) %s", i, fault, res.status, res.err, res.reused, res.body)
 				}
 			}
 			if v := metricValue(t, "llmgw_admission_fail_open_total"); v != failOpen+3 {
@@ -76,7 +82,7 @@ func TestAdmissionMetricsOutage(t *testing.T) {
 			start := time.Now()
 			res := waitReply(t, sendAsync(ctx, "", chatBody(false, "fail closed"), nil), 30*time.Second)
 			if res.status != http.StatusServiceUnavailable {
-				t.Fatalf("fail_closed: %d %s", res.status, res.body)
+				t.Fatalf("fail_closed: %d %v (reused connection %v) %s", res.status, res.err, res.reused, res.body)
 			}
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("fail_closed answered after %v; want at once", took)

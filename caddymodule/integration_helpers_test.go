@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/testutil/freeport"
+	"github.com/llmgw/caddy-llmgw/internal/testutil/tcplisten"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testwait"
 
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -262,7 +263,25 @@ func newTester(t testing.TB, cfg string) *caddytest.Tester {
 		t.FailNow()
 	}
 	client.CloseIdleConnections()
+	if err := settleListeners(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return tester
+}
+
+// settleListeners waits until the config a load replaced has closed its
+// listeners. Caddy's /load answers once the old servers have begun to shut
+// down, while their SO_REUSEPORT sockets still share the ports with the
+// new ones: a fresh connection the kernel queues on an old socket in that
+// moment is reset as it closes (CI saw TestAdmissionMetricsOutage's first
+// request after a reload fail so). See package tcplisten.
+func settleListeners(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tcplisten.WaitOne(ctx, httpPort, adminPort); err != nil {
+		return fmt.Errorf("after a config load: %w", err)
+	}
+	return nil
 }
 
 // postLoad posts a Caddyfile to the admin API's /load and returns the
@@ -287,7 +306,7 @@ func postLoad(ctx context.Context, cfg string) (int, []byte, error) {
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
-	return res.StatusCode, body, nil
+	return res.StatusCode, body, settleListeners(ctx)
 }
 
 // resetGateway loads a config without engines (idle_ttl 1ms) and waits until
