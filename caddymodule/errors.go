@@ -48,14 +48,10 @@ func errorEvent(r *http.Request, msg string, status int) []byte {
 	return openai.ErrorEvent(msg, status)
 }
 
-// writeJSONError answers status with msg, typed invalid_request_error
-// (4xx) or server_error (5xx) in OpenAI's format.
+// writeJSONError answers status with msg in the format of r's API, typed
+// as OpenAI types that status (openai.ErrorType).
 func writeJSONError(w http.ResponseWriter, r *http.Request, status int, msg string) error {
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	return writeError(w, r, answer{status, msg, openai.ErrorJSON(msg, typ, status)})
+	return writeError(w, r, answer{status, msg, openai.ErrorJSON(msg, "", status)})
 }
 
 // modelNotFound answers a request for a model no engine of the pool
