@@ -282,6 +282,13 @@ fuzz_lane() {
 # logs, which buries the failure: only the other lines are shown, the
 # head and tail of them when there are many.
 test_failed() {
+	show_log "$1"
+	die "$2"
+}
+
+# show_log prints a test log without Caddy's JSON log lines, its first 250
+# and last 150 lines when longer.
+show_log() {
 	local short="$1.short"
 	grep -v '^{"level"' "$1" >"$short" || true
 	if (($(wc -l <"$short") <= 400)); then
@@ -291,7 +298,6 @@ test_failed() {
 		echo "[... $(($(wc -l <"$short") - 400)) lines ...]" >&2
 		tail -n 150 "$short" >&2
 	fi
-	die "$2"
 }
 
 cmd_test() {
@@ -323,8 +329,14 @@ cmd_test() {
 	go test -race -timeout 20m -count=1 -skip "$LLMD_SIM_TESTS" ./... >"$test_tmp/go-test.log" 2>&1 || root_ok=0
 	wait "$bench_pid" || bench_ok=0
 	cat "$test_tmp/go-test.log" "$test_tmp/bench-test.log" | grep -v '^{"level"' | grep -E '^(ok|FAIL|---|panic)' || true
-	((root_ok)) || test_failed "$test_tmp/go-test.log" "go test failed"
-	((bench_ok)) || test_failed "$test_tmp/bench-test.log" "go test failed in bench/"
+	# Both logs when both failed: one failure must not hide the other's cause.
+	((bench_ok)) || show_log "$test_tmp/bench-test.log"
+	((root_ok)) || show_log "$test_tmp/go-test.log"
+	if ((!root_ok && !bench_ok)); then
+		die "go test failed, in bench/ too (its log first)"
+	fi
+	((root_ok)) || die "go test failed"
+	((bench_ok)) || die "go test failed in bench/"
 	# The Kubernetes manifest, decoded strictly into the Kubernetes API types
 	# and held to SECURITY.md, in a module of its own so that k8s.io/api stays
 	# out of the product's graph (./... above does not enter it). With a
