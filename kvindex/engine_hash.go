@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 )
@@ -58,6 +59,9 @@ type HashedPrompt struct {
 	// LoRAName and CacheSalt are the extra keys vLLM hashes (see
 	// RequestBlockExtraKeys).
 	LoRAName, CacheSalt string
+	// MM are the prompt's multimodal items (see KeySpec.BlockExtraKeys).
+	// vLLM hashes them; they are not reproduced for llm-d's hashing.
+	MM []MMItem
 }
 
 // BlockHashes appends to dst the event form (as DecodeBatch reports it) of
@@ -81,14 +85,14 @@ func (h EngineHash) vllmHashes(dst []uint64, p HashedPrompt) ([]uint64, error) {
 	if err != nil {
 		return dst, err
 	}
-	first, rest := RequestBlockExtraKeys(p.LoRAName, p.CacheSalt)
+	spec := KeySpec{BlockSize: p.BlockSize, LoRAName: p.LoRAName, CacheSalt: p.CacheSalt, MM: p.MM}
+	if err := spec.Validate(); err != nil {
+		return dst, err
+	}
 	parent := hs.Root()
 	n := len(p.Tokens) / p.BlockSize
 	for i := 0; i < n; i++ {
-		extra := rest
-		if i == 0 {
-			extra = first
-		}
+		extra := spec.BlockExtraKeys(i)
 		d, err := hs.Block(parent, p.Tokens[i*p.BlockSize:(i+1)*p.BlockSize], extra)
 		if err != nil {
 			return dst, fmt.Errorf("block %d: %w", i, err)
@@ -106,6 +110,9 @@ func (h EngineHash) vllmHashes(dst []uint64, p HashedPrompt) ([]uint64, error) {
 // Its extra features are multimodal hashes only: LoRA adapters are in the
 // model name, and it hashes no cache salt.
 func (h EngineHash) llmdHashes(dst []uint64, p HashedPrompt) ([]uint64, error) {
+	if len(p.MM) > 0 {
+		return dst, errors.New("kvindex: llm-d's multimodal block hashes are not reproduced")
+	}
 	var e cborEncoder
 	seed := fnv.New64a()
 	seed.Write([]byte(h.Seed))

@@ -164,19 +164,22 @@ func Keys(dst, tokens []uint64, blockSize, group int, extra [][]any) ([]uint64, 
 	return dst, nil
 }
 
-// KeySpec is what a text-only prompt's block keys depend on besides its
-// tokens: the engine's block size and KV-cache group, and the request's
-// LoRA adapter and cache salt (vLLM's extra keys, see RequestExtraKeys).
+// KeySpec is what a prompt's block keys depend on besides its tokens: the
+// engine's block size and KV-cache group, and the request's LoRA adapter,
+// cache salt and multimodal items (vLLM's extra keys, see BlockExtraKeys).
 type KeySpec struct {
 	BlockSize int
 	Group     int
 	LoRAName  string
 	CacheSalt string
+	// MM are the prompt's multimodal items, sorted by offset; none for a
+	// text-only prompt.
+	MM []MMItem
 }
 
-// RequestKeys is Keys for a text-only request, whose extra keys are its
-// LoRA adapter and cache salt (see RequestExtraKeys), without
-// materialising them per block.
+// RequestKeys is Keys for a request whose extra keys are its LoRA
+// adapter, cache salt and multimodal items (see KeySpec.BlockExtraKeys),
+// without materialising them per block.
 func RequestKeys(dst, tokens []uint64, s KeySpec) ([]uint64, error) {
 	return requestKeysFrom(dst, 0, tokens, s)
 }
@@ -195,10 +198,10 @@ func ContinueRequestKeys(known, tokens []uint64, s KeySpec) ([]uint64, error) {
 // requestKeysFrom appends to dst the keys of tokens' blocks from block
 // from on, dst ending with block from-1's key when from > 0.
 func requestKeysFrom(dst []uint64, from int, tokens []uint64, s KeySpec) ([]uint64, error) {
-	blockSize := s.BlockSize
-	if blockSize <= 0 {
-		return dst, errBlockSize
+	if err := s.Validate(); err != nil {
+		return dst, err
 	}
+	blockSize := s.BlockSize
 	first, rest := RequestBlockExtraKeys(s.LoRAName, s.CacheSalt)
 	var h keyHasher
 	key := rootKey(s.Group)
@@ -208,7 +211,10 @@ func requestKeysFrom(dst []uint64, from int, tokens []uint64, s KeySpec) ([]uint
 	n := len(tokens) / blockSize
 	for i := from; i < n; i++ {
 		e := rest
-		if i == 0 {
+		switch {
+		case len(s.MM) > 0:
+			e = s.BlockExtraKeys(i)
+		case i == 0:
 			e = first
 		}
 		var err error
@@ -243,8 +249,7 @@ func RequestBlockExtraKeys(loraName, cacheSalt string) (first, rest []any) {
 // RequestExtraKeys returns the per-block extra keys vLLM hashes for a
 // text-only request of nBlocks blocks: the LoRA adapter name on every block
 // and the cache salt on block 0 only. It returns nil when both are empty.
-// Multimodal identifiers depend on item positions and must be supplied by
-// the caller.
+// KeySpec.ExtraKeys adds a prompt's multimodal items.
 func RequestExtraKeys(loraName, cacheSalt string, nBlocks int) [][]any {
 	if (loraName == "" && cacheSalt == "") || nBlocks <= 0 {
 		return nil
