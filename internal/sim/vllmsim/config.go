@@ -38,6 +38,11 @@ type Config struct {
 	// distinct from Model and from each other. There is no adapter weight:
 	// output is the same as the base model's for the same prompt.
 	LoRAModules []string
+	// ImageTokens makes the model a vision model whose processor expands
+	// each image content part to this many placeholder tokens (see
+	// doc.go, "Images"). 0 (the default): a text-only model, which
+	// refuses image parts as vLLM does. At most 1<<16.
+	ImageTokens int
 	// MaxLoRAs is vLLM's --max-loras: the most distinct adapters one step's
 	// batch may hold. As in vLLM's scheduler, a waiting adapter request
 	// whose adapter is not in the batch is skipped for the step (requests
@@ -200,6 +205,7 @@ func (c Config) withDefaults() (Config, error) {
 		check(kv.HWM > 0, "kv events: hwm %d must be positive", kv.HWM)
 		c.KVEvents = &kv
 	}
+	check(c.ImageTokens >= 0 && c.ImageTokens <= 1<<16, "image tokens %d out of range 0..65536", c.ImageTokens)
 	if len(errs) > 0 {
 		return c, fmt.Errorf("vllmsim: invalid config: %w", errors.Join(errs...))
 	}

@@ -29,8 +29,11 @@ type kvEvent struct {
 	// Two fields, not one per hash, because they only differ on a
 	// request's block 0 (the cache salt).
 	extraFirst, extraRest []any
-	loraName              string // "" encodes as nil
-	loraID                int    // 0 encodes as nil
+	// extras, when not nil, are each hash's extra keys instead (a
+	// multimodal prompt's differ block by block).
+	extras   [][]any
+	loraName string // "" encodes as nil
+	loraID   int    // 0 encodes as nil
 }
 
 // eventEncoder writes event batches exactly as vLLM's msgspec encoder does:
@@ -130,7 +133,10 @@ func (e *eventEncoder) encodeEvent(ev *kvEvent) {
 		_ = enc.EncodeArrayLen(len(ev.hashes))
 		for i := range ev.hashes {
 			keys := ev.extraRest
-			if i == 0 {
+			switch {
+			case ev.extras != nil:
+				keys = ev.extras[i]
+			case i == 0:
 				keys = ev.extraFirst
 			}
 			e.extraKeys(keys)
@@ -182,8 +188,13 @@ func (e *eventEncoder) extraKeys(keys []any) {
 			_ = enc.EncodeString(v)
 		case int:
 			_ = enc.EncodeInt(int64(v))
+		case int64:
+			_ = enc.EncodeInt(v)
 		case []byte:
 			_ = enc.EncodeBytes(v)
+		case []any:
+			// A multimodal item's (identifier, offset) tuple.
+			e.extraKeys(v)
 		default:
 			_ = enc.EncodeNil()
 		}

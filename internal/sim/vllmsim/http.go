@@ -161,22 +161,50 @@ func (r *genRequest) messages() ([]chatMessage, error) {
 // with the word tokenizer and its ChatML rendering, or with the real
 // tokenizer and chat template the engine was given.
 func (e *Engine) promptTokens(req *genRequest, chat bool) ([]uint64, error) {
+	tokens, _, err := e.promptTokensMM(req, chat)
+	return tokens, err
+}
+
+// promptTokensMM is promptTokens with the prompt's multimodal items (see
+// images.go).
+func (e *Engine) promptTokensMM(req *genRequest, chat bool) ([]uint64, []kvindex.MMItem, error) {
 	if e.cfg.Tokenizer != nil {
-		return e.realTokens(req, chat)
+		tokens, err := e.realTokens(req, chat)
+		return tokens, nil, err
 	}
 	if chat {
-		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-		msgs, err := req.messages()
-		if err != nil {
-			return nil, err
-		}
-		text, err := renderChat(msgs, req.Tools, addGen, req.ContinueFinalMessage)
-		if err != nil {
-			return nil, err
-		}
-		addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
-		return tokenize(nil, text, addSpecial), nil
+		return e.chatTokens(req)
 	}
+	tokens, err := e.completionTokens(req)
+	return tokens, nil, err
+}
+
+// chatTokens renders and tokenizes a chat request with the word tokenizer,
+// its images expanded.
+func (e *Engine) chatTokens(req *genRequest) ([]uint64, []kvindex.MMItem, error) {
+	msgs, err := req.messages()
+	if err != nil {
+		return nil, nil, err
+	}
+	o := chatOptions{tools: req.Tools, addGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+		continueFinal: req.ContinueFinalMessage}
+	if e.cfg.ImageTokens > 0 {
+		o.img = &imageRender{}
+	}
+	text, err := renderChatImages(msgs, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	addSpecial := req.AddSpecialTokens != nil && *req.AddSpecialTokens
+	tokens := tokenize(nil, text, addSpecial)
+	if o.img == nil {
+		return tokens, nil, nil
+	}
+	return expandImages(tokens, o.img.ids, e.cfg.ImageTokens)
+}
+
+// completionTokens tokenizes a completion request's prompt.
+func (e *Engine) completionTokens(req *genRequest) ([]uint64, error) {
 	addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
 	p := bytes.TrimSpace(req.Prompt)
 	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
@@ -368,7 +396,7 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 	if msgs, err := req.messages(); chat && (err != nil || len(msgs) == 0) {
 		return nil, badRequest("messages is required, a non-empty list")
 	}
-	prompt, err := e.promptTokens(req, chat)
+	prompt, mm, err := e.promptTokensMM(req, chat)
 	if err != nil {
 		return nil, err
 	}
@@ -414,8 +442,13 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 	}
 	sr.extra0, sr.extraRest = kvindex.RequestBlockExtraKeys(model.lora, salt)
 	bs := e.cfg.BlockSize
+	sr.mm = kvindex.KeySpec{BlockSize: bs, LoRAName: model.lora, CacheSalt: salt, MM: mm}
+	extra, err := sr.mm.ExtraKeys(len(prompt) / bs)
+	if err != nil {
+		return nil, fmt.Errorf("prompt extra keys: %w", err)
+	}
 	h := e.hashers.Get().(*kvindex.Hasher)
-	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, kvindex.RequestExtraKeys(model.lora, salt, len(prompt)/bs))
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, extra)
 	e.hashers.Put(h)
 	if err != nil {
 		return nil, fmt.Errorf("hash prompt: %w", err)

@@ -23,6 +23,7 @@ type simRequest struct {
 	loraID    int              // its lora_id, 0 for the base model
 	extra0    []any            // extra keys of block 0 ([lora, salt], [salt] or [lora]), nil if none
 	extraRest []any            // extra keys of every later block ([lora]), nil if none
+	mm        kvindex.KeySpec  // with multimodal items (MM not empty): each block's extra keys
 	hashes    []kvindex.Digest // digests of full blocks of tokens known so far
 	arrival   float64          // simulated clock at submission, seconds
 	scheduled float64          // simulated clock when first scheduled (valid once admitted)
@@ -351,6 +352,17 @@ func (e *Engine) admitLocked(prefill, budget int) int {
 	return prefill
 }
 
+// blockExtra is the extra keys of the request's block i.
+func (r *simRequest) blockExtra(i int) []any {
+	switch {
+	case len(r.mm.MM) > 0:
+		return r.mm.BlockExtraKeys(i)
+	case i == 0:
+		return r.extra0
+	}
+	return r.extraRest
+}
+
 // storeBlocksLocked caches the request's blocks that are full once upto
 // tokens are computed and records one BlockStored event for them.
 func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
@@ -365,13 +377,9 @@ func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
 		if i > 0 {
 			parent = r.hashes[i-1]
 		}
-		extra := r.extraRest
-		if i == 0 {
-			extra = r.extra0
-		}
-		d, err := e.hasher.Block(parent, r.tokens[i*bs:(i+1)*bs], extra)
+		d, err := e.hasher.Block(parent, r.tokens[i*bs:(i+1)*bs], r.blockExtra(i))
 		if err != nil {
-			// Extra keys are strings only; hashing cannot fail.
+			// Extra keys are strings, ints and tuples of them: hashing cannot fail.
 			panic("vllmsim: block hash: " + err.Error())
 		}
 		r.hashes = append(r.hashes, d)
@@ -384,6 +392,12 @@ func (e *Engine) storeBlocksLocked(r *simRequest, upto int) {
 		extraRest: r.extraRest,
 		loraName:  r.lora,
 		loraID:    r.loraID,
+	}
+	if len(r.mm.MM) > 0 {
+		ev.extras = make([][]any, 0, full-r.numStored)
+		for b := r.numStored; b < full; b++ {
+			ev.extras = append(ev.extras, r.blockExtra(b))
+		}
 	}
 	if r.numStored > 0 {
 		ev.hasParent, ev.parent = true, r.hashes[r.numStored-1]

@@ -22,6 +22,9 @@ const (
 	tokImStart     = 151644 // "<|im_start|>"
 	tokImEnd       = 151645 // "<|im_end|>"
 	tokBOS         = 151646 // "<|bos|>", added with add_special_tokens
+	tokVisionStart = 151652 // "<|vision_start|>", before an image (Qwen2-VL's ids)
+	tokVisionEnd   = 151653 // "<|vision_end|>", after it
+	tokImagePad    = 151655 // "<|image_pad|>", an image's placeholder
 	maxPieceBytes  = 12     // longer words are split in chunks, so token counts follow text length
 	maxPromptBytes = 8 << 20
 )
@@ -34,6 +37,9 @@ var specialTokens = [...]struct {
 	{"<|im_start|>", tokImStart},
 	{"<|im_end|>", tokImEnd},
 	{"<|bos|>", tokBOS},
+	{"<|vision_start|>", tokVisionStart},
+	{"<|vision_end|>", tokVisionEnd},
+	{"<|image_pad|>", tokImagePad},
 }
 
 // pieceID maps a piece of text to a regular token id (FNV-1a, 64 bit).
@@ -190,6 +196,10 @@ type chatMessage struct {
 type contentPart struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
+	// ImageURL is an image_url part's {"url": ...} or an input_image
+	// part's URL string; UUID the client's identifier for the item.
+	ImageURL json.RawMessage `json:"image_url"`
+	UUID     *string         `json:"uuid"`
 }
 
 // errBadRequest marks client errors (HTTP 400).
@@ -199,7 +209,10 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
 }
 
-func messageText(m chatMessage) (string, error) {
+// messageText is a message's text, its parts joined by newlines. An image
+// part is refused, unless img is not nil (a vision model): it then writes
+// its placeholder and records the image.
+func messageText(m chatMessage, img *imageRender) (string, error) {
 	c := bytes.TrimSpace(m.Content)
 	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
 		return "", nil
@@ -218,13 +231,19 @@ func messageText(m chatMessage) (string, error) {
 		}
 		var sb strings.Builder
 		for i, p := range parts {
-			if p.Type != "text" {
-				return "", badRequest("content part type %q is not supported by this text-only model", p.Type)
-			}
 			if i > 0 {
 				sb.WriteByte('\n')
 			}
-			sb.WriteString(p.Text)
+			if p.Type == "text" {
+				sb.WriteString(p.Text)
+				continue
+			}
+			if img == nil || (p.Type != "image_url" && p.Type != "input_image") {
+				return "", badRequest("content part type %q is not supported by this text-only model", p.Type)
+			}
+			if err := img.add(&sb, p); err != nil {
+				return "", err
+			}
 		}
 		return sb.String(), nil
 	}
@@ -240,6 +259,19 @@ func messageText(m chatMessage) (string, error) {
 // continueFinal leaves the last message open (no end marker, no generation
 // prompt), as vLLM's continue_final_message does.
 func renderChat(msgs []chatMessage, tools json.RawMessage, addGenerationPrompt, continueFinal bool) (string, error) {
+	return renderChatImages(msgs, chatOptions{tools: tools, addGenerationPrompt: addGenerationPrompt, continueFinal: continueFinal})
+}
+
+// chatOptions are renderChatImages' settings besides the messages.
+type chatOptions struct {
+	tools                              json.RawMessage
+	addGenerationPrompt, continueFinal bool
+	img                                *imageRender // nil for a text-only model
+}
+
+// renderChatImages is renderChat for a model that may take images.
+func renderChatImages(msgs []chatMessage, o chatOptions) (string, error) {
+	tools, addGenerationPrompt, continueFinal := o.tools, o.addGenerationPrompt, o.continueFinal
 	if len(msgs) == 0 {
 		return "", badRequest("messages must not be empty")
 	}
@@ -260,7 +292,7 @@ func renderChat(msgs []chatMessage, tools json.RawMessage, addGenerationPrompt, 
 		if m.Role == "" {
 			return "", badRequest("message %d has no role", i)
 		}
-		text, err := messageText(m)
+		text, err := messageText(m, o.img)
 		if err != nil {
 			return "", err
 		}
