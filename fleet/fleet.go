@@ -41,7 +41,10 @@ type Fleet struct {
 	local     atomic.Pointer[localtok.Set]
 	tokNames  atomic.Pointer[map[string]struct{}]
 	tokModels localtok.Cache
-	breaker   *routing.Breaker // guarded by mu; replaced when its config changes
+	// imageTokens is the running config's image placeholder id by model
+	// (TokenizerConfig.ImageTokenID; mmkeys.go).
+	imageTokens atomic.Pointer[map[string]uint64]
+	breaker     *routing.Breaker // guarded by mu; replaced when its config changes
 	// aliases is the running config's public model names (models.go).
 	aliases atomic.Pointer[map[string]string]
 	// responses maps stored Responses ids to their engines (responses.go).

@@ -174,6 +174,8 @@ func (f *Fleet) noteTokenizerNames(cfgs []*TokenizerConfig) {
 		}
 	}
 	f.tokNames.Store(&names)
+	ids := imageTokenIDs(cfgs)
+	f.imageTokens.Store(&ids)
 }
 
 // maxAliasLength bounds an alias's names, as the engines' model ids are

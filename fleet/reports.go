@@ -372,8 +372,12 @@ type Explanation struct {
 	// model's tokenizer in the gateway), "remote" (an engine's /tokenize),
 	// "remote_cached" (its answer, from the tokenize cache); "" when not
 	// tokenized (token ids given, a cache_key request, tokenize off).
-	Tokenizer string  `json:"tokenizer,omitempty"`
-	Pick      *string `json:"pick"`
+	Tokenizer string `json:"tokenizer,omitempty"`
+	// Multimodal says whether the prompt's images entered its block keys
+	// ("keyed: N images") or why the precise match stops at its first
+	// media item; "" for a text prompt.
+	Multimodal string  `json:"multimodal,omitempty"`
+	Pick       *string `json:"pick"`
 	// Admission is how cache-aware admission weighs the request now;
 	// nil when the pool is not routed by lb_policy llm.
 	Admission *PlacementReport `json:"admission,omitempty"`
@@ -392,7 +396,7 @@ func (f *Fleet) Explain(ctx context.Context, req *openai.Request, pool string) (
 	d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: f.PolicySettings(pool), Explain: true})
 	out := Explanation{
 		Pool: pool, Candidates: d.Scored, Tier: d.Tier, Outcome: d.Outcome, Share: d.Share,
-		Tokens: d.Tokens, BlockSize: d.BlockSize, Tokenize: d.Tokenize,
+		Tokens: d.Tokens, BlockSize: d.BlockSize, Tokenize: d.Tokenize, Multimodal: d.Multimodal,
 		TookMs: float64(time.Since(start).Microseconds()) / 1000,
 	}
 	switch t := d.Tokenize; {

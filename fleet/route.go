@@ -74,7 +74,10 @@ type Decision struct {
 	Tokens    int // prompt tokens (0 when not tokenized)
 	BlockSize int
 	Tokenize  TokenizeResult
-	key       string // the approximate tier's key, once computed
+	// Multimodal says how the prompt's media entered its block keys ("" for
+	// a text prompt; see mmKeys.describe).
+	Multimodal string
+	key        string // the approximate tier's key, once computed
 	// keys are the prompt's block keys at BlockSize, kept for routed to
 	// predict while speculative entries are on; nil otherwise.
 	keys []uint64
@@ -327,8 +330,13 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
 		q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt, Model: req.Model}
-		m, d.keys = f.preciseMatches(q, keys, v.blockSize)
+		mm := f.mmPromptOf(req).keys(tokens)
+		d.Multimodal = mm.describe()
+		m, d.keys = f.preciseMatches(q, keys, v.blockSize, mm)
 		d.match = m
+		if mm.media && !mm.keyed() {
+			d.keys = nil // its keys past the first item name every image alike: no prediction
+		}
 	}
 	total := promptTokens / v.blockSize
 	live, unapplied := make([]bool, len(q.Dials)), make([]bool, len(q.Dials))
@@ -386,12 +394,13 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 // give the buffer back safely; they are hashed once for Match and Predict.
 // keys, when not nil, are those keys already (from the tokenize cache).
 // q is the prompt without keys.
-func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int) (matches, []uint64) {
+// mm are the prompt's media: keyed ones must be in its keys.
+func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int, mm mmKeys) (matches, []uint64) {
 	m := matches{precise: make(map[string]int)} // predicted: made when needed, as most prompts have none
 	predicting := f.index.PredictTTL() > 0
-	if keys == nil && predicting {
+	if keys == nil && (predicting || mm.keyed()) {
 		// Hashed once, for Match and for Predict.
-		keys = f.keys.blockKeys(q.Tokens, blockSize, q.LoRAName, q.CacheSalt)
+		keys = f.keys.mmBlockKeys(q.Tokens, blockSize, q.LoRAName, q.CacheSalt, mm)
 	}
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize
@@ -486,6 +495,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	}
 	cfg := v.engines[pick].Config()
 	tk, treq := f.tokenizer.Load(), tokenizeRequest(req)
+	mm := f.mmPromptOf(req)
 	start := time.Now()
 	if tokens, ok := f.localTokens(req, func(ctx context.Context) ([]uint64, error) {
 		return tk.TokenizeFresh(ctx, cfg.TokenizeURL, cfg.Header, treq)
@@ -502,9 +512,11 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	var ans remotetok.DerivedAnswer
 	if f.anyLive(v) {
 		lora, salt, bs := v.lora, req.CacheSalt, v.blockSize
-		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt
+		// The media's identifiers are in the messages, which key the
+		// cache; their spans depend on the image token too.
+		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt + "\x00" + strconv.FormatUint(mm.imageToken, 10)
 		ans, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
-			func(tokens []uint64) []uint64 { return f.keys.blockKeys(tokens, bs, lora, salt) })
+			func(tokens []uint64) []uint64 { return f.keys.mmBlockKeys(tokens, bs, lora, salt, mm.keys(tokens)) })
 		tokens, keys, cached = ans.Tokens, ans.Derived, ans.Cached
 	} else {
 		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)

@@ -24,6 +24,16 @@ type TokenizerConfig struct {
 	// published with the model; or "remote" to ask the engines' /tokenize,
 	// which is what models without an entry get. Required.
 	Dir string `json:"dir"`
+
+	// ImageTokenID is the token id the model's processor expands an
+	// image into (Qwen2-VL's <|image_pad|> 151655, LLaVA's <image>): the
+	// maximal runs of it in the engine's tokenized prompt are the images'
+	// placeholder spans, which vLLM hashes an image's identifier into.
+	// With it, an image content part carrying a "uuid" is keyed exactly
+	// and a repeated image prompt matches past the image (see
+	// fleet/mmkeys.go for the models it fits). Default: 0, none: the
+	// precise match of an image prompt stops at its first image.
+	ImageTokenID uint64 `json:"image_token_id,omitempty"`
 }
 
 // RemoteTokenizer is TokenizerConfig.Dir's value for the engines'

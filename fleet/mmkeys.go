@@ -1,0 +1,154 @@
+package fleet
+
+import (
+	"fmt"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/localtok"
+	"github.com/llmgw/caddy-llmgw/openai"
+)
+
+// Multimodal block keys. vLLM hashes into each block the (identifier,
+// offset) of every multimodal item whose placeholder tokens the block
+// covers (kvindex.KeySpec.BlockExtraKeys). A prompt's block keys past its
+// first image are thus exact only when the gateway knows both:
+//
+//   - where each image's placeholders are. The engine's /tokenize (which
+//     image prompts use, as the model's processor expands the image)
+//     returns the expanded ids; the image's span is then the maximal run of
+//     the model's image placeholder id (TokenizerConfig.ImageTokenID), one
+//     run per image part in prompt order. That is the span vLLM records
+//     for models whose processor replaces the image token by N copies of
+//     itself (Qwen2-VL, Qwen2.5-VL, LLaVA-1.5 and -NeXT); models whose
+//     span also covers other tokens (break or boundary tokens counted in
+//     the span) do not follow it.
+//   - each image's identifier: the content part's "uuid", which vLLM takes
+//     as the item's hash. Without one vLLM hashes the decoded image with
+//     blake3 (vllm/multimodal/hasher.py), which the gateway cannot
+//     reproduce.
+//
+// When either is missing (or the prompt has audio, video or embeddings),
+// the prompt is keyed as text: those keys equal the engines' for the
+// blocks before the first item, and never equal a block an item covers
+// (the engine's key has the item in it), so the precise match stops at
+// the first item, as it must. Such a request predicts no speculative
+// blocks, since its keys past the item would name every image alike.
+
+// mmPrompt is a request's media parts and its model's image placeholder.
+type mmPrompt struct {
+	parts      []openai.MediaPart
+	imageToken uint64 // 0: none configured
+}
+
+// mmKeys is how a prompt's media enter its block keys.
+type mmKeys struct {
+	media  bool             // the prompt has media parts
+	items  []kvindex.MMItem // their spans and identifiers, when keyed
+	reason string           // why they are not keyed ("" when keyed)
+}
+
+// keyed reports whether the prompt's keys past its media are exact.
+func (m mmKeys) keyed() bool { return m.media && m.reason == "" }
+
+// describe is the explain API's word for m: "" for a text prompt.
+func (m mmKeys) describe() string {
+	switch {
+	case !m.media:
+		return ""
+	case m.keyed():
+		return fmt.Sprintf("keyed: %d images", len(m.items))
+	}
+	return "matched up to the first media item: " + m.reason
+}
+
+// mmPromptOf is req's media and its model's image placeholder id.
+func (f *Fleet) mmPromptOf(req *openai.Request) mmPrompt {
+	if req == nil {
+		return mmPrompt{}
+	}
+	model := req.Model
+	p := mmPrompt{parts: openai.MediaParts(req.Messages)}
+	if len(p.parts) == 0 {
+		return p
+	}
+	if m := f.imageTokens.Load(); m != nil {
+		t, ok := (*m)[model]
+		if !ok {
+			t = (*m)[localtok.AnyModel]
+		}
+		p.imageToken = t
+	}
+	return p
+}
+
+// keys finds the items of a prompt of tokens (expanded by the engine).
+func (p mmPrompt) keys(tokens []uint64) mmKeys {
+	if len(p.parts) == 0 {
+		return mmKeys{}
+	}
+	m := mmKeys{media: true}
+	for _, part := range p.parts {
+		switch {
+		case part.Modality != "image":
+			m.reason = part.Modality + " items are not keyed"
+			return m
+		case part.UUID == "":
+			m.reason = "an image without a uuid (the engine hashes its pixels)"
+			return m
+		}
+	}
+	if p.imageToken == 0 {
+		m.reason = "no image_token_id configured for the model"
+		return m
+	}
+	items := make([]kvindex.MMItem, 0, len(p.parts))
+	for i := 0; i < len(tokens); i++ {
+		if tokens[i] != p.imageToken {
+			continue
+		}
+		start := i
+		for i < len(tokens) && tokens[i] == p.imageToken {
+			i++
+		}
+		if len(items) == len(p.parts) {
+			m.reason = "more image placeholder runs than images"
+			return m
+		}
+		items = append(items, kvindex.MMItem{ID: p.parts[len(items)].UUID, Offset: start, Length: i - start})
+	}
+	if len(items) != len(p.parts) {
+		m.reason = fmt.Sprintf("%d image placeholder runs for %d images", len(items), len(p.parts))
+		return m
+	}
+	m.items = items
+	return m
+}
+
+// mmBlockKeys is keyKeep.blockKeys for a prompt with media: hashed whole
+// and not kept (its keys depend on identifiers the kept prompts' id
+// comparison does not see). Unkeyed media are hashed as text (see above).
+func (k *keyKeep) mmBlockKeys(tokens []uint64, blockSize int, lora, salt string, mm mmKeys) []uint64 {
+	if !mm.media {
+		return k.blockKeys(tokens, blockSize, lora, salt)
+	}
+	if blockSize <= 0 {
+		return nil
+	}
+	spec := kvindex.KeySpec{BlockSize: blockSize, LoRAName: lora, CacheSalt: salt, MM: mm.items}
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, spec)
+	if err != nil {
+		return nil
+	}
+	return keys
+}
+
+// imageTokenIDs maps the models of cfgs to their image placeholder ids.
+func imageTokenIDs(cfgs []*TokenizerConfig) map[string]uint64 {
+	out := make(map[string]uint64)
+	for _, c := range cfgs {
+		if c != nil && c.ImageTokenID > 0 {
+			out[c.Model] = c.ImageTokenID
+		}
+	}
+	return out
+}
