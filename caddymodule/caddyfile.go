@@ -59,7 +59,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	    tokenize_cache_size  <n>
 //	    speculative_ttl      <duration>
 //	    responses_ttl        <duration>
-//	    tokenizer <model|*> <dir|remote>
+//	    tokenizer <model|*> <dir|remote> [<image_token_id>]
 //	    tokenizer_check_sample   <0..1>
 //	    tokenizer_mismatch_limit <n>
 //	    alias <public> <served>
@@ -128,10 +128,18 @@ func (a *App) unmarshalOption(d *caddyfile.Dispenser) error {
 		err = parseDuration(d, a.SpeculativeTTL)
 	case "tokenizer":
 		args := d.RemainingArgs()
-		if len(args) != 2 {
+		if len(args) != 2 && len(args) != 3 {
 			return d.ArgErr()
 		}
-		a.Tokenizers = append(a.Tokenizers, &fleet.TokenizerConfig{Model: args[0], Dir: args[1]})
+		tc := &fleet.TokenizerConfig{Model: args[0], Dir: args[1]}
+		if len(args) == 3 {
+			id, perr := strconv.ParseUint(args[2], 10, 64)
+			if perr != nil || id == 0 {
+				return d.Errf("bad image token id '%s'", args[2])
+			}
+			tc.ImageTokenID = id
+		}
+		a.Tokenizers = append(a.Tokenizers, tc)
 	case "tokenizer_check_sample":
 		a.TokenizerCheckSample = new(float64)
 		err = parseFloat(d, a.TokenizerCheckSample)

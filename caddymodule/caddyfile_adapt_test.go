@@ -71,6 +71,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"app bad duration", "{\n\tllm {\n\t\tpoll_interval soon\n\t}\n}\n:80 {\n\trespond ok\n}\n", "bad duration 'soon'"},
 		{"app missing argument", "{\n\tllm {\n\t\tstale_after\n\t}\n}\n:80 {\n\trespond ok\n}\n", "wrong argument count"},
 		{"app bad number", "{\n\tllm {\n\t\tstale_after many\n\t}\n}\n:80 {\n\trespond ok\n}\n", "bad number 'many'"},
+		{"app bad image token id", "{\n\tllm {\n\t\ttokenizer m remote pad\n\t}\n}\n:80 {\n\trespond ok\n}\n", "bad image token id 'pad'"},
 		{"engine missing dial", "{\n\tllm {\n\t\tengine {\n\t\t}\n\t}\n}\n:80 {\n\trespond ok\n}\n", "wrong argument count"},
 		{"engine unknown subdirective", "{\n\tllm {\n\t\tengine 127.0.0.1:8000 {\n\t\t\tmetric http://x\n\t\t}\n\t}\n}\n:80 {\n\trespond ok\n}\n", "unrecognized engine subdirective 'metric'"},
 		{"engine kv_events usage", "{\n\tllm {\n\t\tengine 127.0.0.1:8000 {\n\t\t\tkv_events connect tcp://a:1\n\t\t}\n\t}\n}\n:80 {\n\trespond ok\n}\n", "usage: kv_events [bind]"},

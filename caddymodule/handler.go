@@ -39,6 +39,10 @@ const (
 	varPlacement   = "llm.placement"   // *fleet.Placement: where admission counted the request
 )
 
+// DefaultMaxBody is max_body's default: room for a chat with a base64
+// image of about 6 MiB (see Admission.MaxBody for the memory it bounds).
+const DefaultMaxBody = 8 << 20
+
 // Admission is the `llm_admission` HTTP handler: engine-wide admission
 // control in front of reverse_proxy. It reads the request body once (bounded),
 // extracts model and stream, and admits the request while some engine of the
@@ -65,7 +69,13 @@ type Admission struct {
 	// After a 413, 408 or 400 on HTTP/1.x the rest of the body is read and
 	// discarded, up to 4 × max_body (within 1–64 MiB) for at most 5s, so
 	// that clients sending the whole body first read the answer.
-	// Default: 1 MiB.
+	// The default admits a chat with a base64 image of about 6 MiB (base64
+	// adds a third). A body is held in memory from its read until it has
+	// been proxied, so request bodies can take up to max_body × the
+	// requests being read, parked or proxied at once (8 GiB for 1,000
+	// requests at the default): lower it, or bound the concurrency
+	// (max_inflight, the server's connection limits) where images are sent.
+	// Default: 8 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	// Deadline for reading the request body (slow clients get 408).
@@ -173,7 +183,7 @@ func (h *Admission) Provision(ctx caddy.Context) error {
 // setDefaults fills the unset tunables.
 func (h *Admission) setDefaults() {
 	if h.MaxBody == 0 {
-		h.MaxBody = 1 << 20
+		h.MaxBody = DefaultMaxBody
 	}
 	if h.BodyTimeout == 0 {
 		h.BodyTimeout = caddy.Duration(30 * time.Second)

@@ -23,7 +23,7 @@ import (
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testdep"
 )
 
-// The early-refusal tests post bodies over max_body (1 MiB by default) the
+// The early-refusal tests post bodies over max_body (1 MiB here) the
 // way clients that send everything before reading do, and check they read
 // the documented JSON 413 rather than a connection reset.
 
@@ -34,11 +34,13 @@ var bigChat = func() []byte {
 	return b[:len(b):len(b)]
 }()
 
-// loadEarlyReject loads a gateway with default limits (max_body 1 MiB).
+// loadEarlyReject loads a gateway with default limits but max_body 1 MiB
+// (below the 2 MiB uploads).
 func loadEarlyReject(t *testing.T, g gateway) {
 	t.Helper()
 	e := startEngines(t, 1, vllmsim.Config{})[0]
 	g.engines = noKVEngines(e)
+	g.admission = "\t\tmax_body 1MiB\n"
 	g.load(t)
 	t.Cleanup(func() { resetGateway(t) })
 }

@@ -84,7 +84,7 @@ type Policy struct {
 	DisableTokenize bool `json:"disable_tokenize,omitempty"`
 
 	// Largest body the policy reads itself when llm_admission did not run.
-	// Default: 1 MiB.
+	// Default: 8 MiB, as llm_admission's (DefaultMaxBody).
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	// Consecutive failures that open a replica's circuit breaker.
@@ -147,7 +147,7 @@ func (p *Policy) setup(logger *zap.Logger, f *fleet.Fleet) {
 		p.BlockSize = 16
 	}
 	if p.MaxBody == 0 {
-		p.MaxBody = 1 << 20
+		p.MaxBody = DefaultMaxBody
 	}
 	if p.BreakerFailures == 0 {
 		p.BreakerFailures = 5
