@@ -58,6 +58,8 @@ func mmFleet(t *testing.T, imageToken bool) (*Fleet, []*vllmsim.Engine, []string
 	}
 	cfg := testConfig()
 	cfg.PollInterval, cfg.TokenizeTimeout = time.Second, 10*time.Second
+	ttl := time.Hour // predictions outlive the test
+	cfg.SpeculativeTTL = &ttl
 	tc := &TokenizerConfig{Model: "*", Dir: RemoteTokenizer}
 	if imageToken {
 		tc.ImageTokenID = simImagePad
@@ -175,5 +177,49 @@ func TestMMPromptKeys(t *testing.T) {
 		if m.media != (len(c.p.parts) > 0) || m.keyed() != (c.items != nil) {
 			t.Errorf("%s: media %v keyed %v", c.name, m.media, m.keyed())
 		}
+	}
+}
+
+// TestImagePromptPredictions: a keyed image prompt routed to an engine is
+// predicted there past its image (a repeat matches it whole, another
+// image only up to it); an unkeyed one predicts nothing, as its keys past
+// the image would be every image's.
+func TestImagePromptPredictions(t *testing.T) {
+	f, _, dials := mmFleet(t, true)
+	ctx := context.Background()
+	s := f.PolicySettings("default")
+	route := func(url, uuid string) *Pick {
+		t.Helper()
+		req, err := openai.ParseRequest([]byte(imageChatBody(t, url, uuid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: s, Explain: true})
+		if d.Tokenize.Err != nil || len(d.Scored) != 2 {
+			t.Fatalf("decision %+v, %v", d.Decision, d.Tokenize.Err)
+		}
+		return d
+	}
+	commit := func(url, uuid string) {
+		t.Helper()
+		req, err := openai.ParseRequest([]byte(imageChatBody(t, url, uuid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := f.Route(ctx, Query{Request: req, Dials: dials, Settings: s})
+		p.Commit(dials[1]).Outcome(nil, 200)
+	}
+	d := route("https://x/a.png", "")
+	whole := d.Tokens / 16
+	commit("https://x/a.png", "")
+	if d := route("https://x/b.png", ""); d.Scored[1].MatchedBlocks != 0 {
+		t.Fatalf("an unkeyed image prompt was predicted: %d blocks match another image's", d.Scored[1].MatchedBlocks)
+	}
+	commit("https://x/a.png", "img-C")
+	if d := route("https://x/a.png", "img-C"); d.Scored[1].SpeculativeBlocks != whole {
+		t.Errorf("a keyed repeat matches %d predicted blocks, want %d", d.Scored[1].SpeculativeBlocks, whole)
+	}
+	if before := route("https://x/a.png", "img-D").Scored[1].SpeculativeBlocks; before == 0 || before >= whole-4 {
+		t.Errorf("another image matches %d predicted blocks of %d, want those before the image", before, whole)
 	}
 }
