@@ -39,3 +39,16 @@ func TestMediaPartsOfConvertedMessages(t *testing.T) {
 		t.Fatalf("%+v from %s", got, req.Messages)
 	}
 }
+
+// TestMediaPartsOfResponsesInput: a Responses input message reaches the
+// chat messages unchanged, its input_image part with its uuid.
+func TestMediaPartsOfResponsesInput(t *testing.T) {
+	body := `{"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"what is this?"},{"type":"input_image","image_url":"data:image/png;base64,AAAA","uuid":"photo-7"}]}]}`
+	req, err := ParseResponses([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := MediaParts(req.Messages); !reflect.DeepEqual(got, []MediaPart{{Modality: "image", UUID: "photo-7"}}) {
+		t.Fatalf("%+v from %s", got, req.Messages)
+	}
+}
