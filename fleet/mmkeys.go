@@ -23,9 +23,13 @@ import (
 //     span also covers other tokens (break or boundary tokens counted in
 //     the span) do not follow it.
 //   - each image's identifier: the content part's "uuid", which vLLM takes
-//     as the item's hash. Without one vLLM hashes the decoded image with
-//     blake3 (vllm/multimodal/hasher.py), which the gateway cannot
-//     reproduce.
+//     as the item's hash (chat_utils.py at 001eadc passes it per item;
+//     processing.py's _hash_mm_items uses it verbatim when the processor
+//     is given no mm_processor_kwargs or tokenization_kwargs, and hashes
+//     it with them otherwise, so a request with mm_processor_kwargs is
+//     keyed wrongly: its blocks past the image just miss). Without one
+//     vLLM hashes the decoded image with blake3
+//     (vllm/multimodal/hasher.py), which the gateway cannot reproduce.
 //
 // When either is missing (or the prompt has audio, video or embeddings),
 // the prompt is keyed as text: those keys equal the engines' for the
