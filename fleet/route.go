@@ -405,6 +405,7 @@ func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int, mm
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize
 	}
+	q.MM = mm.items // for engines of other block sizes, and their orphans
 	found, err := f.index.Match(q)
 	if err == nil {
 		for _, x := range found {

@@ -382,6 +382,10 @@ type Query struct {
 	// Model is the request's model, which some engines' own hashes
 	// include (EngineHash, HashedPrompt.Model).
 	Model string
+	// MM are the prompt's multimodal items (KeySpec.MM), hashed into the
+	// blocks they cover at every block size; none for a text prompt (or
+	// one whose items are not known: its match then stops at the first).
+	MM []MMItem
 	// Keys, when not nil, are the prompt's block keys at KeysBlockSize
 	// (RequestKeys with the same group, adapter and salt), which Match
 	// then uses instead of hashing the prompt again at that size.
@@ -393,8 +397,7 @@ type Query struct {
 // each engine's leading matched blocks, as MatchKeys. Blocks an engine
 // announced with a parent the index never saw are recognised first, when
 // the engine's hashing is known (see orphans.go): Match then takes them
-// into the engine's mirror. Multimodal prompts
-// need their identifiers as extra keys: use Keys and MatchKeys.
+// into the engine's mirror. Multimodal prompts need their items (MM).
 func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 	ix.spec.expire()
 	ix.mu.RLock()
@@ -427,7 +430,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 			ix.mu.RUnlock()
 			continue
 		}
-		keys, err := RequestKeys((*kp)[:0], q.Tokens, KeySpec{BlockSize: bs, Group: q.Group, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt})
+		keys, err := RequestKeys((*kp)[:0], q.Tokens, KeySpec{BlockSize: bs, Group: q.Group, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt, MM: q.MM})
 		*kp = keys
 		if err != nil {
 			return nil, fmt.Errorf("kvindex: match: %w", err)

@@ -212,3 +212,25 @@ func TestMMItemsRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestMMMatchAndRecognize: an engine's blocks stored with an image's extra
+// keys match a query with the image's item, at a block size the query has
+// no keys for, whether its events chain or are orphans recognised by the
+// engine's hashing; without the item the match stops before the image.
+func TestMMMatchAndRecognize(t *testing.T) {
+	const bs = 4
+	tokens := prompt(12*bs, 5)
+	items := []MMItem{{ID: "photo", Offset: 3*bs + 1, Length: 5 * bs}}
+	extra, err := KeySpec{BlockSize: bs, MM: items}.ExtraKeys(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := NewIndex(IndexConfig{})
+	_, chained := newHashedFeed(t, ix, "chained", EngineHash{Algo: HashSHA256CBOR, Seed: "0"})
+	_, late := newHashedFeed(t, ix, "late", EngineHash{Algo: HashSHA256CBOR, Seed: "0"})
+	e := newEngineSim(t, "0", bs)
+	e.msg(chained, e.stored(tokens, extra, 0, 12))
+	e.msg(late, e.stored(tokens, extra, 2, 12)) // blocks 0-1 cached before the gateway
+	wantMatch(t, ix, Query{Tokens: tokens}, map[string]int{"chained": 3, "late": 3})
+	wantMatch(t, ix, Query{Tokens: tokens, MM: items}, map[string]int{"chained": 12, "late": 12})
+}

@@ -162,9 +162,9 @@ func (m *Mirror) adopt(blockSize int, hashes, keys []uint64) int {
 // orphans, the prompt's blocks up to the deepest one it holds (see
 // Mirror.adopt). The engines' hashes of the prompt are computed once per
 // hashing configuration, and only while some mirror keeps orphans: a
-// fleet whose events all chain pays nothing. Text prompts of group 0 only;
-// a prompt the engine hashes with multimodal keys cannot be recomputed
-// from its tokens.
+// fleet whose events all chain pays nothing. Prompts of group 0 only; a
+// multimodal prompt's blocks are recognised when its items are known
+// (Query.MM), for vLLM's hashing.
 func (ix *Index) recognize(q Query, bs int, keys []uint64) {
 	if q.Group != 0 || len(keys) == 0 || ix.orphaned.Load() <= 0 {
 		return
@@ -189,7 +189,7 @@ func (ix *Index) recognize(q Query, bs int, keys []uint64) {
 			var err error
 			hs, err = w.hash.BlockHashes(make([]uint64, 0, len(keys)), HashedPrompt{
 				Tokens: q.Tokens[:min(len(q.Tokens), len(keys)*bs)], BlockSize: bs,
-				Model: q.Model, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt,
+				Model: q.Model, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt, MM: q.MM,
 			})
 			if err != nil {
 				hs = nil
