@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"sort"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -99,13 +100,14 @@ var (
 		Help:    "Time lb_policy llm took to choose an upstream (tokenizing, index match, load), by tier.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
 	}, []string{"tier"})
+	multimodalPrompts = newMultimodalPrompts()
 )
 
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
 		ttftSeconds, itlSeconds, tokensTotal, responsesTotal, previousResponseTotal,
-		prefixDecisions, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds, decisionSeconds,
+		prefixDecisions, multimodalPrompts, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds, decisionSeconds,
 	}
 }
 
@@ -300,4 +302,28 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// observeMultimodal counts a routed prompt with media by how its media
+// were keyed (fleet.Decision.Multimodal: "" for a text prompt).
+func observeMultimodal(how string) {
+	switch {
+	case how == "":
+	case strings.HasPrefix(how, "keyed"):
+		multimodalPrompts.WithLabelValues("keyed").Inc()
+	default:
+		multimodalPrompts.WithLabelValues("text").Inc()
+	}
+}
+
+// newMultimodalPrompts is llmgw_multimodal_prompts_total with both of its
+// series at 0, so that a gateway without image traffic shows them too.
+func newMultimodalPrompts() *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgw_multimodal_prompts_total",
+		Help: "Routed prompts with media parts, by how their media entered the block keys: keyed (matched past them) or text (matched up to the first item: no uuid, no image_token_id, audio or video).",
+	}, []string{"keys"})
+	v.WithLabelValues("keyed")
+	v.WithLabelValues("text")
+	return v
 }

@@ -61,7 +61,8 @@ func (ex mmExplain) matched(dial string) int {
 // that hash images as vLLM does, with the model's image token configured,
 // a repeated image prompt with a uuid goes back to the engine that holds
 // it on the precise tier, matched past the image; the explain API says it
-// was keyed, and that another image matches only up to it.
+// was keyed, and that another image matches only up to it; the metric
+// counts the routed image prompts as keyed.
 func TestImagePromptThroughGateway(t *testing.T) {
 	engines := startEngines(t, 2, vllmsim.Config{ImageTokens: 64})
 	gateway{engines: kvEngines(engines...), appExtra: "\t\ttokenizer * remote 151655\n", policy: "\t\t\tdebug_headers\n", patient: true}.load(t)
@@ -69,6 +70,7 @@ func TestImagePromptThroughGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	body := uuidImageChat(t, "img-1")
+	keyedBefore := metricValue(t, "llmgw_multimodal_prompts_total", `keys="keyed"`)
 	first := send(ctx, "", body, nil)
 	if first.err != nil || first.status != http.StatusOK || first.upstream == "" {
 		t.Fatalf("first: %d %v %.200s", first.status, first.err, first.body)
@@ -83,6 +85,9 @@ func TestImagePromptThroughGateway(t *testing.T) {
 	second := send(ctx, "", body, nil)
 	if second.err != nil || second.status != http.StatusOK || second.upstream != holder || second.tier != routing.Precise.String() {
 		t.Fatalf("repeat: %d %v, to %s on tier %q, want %s precise", second.status, second.err, second.upstream, second.tier, holder)
+	}
+	if v := metricValue(t, "llmgw_multimodal_prompts_total", `keys="keyed"`); v != keyedBefore+2 {
+		t.Errorf("llmgw_multimodal_prompts_total{keys=keyed} went %v → %v for 2 routed image prompts", keyedBefore, v)
 	}
 	if ex := explainMM(t, body); !strings.HasPrefix(ex.Multimodal, "keyed") {
 		t.Errorf("explain says %q, want keyed", ex.Multimodal)

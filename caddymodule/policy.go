@@ -258,6 +258,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	}
 	decisionSeconds.WithLabelValues(pick.Tier.String()).Observe(time.Since(t0).Seconds())
 	prefixDecisions.WithLabelValues(pick.Tier.String(), pick.Outcome.String()).Inc()
+	observeMultimodal(pick.Multimodal)
 	spanattr.SetRoute(trace.SpanFromContext(ctx), req, pick.Decision, chosen.Dial)
 	// Commit also hands back the half-open probes of the candidates not
 	// chosen.
