@@ -329,14 +329,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	var m matches
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
-		q := kvindex.Query{Tokens: tokens, LoRAName: lora, CacheSalt: req.CacheSalt, Model: req.Model}
-		mm := f.mmPromptOf(req).keys(tokens)
-		d.Multimodal = mm.describe()
-		m, d.keys = f.preciseMatches(q, keys, v.blockSize, mm)
-		d.match = m
-		if mm.media && !mm.keyed() {
-			d.keys = nil // its keys past the first item name every image alike: no prediction
-		}
+		m = f.promptMatches(&d, req, tokens, keys, v.blockSize)
 	}
 	total := promptTokens / v.blockSize
 	live, unapplied := make([]bool, len(q.Dials)), make([]bool, len(q.Dials))
@@ -384,6 +377,21 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 		Key:          spreadKey(tokens, v.blockSize, key),
 	}
 	return d, rr, cands
+}
+
+// promptMatches is preciseMatches for the prompt of req with tokens (and
+// its keys at blockSize, when known), under d's adapter: it records on d
+// the keys routed predicts from and how the prompt's media were keyed.
+func (f *Fleet) promptMatches(d *Decision, req *openai.Request, tokens, keys []uint64, blockSize int) matches {
+	q := kvindex.Query{Tokens: tokens, LoRAName: d.lora, CacheSalt: req.CacheSalt, Model: req.Model}
+	mm := f.mmPromptOf(req).keys(tokens)
+	d.Multimodal = mm.describe()
+	m, predict := f.preciseMatches(q, keys, blockSize, mm)
+	d.match, d.keys = m, predict
+	if mm.media && !mm.keyed() {
+		d.keys = nil // its keys past the first item name every image alike: no prediction
+	}
+	return m
 }
 
 // preciseMatches asks the index what each engine holds of the prompt, and

@@ -440,18 +440,9 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 		}
 		salt = *req.CacheSalt
 	}
-	sr.extra0, sr.extraRest = kvindex.RequestBlockExtraKeys(model.lora, salt)
-	bs := e.cfg.BlockSize
-	sr.mm = kvindex.KeySpec{BlockSize: bs, LoRAName: model.lora, CacheSalt: salt, MM: mm}
-	extra, err := sr.mm.ExtraKeys(len(prompt) / bs)
-	if err != nil {
-		return nil, fmt.Errorf("prompt extra keys: %w", err)
-	}
-	h := e.hashers.Get().(*kvindex.Hasher)
-	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(prompt)+maxTokens)/bs+1), prompt, extra)
-	e.hashers.Put(h)
-	if err != nil {
-		return nil, fmt.Errorf("hash prompt: %w", err)
+	sr.mm = kvindex.KeySpec{BlockSize: e.cfg.BlockSize, LoRAName: model.lora, CacheSalt: salt, MM: mm}
+	if err := e.hashPrompt(sr); err != nil {
+		return nil, err
 	}
 	prefix := "cmpl-"
 	if chat {
@@ -459,6 +450,24 @@ func (e *Engine) newSimRequest(req *genRequest, model servedModel, chat bool) (*
 	}
 	sr.id = prefix + randomID()
 	return sr, nil
+}
+
+// hashPrompt sets the extra keys of sr (keyed by sr.mm) and the block
+// hashes of its prompt.
+func (e *Engine) hashPrompt(sr *simRequest) error {
+	sr.extra0, sr.extraRest = kvindex.RequestBlockExtraKeys(sr.mm.LoRAName, sr.mm.CacheSalt)
+	bs := sr.mm.BlockSize
+	extra, err := sr.mm.ExtraKeys(len(sr.tokens) / bs)
+	if err != nil {
+		return fmt.Errorf("prompt extra keys: %w", err)
+	}
+	h := e.hashers.Get().(*kvindex.Hasher)
+	sr.hashes, err = h.BlockHashes(make([]kvindex.Digest, 0, (len(sr.tokens)+sr.maxTokens)/bs+1), sr.tokens, extra)
+	e.hashers.Put(h)
+	if err != nil {
+		return fmt.Errorf("hash prompt: %w", err)
+	}
+	return nil
 }
 
 // stream writes an SSE response: one chunk per generated token, the finish
