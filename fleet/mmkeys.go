@@ -85,6 +85,19 @@ func (f *Fleet) mmPromptOf(req *openai.Request) mmPrompt {
 	return p
 }
 
+// promptMedia is the media of q's prompt, tokenized as tr says: found
+// while tokenizing remotely, else none (a local tokenizer refuses media,
+// and a prompt of ids has none), unless the caller gave the tokens.
+func (f *Fleet) promptMedia(q Query, tr TokenizeResult) mmPrompt {
+	switch {
+	case tr.Called:
+		return tr.media
+	case q.Tokens != nil:
+		return f.mmPromptOf(q.Request)
+	}
+	return mmPrompt{}
+}
+
 // keys finds the items of a prompt of tokens (expanded by the engine).
 func (p mmPrompt) keys(tokens []uint64) mmKeys {
 	if len(p.parts) == 0 {

@@ -90,6 +90,7 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 	}
 	v := f.queryView(q)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
+	q.media = f.promptMedia(q, tr)
 	d, rr, cands := f.prefixes(q, v, tokens, keys)
 	tr = releaseTokens(tokens, tr)
 	d.Tokenize = tr

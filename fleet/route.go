@@ -64,6 +64,9 @@ type Query struct {
 	// Explain scores every candidate and marks those a policy leaves out
 	// before routing (drained, breaker open).
 	Explain bool
+
+	// media are the prompt's media parts once tokenized (promptMedia).
+	media mmPrompt
 }
 
 // Decision is a routing decision with what it was made from. Index is into
@@ -100,6 +103,9 @@ type TokenizeResult struct {
 	// remote holds a /tokenize answer's ids until releaseTokens hands
 	// their buffer back (remotetok.DerivedAnswer.Release).
 	remote remotetok.DerivedAnswer
+	// media are the prompt's media parts, found when it was tokenized
+	// remotely: only the engines render media (mmkeys.go).
+	media mmPrompt
 }
 
 // Route decides where a request goes: for each candidate the prefix it
@@ -132,6 +138,7 @@ func (f *Fleet) route(ctx context.Context, q Query) Decision {
 	}
 	v := f.queryView(q)
 	tokens, keys, tr := f.promptTokens(ctx, q, v)
+	q.media = f.promptMedia(q, tr)
 	d := f.decide(q, v, tokens, keys)
 	d.Tokenize = releaseTokens(tokens, tr)
 	return d
@@ -329,7 +336,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	var m matches
 	if tokens != nil {
 		d.Tokens, promptTokens = len(tokens), len(tokens)
-		m = f.promptMatches(&d, req, tokens, keys, v.blockSize)
+		m = f.promptMatches(&d, q, tokens, keys)
 	}
 	total := promptTokens / v.blockSize
 	live, unapplied := make([]bool, len(q.Dials)), make([]bool, len(q.Dials))
@@ -379,14 +386,15 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 	return d, rr, cands
 }
 
-// promptMatches is preciseMatches for the prompt of req with tokens (and
-// its keys at blockSize, when known), under d's adapter: it records on d
-// the keys routed predicts from and how the prompt's media were keyed.
-func (f *Fleet) promptMatches(d *Decision, req *openai.Request, tokens, keys []uint64, blockSize int) matches {
-	q := kvindex.Query{Tokens: tokens, LoRAName: d.lora, CacheSalt: req.CacheSalt, Model: req.Model}
-	mm := f.mmPromptOf(req).keys(tokens)
+// promptMatches is preciseMatches for q's prompt with tokens (and its keys
+// at d.BlockSize, when known), under d's adapter: it records on d the keys
+// routed predicts from and how the prompt's media were keyed.
+func (f *Fleet) promptMatches(d *Decision, q Query, tokens, keys []uint64) matches {
+	req := q.Request
+	iq := kvindex.Query{Tokens: tokens, LoRAName: d.lora, CacheSalt: req.CacheSalt, Model: req.Model}
+	mm := q.media.keys(tokens)
 	d.Multimodal = mm.describe()
-	m, predict := f.preciseMatches(q, keys, blockSize, mm)
+	m, predict := f.preciseMatches(iq, keys, d.BlockSize, mm)
 	d.match, d.keys = m, predict
 	if mm.media && !mm.keyed() {
 		d.keys = nil // its keys past the first item name every image alike: no prediction
@@ -504,7 +512,6 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	}
 	cfg := v.engines[pick].Config()
 	tk, treq := f.tokenizer.Load(), tokenizeRequest(req)
-	mm := f.mmPromptOf(req)
 	start := time.Now()
 	if tokens, ok := f.localTokens(req, func(ctx context.Context) ([]uint64, error) {
 		return tk.TokenizeFresh(ctx, cfg.TokenizeURL, cfg.Header, treq)
@@ -519,6 +526,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	var cached bool
 	var err error
 	var ans remotetok.DerivedAnswer
+	mm := f.mmPromptOf(req) // only here: a local tokenizer refuses media
 	if f.anyLive(v) {
 		lora, salt, bs := v.lora, req.CacheSalt, v.blockSize
 		// The media's identifiers are in the messages, which key the
@@ -530,7 +538,7 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 	} else {
 		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)
 	}
-	tr := TokenizeResult{Called: true, Cached: cached, Err: err, remote: ans}
+	tr := TokenizeResult{Called: true, Cached: cached, Err: err, remote: ans, media: mm}
 	if err != nil {
 		return nil, nil, tr
 	}

@@ -6,11 +6,13 @@ import (
 )
 
 // BenchmarkMediaParts is MediaParts over a chat with a 6 MiB base64 image
-// and over a text-only 100 KiB chat (the quick test's cost).
+// and over text-only 1 MiB chats, of prose and of code full of '_' (the
+// quick test's cost).
 func BenchmarkMediaParts(b *testing.B) {
 	for _, c := range []struct{ name, messages string }{
 		{"image6MiB", `[{"role":"user","content":[{"type":"text","text":"what?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 6<<20) + `"},"uuid":"u"}]}]`},
-		{"text100KiB", `[{"role":"user","content":"` + strings.Repeat("word ", 20<<10) + `"}]`},
+		{"text1MiB", `[{"role":"user","content":"` + strings.Repeat("word ", 200<<10) + `"}]`},
+		{"code1MiB", `[{"role":"user","content":"` + strings.Repeat("if user_id in audio_map: ", 40<<10) + `"}]`},
 	} {
 		msgs := []byte(c.messages)
 		b.Run(c.name, func(b *testing.B) {

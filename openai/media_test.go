@@ -2,6 +2,7 @@ package openai
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,9 @@ func TestMediaParts(t *testing.T) {
 		{"embeds", `[{"role":"user","content":[{"type":"image_embeds","image_embeds":"AAAA"}]}]`,
 			[]MediaPart{{Modality: "embeds"}}},
 		{"not a list", `{"image_url":1}`, nil},
+		{"code only", `[{"role":"user","content":"` + strings.Repeat("x_y = a_b; ", 100) + `"}]`, nil},
+		{"code, then an image", `[{"role":"user","content":[{"type":"text","text":"` + strings.Repeat("x_y = a_b; ", 100) + `"},{"type":"input_image","image_url":"u","uuid":"z"}]}]`,
+			[]MediaPart{{Modality: "image", UUID: "z"}}},
 	} {
 		if got := MediaParts([]byte(c.messages)); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
