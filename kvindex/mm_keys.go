@@ -5,10 +5,14 @@ import (
 	"fmt"
 )
 
-// Multimodal extra keys, as vLLM derives them (checked against
-// vllm/v1/core/kv_cache_utils.py after #36708, the version whose
-// generate_block_hash_extra_keys also hashes prompt embeds and whose
-// hash_block_size may come from prefix_match_unit; late 2026):
+// Multimodal extra keys, as vLLM derives them. Checked against
+// _gen_mm_extra_hash_keys and generate_block_hash_extra_keys in
+// vllm/v1/core/kv_cache_utils.py as of late 2026 (after #36708: the
+// version that also hashes prompt embeds and takes hash_block_size from
+// prefix_match_unit; the code index it was read from records no commit),
+// against the older one at bbf906a (bare identifiers, no offsets), and
+// against vllm_golden.json's negative-offset case, generated from vLLM's
+// own functions:
 //
 //   - a prompt's multimodal items are its placeholder spans (offset and
 //     length in the prompt's token ids, sorted by offset), each with an
