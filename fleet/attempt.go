@@ -54,7 +54,16 @@ func (p *Pick) Commit(dial string) *Attempt {
 		}
 	}
 	p.f.routed(p.req, p.Decision, dial)
-	return &Attempt{f: p.f, dial: dial}
+	a := &Attempt{f: p.f, dial: dial, prefill: -1}
+	switch {
+	case p.Index >= 0 && p.Index < len(p.dials) && p.dials[p.Index] == dial:
+		a.prefill, a.Predicted = int(p.Decision.Prefill), p.Decision.Predicted
+	case p.Tokens > 0:
+		// The caller chose another engine (least_conn): what it
+		// holds is not known here, so the whole prompt counts.
+		a.prefill = p.Tokens
+	}
+	return a
 }
 
 // Attempt is a request sent to one engine: what the fleet hears of it
@@ -66,13 +75,20 @@ type Attempt struct {
 	f        *Fleet
 	dial     string
 	reported atomic.Bool
+	// prefill is the request's uncached prompt tokens at dial, recorded
+	// as its work there by Dispatch; -1 when unknown.
+	prefill int
+	// Predicted is the routing decision's predicted time to first token
+	// at the engine, in seconds; 0 when the fleet made no prediction for
+	// it (the caller chose, or another policy did).
+	Predicted float64
 }
 
 // Proxied is the attempt of a request the proxy sent to dial however it
 // chose it (a selection policy other than llm, or the llm policy's pick as
 // the proxy reports it): admission follows it there and reports how it
 // ended. dial "" is no engine: the attempt's methods do nothing.
-func (f *Fleet) Proxied(dial string) *Attempt { return &Attempt{f: f, dial: dial} }
+func (f *Fleet) Proxied(dial string) *Attempt { return &Attempt{f: f, dial: dial, prefill: -1} }
 
 // Dial is the engine the attempt went to.
 func (a *Attempt) Dial() string { return a.dial }
@@ -93,6 +109,9 @@ func (a *Attempt) Dispatch(res *upstreams.Reservation) *upstreams.Reservation {
 	// and once a scrape counts it, its end frees the slot before the next
 	// one.
 	res.Sent()
+	// Its uncached prompt is work the engine owes until its first token
+	// (see routing.Work), weighed by the next decisions.
+	res.Work(a.prefill)
 	return res
 }
 

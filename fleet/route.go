@@ -457,6 +457,7 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 		KVUsage:     l.KVUsage,
 		MaxInflight: l.MaxInflight,
 		LoadKnown:   l.Known,
+		Work:        workOf(l),
 	}
 	if q.Explain {
 		// What a policy leaves out before routing, shown as such.
@@ -468,6 +469,20 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 		}
 	}
 	return c
+}
+
+// workOf is the engine's outstanding work and speeds as routing.Pick
+// predicts a time to first token from them.
+func workOf(l upstreams.Load) routing.Work {
+	return routing.Work{
+		OwnPrefill:   l.OwnPrefill,
+		OwnPending:   l.OwnPending,
+		OwnDecoding:  l.OwnDecoding,
+		MeanUncached: l.MeanUncached,
+		PrefillRate:  l.PrefillRate,
+		StepSeconds:  l.StepTime.Seconds(),
+		DrainRate:    l.DrainRate,
+	}
 }
 
 // promptTokens are the prompt's token ids: the query's own, else a prompt

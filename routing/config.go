@@ -19,6 +19,10 @@ const (
 	DefaultImbalanceThreshold = 32.0
 	DefaultTieTokens          = 8.0
 	DefaultAdapterWeight      = 8192.0
+	DefaultPrefillRate        = 10000.0
+	DefaultStepSeconds        = 0.025
+	DefaultSlotSteps          = 32.0
+	DefaultWorkWeight         = 1.0
 )
 
 // Config holds the weights and thresholds of Pick. The zero value of every
@@ -35,13 +39,38 @@ type Config struct {
 	// is credited as cached, because the prefix tree cannot see evictions.
 	// Default 0.7; must be in (0, 1].
 	ApproximateWeight float64 `json:"approximate_weight,omitempty"`
-	// QueueWeight is the cost of one request queued ahead (Waiting +
-	// Dispatched): an estimate of the average uncached prefill each one
-	// brings, in tokens. Default 512.
+	// QueueWeight is the uncached prefill, in tokens, of one waiting
+	// request this gateway did not send, while the engine's own mean
+	// (Work.MeanUncached, from its counters) is unknown. Default 512.
 	QueueWeight float64 `json:"queue_weight,omitempty"`
-	// RunningWeight is the cost of one running sequence: its decode step
-	// shares the batch with our prefill chunks. Default 32.
+	// RunningWeight is the decode footprint of one running sequence, in
+	// tokens: its decode step shares the batch with our prefill chunks.
+	// Default 32.
 	RunningWeight float64 `json:"running_weight,omitempty"`
+	// WorkWeight weighs, beside the predicted time to first token, the
+	// prefill the request adds to the fleet: Pick compares TTFT +
+	// WorkWeight × (uncached prompt ÷ prefill rate). A request sent past a
+	// busy holder of its prefix is faster by at most its wait there, but
+	// the fleet computes the prefix again, which every later request
+	// waits for; without the term a burst of one long prefix spreads over
+	// every engine. Default 1: a saved token counts once for the request's
+	// wait and once for the fleet's. Negative means 0 (pure TTFT).
+	WorkWeight float64 `json:"work_weight,omitempty"`
+	// PrefillRate is the prefill speed, in uncached tokens per second,
+	// of an engine whose own (Work.PrefillRate, from its counters) is not
+	// known yet; it also converts the token-valued terms (KVWeight,
+	// AdapterWeight, TieTokens) into seconds. Default 10000, an 8B model
+	// on one modern GPU.
+	PrefillRate float64 `json:"prefill_rate,omitempty"`
+	// StepSeconds is the scheduler step, in seconds, of an engine whose
+	// own (Work.StepSeconds) is not known yet: the first token comes at
+	// least one step after the prefill. Default 0.025.
+	StepSeconds float64 `json:"step_seconds,omitempty"`
+	// SlotSteps is how many steps one batch slot takes to free while the
+	// engine's drain rate (Work.DrainRate) is not known yet: a request
+	// arriving at an engine whose batch (MaxInflight) is full waits this
+	// many steps per request ahead of it beyond the batch. Default 32.
+	SlotSteps float64 `json:"slot_steps,omitempty"`
 	// KVWeight is the cost at full KV-cache usage; the term is
 	// KVWeight × KVUsage², negligible at low usage and steep near the
 	// point where the engine starts preempting. Default 1024.
@@ -103,6 +132,10 @@ func (c *Config) SetDefaults() {
 	def(&c.ImbalanceThreshold, DefaultImbalanceThreshold)
 	def(&c.TieTokens, DefaultTieTokens)
 	def(&c.AdapterWeight, DefaultAdapterWeight)
+	def(&c.PrefillRate, DefaultPrefillRate)
+	def(&c.StepSeconds, DefaultStepSeconds)
+	def(&c.SlotSteps, DefaultSlotSteps)
+	def(&c.WorkWeight, DefaultWorkWeight)
 }
 
 // Validate reports the first field that is out of range. Zero fields are
@@ -126,6 +159,10 @@ func (c Config) Validate() error {
 		{"imbalance_threshold", c.ImbalanceThreshold, true},
 		{"tie_tokens", c.TieTokens, true},
 		{"adapter_weight", c.AdapterWeight, false},
+		{"prefill_rate", c.PrefillRate, false},
+		{"step_seconds", c.StepSeconds, false},
+		{"slot_steps", c.SlotSteps, false},
+		{"work_weight", c.WorkWeight, true},
 	}
 	for _, f := range fields {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
@@ -177,5 +214,12 @@ func (c Config) normalized() Config {
 	fix(&c.ImbalanceThreshold, DefaultImbalanceThreshold, true, inf)
 	fix(&c.TieTokens, DefaultTieTokens, true, inf)
 	fix(&c.AdapterWeight, DefaultAdapterWeight, false, inf)
+	fix(&c.PrefillRate, DefaultPrefillRate, false, inf)
+	fix(&c.StepSeconds, DefaultStepSeconds, false, inf)
+	fix(&c.SlotSteps, DefaultSlotSteps, false, inf)
+	fix(&c.WorkWeight, DefaultWorkWeight, true, inf)
+	if c.WorkWeight < 0 {
+		c.WorkWeight = 0
+	}
 	return c
 }

@@ -15,19 +15,19 @@ func ExamplePick() {
 		{Dial: "b:8000", LoadKnown: true},
 	}
 	d := routing.Pick(req, cands, routing.Config{}, true)
-	fmt.Printf("A %.2f, B %.2f -> %s %v share %.2f\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome, d.Share)
+	fmt.Printf("A %.4f, B %.4f -> %s %v share %.2f\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome, d.Share)
 
-	cands[0].Waiting = 2 // one more request queued at A
+	cands[0].Waiting = 2 // one more request (not this gateway's) queued at A
 	d = routing.Pick(req, cands, routing.Config{}, true)
-	fmt.Printf("A %.2f, B %.2f -> %s %v\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome)
+	fmt.Printf("A %.4f, B %.4f -> %s %v\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome)
 
 	cands[1].Tier, cands[1].MatchedBlocks = routing.Approximate, 50 // B probably holds it too
 	d = routing.Pick(req, cands, routing.Config{}, true)
-	fmt.Printf("A %.2f, B %.2f -> %s %v %v\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome, d.Tier)
+	fmt.Printf("A %.4f, B %.4f -> %s %v %v\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome, d.Tier)
 	// Output:
-	// A 868.16, B 1000.00 -> a:8000 hit share 0.81
-	// A 1380.16, B 1000.00 -> b:8000 overridden_by_load
-	// A 1380.16, B 440.00 -> b:8000 overridden_by_load approximate
+	// A 0.1318, B 0.2250 -> a:8000 hit share 0.81
+	// A 0.1830, B 0.2250 -> a:8000 hit
+	// A 0.1830, B 0.1130 -> b:8000 overridden_by_load approximate
 }
 
 // Rendezvous keeps a key on its dial while the fleet is unchanged.

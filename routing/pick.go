@@ -86,6 +86,7 @@ type view struct {
 	cached  float64 // tokens credited as cached (tier-weighted)
 	hard    string  // exclusion known before comparing candidates
 	adapter Adapter
+	pred    Prediction // without the request's own prefill (see predict)
 }
 
 func (p *prompt) view(c *Candidate, cfg *Config) view {
@@ -137,17 +138,71 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 	case c.LoadKnown && cfg.KVLimit > 0 && v.kv >= cfg.KVLimit:
 		v.hard = ExcludedKVFull
 	}
+	v.pred = v.predictAhead(c, cfg)
 	return v
 }
 
-// loadCost is the queued work ahead of the request, in token-equivalents,
-// the adapter's wait and load included.
-func (v *view) loadCost(cfg *Config) float64 {
-	return cfg.QueueWeight*v.queued + cfg.RunningWeight*v.running + cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)
+// predictAhead is the candidate's predicted time to first token for a
+// request with nothing to prefill: the tokens ahead over the prefill rate,
+// the wait for a batch slot, one step, and the KV and adapter penalties.
+// Pick adds the request's own prefill (see Pick's cost).
+func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
+	w := &c.Work
+	pr := Prediction{
+		Rate:        positiveOr(w.PrefillRate, cfg.PrefillRate),
+		StepSeconds: positiveOr(w.StepSeconds, cfg.StepSeconds),
+		OwnAhead:    gauge(w.OwnPrefill),
+	}
+	pending := counter(w.OwnPending)
+	decoding := counter(w.OwnDecoding)
+	if c.LoadKnown {
+		// The engine's waiting requests that are not this gateway's: its
+		// queue less our pending requests the gauges can show (those
+		// dispatched since the scrape cannot).
+		mine := fmax(pending-counter(c.Dispatched), 0)
+		foreign := fmax(gauge(c.Waiting)-mine, 0)
+		pr.ForeignAhead = foreign * positiveOr(w.MeanUncached, cfg.QueueWeight)
+		// The decoding sequences: all of them less the prefills priced
+		// above (ours pending, the others waiting).
+		pr.DecodeAhead = cfg.RunningWeight * fmax(v.running+v.queued-pending-foreign, 0)
+	} else {
+		pr.DecodeAhead = cfg.RunningWeight * fmax(decoding, v.running-pending)
+	}
+	pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead + pr.DecodeAhead) / pr.Rate
+	if c.MaxInflight > 0 {
+		// Beyond the batch, each request ahead waits for a slot to free.
+		if over := v.load + 1 - float64(c.MaxInflight); over > 0 {
+			perSlot := cfg.SlotSteps * pr.StepSeconds
+			if dr := gauge(w.DrainRate); dr > 0 {
+				perSlot = 1 / dr
+			}
+			pr.SlotSeconds = over * perSlot
+		}
+	}
+	pr.PenaltySeconds = (cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)) / pr.Rate
+	pr.TTFT = pr.AheadSeconds + pr.SlotSeconds + pr.StepSeconds + pr.PenaltySeconds
+	return pr
 }
 
-// adapterCost is the adapter term: what the request waits for its LoRA
-// adapter to get a slot and load there.
+// positiveOr is v when it is a usable positive figure, else def.
+func positiveOr(v, def float64) float64 {
+	if v > 0 && v < maxGauge {
+		return v
+	}
+	return def
+}
+
+// withPrefill is the prediction with the request's own uncached prefill
+// (tokens, weighted by Config.PrefixWeight) added.
+func (pr Prediction) withPrefill(tokens float64, cfg *Config) Prediction {
+	pr.Prefill = tokens
+	pr.PrefillSeconds = cfg.PrefixWeight * tokens / pr.Rate
+	pr.TTFT += pr.PrefillSeconds
+	return pr
+}
+
+// adapterCost is the adapter term in token-equivalents: what the request
+// waits for its LoRA adapter to get a slot and load there.
 func (v *view) adapterCost(cfg *Config) float64 { return cfg.AdapterWeight * v.adapter.Share() }
 
 // Pick chooses the candidate with the least estimated wait for req (see the
@@ -217,9 +272,9 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		return ""
 	}
 	cost := func(v *view) float64 {
-		c := v.loadCost(&cfg)
+		c := v.pred.TTFT
 		if !loadOnly {
-			c += cfg.PrefixWeight * fmax(p.tokens-v.cached, 0)
+			c += (cfg.PrefixWeight + cfg.WorkWeight) * fmax(p.tokens-v.cached, 0) / v.pred.Rate
 		}
 		return c
 	}
@@ -239,7 +294,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 	// Pass 3: among (near-)ties, the highest rendezvous weight of the key,
 	// so cold prefixes spread over the fleet yet stay put per key.
 	if found {
-		tie := fmax(cfg.TieTokens, 0)
+		tie := fmax(cfg.TieTokens, 0) / cfg.PrefillRate
 		key := mix64(req.Key)
 		var bestW uint64
 		for i := range views {
@@ -255,6 +310,8 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 	if d.Index >= 0 {
 		v := &views[d.Index]
 		d.Share = v.share
+		d.Prefill = fmax(p.tokens-v.cached, 0)
+		d.Predicted = v.pred.withPrefill(d.Prefill, &cfg).TTFT
 		switch {
 		case v.cached < bestCached:
 			d.Outcome = OverriddenByLoad
@@ -284,7 +341,8 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 				Share:             v.share,
 				Load:              v.load,
 				Adapter:           v.adapter,
-				AdapterCost:       v.adapterCost(&cfg),
+				AdapterCost:       v.adapterCost(&cfg) / v.pred.Rate,
+				Prediction:        v.pred.withPrefill(fmax(p.tokens-v.cached, 0), &cfg),
 				Cost:              cost(v),
 				Excluded:          excluded(v),
 			}

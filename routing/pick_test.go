@@ -15,9 +15,13 @@ var prompt4000 = Request{PromptTokens: 4000, BlockSize: 16, TotalBlocks: 250, Ke
 
 // dispatched is a holder with 2 running, the given waiting, and n requests
 // sent since the last scrape.
+// dispatched is a holder of matched blocks running 2 and queueing waiting
+// requests, to which this gateway has sent n more since the scrape, each
+// with 512 uncached tokens still to prefill (recorded as its work).
 func dispatched(matched int, waiting float64, n int64) Candidate {
 	c := withLoad(idle("a:1", matched), 2, waiting)
 	c.Dispatched, c.Inflight = n, n
+	c.Work = Work{OwnPrefill: 512 * float64(n), OwnPending: n}
 	return c
 }
 
@@ -135,17 +139,41 @@ func TestPick(t *testing.T) {
 			excluded: map[int]string{0: ExcludedBoundedLoad},
 		},
 		{
-			name:    "dispatched since the scrape count as running when the engine was not queueing",
-			req:     prompt1000,
-			cands:   []Candidate{dispatched(40, 0, 3), idle("b:1", 0)},
-			want:    0, // 360 + 32×(2+3) = 520 < 1000
+			// Under the request-count rule dispatched requests cost 32
+			// each here, as running; now they cost their recorded work.
+			name: "dispatched since the scrape that share the prefix cost only their tails",
+			req:  prompt1000,
+			cands: []Candidate{func() Candidate {
+				c := dispatched(40, 0, 3)
+				c.Work.OwnPrefill = 3 * 40
+				return c
+			}(), idle("b:1", 0)},
+			want:    0, // (120 + 32×(2+3) + 360) / 10000 + 0.025 = 0.089 < 0.125
 			outcome: Hit, tier: Precise, share: 40.0 / 62,
 		},
 		{
-			name:    "dispatched since the scrape count as queued when the engine was queueing",
-			req:     prompt1000,
-			cands:   []Candidate{dispatched(40, 1, 3), idle("b:1", 0)},
-			want:    1, // 360 + 512×(1+3) + 32×2 = 2472 > 1000
+			// The case the request-count rule got wrong: three long
+			// unique prompts just sent to the holder put 4,800 tokens
+			// ahead of the request there.
+			name: "dispatched long prefills outweigh a held prefix",
+			req:  prompt1000,
+			cands: []Candidate{func() Candidate {
+				c := dispatched(40, 0, 3)
+				c.Work.OwnPrefill = 3 * 1600
+				return c
+			}(), idle("b:1", 0)},
+			want:    1, // (4800 + 160 + 360) / 10000 + 0.025 = 0.557 > 0.125
+			outcome: OverriddenByLoad, tier: LoadOnly,
+		},
+		{
+			name:  "dispatched since the scrape count as queued when the engine was queueing",
+			req:   prompt1000,
+			cands: []Candidate{dispatched(40, 1, 3), idle("b:1", 0)},
+			// Tokens ahead at a: its 1 waiting request (not ours: our 3
+			// are not in the gauges yet) at 512, our 3 pending at 512
+			// each, 2 running at 32: (512 + 1536 + 64 + 360) / 10000 s +
+			// one step = 0.272 s > b's 1000 / 10000 + 0.025 = 0.125 s.
+			want:    1,
 			outcome: OverriddenByLoad, tier: LoadOnly,
 		},
 		{
@@ -259,13 +287,16 @@ func TestPick(t *testing.T) {
 }
 
 // TestPickCrossover sweeps the holder's prefix against one queued request
-// (QueueWeight 512 token-equivalents = 32 blocks of 16): the idle replica
+// not of this gateway (QueueWeight 512 tokens ahead): the idle replica
 // wins below the crossover, the holder above it, and the switch happens
-// exactly once, where the package doc says.
+// exactly once, where the package doc says. A saved token counts
+// PrefixWeight + WorkWeight = 2 times (once in the predicted TTFT, once
+// for the fleet's work), so 256 saved tokens (16 blocks) buy the 512
+// queued ones; under the request-count rule it took 512 (32 blocks).
 func TestPickCrossover(t *testing.T) {
 	var cfg Config
 	cfg.SetDefaults()
-	crossTokens := cfg.QueueWeight * 1 // one waiting request
+	crossTokens := cfg.QueueWeight * 1 / (cfg.PrefixWeight + cfg.WorkWeight) // one waiting request
 	switched := -1
 	for m := 0; m <= 62; m++ {
 		cands := []Candidate{withLoad(idle("holder:1", m), 0, 1), idle("idle:1", 0)}
@@ -284,10 +315,10 @@ func TestPickCrossover(t *testing.T) {
 				switched = m
 			}
 		}
-		t.Logf("matched %2d blocks: holder cost %7.1f, idle cost %7.1f -> %s (%v)", m, d.Scored[0].Cost, d.Scored[1].Cost, cands[max(d.Index, 0)].Dial, d.Outcome)
+		t.Logf("matched %2d blocks: holder cost %7.4f, idle cost %7.4f -> %s (%v)", m, d.Scored[0].Cost, d.Scored[1].Cost, cands[max(d.Index, 0)].Dial, d.Outcome)
 	}
-	if switched != 33 {
-		t.Fatalf("holder first wins clearly at %d blocks, want 33 (512 tokens / 16 + 1)", switched)
+	if switched != 17 {
+		t.Fatalf("holder first wins clearly at %d blocks, want 17 (512 tokens / 2 / 16 + 1)", switched)
 	}
 }
 
@@ -409,7 +440,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero config invalid: %v", err)
 	}
 	c.SetDefaults()
-	want := Config{1, 0.7, 512, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
+	want := Config{1, 0.7, 512, 32, 1, 10000, 0.025, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
 	if c != want {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
@@ -564,7 +595,9 @@ func TestPickAdapter(t *testing.T) {
 				t.Fatalf("picked %d, want %s; scored %+v", d.Index, tc.want, d.Scored)
 			}
 			for i, sc := range d.Scored {
-				want := DefaultAdapterWeight * tc.cands[i].Adapter.Share()
+				// The adapter term is in token-equivalents, shown as
+				// seconds at the cold-start prefill rate.
+				want := DefaultAdapterWeight * tc.cands[i].Adapter.Share() / DefaultPrefillRate
 				if sc.Adapter != tc.cands[i].Adapter || sc.AdapterCost != want {
 					t.Errorf("%s: explained adapter %v cost %v, want %v %v", sc.Dial, sc.Adapter, sc.AdapterCost, tc.cands[i].Adapter, want)
 				}

@@ -182,11 +182,46 @@ type Candidate struct {
 	// (a recent scrape). When false only Inflight is used.
 	LoadKnown bool
 
+	// Work is what the candidate has to do before the request's first
+	// token, as far as the caller knows it; the zero value means nothing
+	// of this gateway's and every rate unknown (Config's cold-start
+	// defaults apply).
+	Work Work
+
 	// Unavailable, when non-empty, is why the caller already knows this
 	// candidate cannot take the request (e.g. "breaker_open",
 	// "unhealthy"). Pick never picks it and reports the reason in
 	// Scored.Excluded; callers may equally leave such upstreams out.
 	Unavailable string
+}
+
+// Work is a candidate's outstanding work in tokens and its speeds, from
+// which Pick predicts the request's time to first token there. Values
+// from outside are sanitised: NaN and negatives count as 0 (unknown for
+// the rates).
+type Work struct {
+	// OwnPrefill is the uncached prompt tokens this gateway's requests
+	// there have still to prefill (each counted from dispatch to its first
+	// token); OwnPending is how many requests they are.
+	OwnPrefill float64
+	OwnPending int64
+	// OwnDecoding counts this gateway's requests there past their first
+	// token: they hold a batch slot and a decode step each until they end.
+	OwnDecoding int64
+	// MeanUncached is the engine's observed mean uncached prompt per
+	// request, in tokens; it prices the waiting requests that are not this
+	// gateway's. 0 = unknown (Config.QueueWeight).
+	MeanUncached float64
+	// PrefillRate is the engine's observed prefill speed in uncached
+	// tokens per second; 0 = unknown (Config.PrefillRate).
+	PrefillRate float64
+	// StepSeconds is the engine's observed scheduler step; 0 = unknown
+	// (Config.StepSeconds).
+	StepSeconds float64
+	// DrainRate is the engine's observed completions per second, for the
+	// wait for a batch slot; 0 = unknown (one slot per
+	// Config.SlotSteps steps).
+	DrainRate float64
 }
 
 // Request describes the prompt being routed.
@@ -229,12 +264,43 @@ type Scored struct {
 	// Adapter is the candidate's standing for the request's LoRA adapter
 	// (Candidate.Adapter); left out for a base model's request.
 	Adapter Adapter `json:"adapter,omitzero"`
-	// AdapterCost is the part of Cost the adapter term adds.
+	// AdapterCost is the part of Cost the adapter term adds, in seconds.
 	AdapterCost float64 `json:"adapter_cost,omitempty"`
-	// Cost is the estimated wait in token-equivalents (lower is better).
+	// Prediction is the predicted time to first token and its parts.
+	Prediction Prediction `json:"prediction"`
+	// Cost is what Pick compared, in seconds (lower is better): the
+	// prediction, less the request's own prefill while the fleet is too
+	// imbalanced to honour prefixes.
 	Cost float64 `json:"cost"`
 	// Excluded is why the candidate could not be picked; empty if it could.
 	Excluded string `json:"excluded,omitempty"`
+}
+
+// Prediction is one candidate's predicted time to first token and the
+// parts it is the sum of (see the package documentation).
+type Prediction struct {
+	// OwnAhead, ForeignAhead and DecodeAhead are the tokens ahead of the
+	// request: this gateway's pending prefill, the other waiting requests
+	// priced at the engine's mean uncached prompt, and the running
+	// sequences' decode footprint (Config.RunningWeight each).
+	OwnAhead     float64 `json:"own_ahead_tokens"`
+	ForeignAhead float64 `json:"foreign_ahead_tokens"`
+	DecodeAhead  float64 `json:"decode_ahead_tokens"`
+	// Prefill is the request's own uncached prompt there, in tokens.
+	Prefill float64 `json:"prefill_tokens"`
+	// Rate is the prefill speed used, tokens per second.
+	Rate float64 `json:"prefill_rate"`
+	// AheadSeconds and PrefillSeconds are the tokens ahead and the
+	// request's own prefill over Rate; SlotSeconds the wait for a batch
+	// slot; StepSeconds one scheduler step; PenaltySeconds the KV and
+	// adapter terms over Rate.
+	AheadSeconds   float64 `json:"ahead_seconds"`
+	PrefillSeconds float64 `json:"prefill_seconds"`
+	SlotSeconds    float64 `json:"slot_seconds"`
+	StepSeconds    float64 `json:"step_seconds"`
+	PenaltySeconds float64 `json:"penalty_seconds,omitempty"`
+	// TTFT is the sum: the predicted time to first token, in seconds.
+	TTFT float64 `json:"ttft_seconds"`
 }
 
 // Decision is the result of Pick.
@@ -251,6 +317,11 @@ type Decision struct {
 	Outcome Outcome `json:"outcome"`
 	// Share is the picked candidate's matched share of the prompt, 0..1.
 	Share float64 `json:"share"`
+	// Prefill is the picked candidate's uncached prompt in tokens (what
+	// the caller records as the request's work there) and Predicted its
+	// predicted time to first token in seconds; both 0 when Index is -1.
+	Prefill   float64 `json:"prefill_tokens"`
+	Predicted float64 `json:"predicted_ttft_seconds"`
 	// Scored holds one entry per candidate, in input order, when Pick was
 	// asked to explain; nil otherwise.
 	Scored []Scored `json:"scored,omitempty"`

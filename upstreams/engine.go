@@ -60,6 +60,14 @@ type Engine struct {
 	occupied map[*Reservation]time.Time
 	// prefill derives PrefillRate from the scraped counters.
 	prefill prefillEstimator
+	// prompts derives MeanUncached from the scraped counters.
+	prompts promptMean
+	// ownPrefill sums the uncached prompt tokens of this gateway's
+	// requests here that have not produced a first token (ownPending of
+	// them); ownDecoding counts those past it. See [Reservation.Work].
+	ownPrefill  float64
+	ownPending  int64
+	ownDecoding int64
 	// steps derives StepTime, and from it the scrape lead, from the
 	// scraped inter-token latency.
 	steps stepEstimator
@@ -163,6 +171,19 @@ type Load struct {
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
 	PrefillRate float64
+	// OwnPrefill is the uncached prompt tokens this gateway's requests
+	// here still have to prefill (recorded by [Reservation.Work], done at
+	// their first token); OwnPending counts those requests and
+	// OwnDecoding this gateway's requests here past their first token.
+	OwnPrefill              float64
+	OwnPending, OwnDecoding int64
+	// MeanUncached is the engine's mean uncached prompt per request, in
+	// tokens, from the deltas of vllm:prompt_tokens_total,
+	// vllm:prefix_cache_hits_total and the count of
+	// vllm:request_prefill_time_seconds between successful scrapes,
+	// smoothed over ~32 requests; 0 = unknown. It prices the requests
+	// waiting there that this gateway did not send.
+	MeanUncached float64
 	// StepTime is the engine's mean scheduler step, smoothed over ~64
 	// output tokens: the gaps between tokens of the streams this gateway
 	// relayed from it ([Reservation.Streamed]), or, when it relayed none
@@ -203,6 +224,10 @@ func (e *Engine) Load() Load {
 		MaxInflight:  e.cfg.MaxInflight,
 		DrainRate:    e.decayedDrain(now),
 		PrefillRate:  e.prefill.rate(),
+		OwnPrefill:   e.ownPrefill,
+		OwnPending:   e.ownPending,
+		OwnDecoding:  e.ownDecoding,
+		MeanUncached: e.prompts.estimate(),
 		Failures:     e.failures,
 		LastError:    e.lastErr,
 		Degraded:     e.degraded,
@@ -305,6 +330,11 @@ type Reservation struct {
 	epoch uint64 // the scrape epoch at Sent
 	sent  bool   // Sent since it was made or last moved: e has the request
 	done  bool
+	// work is the uncached prompt recorded by Work, counted on e while
+	// working: as prefill until decoding (the first token), then as a
+	// decoding request.
+	work              float64
+	working, decoding bool
 }
 
 // Reserve records a request dispatched to the engine: Inflight++, and
@@ -398,6 +428,7 @@ func (r *Reservation) Move(to *Engine) {
 	if until, ok := from.unoccupy(r); ok {
 		to.occupy(r, until)
 	}
+	from.dropWork(r)
 	from.release(epoch, sent, false)
 }
 
@@ -464,5 +495,6 @@ func (r *Reservation) Done() {
 	}
 	r.done = true
 	r.e.unoccupy(r)
+	r.e.dropWork(r)
 	r.e.release(r.epoch, r.sent, true)
 }

@@ -64,6 +64,11 @@ type gauges struct {
 	CachedTokens   float64 // vllm:prefix_cache_hits_total
 	PrefillSeconds float64 // vllm:request_prefill_time_seconds_sum
 	HasPrefill     bool
+	// PrefillCount is vllm:request_prefill_time_seconds_count, for the
+	// mean uncached prompt; meaningful only when HasPrefill and
+	// HasPrefillCount.
+	PrefillCount    float64
+	HasPrefillCount bool
 
 	// The inter-token latency histogram's _sum and _count, summed over all
 	// series, from which the step time is derived; meaningful only when
@@ -217,6 +222,7 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 		return
 	}
 	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs.sum, true
+	g.PrefillCount, g.HasPrefillCount = secs.count, secs.countOK
 }
 
 // counterFamily is the counter family name, as vLLM exposes it (with

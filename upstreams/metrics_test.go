@@ -35,6 +35,7 @@ func TestParseGauges(t *testing.T) {
 			want: gauges{Running: 37 + 41, Waiting: 3, KVUsageMax: 0.8125, BlockSize: 16, NumGPUBlocks: 27317 + 27301, Ranks: 2,
 				KVUsage:      (0.8125*27317 + 0.40625*27301) / (27317 + 27301),
 				PromptTokens: 5.1023e7 + 5.0887e7, CachedTokens: 3.1022e7 + 2.9871e7, PrefillSeconds: 2 * 5040.125, HasPrefill: true,
+				PrefillCount: 3360, HasPrefillCount: true, // the prefill-time histogram's _count, both ranks
 				ITLSeconds: 2 * 4161.125, ITLCount: 2 * 1387, HasStep: true},
 		},
 		{

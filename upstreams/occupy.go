@@ -23,7 +23,8 @@ func (r *Reservation) Occupy(d time.Duration) {
 
 // Prefilled ends the reservation's long-prefill hold: the engine has
 // produced the request's first token, so its prefill is over sooner than
-// Occupy's estimate said. No-op without a hold, or for nil.
+// Occupy's estimate said. Its recorded work ([Reservation.Work]) moves
+// from prefill to decode. No-op without a hold, or for nil.
 func (r *Reservation) Prefilled() {
 	if r == nil {
 		return
@@ -31,6 +32,7 @@ func (r *Reservation) Prefilled() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.e.unoccupy(r)
+	r.e.prefilledWork(r)
 }
 
 // occupy records r's hold on e until then.

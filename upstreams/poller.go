@@ -276,6 +276,10 @@ type Gauges struct {
 	// 0 when unknown: counters that do not move yield no rate. A NaN,
 	// infinite or negative value makes the scrape count as without them.
 	PromptTokens, CachedTokens, PrefillSeconds float64
+	// PrefillCount is vllm:request_prefill_time_seconds_count, from whose
+	// deltas with the token counters' [Load.MeanUncached] is derived; 0
+	// when unknown.
+	PrefillCount float64
 	// LoRA is the engine's LoRA state ([Engine.LoRA]); leave it zero when
 	// unknown. Its lists are kept, not copied.
 	LoRA LoRAState
@@ -293,8 +297,9 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 		res := e.record(startEpoch, gauges{Running: g.Running, Waiting: g.Waiting, KVUsage: g.KVUsage, KVUsageMax: g.KVUsage,
 			BlockSize: g.BlockSize, NumGPUBlocks: g.NumGPUBlocks, Ranks: 1,
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
-			HasPrefill: usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
-			LoRA:       g.LoRA}, nil, e.reg.options())
+			HasPrefill:   usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
+			PrefillCount: g.PrefillCount, HasPrefillCount: usableCounter(g.PrefillCount) && g.PrefillCount > 0,
+			LoRA: g.LoRA}, nil, e.reg.options())
 		if res.restarted {
 			e.reg.restarted(e.dial)
 		}
@@ -328,6 +333,9 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		res.ok = true
 		if g.HasPrefill {
 			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+			if g.HasPrefillCount {
+				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: g.PrefillCount})
+			}
 		}
 		if g.HasStep {
 			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, e.reg.now())

@@ -226,6 +226,7 @@ func (r *Registry) Apply(cfgs []EngineConfig, opts Options) {
 			// (header, pool, attrs) keep measuring the same counters, and
 			// an engine restart shows as counters going down.
 			rs.e.prefill = prefillEstimator{}
+			rs.e.prompts = promptMean{}
 		}
 		if rs.e.cfg.ModelsURL != rs.cfg.ModelsURL {
 			// Likewise another model list may be another engine's: the

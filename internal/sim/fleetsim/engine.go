@@ -27,6 +27,7 @@ type desEngine struct {
 	// and their prefix-cache hits at each first token, and the seconds
 	// from scheduling to it.
 	promptTokens, cachedTokens, prefillSeconds float64
+	prefills                                   float64 // first tokens so far: the prefill-time histogram's count
 }
 
 type desBlock struct {
@@ -140,7 +141,7 @@ func (e *desEngine) restart() {
 	e.running, e.waiting, e.busy = nil, nil, false
 	e.events = e.events[:0]
 	e.seq = 0
-	e.promptTokens, e.cachedTokens, e.prefillSeconds = 0, 0, 0
+	e.promptTokens, e.cachedTokens, e.prefillSeconds, e.prefills = 0, 0, 0, 0
 	e.gen++
 }
 

@@ -161,6 +161,10 @@ type Result struct {
 	// admission, and queued in the engine before its last admission.
 	TTFT, E2E, Park, Queue []float64
 	LongTTFT               []float64 // of the long prompts (Params.LongEvery)
+	// Predicted and Observed pair, per completed request the llm policy
+	// routed with a prediction, the routing decision's predicted time to
+	// first token and the one observed from dispatch.
+	Predicted, Observed []float64
 	// BurstEngines is, per burst, how many engines its requests went to;
 	// BurstPromptTokens and BurstCachedTokens sum the prompts and cache
 	// hits of every burst's requests after its first.
@@ -684,6 +688,7 @@ func (s *fleetSim) scrape() error {
 			BlockSize:    s.bs,
 			NumGPUBlocks: e.capacity,
 			PromptTokens: e.promptTokens, CachedTokens: e.cachedTokens, PrefillSeconds: e.prefillSeconds,
+			PrefillCount: e.prefills,
 		}
 		for _, g := range s.gws {
 			g.f.Registry().Ensure(e.name).StartScrape()(gauges)
@@ -720,6 +725,10 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 		s.res.LongTTFT = append(s.res.LongTTFT, r.first-r.arrival)
 	} else {
 		s.res.TTFT = append(s.res.TTFT, r.first-r.arrival)
+	}
+	if r.attempt != nil && r.attempt.Predicted > 0 {
+		s.res.Predicted = append(s.res.Predicted, r.attempt.Predicted)
+		s.res.Observed = append(s.res.Observed, r.first-r.dispatchT)
 	}
 	s.res.Park = append(s.res.Park, r.dispatchT-r.arrival)
 	s.res.Queue = append(s.res.Queue, r.admitT-r.dispatchT)
@@ -885,6 +894,7 @@ func (s *fleetSim) stepEnd(e *desEngine) error {
 			e.promptTokens += float64(r.promptLen)
 			e.cachedTokens += float64(r.cachedTok)
 			e.prefillSeconds += s.now - r.admitT
+			e.prefills++
 		}
 		r.tokens = append(r.tokens, outputTok(r.id, r.gen))
 		if r.gen >= r.maxTokens {

@@ -96,7 +96,11 @@ func TestLongPromptDelaysOnlyItsShare(t *testing.T) {
 		if longs == 0 || on > base+share {
 			t.Errorf("%v req/s: worst short TTFT %.2f s with long prompts, over %.2f s + their share %.2f s", rate, on, base, share)
 		}
-		if off <= base+share {
+		// At 50% of capacity routing alone now keeps short requests off
+		// the long prefill (it weighs the gateway's own outstanding
+		// prefill tokens, issue 39), so only the busier rate needs the
+		// rule.
+		if rate == 16 && off <= base+share {
 			t.Errorf("%v req/s: with long_prefill off the worst short TTFT is %.2f s: the scenario does not show the rule", rate, off)
 		}
 	}

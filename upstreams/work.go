@@ -1,0 +1,133 @@
+package upstreams
+
+import "math"
+
+// promptRequests is the smoothing constant of the mean-uncached-prompt
+// estimator, in requests: a window of this many prefills moves the
+// estimate about two thirds of the way to its own mean.
+const promptRequests = 32
+
+// Work records the uncached prompt tokens the request must prefill on its
+// engine (the routing decision's figure: its prompt less the prefix the
+// engine was credited with). They count in the engine's [Load.OwnPrefill]
+// until the request's first token ([Reservation.Prefilled]); from then on
+// until Done the request counts as decoding ([Load.OwnDecoding]). A second
+// call replaces the first. No-op after Done, for nil, or for a negative
+// count. Move drops the record: the caller records the request's work on
+// the new engine, whose cache differs.
+func (r *Reservation) Work(uncached int) {
+	if r == nil || uncached < 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	e := r.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropWorkLocked(r)
+	r.work, r.working, r.decoding = float64(uncached), true, false
+	e.ownPrefill += r.work
+	e.ownPending++
+}
+
+// prefilledWork moves r's work from prefill to decode. r.mu held.
+func (e *Engine) prefilledWork(r *Reservation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !r.working || r.decoding {
+		return
+	}
+	e.ownPrefill -= r.work
+	e.ownPending--
+	e.ownDecoding++
+	r.decoding = true
+	e.settleWorkLocked()
+}
+
+// dropWork forgets r's work on e. r.mu held.
+func (e *Engine) dropWork(r *Reservation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropWorkLocked(r)
+}
+
+// dropWorkLocked forgets r's work on e; r.mu and e.mu held.
+func (e *Engine) dropWorkLocked(r *Reservation) {
+	if !r.working {
+		return
+	}
+	if r.decoding {
+		e.ownDecoding--
+	} else {
+		e.ownPrefill -= r.work
+		e.ownPending--
+	}
+	r.working, r.decoding = false, false
+	e.settleWorkLocked()
+}
+
+// settleWorkLocked clears the float sum's rounding residue once nothing
+// is pending, so that an idle engine shows exactly no work. e.mu held.
+func (e *Engine) settleWorkLocked() {
+	if e.ownPending <= 0 || e.ownPrefill < 0 {
+		e.ownPrefill = max(e.ownPrefill, 0)
+		if e.ownPending <= 0 {
+			e.ownPrefill = 0
+		}
+	}
+}
+
+// promptSample is one scrape's cumulative counters behind the mean
+// uncached prompt: prompt tokens, their cache hits, and prefills observed
+// (vllm:request_prefill_time_seconds_count).
+type promptSample struct{ prompt, cached, count float64 }
+
+// promptMean derives an engine's mean uncached prompt per request from the
+// deltas of its counters between scrapes, for pricing the requests that
+// wait there which this gateway did not send (see [Load.MeanUncached]).
+// vLLM counts a request's prompt tokens at its first token and its
+// prefill time (the count) when it finishes, so a window may hold one
+// without the other; windows are kept open until they hold at least one
+// request, and the estimate is smoothed over promptRequests requests. Not
+// safe for concurrent use (Engine.mu).
+type promptMean struct {
+	base     promptSample
+	haveBase bool
+	mean     float64 // meaningful when have
+	have     bool
+}
+
+// observe feeds one successful scrape's counters. A counter that went down
+// (a restart) starts a new window.
+func (p *promptMean) observe(s promptSample) {
+	if !p.haveBase || s.prompt < p.base.prompt || s.cached < p.base.cached || s.count < p.base.count {
+		p.base, p.haveBase = s, true
+		return
+	}
+	dCount := s.count - p.base.count
+	if dCount < 1 {
+		return
+	}
+	dTok := (s.prompt - s.cached) - (p.base.prompt - p.base.cached)
+	p.base = s
+	m := dTok / dCount
+	if math.IsNaN(m) || math.IsInf(m, 0) || m < 0 {
+		return
+	}
+	if !p.have {
+		p.mean, p.have = m, true
+		return
+	}
+	p.mean += -math.Expm1(-dCount/promptRequests) * (m - p.mean)
+}
+
+// estimate is the smoothed mean; 0 while unknown.
+func (p *promptMean) estimate() float64 {
+	if !p.have {
+		return 0
+	}
+	return p.mean
+}
