@@ -322,6 +322,10 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	    approximate_weight  <float>
 //	    queue_weight        <float>
 //	    running_weight      <float>
+//	    work_weight         <float>
+//	    prefill_rate        <float>
+//	    step_seconds        <float>
+//	    slot_steps          <float>
 //	    kv_weight           <float>
 //	    kv_limit            <float>
 //	    epsilon             <float>
@@ -348,6 +352,10 @@ func (p *Policy) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"approximate_weight":  &p.ApproximateWeight,
 		"queue_weight":        &p.QueueWeight,
 		"running_weight":      &p.RunningWeight,
+		"work_weight":         &p.WorkWeight,
+		"prefill_rate":        &p.PrefillRate,
+		"step_seconds":        &p.StepSeconds,
+		"slot_steps":          &p.SlotSteps,
 		"kv_weight":           &p.KVWeight,
 		"kv_limit":            &p.KVLimit,
 		"epsilon":             &p.Epsilon,

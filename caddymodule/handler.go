@@ -405,12 +405,24 @@ type proxied struct {
 	record  func(id string)        // records a stored response's id (responseRecorder); nil for others
 }
 
+// firstToken is what happens at a stream's first token: the request's
+// prefill is over on its engine, and the routing prediction made for it,
+// if any, is compared with the time it took.
+func firstToken(res *upstreams.Reservation) func() {
+	return func() {
+		res.Prefilled()
+		if ttft, at, ok := res.Predicted(); ok {
+			ttftErrorSeconds.WithLabelValues(res.Engine().Dial()).Observe(ttft - time.Since(at).Seconds())
+		}
+	}
+}
+
 // proxy runs the rest of the chain for an admitted request, observes the
 // response, reports the engine's outcome to the breaker, and turns an
 // upstream failure into an answer the client can read.
 func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, p proxied) error {
 	ow := newObservingWriter(w, r, p.sseSent, time.Now(), p.model)
-	ow.onResponse, ow.onFirst, ow.record = p.body.onSend, p.res.Prefilled, p.record
+	ow.onResponse, ow.onFirst, ow.record = p.body.onSend, firstToken(p.res), p.record
 	var err error
 	ow.aborted, err = serveNext(next, ow, r)
 	ow.finish()

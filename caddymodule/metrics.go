@@ -51,6 +51,11 @@ var (
 		Help:    "Time to first token of streamed responses, from admission.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 	}, []string{"model", "engine"})
+	ttftErrorSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmgw_ttft_prediction_error_seconds",
+		Help:    "Predicted minus observed time to first token of streamed responses routed by lb_policy llm, from dispatch to the engine: the routing cost model's calibration (negative: the engine was slower than predicted).",
+		Buckets: []float64{-30, -10, -5, -2.5, -1, -.5, -.25, -.1, -.05, -.025, 0, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"engine"})
 	itlSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "llmgw_itl_seconds",
 		Help:    "Gaps between SSE data events of streamed responses.",
@@ -106,7 +111,7 @@ var (
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		admittedTotal, parkedTotal, parkSeconds, rejectedTotal, placedTotal, failOpenTotal,
-		ttftSeconds, itlSeconds, tokensTotal, responsesTotal, previousResponseTotal,
+		ttftSeconds, ttftErrorSeconds, itlSeconds, tokensTotal, responsesTotal, previousResponseTotal,
 		prefixDecisions, multimodalPrompts, prefixShare, tokenizeSeconds, tokenizeCacheHits, tokenizeFailures, tokenizeLocalSeconds, decisionSeconds,
 	}
 }

@@ -112,6 +112,7 @@ func (a *Attempt) Dispatch(res *upstreams.Reservation) *upstreams.Reservation {
 	// Its uncached prompt is work the engine owes until its first token
 	// (see routing.Work), weighed by the next decisions.
 	res.Work(a.prefill)
+	res.Predict(a.Predicted)
 	return res
 }
 

@@ -335,6 +335,10 @@ type Reservation struct {
 	// decoding request.
 	work              float64
 	working, decoding bool
+	// predicted is the routing decision's predicted time to first token
+	// in seconds (0 = none), recorded at predictedAt (see Predict).
+	predicted   float64
+	predictedAt time.Time
 }
 
 // Reserve records a request dispatched to the engine: Inflight++, and

@@ -1,6 +1,9 @@
 package upstreams
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // promptRequests is the smoothing constant of the mean-uncached-prompt
 // estimator, in requests: a window of this many prefills moves the
@@ -130,4 +133,29 @@ func (p *promptMean) estimate() float64 {
 		return 0
 	}
 	return p.mean
+}
+
+// Predict records the routing decision's predicted time to first token,
+// in seconds, at the moment the request is handed to its engine, so that
+// whoever sees the first token can compare ([Reservation.Predicted]).
+// No-op for nil or a prediction that is not positive.
+func (r *Reservation) Predict(ttft float64) {
+	if r == nil || !(ttft > 0) {
+		return
+	}
+	now := r.Engine().reg.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.predicted, r.predictedAt = ttft, now
+}
+
+// Predicted returns the prediction Predict recorded and when; ok false
+// when none was. Safe on nil.
+func (r *Reservation) Predicted() (ttft float64, at time.Time, ok bool) {
+	if r == nil {
+		return 0, time.Time{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.predicted, r.predictedAt, r.predicted > 0
 }

@@ -1,0 +1,94 @@
+package routing
+
+import (
+	"math"
+	"testing"
+)
+
+// TestPredict checks each part of a candidate's predicted time to first
+// token against the package documentation's formula, on a 1,000-token
+// prompt nobody holds.
+func TestPredict(t *testing.T) {
+	req := Request{PromptTokens: 1000, BlockSize: 16, TotalBlocks: 62}
+	cases := []struct {
+		name string
+		c    Candidate
+		want Prediction // the parts checked: ahead tokens, rate, slot, step, TTFT
+	}{
+		{"idle, cold start: the defaults", Candidate{LoadKnown: true},
+			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.1 + 0.025}},
+		{"own pending prefill is ahead", Candidate{LoadKnown: true, Running: 1, Dispatched: 1,
+			Work: Work{OwnPrefill: 3000, OwnPending: 2, PrefillRate: 5000, StepSeconds: 0.04}},
+			// running 1 + dispatched 1 = 2 sequences, both ours pending: no decode.
+			Prediction{OwnAhead: 3000, Rate: 5000, StepSeconds: 0.04, TTFT: (3000+1000)/5000.0 + 0.04}},
+		{"others' waiting requests at the engine's mean", Candidate{LoadKnown: true, Running: 4, Waiting: 3,
+			Work: Work{OwnPending: 1, OwnPrefill: 100, MeanUncached: 2000}},
+			// waiting 3, one of them ours: 2 foreign × 2000; 4 running + 3
+			// waiting − 1 ours − 2 foreign = 4 decoding × 32.
+			Prediction{OwnAhead: 100, ForeignAhead: 4000, DecodeAhead: 128, Rate: 10000, StepSeconds: 0.025,
+				TTFT: (100+4000+128+1000)/10000.0 + 0.025}},
+		{"without gauges only our own work counts", Candidate{Inflight: 3,
+			Work: Work{OwnPrefill: 500, OwnPending: 1, OwnDecoding: 2}},
+			Prediction{OwnAhead: 500, DecodeAhead: 64, Rate: 10000, StepSeconds: 0.025, TTFT: (500+64+1000)/10000.0 + 0.025}},
+		{"a full batch waits for slots at the drain rate", Candidate{LoadKnown: true, Running: 8, MaxInflight: 10, Dispatched: 1,
+			Work: Work{OwnPending: 1, DrainRate: 4}},
+			// load 9, +1 = 10 > 10? no: exactly full, no wait.
+			Prediction{DecodeAhead: 256, Rate: 10000, StepSeconds: 0.025, TTFT: (256+1000)/10000.0 + 0.025}},
+		{"NaN and negative figures are unknown", Candidate{LoadKnown: true,
+			Work: Work{OwnPrefill: math.NaN(), PrefillRate: -1, StepSeconds: math.Inf(1), MeanUncached: math.NaN()}},
+			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.125}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.c.Dial = "x:1"
+			d := Pick(req, []Candidate{tc.c}, Config{}, true)
+			got := d.Scored[0].Prediction
+			near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+			if !near(got.OwnAhead, tc.want.OwnAhead) || !near(got.ForeignAhead, tc.want.ForeignAhead) ||
+				!near(got.DecodeAhead, tc.want.DecodeAhead) || !near(got.Rate, tc.want.Rate) ||
+				!near(got.SlotSeconds, tc.want.SlotSeconds) || !near(got.StepSeconds, tc.want.StepSeconds) ||
+				!near(got.TTFT, tc.want.TTFT) || got.Prefill != 1000 {
+				t.Fatalf("prediction %+v, want %+v", got, tc.want)
+			}
+			if !near(d.Predicted, got.TTFT) || d.Prefill != 1000 {
+				t.Fatalf("decision predicted %v prefill %v, want the pick's %v and 1000", d.Predicted, d.Prefill, got.TTFT)
+			}
+			sum := got.AheadSeconds + got.PrefillSeconds + got.SlotSeconds + got.StepSeconds + got.PenaltySeconds
+			if !near(sum, got.TTFT) {
+				t.Fatalf("parts sum to %v, TTFT %v", sum, got.TTFT)
+			}
+		})
+	}
+}
+
+// TestPredictSlotWait: past MaxInflight each request ahead waits one slot,
+// at the engine's drain rate when known, else SlotSteps steps.
+func TestPredictSlotWait(t *testing.T) {
+	req := Request{PromptTokens: 1000}
+	for _, tc := range []struct {
+		drain, want float64
+	}{{4, 2 / 4.0}, {0, 2 * DefaultSlotSteps * DefaultStepSeconds}} {
+		// Load 11 (10 running + 1 dispatched) on a MaxInflight 10 engine
+		// is saturated, so it is weighed through explain only.
+		c := Candidate{Dial: "x:1", LoadKnown: true, Running: 9, Waiting: 2, MaxInflight: 10, Work: Work{DrainRate: tc.drain}}
+		got := Pick(req, []Candidate{c}, Config{}, true).Scored[0].Prediction.SlotSeconds
+		if math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("drain %v: slot wait %v, want %v", tc.drain, got, tc.want)
+		}
+	}
+}
+
+// TestPickSeesLongPrefills is issue 39's case: two engines with the same
+// request counts, one prefilling long prompts this gateway sent it; the
+// request-count rule could not tell them apart.
+func TestPickSeesLongPrefills(t *testing.T) {
+	req := Request{PromptTokens: 2048, Key: 42}
+	busy := Candidate{Dial: "busy:1", LoadKnown: true, Running: 2, Work: Work{OwnPrefill: 2 * 2300, OwnPending: 2}}
+	light := Candidate{Dial: "light:1", LoadKnown: true, Running: 2, Work: Work{OwnDecoding: 2}}
+	for _, order := range [][]Candidate{{busy, light}, {light, busy}} {
+		d := Pick(req, order, Config{}, false)
+		if d.Index < 0 || order[d.Index].Dial != "light:1" {
+			t.Fatalf("picked %d of %v, want light", d.Index, order)
+		}
+	}
+}

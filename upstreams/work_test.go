@@ -1,0 +1,60 @@
+package upstreams
+
+import "testing"
+
+// TestWorkFollowsTheRequest: recorded work counts as prefill until the
+// first token, as decoding until Done, and leaves an engine the request
+// moves away from.
+func TestWorkFollowsTheRequest(t *testing.T) {
+	r := NewRegistry(Options{ManualScrape: true})
+	t.Cleanup(r.Close)
+	a, b := r.Ensure("a:1"), r.Ensure("b:1")
+	own := func(e *Engine) (float64, int64, int64) {
+		l := e.Load()
+		return l.OwnPrefill, l.OwnPending, l.OwnDecoding
+	}
+	res := a.Reserve()
+	res.Sent()
+	res.Work(700)
+	res.Work(500) // replaces
+	if p, n, d := own(a); p != 500 || n != 1 || d != 0 {
+		t.Fatalf("after Work: %v %d %d, want 500 1 0", p, n, d)
+	}
+	res.Move(b)
+	if p, n, d := own(a); p != 0 || n != 0 || d != 0 {
+		t.Fatalf("the old engine keeps work after Move: %v %d %d", p, n, d)
+	}
+	res.Work(300)
+	res.Prefilled()
+	res.Prefilled()
+	if p, n, d := own(b); p != 0 || n != 0 || d != 1 {
+		t.Fatalf("after the first token: %v %d %d, want 0 0 1", p, n, d)
+	}
+	res.Done()
+	res.Work(100) // after Done: nothing
+	if p, n, d := own(b); p != 0 || n != 0 || d != 0 {
+		t.Fatalf("after Done: %v %d %d, want none", p, n, d)
+	}
+}
+
+// TestMeanUncached: the mean uncached prompt is the token counters' delta
+// over the prefill count's, kept while a window holds no request, and a
+// restart (counters going down) starts over without a sample.
+func TestMeanUncached(t *testing.T) {
+	var p promptMean
+	steps := []struct {
+		s    promptSample
+		want float64
+	}{
+		{promptSample{prompt: 1000, cached: 200, count: 2}, 0},     // first: a base only
+		{promptSample{prompt: 5000, cached: 1200, count: 4}, 1500}, // (4000 − 1000) / 2
+		{promptSample{prompt: 5100, cached: 1200, count: 4}, 1500}, // no request yet: kept
+		{promptSample{prompt: 10, cached: 0, count: 1}, 1500},      // restart: new base
+	}
+	for i, st := range steps {
+		p.observe(st.s)
+		if got := p.estimate(); got != st.want {
+			t.Fatalf("step %d: mean %v, want %v", i, got, st.want)
+		}
+	}
+}
