@@ -7,28 +7,39 @@
 //
 // # Cost model
 //
-// Following NVIDIA Dynamo's KV router (cost = overlap weight × prefill
-// blocks to compute + active blocks, argmin) and llm-d's endpoint-picker
-// scorers (prefix, queue and KV-utilisation scorers), Pick estimates for
-// every candidate the work the request would wait for, in token-equivalents
-// (one unit = prefilling one prompt token), and takes the argmin:
+// Pick predicts, for every candidate, the request's time to first token
+// (TTFT) there, from outstanding work in tokens rather than request
+// counts, and takes the argmin of that prediction plus the fleet's work
+// (following NVIDIA Dynamo's KV router, whose cost is uncached prefill
+// blocks plus active blocks, and llm-d's latency predictor):
 //
-//	cached  = MatchedBlocks × BlockSize × trust   (trust 1 for Precise, ApproximateWeight for Approximate)
-//	prefill = PromptTokens − cached               (the uncached blocks plus the partial tail)
-//	cost    = PrefixWeight  × prefill
-//	        + QueueWeight   × queued     (Waiting, + Dispatched if Waiting > 0)
-//	        + RunningWeight × running    (Running, + Dispatched if Waiting = 0)
-//	        + KVWeight      × KVUsage²
-//	        + AdapterWeight × share(Adapter)   (LoRA requests: 0 running, 0.2 waiting, 0.4 free slot, 1 no slot)
+//	cached   = MatchedBlocks × BlockSize × trust        (trust 1 for Precise, ApproximateWeight for Approximate)
+//	prefill  = PromptTokens − cached                    (the request's own uncached prompt)
+//	own      = Work.OwnPrefill                          (this gateway's requests there not yet at their first token)
+//	foreign  = max(Waiting − (OwnPending − Dispatched), 0) × MeanUncached   (waiting requests not ours)
+//	decode   = RunningWeight × (running + queued − OwnPending − foreign requests)
+//	rate     = Work.PrefillRate, else PrefillRate
+//	step     = Work.StepSeconds, else StepSeconds
+//	slot     = max(load + 1 − MaxInflight, 0) × (1 ÷ Work.DrainRate, else SlotSteps × step)
+//	penalty  = (KVWeight × KVUsage² + AdapterWeight × share(Adapter)) ÷ rate
+//	TTFT     = (own + foreign + decode) ÷ rate + PrefixWeight × prefill ÷ rate + slot + step + penalty
+//	cost     = TTFT + WorkWeight × prefill ÷ rate
 //
-// Waiting is the queue ahead; QueueWeight is the average uncached prefill
-// one queued request brings. Dispatched (what this gateway sent since the
-// engine's gauges were last scraped) joins the queue when the engine was
-// queueing at the scrape (Waiting > 0) and counts as running otherwise. Running sequences
-// cost less each: they only share the batch with our prefill. The KV term
-// is quadratic so it matters only near the preemption point. When the
-// engine's gauges are unknown (LoadKnown false) the gateway's own Inflight
-// count stands in as Running and the KV term is 0.
+// MeanUncached is the engine's own mean uncached prompt (from its
+// counters), else QueueWeight; running and queued are the gauges with the
+// requests dispatched since the scrape added (to the queue when the engine
+// was queueing, else to the running batch). Without gauges (LoadKnown
+// false) foreign is 0 and decode counts OwnDecoding (or Inflight less
+// OwnPending). The caller records each request's prefill as its engine's
+// work from dispatch to its first token (upstreams.Reservation.Work), so a
+// request sent behind long prompts sees them, where counting requests saw
+// a long prompt and a short one alike.
+//
+// WorkWeight prices the prefill the request adds to the fleet: without it
+// a burst of one long prefix spreads over every engine, each request
+// faster by its few own tokens while the fleet computes the prefix again
+// on each. The KV term is quadratic so it matters only near the
+// preemption point.
 //
 // The adapter term is for a request naming a LoRA adapter: vLLM batches
 // at most --max-loras adapters, so a request whose adapter is not in
@@ -37,25 +48,32 @@
 // waits for neither. It is a cost, not a filter, so a long prefix cached
 // on an engine without the adapter can still win.
 //
-// Defaults (Config): PrefixWeight 1, ApproximateWeight 0.7, QueueWeight 512,
-// RunningWeight 32, KVWeight 1024, KVLimit 0.95, Epsilon 1.5, BoundedLoadMin 8,
-// ImbalanceThreshold 32, TieTokens 8, AdapterWeight 8192.
+// Defaults (Config): PrefixWeight 1, WorkWeight 1, ApproximateWeight 0.7,
+// QueueWeight 512, RunningWeight 32, PrefillRate 10000 tokens/s,
+// StepSeconds 0.025, SlotSteps 32, KVWeight 1024, KVLimit 0.95,
+// Epsilon 1.5, BoundedLoadMin 8, ImbalanceThreshold 32, TieTokens 8,
+// AdapterWeight 8192. The cold-start figures (PrefillRate, StepSeconds,
+// SlotSteps, QueueWeight) apply only until the engine's counters give its
+// own; they are those of an 8B model on one modern GPU.
 //
 // # Worked example
 //
-// A 1,000-token prompt, block size 16 (62 full blocks). Replica A holds 50
-// blocks (800 tokens, precise) and has 2 running, 1 waiting, KV usage 0.3;
-// replica B holds nothing and is idle:
+// A 1,000-token prompt, block size 16 (62 full blocks), every rate at its
+// default. Replica A holds 50 blocks (800 tokens, precise) and has 2
+// running, 1 waiting (not this gateway's), KV usage 0.3; replica B holds
+// nothing and is idle:
 //
-//	A: 1×(1000−800) + 512×1 + 32×2 + 1024×0.3² = 200 + 512 + 64 + 92.16 = 868.16
-//	B: 1×1000                                                         = 1000
+//	A: TTFT (512 + 64 + 200 + 92.16) / 10000 + 0.025 = 0.1118 s, cost 0.1118 + 200/10000 = 0.1318
+//	B: TTFT 1000 / 10000 + 0.025                   = 0.1250 s, cost 0.1250 + 1000/10000 = 0.2250
 //
-// A wins (Outcome Hit, Share 50/62 ≈ 0.81). With a second waiting request A
-// costs 1380.16 and B wins: the request is OverriddenByLoad. In general a
-// holder keeps the request while the tokens it saves exceed QueueWeight per
-// extra queued request — here 800 saved tokens buy 1.56 queued requests.
-// Had B held the same 50 blocks only approximately, it would be credited
-// 560 tokens and cost 440, beating the busier precise holder.
+// A wins (Outcome Hit, Share 50/62 ≈ 0.81). With a second waiting request
+// A's cost is 0.1830 and it still wins: each saved token counts twice
+// (the wait and the fleet's work), so 800 saved tokens buy 3.1 waiting
+// requests of 512. Had B held the same 50 blocks only approximately, it
+// would be credited 560 tokens and cost 0.1130, beating the busier
+// precise holder. Had this gateway just sent A long unique prompts still
+// prefilling, 6,000 more tokens ahead would add 0.6 s to A's TTFT and B
+// would win, whatever the request counts.
 //
 // # Exclusions and hot-spot protection
 //
@@ -80,7 +98,7 @@
 //
 // # Ties and outcomes
 //
-// Costs within TieTokens of the cheapest are ties, broken by rendezvous
+// Costs within TieTokens ÷ PrefillRate seconds of the cheapest are ties, broken by rendezvous
 // hashing of Request.Key over the candidates' dials: a cold prefix spreads
 // evenly over the fleet, and requests with one key agree on a replica —
 // never "always the first one". The decision's Outcome is Hit when the
