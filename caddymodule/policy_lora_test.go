@@ -144,11 +144,12 @@ func TestPolicyLoRAAffinity(t *testing.T) {
 			t.Fatalf("%s: the engines saw %d adapter requests, want %d", policy, all, clients*perClient)
 		}
 		// The explain API shows the adapter term: now that the run is
-		// over no adapter is in flight, and each engine has a slot.
+		// over no adapter is in flight, and each engine has a slot. It is
+		// shown in seconds, at the reference prefill rate.
 		body := strings.Replace(chatBody(false, "explain"), `"model":"sim-model"`, `"model":"a1"`, 1)
 		for _, e := range engines {
 			waitIdle(t, e.Addr())
-			if c := explainFor(t, body, e.Addr()); c.Adapter != "free_slot" || c.AdapterCost != 0.4*routing.DefaultAdapterWeight {
+			if c := explainFor(t, body, e.Addr()); c.Adapter != "free_slot" || c.AdapterCost != 0.4*routing.DefaultAdapterWeight/routing.DefaultPrefillRate {
 				t.Errorf("%s: explained adapter term of %s: %q costing %v, want free_slot", policy, e.Addr(), c.Adapter, c.AdapterCost)
 			}
 		}

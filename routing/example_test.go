@@ -25,9 +25,9 @@ func ExamplePick() {
 	d = routing.Pick(req, cands, routing.Config{}, true)
 	fmt.Printf("A %.4f, B %.4f -> %s %v %v\n", d.Scored[0].Cost, d.Scored[1].Cost, cands[d.Index].Dial, d.Outcome, d.Tier)
 	// Output:
-	// A 0.1318, B 0.2250 -> a:8000 hit share 0.81
-	// A 0.1830, B 0.2250 -> a:8000 hit
-	// A 0.1830, B 0.1130 -> b:8000 overridden_by_load approximate
+	// A 0.1382, B 0.2250 -> a:8000 hit share 0.81
+	// A 0.1894, B 0.2250 -> a:8000 hit
+	// A 0.1894, B 0.1130 -> b:8000 overridden_by_load approximate
 }
 
 // Rendezvous keeps a key on its dial while the fleet is unchanged.

@@ -168,7 +168,7 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 	} else {
 		pr.DecodeAhead = cfg.RunningWeight * fmax(decoding, v.running-pending)
 	}
-	pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead + pr.DecodeAhead) / pr.Rate
+	pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead) / pr.Rate
 	if c.MaxInflight > 0 {
 		// Beyond the batch, each request ahead waits for a slot to free.
 		if over := v.load + 1 - float64(c.MaxInflight); over > 0 {
@@ -179,7 +179,11 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 			pr.SlotSeconds = over * perSlot
 		}
 	}
-	pr.PenaltySeconds = (cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)) / pr.Rate
+	// The penalties are waits of their own (an adapter load, preemption),
+	// not prefill: converted at the reference rate, so that an engine
+	// whose rate is known is not penalised differently from one whose
+	// rate is not.
+	pr.PenaltySeconds = (cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)) / cfg.PrefillRate
 	pr.TTFT = pr.AheadSeconds + pr.SlotSeconds + pr.StepSeconds + pr.PenaltySeconds
 	return pr
 }
@@ -272,9 +276,19 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		return ""
 	}
 	cost := func(v *view) float64 {
-		c := v.pred.TTFT
+		// The decode footprint is a cost, not part of the prediction:
+		// what the sequences decoding there take from the request's
+		// prefill is in the step time, but they hold batch slots that
+		// the requests after this one will miss. Like the other terms
+		// that are no wait of this request's, it is converted at the
+		// reference rate.
+		c := v.pred.TTFT + v.pred.DecodeAhead/cfg.PrefillRate
 		if !loadOnly {
-			c += (cfg.PrefixWeight + cfg.WorkWeight) * fmax(p.tokens-v.cached, 0) / v.pred.Rate
+			// The request's prefill is its wait here (at this
+			// engine's rate) and work for the fleet (in tokens, at the
+			// reference rate: engines' rates would only add noise).
+			prefill := fmax(p.tokens-v.cached, 0)
+			c += cfg.PrefixWeight*prefill/v.pred.Rate + cfg.WorkWeight*prefill/cfg.PrefillRate
 		}
 		return c
 	}
@@ -341,7 +355,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 				Share:             v.share,
 				Load:              v.load,
 				Adapter:           v.adapter,
-				AdapterCost:       v.adapterCost(&cfg) / v.pred.Rate,
+				AdapterCost:       v.adapterCost(&cfg) / cfg.PrefillRate,
 				Prediction:        v.pred.withPrefill(fmax(p.tokens-v.cached, 0), &cfg),
 				Cost:              cost(v),
 				Excluded:          excluded(v),

@@ -148,7 +148,9 @@ func TestPick(t *testing.T) {
 				c.Work.OwnPrefill = 3 * 40
 				return c
 			}(), idle("b:1", 0)},
-			want:    0, // (120 + 32×(2+3) + 360) / 10000 + 0.025 = 0.089 < 0.125
+			// TTFT (120 + 360) / 10000 + 0.025 = 0.073 s against b's 0.125 s;
+			// costs add 2 decoding × 64 / 10000 and the prefill again.
+			want:    0,
 			outcome: Hit, tier: Precise, share: 40.0 / 62,
 		},
 		{
@@ -162,7 +164,7 @@ func TestPick(t *testing.T) {
 				c.Work.OwnPrefill = 3 * 1600
 				return c
 			}(), idle("b:1", 0)},
-			want:    1, // (4800 + 160 + 360) / 10000 + 0.025 = 0.557 > 0.125
+			want:    1, // TTFT (4800 + 360) / 10000 + 0.025 = 0.541 s > 0.125 s
 			outcome: OverriddenByLoad, tier: LoadOnly,
 		},
 		{
@@ -171,8 +173,9 @@ func TestPick(t *testing.T) {
 			cands: []Candidate{dispatched(40, 1, 3), idle("b:1", 0)},
 			// Tokens ahead at a: its 1 waiting request (not ours: our 3
 			// are not in the gauges yet) at 512, our 3 pending at 512
-			// each, 2 running at 32: (512 + 1536 + 64 + 360) / 10000 s +
-			// one step = 0.272 s > b's 1000 / 10000 + 0.025 = 0.125 s.
+			// each: TTFT (512 + 1536 + 360) / 10000 s + one step = 0.266 s
+			// > b's 1000 / 10000 + 0.025 = 0.125 s; costs add the 2
+			// decoding (64 each) and the prefills again for the fleet.
 			want:    1,
 			outcome: OverriddenByLoad, tier: LoadOnly,
 		},
@@ -440,7 +443,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero config invalid: %v", err)
 	}
 	c.SetDefaults()
-	want := Config{1, 0.7, 512, 32, 1, 10000, 0.025, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
+	want := Config{1, 0.7, 512, 64, 1, 10000, 0.025, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
 	if c != want {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}

@@ -19,21 +19,22 @@ func TestPredict(t *testing.T) {
 			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.1 + 0.025}},
 		{"own pending prefill is ahead", Candidate{LoadKnown: true, Running: 1, Dispatched: 1,
 			Work: Work{OwnPrefill: 3000, OwnPending: 2, PrefillRate: 5000, StepSeconds: 0.04}},
-			// running 1 + dispatched 1 = 2 sequences, both ours pending: no decode.
+			// running 1 + dispatched 1 = 2 sequences, both ours pending: none decoding.
 			Prediction{OwnAhead: 3000, Rate: 5000, StepSeconds: 0.04, TTFT: (3000+1000)/5000.0 + 0.04}},
 		{"others' waiting requests at the engine's mean", Candidate{LoadKnown: true, Running: 4, Waiting: 3,
 			Work: Work{OwnPending: 1, OwnPrefill: 100, MeanUncached: 2000}},
 			// waiting 3, one of them ours: 2 foreign × 2000; 4 running + 3
-			// waiting − 1 ours − 2 foreign = 4 decoding × 32.
-			Prediction{OwnAhead: 100, ForeignAhead: 4000, DecodeAhead: 128, Rate: 10000, StepSeconds: 0.025,
-				TTFT: (100+4000+128+1000)/10000.0 + 0.025}},
+			// waiting − 1 ours − 2 foreign = 4 decoding, a cost but no
+			// part of the TTFT.
+			Prediction{OwnAhead: 100, ForeignAhead: 4000, DecodeAhead: 4 * DefaultRunningWeight, Rate: 10000, StepSeconds: 0.025,
+				TTFT: (100+4000+1000)/10000.0 + 0.025}},
 		{"without gauges only our own work counts", Candidate{Inflight: 3,
 			Work: Work{OwnPrefill: 500, OwnPending: 1, OwnDecoding: 2}},
-			Prediction{OwnAhead: 500, DecodeAhead: 64, Rate: 10000, StepSeconds: 0.025, TTFT: (500+64+1000)/10000.0 + 0.025}},
+			Prediction{OwnAhead: 500, DecodeAhead: 2 * DefaultRunningWeight, Rate: 10000, StepSeconds: 0.025, TTFT: (500+1000)/10000.0 + 0.025}},
 		{"a full batch waits for slots at the drain rate", Candidate{LoadKnown: true, Running: 8, MaxInflight: 10, Dispatched: 1,
 			Work: Work{OwnPending: 1, DrainRate: 4}},
-			// load 9, +1 = 10 > 10? no: exactly full, no wait.
-			Prediction{DecodeAhead: 256, Rate: 10000, StepSeconds: 0.025, TTFT: (256+1000)/10000.0 + 0.025}},
+			// load 9, +1 = 10, not over 10: no wait yet; 8 decoding.
+			Prediction{DecodeAhead: 8 * DefaultRunningWeight, Rate: 10000, StepSeconds: 0.025, TTFT: 1000/10000.0 + 0.025}},
 		{"NaN and negative figures are unknown", Candidate{LoadKnown: true,
 			Work: Work{OwnPrefill: math.NaN(), PrefillRate: -1, StepSeconds: math.Inf(1), MeanUncached: math.NaN()}},
 			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.125}},

@@ -279,10 +279,11 @@ type Scored struct {
 // Prediction is one candidate's predicted time to first token and the
 // parts it is the sum of (see the package documentation).
 type Prediction struct {
-	// OwnAhead, ForeignAhead and DecodeAhead are the tokens ahead of the
-	// request: this gateway's pending prefill, the other waiting requests
-	// priced at the engine's mean uncached prompt, and the running
-	// sequences' decode footprint (Config.RunningWeight each).
+	// OwnAhead and ForeignAhead are the prefill tokens ahead of the
+	// request: this gateway's pending prefill and the other waiting
+	// requests priced at the engine's mean uncached prompt. DecodeAhead is
+	// the decoding sequences' footprint (Config.RunningWeight each): Pick
+	// adds it to the cost, not to the TTFT (see the package doc).
 	OwnAhead     float64 `json:"own_ahead_tokens"`
 	ForeignAhead float64 `json:"foreign_ahead_tokens"`
 	DecodeAhead  float64 `json:"decode_ahead_tokens"`
@@ -290,7 +291,7 @@ type Prediction struct {
 	Prefill float64 `json:"prefill_tokens"`
 	// Rate is the prefill speed used, tokens per second.
 	Rate float64 `json:"prefill_rate"`
-	// AheadSeconds and PrefillSeconds are the tokens ahead and the
+	// AheadSeconds and PrefillSeconds are the prefill tokens ahead and the
 	// request's own prefill over Rate; SlotSeconds the wait for a batch
 	// slot; StepSeconds one scheduler step; PenaltySeconds the KV and
 	// adapter terms over Rate.

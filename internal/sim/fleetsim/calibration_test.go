@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// calibration is the median |predicted − observed| ÷ observed time to
+// calibration is, formatted, the median |predicted − observed| ÷ observed time to
 // first token over the llm decisions that made a prediction.
 func calibration(r Result) string {
 	if len(r.Predicted) == 0 {
@@ -17,5 +17,5 @@ func calibration(r Result) string {
 			rel = append(rel, math.Abs(p-o)/o)
 		}
 	}
-	return fmt.Sprintf("median |pred-obs|/obs %.2f (n=%d)", quantile(rel, 0.5), len(rel))
+	return fmt.Sprintf("%.2f", quantile(rel, 0.5))
 }

@@ -110,7 +110,10 @@ type Params struct {
 	// is placed, admitted, routed and ended on its gateway only. Result's
 	// figures sum over the gateways, except the index's (measureIndex).
 	Gateways int
-	Seed     uint64
+	// Cost is lb_policy llm's cost configuration; zero fields take their
+	// defaults.
+	Cost routing.Config
+	Seed uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
 	// An error ends the run.
@@ -428,6 +431,8 @@ func newSim(p Params) (*fleetSim, error) {
 		s.engines, s.dials = append(s.engines, e), append(s.dials, e.name)
 	}
 	s.settings = fleet.DefaultSettings()
+	s.settings.Cost = p.Cost
+	s.settings.Cost.SetDefaults()
 	s.limits = fleet.Limits{KV: p.KVLimit, LongPrefill: p.LongPrefill}
 	if p.precise() {
 		s.enc = newBatchEncoder()
