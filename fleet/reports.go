@@ -378,6 +378,9 @@ type Explanation struct {
 	// media item; "" for a text prompt.
 	Multimodal string  `json:"multimodal,omitempty"`
 	Pick       *string `json:"pick"`
+	// PredictedTTFT is the pick's predicted time to first token in
+	// seconds (its candidate's prediction.ttft_seconds); 0 without a pick.
+	PredictedTTFT float64 `json:"predicted_ttft_seconds"`
 	// Admission is how cache-aware admission weighs the request now;
 	// nil when the pool is not routed by lb_policy llm.
 	Admission *PlacementReport `json:"admission,omitempty"`
@@ -412,6 +415,7 @@ func (f *Fleet) Explain(ctx context.Context, req *openai.Request, pool string) (
 	}
 	if d.Index >= 0 {
 		out.Pick = &dials[d.Index]
+		out.PredictedTTFT = d.Predicted
 	}
 	if s, ok := f.PolicyOf(pool); ok {
 		out.Admission = f.explainPlacement(ctx, req, dials, s)

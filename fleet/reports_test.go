@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -33,6 +34,11 @@ func TestExplain(t *testing.T) {
 	}
 	if ex.Pick == nil || *ex.Pick != deadDials[1] || len(ex.Candidates) != 2 || ex.Candidates[0].Excluded != routing.ExcludedSaturated {
 		t.Fatalf("explanation %+v", ex)
+	}
+	// The pick's prediction is its candidate's, and its parts add up.
+	if pr := ex.Candidates[1].Prediction; ex.PredictedTTFT <= 0 || ex.PredictedTTFT != pr.TTFT ||
+		math.Abs(pr.AheadSeconds+pr.PrefillSeconds+pr.SlotSeconds+pr.StepSeconds+pr.PenaltySeconds-pr.TTFT) > 1e-12 {
+		t.Fatalf("explained prediction %v, the pick's %+v", ex.PredictedTTFT, pr)
 	}
 	if ex.Tokens != 0 || ex.TokenizeError != "" || ex.Tokenize.Called {
 		t.Fatalf("tokenize is off for the pool, yet tokens %d error %q called %v", ex.Tokens, ex.TokenizeError, ex.Tokenize.Called)

@@ -5,8 +5,10 @@ import (
 	"math"
 )
 
-// Defaults for Config. Costs are in token-equivalents: one unit is the work
-// of prefilling one prompt token.
+// Defaults for Config. Weights are in token-equivalents (one unit is the
+// work of prefilling one prompt token), which Pick turns into seconds at
+// the engine's prefill rate (the request's wait) or at PrefillRate (the
+// other terms); see the package documentation.
 const (
 	DefaultPrefixWeight       = 1.0
 	DefaultApproximateWeight  = 0.7
@@ -99,7 +101,8 @@ type Config struct {
 	// disables the rule.
 	ImbalanceThreshold float64 `json:"imbalance_threshold,omitempty"`
 	// TieTokens: candidates whose costs are within this many
-	// token-equivalents of the cheapest are tied, and the tie is broken by
+	// token-equivalents (÷ PrefillRate, in seconds) of the cheapest are
+	// tied, and the tie is broken by
 	// rendezvous hashing of Request.Key over their dials (spreading cold
 	// prefixes). Default 8; negative means exact ties only.
 	TieTokens float64 `json:"tie_tokens,omitempty"`

@@ -205,7 +205,8 @@ func (pr Prediction) withPrefill(tokens float64, cfg *Config) Prediction {
 	return pr
 }
 
-// adapterCost is the adapter term in token-equivalents: what the request
+// adapterCost is the adapter term in token-equivalents (Pick converts it
+// at Config.PrefillRate): what the request
 // waits for its LoRA adapter to get a slot and load there.
 func (v *view) adapterCost(cfg *Config) float64 { return cfg.AdapterWeight * v.adapter.Share() }
 
