@@ -54,7 +54,7 @@ func (p *Pick) Commit(dial string) *Attempt {
 		}
 	}
 	p.f.routed(p.req, p.Decision, dial)
-	a := &Attempt{f: p.f, dial: dial, prefill: -1}
+	a := &Attempt{f: p.f, dial: dial, prefill: -1, unstreamed: p.req != nil && !p.req.Stream}
 	switch {
 	case p.Index >= 0 && p.Index < len(p.dials) && p.dials[p.Index] == dial:
 		a.prefill, a.Predicted = int(p.Decision.Prefill), p.Decision.Predicted
@@ -78,6 +78,9 @@ type Attempt struct {
 	// prefill is the request's uncached prompt tokens at dial, recorded
 	// as its work there by Dispatch; -1 when unknown.
 	prefill int
+	// unstreamed: the response is not streamed, so no first token will
+	// end the request's prefill (see Dispatch).
+	unstreamed bool
 	// Predicted is the routing decision's predicted time to first token
 	// at the engine, in seconds; 0 when the fleet made no prediction for
 	// it (the caller chose, or another policy did).
@@ -113,6 +116,12 @@ func (a *Attempt) Dispatch(res *upstreams.Reservation) *upstreams.Reservation {
 	// (see routing.Work), weighed by the next decisions.
 	res.Work(a.prefill)
 	res.Predict(a.Predicted)
+	if a.unstreamed && a.Predicted > 0 {
+		// No first token will say the prefill is over: take it as
+		// over at twice the predicted time, the slack for a queue the
+		// prediction missed.
+		res.PrefillDue(time.Duration(2 * a.Predicted * float64(time.Second)))
+	}
 	return res
 }
 

@@ -31,7 +31,8 @@
 // was queueing, else to the running batch). Without gauges (LoadKnown
 // false) foreign is 0 and decoding counts OwnDecoding (or Inflight less
 // OwnPending). The caller records each request's prefill as its engine's
-// work from dispatch to its first token (upstreams.Reservation.Work), so a
+// work from dispatch to its first token (upstreams.Reservation.Work; for
+// a response that is not streamed, to twice its predicted TTFT), so a
 // request sent behind long prompts sees them, where counting requests saw
 // a long prompt and a short one alike.
 //

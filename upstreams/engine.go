@@ -68,6 +68,9 @@ type Engine struct {
 	ownPrefill  float64
 	ownPending  int64
 	ownDecoding int64
+	// prefillDue holds, per reservation whose first token the gateway
+	// will not see, when its prefill counts as done (PrefillDue).
+	prefillDue map[*Reservation]time.Time
 	// steps derives StepTime, and from it the scrape lead, from the
 	// scraped inter-token latency.
 	steps stepEstimator
@@ -208,6 +211,7 @@ func (e *Engine) Load() Load {
 	now := e.reg.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.settleDueLocked(now)
 	l := Load{
 		Running:      e.g.Running,
 		Waiting:      e.g.Waiting,

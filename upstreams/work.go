@@ -36,10 +36,42 @@ func (r *Reservation) Work(uncached int) {
 	e.ownPending++
 }
 
+// PrefillDue bounds how long the request's recorded work counts as
+// prefill: d from now it counts as decoding even without
+// [Reservation.Prefilled]. For a response that is not streamed the
+// gateway sees no first token, and its prefill would otherwise count
+// until the request ends. No-op without recorded work, after Done, for nil
+// or d <= 0. The work's engine keeps the bound; Move and Work drop it.
+func (r *Reservation) PrefillDue(d time.Duration) {
+	if r == nil || d <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.e
+	due := e.reg.now().Add(d)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.done || !r.working || r.decoding {
+		return
+	}
+	if e.prefillDue == nil {
+		e.prefillDue = make(map[*Reservation]time.Time)
+	}
+	e.prefillDue[r] = due
+}
+
 // prefilledWork moves r's work from prefill to decode. r.mu held.
 func (e *Engine) prefilledWork(r *Reservation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.prefilledLocked(r)
+}
+
+// prefilledLocked moves r's work from prefill to decode. e.mu held, and
+// r counts on e: its work fields are guarded by its engine's mutex.
+func (e *Engine) prefilledLocked(r *Reservation) {
+	delete(e.prefillDue, r)
 	if !r.working || r.decoding {
 		return
 	}
@@ -48,6 +80,16 @@ func (e *Engine) prefilledWork(r *Reservation) {
 	e.ownDecoding++
 	r.decoding = true
 	e.settleWorkLocked()
+}
+
+// settleDueLocked ends the prefills whose bound (PrefillDue) has passed.
+// e.mu held.
+func (e *Engine) settleDueLocked(now time.Time) {
+	for r, due := range e.prefillDue {
+		if !now.Before(due) {
+			e.prefilledLocked(r)
+		}
+	}
 }
 
 // dropWork forgets r's work on e. r.mu held.
@@ -59,6 +101,7 @@ func (e *Engine) dropWork(r *Reservation) {
 
 // dropWorkLocked forgets r's work on e; r.mu and e.mu held.
 func (e *Engine) dropWorkLocked(r *Reservation) {
+	delete(e.prefillDue, r)
 	if !r.working {
 		return
 	}

@@ -1,6 +1,11 @@
 package upstreams
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
+)
 
 // TestWorkFollowsTheRequest: recorded work counts as prefill until the
 // first token, as decoding until Done, and leaves an engine the request
@@ -56,5 +61,38 @@ func TestMeanUncached(t *testing.T) {
 		if got := p.estimate(); got != st.want {
 			t.Fatalf("step %d: mean %v, want %v", i, got, st.want)
 		}
+	}
+}
+
+// TestPrefillDue: the prefill of a request whose first token the gateway
+// will not see counts until its bound, then as decoding; Prefilled before
+// the bound ends it at once, and Work drops the bound.
+func TestPrefillDue(t *testing.T) {
+	clk := testclock.New(time.Unix(1_700_000_000, 0))
+	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
+	t.Cleanup(r.Close)
+	e := r.Ensure("a:1")
+	res := e.Reserve()
+	res.Sent()
+	res.PrefillDue(time.Second) // no work yet: nothing to bound
+	res.Work(800)
+	res.PrefillDue(time.Second)
+	clk.Advance(999 * time.Millisecond)
+	if l := e.Load(); l.OwnPrefill != 800 || l.OwnPending != 1 {
+		t.Fatalf("before the bound: own prefill %v pending %d, want 800 1", l.OwnPrefill, l.OwnPending)
+	}
+	clk.Advance(time.Millisecond)
+	if l := e.Load(); l.OwnPrefill != 0 || l.OwnPending != 0 || l.OwnDecoding != 1 {
+		t.Fatalf("at the bound: own prefill %v pending %d decoding %d, want 0 0 1", l.OwnPrefill, l.OwnPending, l.OwnDecoding)
+	}
+	res.Work(500) // a new record has no bound
+	res.PrefillDue(0)
+	clk.Advance(time.Hour)
+	if l := e.Load(); l.OwnPrefill != 500 || l.OwnPending != 1 || l.OwnDecoding != 0 {
+		t.Fatalf("a new record: own prefill %v pending %d decoding %d, want 500 1 0", l.OwnPrefill, l.OwnPending, l.OwnDecoding)
+	}
+	res.Done()
+	if l := e.Load(); l.OwnPrefill != 0 || l.OwnPending != 0 || l.OwnDecoding != 0 {
+		t.Fatalf("after Done: %+v", l)
 	}
 }
