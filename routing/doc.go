@@ -18,13 +18,17 @@
 //	own      = Work.OwnPrefill                          (this gateway's requests there not yet at their first token)
 //	foreign  = max(Waiting − (OwnPending − Dispatched), 0) × MeanUncached   (waiting requests not ours)
 //	decoding = running + queued − OwnPending − foreign requests
-//	rate     = Work.PrefillRate, else PrefillRate
+//	rate     = Work.PrefillRate less its steps (below), else PrefillRate
 //	step     = Work.StepSeconds, else StepSeconds
 //	slot     = max(load + 1 − MaxInflight, 0) × (1 ÷ Work.DrainRate, else SlotSteps × step)
 //	penalty  = (KVWeight × KVUsage² + AdapterWeight × share(Adapter)) ÷ PrefillRate
 //	TTFT     = (own + foreign) ÷ rate + PrefixWeight × prefill ÷ rate + slot + step + penalty
 //	cost     = TTFT + (RunningWeight × decoding + WorkWeight × prefill) ÷ PrefillRate
 //
+// The engine's counters time a prefill from scheduling to the first
+// token, one step included, so its observed rate is taken as
+// MeanUncached ÷ (MeanUncached ÷ Work.PrefillRate − step) when that mean
+// prefill is over two steps long: the prediction adds the step itself.
 // MeanUncached is the engine's own mean uncached prompt (from its
 // counters), else QueueWeight; running and queued are the gauges with the
 // requests dispatched since the scrape added (to the queue when the engine

@@ -153,6 +153,7 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 		StepSeconds: positiveOr(w.StepSeconds, cfg.StepSeconds),
 		OwnAhead:    gauge(w.OwnPrefill),
 	}
+	pr.Rate = stepless(pr.Rate, w, pr.StepSeconds)
 	pending := counter(w.OwnPending)
 	decoding := counter(w.OwnDecoding)
 	if c.LoadKnown {
@@ -186,6 +187,24 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 	pr.PenaltySeconds = (cfg.KVWeight*v.kv*v.kv + v.adapterCost(cfg)) / cfg.PrefillRate
 	pr.TTFT = pr.AheadSeconds + pr.SlotSeconds + pr.StepSeconds + pr.PenaltySeconds
 	return pr
+}
+
+// stepless is the engine's observed prefill rate without the step each
+// request's prefill time ends with. The engine's counters time a prefill
+// from scheduling to the first token, so a mean request of MeanUncached
+// tokens took MeanUncached ÷ rate seconds, one step of them not prefill;
+// the prediction adds that step itself. The correction is made only when
+// the mean request's prefill is more than two steps long, where it cannot
+// make the rate more than twice the observed one.
+func stepless(rate float64, w *Work, step float64) float64 {
+	mean := gauge(w.MeanUncached)
+	if !(w.PrefillRate > 0) || w.PrefillRate >= maxGauge || mean == 0 {
+		return rate
+	}
+	if per := mean / rate; per > 2*step {
+		return mean / (per - step)
+	}
+	return rate
 }
 
 // positiveOr is v when it is a usable positive figure, else def.

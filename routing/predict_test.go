@@ -35,6 +35,14 @@ func TestPredict(t *testing.T) {
 			Work: Work{OwnPending: 1, DrainRate: 4}},
 			// load 9, +1 = 10, not over 10: no wait yet; 8 decoding.
 			Prediction{DecodeAhead: 8 * DefaultRunningWeight, Rate: 10000, StepSeconds: 0.025, TTFT: 1000/10000.0 + 0.025}},
+		{"the observed rate without the step each prefill ends with", Candidate{LoadKnown: true,
+			Work: Work{PrefillRate: 5000, MeanUncached: 2000, StepSeconds: 0.04}},
+			// A mean prefill took 2000 / 5000 = 0.4 s, of which one 0.04 s
+			// step: 2000 tokens in 0.36 s.
+			Prediction{Rate: 2000 / 0.36, StepSeconds: 0.04, TTFT: 1000/(2000/0.36) + 0.04}},
+		{"no correction when the mean prefill is about a step", Candidate{LoadKnown: true,
+			Work: Work{PrefillRate: 5000, MeanUncached: 300, StepSeconds: 0.04}},
+			Prediction{Rate: 5000, StepSeconds: 0.04, TTFT: 1000/5000.0 + 0.04}},
 		{"NaN and negative figures are unknown", Candidate{LoadKnown: true,
 			Work: Work{OwnPrefill: math.NaN(), PrefillRate: -1, StepSeconds: math.Inf(1), MeanUncached: math.NaN()}},
 			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.125}},
