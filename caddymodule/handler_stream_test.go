@@ -124,11 +124,14 @@ func TestAdmissionParkedStreamUpstreamError(t *testing.T) {
 
 // TestAdmissionStreamingMetrics: streamed responses (with
 // stream_options.include_usage) feed llmgw_ttft_seconds, llmgw_itl_seconds
-// and llmgw_tokens_total{kind}, by exactly the usage the engine reported.
+// and llmgw_tokens_total{kind}, by exactly the usage the engine reported,
+// and, routed by lb_policy llm, llmgw_ttft_prediction_error_seconds once
+// each.
 func TestAdmissionStreamingMetrics(t *testing.T) {
 	engines := startEngines(t, 1, vllmsim.Config{})
 	gateway{engines: noKVEngines(engines...)}.load(t)
 	ttft0 := metricValue(t, "llmgw_ttft_seconds_count")
+	pred0 := metricValue(t, "llmgw_ttft_prediction_error_seconds_count")
 	itl0 := metricValue(t, "llmgw_itl_seconds_count")
 	comp0 := metricValue(t, "llmgw_tokens_total", `kind="completion"`)
 	prompt0 := metricValue(t, "llmgw_tokens_total", `kind="prompt"`)
@@ -164,6 +167,9 @@ func TestAdmissionStreamingMetrics(t *testing.T) {
 	}
 	if d := metricValue(t, "llmgw_ttft_seconds_count") - ttft0; d != n {
 		t.Errorf("llmgw_ttft_seconds observations +%v, want %d", d, n)
+	}
+	if d := metricValue(t, "llmgw_ttft_prediction_error_seconds_count") - pred0; d != n {
+		t.Errorf("llmgw_ttft_prediction_error_seconds observations +%v, want %d", d, n)
 	}
 	if d := metricValue(t, "llmgw_itl_seconds_count") - itl0; d != n*(maxTokens-1) {
 		t.Errorf("llmgw_itl_seconds observations +%v, want %d", d, n*(maxTokens-1))
