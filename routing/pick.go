@@ -87,6 +87,10 @@ type view struct {
 	hard    string  // exclusion known before comparing candidates
 	adapter Adapter
 	pred    Prediction // without the request's own prefill (see predict)
+	// Set by Pick's second pass: the hot-spot rules' exclusion, and the
+	// cost (for candidates not excluded).
+	excluded string
+	cost     float64
 }
 
 func (p *prompt) view(c *Candidate, cfg *Config) view {
@@ -247,81 +251,20 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 	if len(cands) > stackViews {
 		views = make([]view, 0, len(cands))
 	}
+	// Pass 1: views, load statistics and the rules they set.
+	views = p.views(views, cands, &cfg)
+	s := newScorer(&p, &cfg, cands, views)
 
-	// Pass 1: derive views; load statistics over usable candidates; the
-	// best prefix on offer among candidates that are up.
-	var (
-		usable                int
-		sum, minLoad, maxLoad float64
-		bestCached            float64
-	)
-	for i := range cands {
-		v := p.view(&cands[i], &cfg)
-		views = append(views, v)
-		if cands[i].Unavailable == "" {
-			bestCached = fmax(bestCached, v.cached)
-		}
-		if v.hard != "" {
-			continue
-		}
-		if usable == 0 || v.load < minLoad {
-			minLoad = v.load
-		}
-		if usable == 0 || v.load > maxLoad {
-			maxLoad = v.load
-		}
-		sum += v.load
-		usable++
-	}
-
-	loadCap := math.Inf(1)
-	loadOnly := false
-	if usable > 0 {
-		if cfg.Epsilon >= 0 {
-			// Consistent hashing with bounded loads: the mean includes
-			// this request.
-			loadCap = fmax((1+cfg.Epsilon)*(sum+1)/float64(usable), cfg.BoundedLoadMin)
-		}
-		loadOnly = cfg.ImbalanceThreshold >= 0 && maxLoad-minLoad > cfg.ImbalanceThreshold
-	}
-	excluded := func(v *view) string {
-		if v.hard != "" {
-			return v.hard
-		}
-		// The least loaded candidate is never excluded for balance: it
-		// cannot make the balance better by refusing.
-		if v.load+1 > loadCap && v.load > minLoad {
-			return ExcludedBoundedLoad
-		}
-		return ""
-	}
-	cost := func(v *view) float64 {
-		// The decode footprint is a cost, not part of the prediction:
-		// what the sequences decoding there take from the request's
-		// prefill is in the step time, but they hold batch slots that
-		// the requests after this one will miss. Like the other terms
-		// that are no wait of this request's, it is converted at the
-		// reference rate.
-		c := v.pred.TTFT + v.pred.DecodeAhead/cfg.PrefillRate
-		if !loadOnly {
-			// The request's prefill is its wait here (at this
-			// engine's rate) and work for the fleet (in tokens, at the
-			// reference rate: engines' rates would only add noise).
-			prefill := fmax(p.tokens-v.cached, 0)
-			c += cfg.PrefixWeight*prefill/v.pred.Rate + cfg.WorkWeight*prefill/cfg.PrefillRate
-		}
-		return c
-	}
-
-	// Pass 2: the cheapest cost.
+	// Pass 2: every candidate's exclusion and cost; the cheapest.
 	minCost := math.Inf(1)
 	found := false
 	for i := range views {
-		if excluded(&views[i]) != "" {
+		v := &views[i]
+		if v.excluded = s.excluded(v); v.excluded != "" {
 			continue
 		}
-		if c := cost(&views[i]); !found || c < minCost {
-			minCost, found = c, true
+		if v.cost = s.cost(v); !found || v.cost < minCost {
+			minCost, found = v.cost, true
 		}
 	}
 
@@ -332,7 +275,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		key := mix64(req.Key)
 		var bestW uint64
 		for i := range views {
-			if excluded(&views[i]) != "" || cost(&views[i]) > minCost+tie {
+			if views[i].excluded != "" || views[i].cost > minCost+tie {
 				continue
 			}
 			if w := hrwWeight(key, hashString(cands[i].Dial)); d.Index < 0 || w > bestW {
@@ -340,49 +283,148 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 			}
 		}
 	}
-
-	if d.Index >= 0 {
-		v := &views[d.Index]
-		d.Share = v.share
-		d.Prefill = fmax(p.tokens-v.cached, 0)
-		d.Predicted = v.pred.withPrefill(d.Prefill, &cfg).TTFT
-		switch {
-		case v.cached < bestCached:
-			d.Outcome = OverriddenByLoad
-		case v.cached > 0:
-			d.Outcome = Hit
-		}
-		switch {
-		case v.cached > 0:
-			d.Tier = cands[d.Index].Tier
-		case req.CacheKey && bestCached == 0:
-			d.Tier = CacheKey
-		}
-	} else if bestCached > 0 {
-		d.Outcome = OverriddenByLoad
-	}
-
+	s.conclude(&d, req, cands, views)
 	if explain {
-		d.Scored = make([]Scored, len(cands))
-		for i := range views {
-			v := &views[i]
-			d.Scored[i] = Scored{
-				Dial:              cands[i].Dial,
-				Tier:              cands[i].Tier,
-				TierReason:        cands[i].TierReason,
-				MatchedBlocks:     v.matched,
-				SpeculativeBlocks: speculative(cands[i], v.matched),
-				Share:             v.share,
-				Load:              v.load,
-				Adapter:           v.adapter,
-				AdapterCost:       v.adapterCost(&cfg) / cfg.PrefillRate,
-				Prediction:        v.pred.withPrefill(fmax(p.tokens-v.cached, 0), &cfg),
-				Cost:              cost(v),
-				Excluded:          excluded(v),
-			}
-		}
+		d.Scored = s.explain(cands, views)
 	}
 	return d
+}
+
+// views appends to dst every candidate's view.
+func (p *prompt) views(dst []view, cands []Candidate, cfg *Config) []view {
+	for i := range cands {
+		dst = append(dst, p.view(&cands[i], cfg))
+	}
+	return dst
+}
+
+// scorer holds what Pick compares candidates by: the config, the prompt,
+// and the hot-spot rules the loads set.
+type scorer struct {
+	cfg        *Config
+	p          *prompt
+	loadCap    float64 // bounded load: a candidate over it is excluded
+	minLoad    float64 // the least loaded usable candidate's load
+	loadOnly   bool    // imbalance: prefixes are not honoured
+	bestCached float64 // the best prefix on offer among candidates that are up
+}
+
+// newScorer derives the load statistics over the usable candidates and
+// the best prefix on offer among those that are up.
+func newScorer(p *prompt, cfg *Config, cands []Candidate, views []view) scorer {
+	s := scorer{cfg: cfg, p: p, loadCap: math.Inf(1)}
+	var (
+		usable       int
+		sum, maxLoad float64
+	)
+	for i := range views {
+		v := &views[i]
+		if cands[i].Unavailable == "" {
+			s.bestCached = fmax(s.bestCached, v.cached)
+		}
+		if v.hard != "" {
+			continue
+		}
+		if usable == 0 || v.load < s.minLoad {
+			s.minLoad = v.load
+		}
+		if usable == 0 || v.load > maxLoad {
+			maxLoad = v.load
+		}
+		sum += v.load
+		usable++
+	}
+	if usable > 0 {
+		if cfg.Epsilon >= 0 {
+			// Consistent hashing with bounded loads: the mean includes
+			// this request.
+			s.loadCap = fmax((1+cfg.Epsilon)*(sum+1)/float64(usable), cfg.BoundedLoadMin)
+		}
+		s.loadOnly = cfg.ImbalanceThreshold >= 0 && maxLoad-s.minLoad > cfg.ImbalanceThreshold
+	}
+	return s
+}
+
+// excluded is why v cannot be picked; "" when it can.
+func (s *scorer) excluded(v *view) string {
+	if v.hard != "" {
+		return v.hard
+	}
+	// The least loaded candidate is never excluded for balance: it
+	// cannot make the balance better by refusing.
+	if v.load+1 > s.loadCap && v.load > s.minLoad {
+		return ExcludedBoundedLoad
+	}
+	return ""
+}
+
+// cost is what Pick compares, in seconds: the predicted TTFT and the
+// costs that are no part of it.
+func (s *scorer) cost(v *view) float64 {
+	// The decode footprint is a cost, not part of the prediction: what
+	// the sequences decoding there take from the request's prefill is in
+	// the step time, but they hold batch slots that the requests after
+	// this one will miss. Like the other terms that are no wait of this
+	// request's, it is converted at the reference rate.
+	c := v.pred.TTFT + v.pred.DecodeAhead/s.cfg.PrefillRate
+	if !s.loadOnly {
+		// The request's prefill is its wait here (at this engine's
+		// rate) and work for the fleet (in tokens, at the reference
+		// rate: engines' rates would only add noise).
+		prefill := fmax(s.p.tokens-v.cached, 0)
+		c += s.cfg.PrefixWeight*prefill/v.pred.Rate + s.cfg.WorkWeight*prefill/s.cfg.PrefillRate
+	}
+	return c
+}
+
+// conclude fills in the decision's figures, outcome and tier from its
+// pick (d.Index, -1 for none).
+func (s *scorer) conclude(d *Decision, req Request, cands []Candidate, views []view) {
+	if d.Index < 0 {
+		if s.bestCached > 0 {
+			d.Outcome = OverriddenByLoad
+		}
+		return
+	}
+	v := &views[d.Index]
+	d.Share = v.share
+	d.Prefill = fmax(s.p.tokens-v.cached, 0)
+	d.Predicted = v.pred.withPrefill(d.Prefill, s.cfg).TTFT
+	switch {
+	case v.cached < s.bestCached:
+		d.Outcome = OverriddenByLoad
+	case v.cached > 0:
+		d.Outcome = Hit
+	}
+	switch {
+	case v.cached > 0:
+		d.Tier = cands[d.Index].Tier
+	case req.CacheKey && s.bestCached == 0:
+		d.Tier = CacheKey
+	}
+}
+
+// explain is every candidate as Pick saw it.
+func (s *scorer) explain(cands []Candidate, views []view) []Scored {
+	out := make([]Scored, len(cands))
+	for i := range views {
+		v := &views[i]
+		out[i] = Scored{
+			Dial:              cands[i].Dial,
+			Tier:              cands[i].Tier,
+			TierReason:        cands[i].TierReason,
+			MatchedBlocks:     v.matched,
+			SpeculativeBlocks: speculative(cands[i], v.matched),
+			Share:             v.share,
+			Load:              v.load,
+			Adapter:           v.adapter,
+			AdapterCost:       v.adapterCost(s.cfg) / s.cfg.PrefillRate,
+			Prediction:        v.pred.withPrefill(fmax(s.p.tokens-v.cached, 0), s.cfg),
+			Cost:              s.cost(v),
+			Excluded:          s.excluded(v),
+		}
+	}
+	return out
 }
 
 // speculative is how many of the matched blocks (c's match after clamping)
