@@ -47,9 +47,10 @@ type Config struct {
 	QueueWeight float64 `json:"queue_weight,omitempty"`
 	// RunningWeight is the decode footprint of one decoding sequence, in
 	// tokens, added to the cost but not to the predicted TTFT: it holds a
-	// batch slot until it ends. Default 64 (measured on the fleet
-	// simulation: 32 left the random workload's TTFT p90 1.2 times
-	// round_robin's, 128 gained nothing more).
+	// batch slot until it ends. Default 64: on the fleet simulation (3
+	// seeds) 32 and 64 are within noise of each other, 64 a little better
+	// past saturation; with 2 (one seed) random traffic's TTFT p90 was
+	// 1.6 times round_robin's.
 	RunningWeight float64 `json:"running_weight,omitempty"`
 	// WorkWeight weighs, beside the predicted time to first token, the
 	// prefill the request adds to the fleet: Pick compares TTFT +

@@ -45,9 +45,9 @@
 // is in the step time), but they hold batch slots: an engine with more of
 // them is the first to make the requests after this one wait for a slot.
 // Measured on the fleet simulation (random prompts, 4 engines, 0.8 × the
-// saturation rate), leaving them out of the cost made TTFT p90 1.6 times
-// round_robin's; putting them into the prediction made it 2 to 3 times
-// too long. WorkWeight prices the prefill the request adds to the fleet,
+// saturation rate, one seed), nearly leaving them out of the cost
+// (RunningWeight 2) made TTFT p90 1.6 times round_robin's; putting them
+// into the prediction made its median error 50% instead of 15%. WorkWeight prices the prefill the request adds to the fleet,
 // at the reference rate: without it a burst of one long prefix spreads
 // over every engine, each request faster by its few own tokens while the
 // fleet computes the prefix again on each. The KV term is quadratic so it
