@@ -1,0 +1,69 @@
+package fleetsim
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestReadTraceErrors(t *testing.T) {
+	ok := `{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}`
+	cases := []struct {
+		name, trace string
+		lim         TraceLimits
+		want        string // in the error
+	}{
+		{"not json", "hello\n", TraceLimits{}, "line 1: not a trace record"},
+		{"trailing", ok + " {}\n", TraceLimits{}, "trailing data"},
+		{"wrong type", `{"timestamp": "x", "input_length": 1, "output_length": 1, "hash_ids": [1]}`, TraceLimits{}, "not a trace record"},
+		{"negative timestamp", `{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [1]}`, TraceLimits{}, "negative timestamp"},
+		{"no input", `{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}`, TraceLimits{}, "input_length 0"},
+		{"no output", `{"timestamp": 0, "input_length": 1, "output_length": 0, "hash_ids": [1]}`, TraceLimits{}, "output_length 0"},
+		{"too few ids", `{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [1]}`, TraceLimits{}, "1 hash_ids for input_length 513, want 2"},
+		{"too many ids", `{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1, 2]}`, TraceLimits{}, "want 1"},
+		{"input limit", ok, TraceLimits{MaxInputTokens: 599}, "input_length 600 outside 1..599"},
+		{"output limit", ok, TraceLimits{MaxOutputTokens: 9}, "output_length 10 outside 1..9"},
+		{"out of order", strings.Replace(ok, `"timestamp": 0`, `"timestamp": 5`, 1) + "\n" + ok, TraceLimits{}, "line 2: timestamp 0 before the previous line's 5"},
+		{"request limit", ok + "\n" + ok + "\n", TraceLimits{MaxRequests: 1}, "line 2: more than 1 requests"},
+		{"line limit", ok, TraceLimits{MaxLineBytes: 20}, "line 1: longer than 20 bytes"},
+		{"byte limit", ok + "\n" + ok + "\n", TraceLimits{MaxBytes: int64(len(ok)) + 5}, "larger than"},
+		{"empty", "\n\n", TraceLimits{}, "no requests"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadTrace(strings.NewReader(c.trace), c.lim)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestReadTraceAndCeiling(t *testing.T) {
+	// Request 2 shares request 1's first block only; request 3 repeats
+	// request 1 whole, but its third block (id 9) is new and its fourth
+	// (id 2) has been seen, though not as a leading block: it is no hit.
+	trace := `{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]}
+
+{"timestamp": 1500, "input_length": 600, "output_length": 7, "hash_ids": [1, 3]}
+{"timestamp": 4000, "input_length": 1600, "output_length": 9, "hash_ids": [1, 2, 9, 2]}
+`
+	reqs, err := ReadTrace(strings.NewReader(trace), TraceLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 3 || reqs[1].Timestamp != 1500 || reqs[2].InputLength != 1600 || reqs[1].OutputLength != 7 || len(reqs[2].HashIDs) != 4 {
+		t.Fatalf("reqs = %+v", reqs)
+	}
+	c := Ceiling(reqs)
+	// Blocks: 2 + 2 + 4; hits: request 2's id 1, request 3's ids 1 and 2.
+	if c.Blocks != 8 || c.HitBlocks != 3 || c.BlockRate != 3.0/8 {
+		t.Errorf("blocks %d hit %d rate %v, want 8, 3, 0.375", c.Blocks, c.HitBlocks, c.BlockRate)
+	}
+	// Tokens: 1000 + 600 + 1600; hits 512 + 512 + 512.
+	if c.Tokens != 3200 || c.HitTokens != 1536 {
+		t.Errorf("tokens %d hit %d, want 3200, 1536", c.Tokens, c.HitTokens)
+	}
+	if c.DistinctBlocks != 4 || c.Seconds != 4 || c.Requests != 3 {
+		t.Errorf("distinct %d seconds %v requests %d, want 4, 4, 3", c.DistinctBlocks, c.Seconds, c.Requests)
+	}
+}
