@@ -31,7 +31,7 @@ func (s *fleetSim) start() {
 // startTraffic schedules the first user arrival now and, with
 // Params.RestartEvery, the first restart.
 func (s *fleetSim) startTraffic() {
-	s.push(s.now, evArrival, -1)
+	s.push(s.now+s.traceAt(0), evArrival, -1)
 	if s.p.RestartEvery > 0 {
 		s.push(s.now+s.p.RestartEvery, evRestart, 0)
 	}

@@ -113,7 +113,13 @@ type Params struct {
 	// Cost is lb_policy llm's cost configuration; zero fields take their
 	// defaults.
 	Cost routing.Config
-	Seed uint64
+	// Trace, when set, replaces the synthetic workload (Groups, the token
+	// counts, Requests, Rate, bursts and long prompts) with a production
+	// trace's requests, replayed in order at their timestamps divided by
+	// TraceSpeedup (see replay.go).
+	Trace        []TraceRequest
+	TraceSpeedup float64 // time compression of Trace; 0 means 1
+	Seed         uint64
 	// Decided, if set, sees every llm decision before the request is
 	// dispatched, so a test can ask the gateway's policy the same question.
 	// An error ends the run.
@@ -319,6 +325,12 @@ func (s *fleetSim) clock() time.Time {
 
 // Run simulates one run to its end: every request completed or refused.
 func Run(ctx context.Context, p Params) (Result, error) {
+	if p.Trace != nil {
+		var err error
+		if p, err = p.forTrace(); err != nil {
+			return Result{}, err
+		}
+	}
 	if p.Engines <= 0 || p.Groups <= 0 || p.Rate <= 0 || p.Model.BlockSize <= 0 || p.MaxInflight <= 0 {
 		return Result{}, fmt.Errorf("fleetsim: engines, groups, rate, block size and max_inflight must be positive: %+v", p)
 	}
@@ -357,6 +369,9 @@ func (s *fleetSim) handle(ev simEvent) error {
 	p := s.p
 	switch ev.kind {
 	case evArrival:
+		if p.Trace != nil {
+			return s.arriveTrace()
+		}
 		if p.BurstSize > 1 {
 			s.burst()
 			return nil
@@ -470,6 +485,13 @@ func (s *fleetSim) arrive(burst, pos int) error {
 		r.long, r.promptLen = true, max(p.LongTokens, r.promptLen)
 	}
 	s.materialize(r)
+	return s.enter(r)
+}
+
+// enter passes a new request through its gateway's admission, or
+// straight to an engine when it bypasses the gateway.
+func (s *fleetSim) enter(r *desReq) error {
+	p := s.p
 	gw := s.gatewayFor(s.arrived - 1)
 	if s.bypasses() {
 		r.direct, r.burst = true, -1 // burst figures are of the gateway's requests
