@@ -37,7 +37,7 @@ func TestQuickSmoke(t *testing.T) {
 	out := t.TempDir()
 	o := Options{
 		Out: out, Markdown: filepath.Join(out, "BENCHMARKS.md"), Plots: filepath.Join(out, "plots"), PlotExt: ".svg",
-		Only: map[string]bool{"quality": true, "scenarios": true, "fleet": true, "overhead": true},
+		Only: map[string]bool{"quality": true, "scenarios": true, "fleet": true, "overhead": true, "trace": true},
 	}
 	env := &Env{Root: root, Out: out, Quick: true, RunDeadline: time.Minute, Command: "go -C bench test -run TestQuickSmoke ."}
 	if err := runSections(ctx, env, o, smokePlan(), t.TempDir(), time.Now()); err != nil {
@@ -83,6 +83,7 @@ func TestQuickSmoke(t *testing.T) {
 		t.Errorf("llm run: %v decisions for its requests: %+v", decided, llm)
 	}
 	checkScenarios(t, l.scenarios)
+	checkTrace(t, l.trace)
 	if len(l.fleet.Runs) != 2 {
 		t.Fatalf("fleet runs = %d, want 2", len(l.fleet.Runs))
 	}
@@ -114,7 +115,7 @@ func TestQuickSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Where only the engines know", "## 3. Fleet simulation", "## 4. Gateway overhead", "Layer by layer", "ttft_p90_tiny.svg", "hit_rate.svg"} {
+	for _, want := range []string{"## Headline", "## 1. Routing quality", "## 2. Where only the engines know", "## 3. Fleet simulation", "## 4. Gateway overhead", "Layer by layer", "### Production trace", "ttft_p90_tiny.svg", "hit_rate.svg"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -155,7 +156,32 @@ func smokePlan() Plan {
 	}
 	sc := scenarioParams(true)
 	sc.Engines = 2
-	return Plan{Quality: q, Scenarios: sc, Fleet: f, Overhead: ov}
+	tr := traceParams(true, filepath.Join("traces", "conversation_trace.jsonl.gz"))
+	tr.Policies = []string{"llm", "round_robin"}
+	return Plan{Quality: q, Scenarios: sc, Fleet: f, Overhead: ov, Trace: tr}
+}
+
+// checkTrace checks the smoke plan's trace replays: the fleet simulation's
+// two rungs and the real-Caddy rung, each policy with completed requests
+// and TTFTs, the simulation's hit rates within the trace's ceiling.
+func checkTrace(t *testing.T, tr *TraceResult) {
+	t.Helper()
+	if tr == nil || tr.Ceiling.Requests != 200 || tr.CaddyCeiling == nil || tr.CaddyCeiling.Requests != 24 || tr.Commit == "" {
+		t.Fatalf("trace: want 200 requests simulated, 24 through Caddy, a commit: %+v", tr)
+	}
+	count := map[string]int{}
+	for _, r := range tr.Runs {
+		count[r.Replay]++
+		if r.Completed == 0 || r.TTFT.N != r.Completed || r.TTFT.P50 <= 0 || r.HitRate < 0 {
+			t.Errorf("trace %s %s %.2gx: no numbers: %+v", r.Replay, r.Policy, r.Speedup, r)
+		}
+		if r.Replay == "fleetsim" && (r.Completed+r.Rejected != 200 || r.HitRate > tr.Ceiling.TokenRate) {
+			t.Errorf("trace fleetsim %s %.2gx: %d + %d of 200 requests, hit rate %.3f above the ceiling %.3f", r.Policy, r.Speedup, r.Completed, r.Rejected, r.HitRate, tr.Ceiling.TokenRate)
+		}
+	}
+	if count["fleetsim"] != 4 || count["caddy"] != 2 {
+		t.Errorf("trace runs: %v, want 4 simulated and 2 through Caddy", count)
+	}
 }
 
 // checkScenarios checks the smoke plan's scenarios: two gateways with

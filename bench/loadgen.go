@@ -65,6 +65,10 @@ type LoadConfig struct {
 	// BurstWindow simulated seconds.
 	BurstSize   int
 	BurstWindow float64
+	// Arrivals, when set, is every session's open-loop start in simulated
+	// seconds from the run's start (a production trace's timestamps); Rate
+	// and the burst settings are then ignored.
+	Arrivals []float64
 }
 
 // Progress counts a run's requests as they go.
@@ -166,7 +170,7 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 	}
 
 	sem := make(chan struct{}, cfg.Concurrency)
-	if cfg.Rate > 0 {
+	if cfg.Rate > 0 || cfg.Arrivals != nil {
 		at := arrivals(len(sessions), cfg)
 	arrive:
 		for i := range sessions {
@@ -214,11 +218,18 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 // run's start in wall time: a Poisson process at cfg.Rate, or with
 // cfg.BurstSize > 1 bursts of consecutive sessions at cfg.Rate ÷
 // BurstSize, each burst's sessions at uniform offsets within
-// cfg.BurstWindow, in order.
+// cfg.BurstWindow, in order; or cfg.Arrivals when set (sessions beyond
+// them start with the last).
 func arrivals(n int, cfg LoadConfig) []time.Duration {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6172726976))
 	wall := func(sim float64) time.Duration { return time.Duration(sim / cfg.TimeScale * float64(time.Second)) }
 	out := make([]time.Duration, n)
+	if cfg.Arrivals != nil {
+		for i := range out {
+			out[i] = wall(cfg.Arrivals[min(i, len(cfg.Arrivals)-1)])
+		}
+		return out
+	}
 	size := max(1, cfg.BurstSize)
 	var t float64 // simulated seconds
 	for b := 0; b*size < n; b++ {

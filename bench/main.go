@@ -21,18 +21,25 @@
 // JSON under -out; the report is rendered from every section result
 // found there, so -only refreshes one section of an existing report.
 //
+//	go -C bench run . -trace traces/conversation_trace.jsonl.gz
+//
+// replays a production trace in the Mooncake format ("trace": trace.go,
+// tracecaddy.go).
+//
 // While developing, BENCH_WORKLOADS, BENCH_POLICIES and BENCH_RATES
 // (comma-separated names and rate multiples), BENCH_SCENARIOS (the
 // scenarios section's plans, e.g. late-join), BENCH_TIMESCALE and
 // BENCH_FLEET_REQUESTS narrow a run, BENCH_OVERHEAD_BODIES picks the
 // overhead section's request shapes (small, 8k, 8k-doc) and
-// BENCH_OVERHEAD_ROUNDS its rounds (default 3), and BENCH_SOAK (a Go duration such
+// BENCH_OVERHEAD_ROUNDS its rounds (default 3), BENCH_TRACE_ENGINES the
+// trace section's fleet sizes (e.g. 16), and BENCH_SOAK (a Go duration such
 // as 90s) shortens the soak; use them with -out so the committed report
 // is not touched.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -76,6 +83,8 @@ type Options struct {
 	Markdown string // "" = default for the mode
 	Plots    string
 	PlotExt  string // ".svg" or ".png"
+	// Trace is the production trace the "trace" section replays (-trace).
+	Trace string
 }
 
 func parseFlags(args []string) (Options, error) {
@@ -88,6 +97,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.Markdown, "md", "", "report path (default BENCHMARKS.md at the repository root; <out>/BENCHMARKS.md with -quick or -out)")
 	fs.StringVar(&o.Plots, "plots", "", "plot directory (default bench/plots; <out>/plots with -quick or -out)")
 	format := fs.String("plot-format", "svg", "plot file format: svg or png")
+	fs.StringVar(&o.Trace, "trace", "", "replay this Mooncake-format trace (JSON lines, optionally gzipped) through the fleet simulation and real Caddy: the \"trace\" section, the only one run unless -only names others")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -104,11 +114,22 @@ func parseFlags(args []string) (Options, error) {
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			switch s {
-			case "quality", "scenarios", "fleet", "overhead", "soak", "report":
+			case "quality", "scenarios", "fleet", "overhead", "soak", "report", "trace":
 				o.Only[s] = true
 			default:
-				return o, fmt.Errorf("unknown section %q (quality, scenarios, fleet, overhead, soak; report re-renders only)", s)
+				return o, fmt.Errorf("unknown section %q (quality, scenarios, fleet, overhead, soak, trace; report re-renders only)", s)
 			}
+		}
+	}
+	if o.Only["trace"] && o.Trace == "" {
+		return o, errors.New("the trace section needs -trace FILE")
+	}
+	if o.Trace != "" {
+		if len(o.Only) == 0 {
+			o.Only["trace"] = true
+		}
+		if !o.Only["trace"] {
+			return o, errors.New("-trace given but -only leaves out the trace section")
 		}
 	}
 	if len(o.Only) == 0 {
@@ -165,7 +186,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan := Plan{Quality: qualityParams(o.Quick), Scenarios: scenarioParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick), Soak: soak}
+	plan := Plan{Quality: qualityParams(o.Quick), Scenarios: scenarioParams(o.Quick), Fleet: fleetParams(o.Quick), Overhead: overheadParams(o.Quick), Soak: soak,
+		Trace: traceParams(o.Quick, o.Trace)}
 	return runSections(ctx, env, o, plan, tmp, started)
 }
 

@@ -441,3 +441,36 @@ const lateJoinWhy = "each prompt is 2,317 tokens (2,048 words of system prompt, 
 	"Each of the 8 groups' first compared request names a prefix no event has named since the new gateway subscribed, so a gateway that learns from live events can match 192 of the 200 at most, a ratio of 0.96; only replaying the engines' event history when it subscribes could go past that. " +
 	"The routed requests' engine hit rate and TTFT move much less than the precise hit rate: on an idle fleet a blind gateway's load-only pick (a tie-break on a hash of the prompt's first block, the same in every gateway with the same engines) sends a group to the engine the early gateway chose whenever that choice was a tie-break too, and the engine hits; where it lands elsewhere, that engine prefills the group cold and announces it from its first block, which any gateway chains — so a gateway routing alone pays at most one cold prefill per group. " +
 	"How many groups land where the early gateway placed them depends on the ports of each case's fresh fleet, so a gateway that cannot chain orphan events scores differently from run to run in the routing cases (all groups on their holders: 0%)."
+
+// traceParams is the trace section (-trace FILE): the fleet simulation at
+// full token counts on 16 and 64 engines of section 2's 32B cost model,
+// each over a compression ladder past round_robin's saturation (about 2×
+// on 16 engines, from the no-hit capacity: 16 ÷ (12,035 ÷ 7,000 + 343 ×
+// 0.02 ÷ 16) ≈ 7.4 req/s against the trace's 3.4), and real Caddy in front
+// of 8 simulated engines on the trace's first 400 requests, prompts scaled
+// down 16× (a 512-token block is 32 words, two engine blocks), engine
+// clocks at 2× wall time as in section 1. BENCH_TRACE_ENGINES (comma-separated sizes) narrows the
+// simulation's ladders, for development.
+func traceParams(quick bool, file string) TraceParams {
+	m := model32B()
+	m.TokenScale = 0 // the simulation streams nothing; the Caddy replay sets it again
+	p := TraceParams{
+		File: file, Model: m,
+		Ladders: []TraceLadder{
+			{Engines: 16, Speedups: []float64{1, 1.5, 2, 2.5, 3}},
+			{Engines: 64, Speedups: []float64{4, 6, 8, 10, 12}},
+		},
+		Policies:     []string{"llm", "least_conn", "round_robin"},
+		PollInterval: 0.25, KVLimit: 0.9, MaxPark: 60, QueueSize: 4096, Seed: 21,
+		Caddy: &TraceCaddyPlan{Engines: 8, Requests: 400, Scale: 16, TimeScale: 2, Speedups: []float64{0.75, 1, 1.5}},
+	}
+	if v := os.Getenv("BENCH_TRACE_ENGINES"); v != "" {
+		p.Ladders = slices.DeleteFunc(p.Ladders, func(l TraceLadder) bool { return !slices.Contains(strings.Split(v, ","), strconv.Itoa(l.Engines)) })
+	}
+	if quick {
+		p.Requests = 200
+		p.Ladders = []TraceLadder{{Engines: 4, Speedups: []float64{1, 8}}}
+		p.Caddy = &TraceCaddyPlan{Engines: 2, Requests: 24, Scale: 16, TimeScale: 8, Speedups: []float64{2}}
+	}
+	return p
+}

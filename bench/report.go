@@ -25,6 +25,7 @@ type loaded struct {
 	fleet     *FleetResult
 	overhead  *OverheadResult
 	soak      *SoakResult
+	trace     *TraceResult
 	files     map[string]SectionFile
 }
 
@@ -41,6 +42,7 @@ func loadSections(dir string) (*loaded, error) {
 		{"fleet", func() any { l.fleet = &FleetResult{}; return l.fleet }},
 		{"overhead", func() any { l.overhead = &OverheadResult{}; return l.overhead }},
 		{"soak", func() any { l.soak = &SoakResult{}; return l.soak }},
+		{"trace", func() any { l.trace = &TraceResult{}; return l.trace }},
 	}
 	for _, sec := range sections {
 		name := sec.name
@@ -170,6 +172,9 @@ func render(l *loaded, plotsRel string, plots map[string][]string, total time.Du
 	}
 	if l.fleet != nil {
 		renderFleet(&b, l.fleet, l.files["fleet"], plotsRel, plots["fleet"])
+	}
+	if l.trace != nil {
+		renderTrace(&b, l.trace, l.files["trace"])
 	}
 	if l.overhead != nil {
 		renderOverhead(&b, l.overhead, l.files["overhead"], plotsRel, plots["overhead"])

@@ -18,13 +18,14 @@ type Plan struct {
 	Fleet     FleetParams
 	Overhead  OverheadParams
 	Soak      SoakParams
+	Trace     TraceParams
 }
 
 // runSections runs the selected sections, saving each result under
 // env.Out, then renders the report and plots from every saved result. A
 // failed soak is saved and reported like a result, and then fails the run.
 func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string, started time.Time) error {
-	if o.Only["quality"] || o.Only["scenarios"] || o.Only["overhead"] || o.Only["soak"] {
+	if o.Only["quality"] || o.Only["scenarios"] || o.Only["overhead"] || o.Only["soak"] || (o.Only["trace"] && plan.Trace.Caddy != nil) {
 		log.Printf("building caddy (go build ./cmd/caddy)")
 		bin, err := buildCaddy(ctx, env.Root, tmp)
 		if err != nil {
@@ -44,6 +45,11 @@ func runSections(ctx context.Context, env *Env, o Options, plan Plan, tmp string
 	}
 	if o.Only["fleet"] {
 		if _, err := runSection(env, "fleet", func() (*FleetResult, error) { return runFleet(ctx, plan.Fleet) }); err != nil {
+			return err
+		}
+	}
+	if o.Only["trace"] {
+		if _, err := runSection(env, "trace", func() (*TraceResult, error) { return runTrace(ctx, env, plan.Trace) }); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
+)
+
+// TestCommittedTrace reads the trace committed in bench/traces and checks
+// the figures its README states, so that the file and its note agree.
+func TestCommittedTrace(t *testing.T) {
+	reqs, err := fleetsim.ReadTraceFile(filepath.Join("traces", "conversation_trace.jsonl.gz"), fleetsim.TraceLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fleetsim.Ceiling(reqs)
+	if c.Requests != 12031 || c.DistinctBlocks != 182790 || math.Round(c.Seconds) != 3537 || int(c.BlockRate*1000) != 366 {
+		t.Fatalf("trace figures %+v; its README says 12,031 requests, 182,790 blocks, 3,537 s, a 36.6%% ceiling", c)
+	}
+	// The section's KV cache holds the largest request (126,195 tokens
+	// and its output).
+	if kv := traceKVBlocks(reqs, model32B(), 1, 1); kv*16 < 126195 {
+		t.Fatalf("kv blocks %d cannot hold the largest prompt", kv)
+	}
+}
+
+// TestTraceSessions: the scaled replay's prompts have 512 ÷ scale words
+// per block (fewer in a partial last block), equal leading ids give equal
+// leading text, and different ids different text.
+func TestTraceSessions(t *testing.T) {
+	reqs := []fleetsim.TraceRequest{
+		{InputLength: 1024, OutputLength: 100, HashIDs: []uint64{1, 2}},
+		{InputLength: 700, OutputLength: 3, HashIDs: []uint64{1, 3}},
+		{InputLength: 512, OutputLength: 8, HashIDs: []uint64{4}},
+	}
+	s := traceSessions(reqs, 16, 4, 9)
+	var words [][]string
+	// 700 ÷ 16 = 43.75: 44 words, 12 of them in the partial last block.
+	for i, want := range []int{64, 44, 32} {
+		u := s[i].Turns[0].User
+		if n := len(strings.Fields(u)); n != want {
+			t.Errorf("request %d: %d words, want %d", i, n, want)
+		}
+		words = append(words, strings.Fields(u))
+	}
+	if strings.Join(words[0][:32], " ") != strings.Join(words[1][:32], " ") {
+		t.Error("requests sharing hash id 1 differ in its block")
+	}
+	if strings.Join(words[0][32:44], " ") == strings.Join(words[1][32:44], " ") || words[0][0] == words[2][0] {
+		t.Error("different hash ids gave the same text")
+	}
+	if s[0].Turns[0].MaxTokens != 25 || s[1].Turns[0].MaxTokens != 1 {
+		t.Errorf("max tokens %d, %d; want 25 and 1 (outputs ÷ token scale 4, rounded up)", s[0].Turns[0].MaxTokens, s[1].Turns[0].MaxTokens)
+	}
+}
+
+// TestTraceFlags: -trace runs the trace section alone unless -only names
+// others, and the section cannot run without a file.
+func TestTraceFlags(t *testing.T) {
+	cases := []struct {
+		args    []string
+		only    string // the sections run, sorted, comma-separated
+		wantErr string
+	}{
+		{[]string{"-trace", "f.jsonl"}, "trace", ""},
+		{[]string{"-trace", "f.jsonl", "-only", "trace,fleet"}, "fleet,trace", ""},
+		{[]string{"-only", "trace"}, "", "needs -trace FILE"},
+		{[]string{"-trace", "f.jsonl", "-only", "fleet"}, "", "leaves out the trace section"},
+	}
+	for _, c := range cases {
+		o, err := parseFlags(c.args)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: err %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		var only []string
+		for s := range o.Only {
+			only = append(only, s)
+		}
+		slices.Sort(only)
+		if err != nil || strings.Join(only, ",") != c.only || o.Trace != "f.jsonl" {
+			t.Errorf("%v: only %v trace %q err %v, want %s", c.args, only, o.Trace, err, c.only)
+		}
+	}
+}
