@@ -44,6 +44,14 @@ type TraceLadder struct {
 	Speedups []float64 `json:"speedups"`
 }
 
+// TracePooled is the pooled-cache ceiling of one fleet size.
+type TracePooled struct {
+	Engines   int     `json:"engines"`
+	Blocks    int     `json:"blocks"` // of 512 tokens
+	BlockRate float64 `json:"block_rate"`
+	TokenRate float64 `json:"token_rate"`
+}
+
 // TraceRun is one (replay, engines, speedup, policy) outcome. Times are
 // simulated seconds.
 type TraceRun struct {
@@ -71,8 +79,12 @@ type TraceResult struct {
 	// Ceiling is the replayed requests' infinite-cache hit ceiling.
 	Ceiling fleetsim.TraceCeiling `json:"ceiling"`
 	// KVBlocks is each simulated engine's KV cache (traceKVBlocks).
-	KVBlocks int        `json:"kv_blocks"`
-	Runs     []TraceRun `json:"runs"`
+	KVBlocks int `json:"kv_blocks"`
+	// Pooled is, per fleet size, the hit ceiling of the fleet's whole KV
+	// cache as one LRU cache (fleetsim.PooledCeiling): what the trace
+	// allows at that cache size, whatever the routing.
+	Pooled []TracePooled `json:"pooled,omitempty"`
+	Runs   []TraceRun    `json:"runs"`
 	// CaddyCeiling is the ceiling of the requests the real-Caddy replay
 	// sends, CaddyKVBlocks its engines' KV cache in scaled blocks.
 	CaddyCeiling  *fleetsim.TraceCeiling `json:"caddy_ceiling,omitempty"`
@@ -122,6 +134,10 @@ func runTrace(ctx context.Context, env *Env, p TraceParams) (*TraceResult, error
 	log.Printf("trace %s: %d requests over %.0f s, %d distinct blocks, infinite-cache ceiling %.1f%% of blocks (%.1f%% of tokens); %d KV blocks per engine",
 		p.File, c.Requests, c.Seconds, c.DistinctBlocks, c.BlockRate*100, c.TokenRate*100, res.KVBlocks)
 	for _, l := range p.Ladders {
+		blocks := l.Engines * res.KVBlocks * p.Model.BlockSize / fleetsim.TraceBlockTokens
+		pc := fleetsim.PooledCeiling(reqs, blocks)
+		res.Pooled = append(res.Pooled, TracePooled{Engines: l.Engines, Blocks: blocks, BlockRate: pc.BlockRate, TokenRate: pc.TokenRate})
+		log.Printf("trace: %d engines' KV cache pooled in one LRU (%d blocks of 512) would hit %.1f%% of tokens", l.Engines, blocks, pc.TokenRate*100)
 		for _, x := range l.Speedups {
 			for _, pol := range p.Policies {
 				if ctx.Err() != nil {

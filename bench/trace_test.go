@@ -23,8 +23,17 @@ func TestCommittedTrace(t *testing.T) {
 	}
 	// The section's KV cache holds the largest request (126,195 tokens
 	// and its output).
-	if kv := traceKVBlocks(reqs, model32B(), 1, 1); kv*16 < 126195 {
+	kv := traceKVBlocks(reqs, model32B(), 1, 1)
+	if kv*16 < 126195 {
 		t.Fatalf("kv blocks %d cannot hold the largest prompt", kv)
+	}
+	// A finite pooled cache finds less than the infinite ceiling.
+	for _, engines := range []int{16, 64} {
+		pc := fleetsim.PooledCeiling(reqs, engines*kv*16/512)
+		if pc.TokenRate >= c.TokenRate || pc.TokenRate <= 0 {
+			t.Fatalf("%d engines' pooled ceiling %.3f, infinite %.3f", engines, pc.TokenRate, c.TokenRate)
+		}
+		t.Logf("%d engines: pooled-cache ceiling %.1f%% of tokens (infinite %.1f%%)", engines, pc.TokenRate*100, c.TokenRate*100)
 	}
 }
 

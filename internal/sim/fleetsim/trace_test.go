@@ -67,3 +67,26 @@ func TestReadTraceAndCeiling(t *testing.T) {
 		t.Errorf("distinct %d seconds %v requests %d, want 4, 4, 3", c.DistinctBlocks, c.Seconds, c.Requests)
 	}
 }
+
+// TestPooledCeiling: with room for every block the pooled LRU is the
+// infinite ceiling; with none it hits nothing; with two blocks the third
+// request's leading blocks 1 and 2 were pushed out by 1, 3 (request 2
+// touched 1 and 3 last, so 2 is gone and 1 alone hits).
+func TestPooledCeiling(t *testing.T) {
+	reqs := []TraceRequest{
+		{Timestamp: 0, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
+		{Timestamp: 1, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 3}},
+		{Timestamp: 2, InputLength: 1536, OutputLength: 1, HashIDs: []uint64{1, 2, 4}},
+	}
+	inf := Ceiling(reqs)
+	if got := PooledCeiling(reqs, 100); got.HitBlocks != inf.HitBlocks || got.HitTokens != inf.HitTokens || got.DistinctBlocks != inf.DistinctBlocks {
+		t.Errorf("ample pool: %+v, want the infinite ceiling %+v", got, inf)
+	}
+	if got := PooledCeiling(reqs, 0); got.HitBlocks != 0 {
+		t.Errorf("empty pool hit %d blocks", got.HitBlocks)
+	}
+	// Blocks: 2 + 2 + 3 = 7; request 2 hits 1; request 3 hits 1 only.
+	if got := PooledCeiling(reqs, 2); got.HitBlocks != 2 || got.Blocks != 7 || got.BlockRate != 2.0/7 {
+		t.Errorf("two-block pool: %+v, want 2 of 7 blocks", got)
+	}
+}
