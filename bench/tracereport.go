@@ -96,7 +96,13 @@ func (t *TraceResult) renderAtSaturation(b *strings.Builder, replay string, engi
 	if llm.TTFT.P90 <= 0 || rr.TTFT.P90 <= 0 || ceiling <= 0 {
 		return
 	}
-	fmt.Fprintf(b, "At %.3g×: `llm` hits %.1f%%, %.0f%% of the ceiling; its TTFT p90 is %.2f× `round_robin`'s", sat, llm.HitRate*100, llm.HitRate/ceiling*100, llm.TTFT.P90/rr.TTFT.P90)
+	fmt.Fprintf(b, "At %.3g×: `llm` hits %.1f%%, %.0f%% of the infinite-cache ceiling", sat, llm.HitRate*100, llm.HitRate/ceiling*100)
+	for _, pc := range t.Pooled {
+		if replay == "fleetsim" && pc.Engines == engines && pc.TokenRate > 0 {
+			fmt.Fprintf(b, " and %.0f%% of the pooled-cache one", llm.HitRate/pc.TokenRate*100)
+		}
+	}
+	fmt.Fprintf(b, " (`round_robin` %.1f%%); its TTFT p90 is %.2f× `round_robin`'s", rr.HitRate*100, llm.TTFT.P90/rr.TTFT.P90)
 	if lc.TTFT.P90 > 0 {
 		fmt.Fprintf(b, " and %.2f× `least_conn`'s", llm.TTFT.P90/lc.TTFT.P90)
 	}
