@@ -202,6 +202,13 @@ type Options struct {
 	// its requests then in flight met was the previous process. It must
 	// not block.
 	OnRestart func(dial string)
+	// OnSleep, if set, is called (without locks held, before that
+	// scrape's OnUpdate) with the engine's dial when a successful scrape
+	// finds it gone to sleep (asleep true: vllm:engine_sleep_state shows
+	// no rank awake) or woken from it (asleep false). An engine asleep has
+	// discarded its KV cache, possibly without an AllBlocksCleared event.
+	// It must not block.
+	OnSleep func(dial string, asleep bool)
 	// Worker, if set, is an extra per-engine goroutine (the KV-event
 	// subscriber). It is started with the engine's poller and stopped — its
 	// context cancelled and its return awaited — when the engine is removed,

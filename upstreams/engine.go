@@ -35,6 +35,7 @@ type Engine struct {
 	lastErr   string
 	degraded  bool
 	checked   bool // the startup self-check (first scrape of this config) ran
+	sleeping  bool // the sleep state last announced through OnSleep
 	// Local accounting. Reservations are stamped with the scrape epoch at
 	// which they were sent; a successful scrape of epoch E makes every
 	// reservation with an epoch < E visible in the gauges. The poller ends
@@ -204,6 +205,12 @@ type Load struct {
 	// Degraded: the startup self-check failed — the metrics were unreadable
 	// or lacked running/waiting/KV-usage. Cleared by a complete scrape.
 	Degraded bool
+	// Asleep: the gauges are known and vllm:engine_sleep_state shows no
+	// rank awake ([Engine.Asleep]); SleepLevel is then vLLM's sleep level
+	// (1: weights offloaded, 2: discarded), else 0. An engine without the
+	// gauge (vLLM before sleep mode) is awake.
+	Asleep     bool
+	SleepLevel int
 }
 
 // Load returns a snapshot of the engine's gauges and accounting.
@@ -235,6 +242,10 @@ func (e *Engine) Load() Load {
 		Failures:     e.failures,
 		LastError:    e.lastErr,
 		Degraded:     e.degraded,
+		Asleep:       e.asleepLocked(),
+	}
+	if l.Asleep {
+		l.SleepLevel = e.g.SleepLevel
 	}
 	if !e.scrapedAt.IsZero() {
 		l.Age = now.Sub(e.scrapedAt)
@@ -278,7 +289,7 @@ func settle(running, waiting float64, finished int64) (float64, float64) {
 // When the gauges are known: free = MaxInflight − (Running + Waiting −
 // Finished, floored at 0, + Dispatched), floored at 0, or [Unlimited] when
 // MaxInflight == 0 (no request limit configured); and free = 0 when
-// kvLimit > 0 and KVUsage >= kvLimit. known is true.
+// kvLimit > 0 and KVUsage >= kvLimit, or the engine is asleep. known is true.
 //
 // When the gauges are not known (never scraped, or stale), known is false and
 // free is a local-accounting-only hint: MaxInflight − Inflight (floored at 0),
@@ -293,7 +304,7 @@ func (e *Engine) Free(kvLimit float64) (free int, known bool) {
 		}
 		return clampFree(float64(maxIn) - float64(e.inflight)), false
 	}
-	if kvLimit > 0 && e.g.KVUsage >= kvLimit {
+	if e.asleepLocked() || (kvLimit > 0 && e.g.KVUsage >= kvLimit) {
 		return 0, true
 	}
 	if maxIn <= 0 {

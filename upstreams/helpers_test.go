@@ -46,6 +46,10 @@ type fakeEngine struct {
 	// itlSecs and itlCount, when itlCount > 0, are served as the
 	// inter-token latency histogram's _sum and _count.
 	itlSecs, itlCount float64
+	// sleep, when sleepGauge, is served as vllm:engine_sleep_state's
+	// level (0 awake), as vLLM renders it.
+	sleepGauge bool
+	sleep      int
 }
 
 func newFakeEngine(t *testing.T) *fakeEngine {
@@ -102,6 +106,7 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	f.arrivals = append(f.arrivals, time.Now())
 	run, wait, kv := f.running, f.waiting, f.kv
 	itlSecs, itlCount := f.itlSecs, f.itlCount
+	sleepGauge, sleep := f.sleepGauge, f.sleep
 	gate, arrived := f.gate, f.arrived
 	f.mu.Unlock()
 	if arrived != nil {
@@ -141,6 +146,9 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		if itlCount > 0 {
 			fmt.Fprintf(w, "# TYPE vllm:inter_token_latency_seconds histogram\nvllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"+Inf\"} %g\n", itlCount)
 			fmt.Fprintf(w, "vllm:inter_token_latency_seconds_count{engine=\"0\"} %g\nvllm:inter_token_latency_seconds_sum{engine=\"0\"} %g\n", itlCount, itlSecs)
+		}
+		if sleepGauge {
+			fmt.Fprint(w, sleepStatePage("0", sleep))
 		}
 	}
 }

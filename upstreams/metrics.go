@@ -43,7 +43,7 @@ var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, me
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
 	noTotal(metricPromptTokens), noTotal(metricPrefixHits), noTotal(metricPrefixHitsOld),
 	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
-	metricITL, metricITL + "_sum", metricITL + "_count", metricLoRA}
+	metricITL, metricITL + "_sum", metricITL + "_count", metricLoRA, metricSleepState}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
 var errMissingSeries = errors.New("missing series")
@@ -78,6 +78,10 @@ type gauges struct {
 
 	// LoRA is vllm:lora_requests_info's newest series; optional.
 	LoRA LoRAState
+
+	// SleepLevel is what vllm:engine_sleep_state says (see sleepState):
+	// 0 awake or unknown, else the sleep level; optional.
+	SleepLevel int
 }
 
 // filterExposition copies into dst only the sample, HELP and TYPE lines of the
@@ -195,6 +199,7 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 	itl := histogramTotals(fams, metricITL)
 	g.ITLSeconds, g.ITLCount, g.HasStep = itl.sum, itl.count, itl.sumOK && itl.countOK
 	g.LoRA = loraState(fams[metricLoRA])
+	g.SleepLevel = sleepState(fams[metricSleepState])
 	return g, nil
 }
 

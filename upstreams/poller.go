@@ -187,11 +187,20 @@ func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratc
 		return scrapeResult{} // stopping, not an engine failure
 	}
 	res := e.record(startEpoch, g, err, o)
+	e.announce(res)
+	return res
+}
+
+// announce calls the registry's hooks for a recorded scrape: OnRestart,
+// OnSleep on a change of sleep state, then OnUpdate.
+func (e *Engine) announce(res scrapeResult) {
 	if res.restarted {
 		e.reg.restarted(e.dial)
 	}
+	if res.slept || res.woke {
+		e.reg.sleepChanged(e.dial, res.slept)
+	}
 	e.reg.notify(e.dial)
-	return res
 }
 
 // modelsSchedule is when a poller next fetches its engine's /v1/models.
@@ -283,6 +292,9 @@ type Gauges struct {
 	// LoRA is the engine's LoRA state ([Engine.LoRA]); leave it zero when
 	// unknown. Its lists are kept, not copied.
 	LoRA LoRAState
+	// SleepLevel is the engine's vLLM sleep level ([SleepWeightsOffload],
+	// [SleepDiscardAll]); 0 when awake.
+	SleepLevel int
 }
 
 // StartScrape begins a scrape made by the caller instead of a poller: the
@@ -299,11 +311,8 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
 			HasPrefill:   usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
 			PrefillCount: g.PrefillCount, HasPrefillCount: usableCounter(g.PrefillCount) && g.PrefillCount > 0,
-			LoRA: g.LoRA}, nil, e.reg.options())
-		if res.restarted {
-			e.reg.restarted(e.dial)
-		}
-		e.reg.notify(e.dial)
+			LoRA: g.LoRA, SleepLevel: g.SleepLevel}, nil, e.reg.options())
+		e.announce(res)
 	}
 }
 
@@ -318,6 +327,9 @@ type scrapeResult struct {
 	restarted bool
 	// recovered: the engine was stale before this scrape.
 	recovered bool
+	// slept and woke: the engine went to sleep, or woke, since the
+	// previous successful scrape that changed its sleep state.
+	slept, woke bool
 }
 
 // record applies a scrape result: gauges, failure counting, staleness and
@@ -345,6 +357,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		wasStale, wasDegraded := e.stale, e.degraded
 		res.recovered = wasStale
 		e.failures, e.stale, e.degraded, e.lastErr = 0, false, false, ""
+		res.slept, res.woke = e.sleepTransition(g.SleepLevel > 0)
 		if startEpoch > e.dropBelow {
 			e.dropBelow = startEpoch
 			e.dispOld = 0
@@ -377,6 +390,17 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		log.Debug("engine metrics poll failed", zap.Int("failures", e.failures), zap.Error(err))
 	}
 	return res
+}
+
+// sleepTransition records the sleep state a successful scrape found
+// (asleep) and reports whether the engine went to sleep or woke since the
+// last change announced. Staleness in between changes nothing: an engine
+// that went to sleep, went stale and comes back asleep had its mirror
+// dropped already. e.mu held.
+func (e *Engine) sleepTransition(asleep bool) (slept, woke bool) {
+	was := e.sleeping
+	e.sleeping = asleep
+	return asleep && !was, !asleep && was
 }
 
 // scrape fetches and parses one /metrics page within o.PollTimeout and
