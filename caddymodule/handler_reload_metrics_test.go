@@ -124,6 +124,7 @@ func TestAdmissionMetricNames(t *testing.T) {
 		"llmgw_endpoint_kv_cache_usage":       endpoint,
 		"llmgw_endpoint_drain_rate":           endpoint,
 		"llmgw_endpoint_metrics_stale":        endpoint,
+		"llmgw_endpoint_asleep":               endpoint,
 		"llmgw_pool_saturation":               {"model"},
 		"llmgw_engine_state_stale_total":      nil,
 		"llmgw_observer_degraded":             nil,

@@ -164,6 +164,8 @@ var (
 		"Observed completions per second per engine.", []string{"replica", "pool"}, nil)
 	descStale = prometheus.NewDesc("llmgw_endpoint_metrics_stale",
 		"1 when the engine's gauges are stale or unknown.", []string{"replica", "pool"}, nil)
+	descAsleep = prometheus.NewDesc("llmgw_endpoint_asleep",
+		"vLLM sleep level as last scraped from vllm:engine_sleep_state: 0 awake (or no such gauge), 1 weights offloaded, 2 discarded; an engine asleep gets no requests.", []string{"replica", "pool"}, nil)
 	descSaturation = prometheus.NewDesc("llmgw_pool_saturation",
 		"Share of a pool's engines with no free capacity, by the model the pool serves.", []string{"model"}, nil)
 	descStaleTotal = prometheus.NewDesc("llmgw_engine_state_stale_total",
@@ -210,7 +212,7 @@ type fleetCollector struct{ f *fleet.Fleet }
 // Describe implements prometheus.Collector.
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueueDepth, descInflight, descWaiting, descRunning, descKVUsage,
-		descDrainRate, descStale, descSaturation, descStaleTotal, descDegraded, descBreaker,
+		descDrainRate, descStale, descAsleep, descSaturation, descStaleTotal, descDegraded, descBreaker,
 		descKVEvents, descKVUnapplied, descKVOrphans, descKVRecognized, descKVTrusted, descKVBlocks, descKVResyncs, descKVMismatch, descKVSpec, descKVConnected, descKVLag,
 		descTokLocal, descTokChecks, descTokMismatch, descTokFallback} {
 		ch <- d
@@ -274,6 +276,7 @@ func collectEngine(ch chan<- prometheus.Metric, e *upstreams.Engine) {
 	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, l.KVUsage, dial, poolName)
 	ch <- prometheus.MustNewConstMetric(descDrainRate, prometheus.GaugeValue, l.DrainRate, dial, poolName)
 	ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, boolGauge(!l.Known), dial, poolName)
+	ch <- prometheus.MustNewConstMetric(descAsleep, prometheus.GaugeValue, float64(l.SleepLevel), dial, poolName)
 }
 
 // collectKV emits the per-engine KV metrics.

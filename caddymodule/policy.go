@@ -358,7 +358,8 @@ func (p *Policy) attempt(r *http.Request, repl *caddy.Replacer, report bool) *se
 }
 
 // candidates are the upstreams this attempt may pick: available, not tried
-// by this request, not drained, and allowed by their breaker; spare are
+// by this request, in service (not drained nor asleep), and allowed by
+// their breaker; spare are
 // those refused only by their breaker. It also teaches the fleet the pool's
 // upstreams, for the admission handler of the same route.
 func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (cands, spare []*reverseproxy.Upstream) {
@@ -371,7 +372,7 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 			continue
 		}
 		all = append(all, u.Dial)
-		if !u.Available() || st.tried[u.Dial] || p.fleet.IsDrained(u.Dial) {
+		if !u.Available() || st.tried[u.Dial] || p.fleet.OutOfService(u.Dial) {
 			continue
 		}
 		if !b.Allow(u.Dial, now) {

@@ -45,7 +45,7 @@ func previousResponse(f *fleet.Fleet, req *openai.Request, usable func(dial stri
 // own: there is no engine to wait for), or answers vLLM's 404 before the
 // gate when the response is gone, and then reports done.
 func (h *Admission) pinResponse(w http.ResponseWriter, req *openai.Request, serving []string, a *admitted) (done bool) {
-	usable := func(d string) bool { return slices.Contains(serving, d) && !h.fleet.IsDrained(d) }
+	usable := func(d string) bool { return slices.Contains(serving, d) && !h.fleet.OutOfService(d) }
 	pin, gone := previousResponse(h.fleet, req, usable, true)
 	if gone {
 		// No engine holds the response any more, and any other would

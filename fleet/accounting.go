@@ -52,7 +52,7 @@ func (f *Fleet) TryReserve(dials []string, lim Limits) (res *upstreams.Reservati
 	bestFree := 0
 	b, now := f.Breaker(), time.Now()
 	for _, d := range dials {
-		if f.IsDrained(d) {
+		if f.OutOfService(d) {
 			continue
 		}
 		e := f.registry.Ensure(d)
@@ -156,11 +156,12 @@ func requestsFree(l upstreams.Load, lim Limits) int {
 	return max - used
 }
 
-// AnyKnown reports whether some undrained engine of the pool has fresh
-// gauges, so that a fail-closed admission has something to wait for.
+// AnyKnown reports whether some engine of the pool in service (not
+// drained nor asleep) has fresh gauges, so that a fail-closed admission
+// has something to wait for.
 func (f *Fleet) AnyKnown(dials []string) bool {
 	for _, d := range dials {
-		if f.IsDrained(d) {
+		if f.OutOfService(d) {
 			continue
 		}
 		if e, ok := f.registry.Get(d); ok && e.Load().Known {

@@ -254,6 +254,7 @@ func (f *Fleet) registryOptions(c *Config) upstreams.Options {
 		Logger:    f.logger.Named("poller"),
 		OnUpdate:  f.onUpdate,
 		OnRestart: f.onRestart,
+		OnSleep:   f.onSleep,
 		Worker:    f.kvWorker,
 	}
 	if c != nil {

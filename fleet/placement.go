@@ -429,13 +429,14 @@ type dialLoad struct {
 	probe  bool // its breaker is half-open: room for one probe at most
 }
 
-// loads snapshots the loads of dials that are not drained nor, when
-// lim.HonorBreaker, kept out by their breaker (see breakerAdmits).
+// loads snapshots the loads of dials that are in service (not drained nor
+// asleep) and not, when lim.HonorBreaker, kept out by their breaker (see
+// breakerAdmits).
 func (f *Fleet) loads(dials []string, lim Limits) []dialLoad {
 	out := make([]dialLoad, 0, len(dials))
 	b, now := f.Breaker(), time.Now()
 	for _, d := range dials {
-		if f.IsDrained(d) {
+		if f.OutOfService(d) {
 			continue
 		}
 		e := f.registry.Ensure(d)

@@ -43,11 +43,16 @@ type EngineReport struct {
 	// StepSeconds is the engine's mean scheduler step (0 until known;
 	// see upstreams.Load.StepTime); ScrapeLeadSeconds how long before
 	// each scrape its accounting epoch begins (upstreams.Load.ScrapeLead).
-	StepSeconds       float64   `json:"step_seconds"`
-	ScrapeLeadSeconds float64   `json:"scrape_lead_seconds"`
-	Drained           bool      `json:"drained"`
-	Breaker           string    `json:"breaker"`
-	KV                *KVReport `json:"kv"`
+	StepSeconds       float64 `json:"step_seconds"`
+	ScrapeLeadSeconds float64 `json:"scrape_lead_seconds"`
+	Drained           bool    `json:"drained"`
+	// Asleep: the engine's vllm:engine_sleep_state shows it in vLLM's
+	// sleep mode, at SleepLevel (1: weights offloaded, 2: discarded); it
+	// takes no requests until a scrape finds it awake.
+	Asleep     bool      `json:"asleep"`
+	SleepLevel int       `json:"sleep_level,omitempty"`
+	Breaker    string    `json:"breaker"`
+	KV         *KVReport `json:"kv"`
 	// Tokenizer is the local tokenizer of the model the engine's pool
 	// serves (the model last seen in its requests), with its checks
 	// against the engines; nil when that model is tokenized remotely.
@@ -160,6 +165,7 @@ func (f *Fleet) EngineReports() []EngineReport {
 			Failures: l.Failures, LastError: l.LastError,
 			Inflight: l.Inflight, Dispatched: l.Dispatched, Finished: l.Finished, MaxInfl: l.MaxInflight,
 			DrainRate: l.DrainRate, Drained: f.IsDrained(e.Dial()),
+			Asleep: l.Asleep, SleepLevel: l.SleepLevel,
 			PrefillRate: l.PrefillRate, Occupied: l.Occupied.Seconds(),
 			StepSeconds: l.StepTime.Seconds(), ScrapeLeadSeconds: l.ScrapeLead.Seconds(),
 			Breaker: b.State(e.Dial(), now),
@@ -313,7 +319,7 @@ func (f *Fleet) QueueDepth() [admission.NumBands]int {
 }
 
 // Saturation is, per pool's model, the share of its engines without room
-// under the default admission limits.
+// under the default admission limits (an engine asleep has none).
 func (f *Fleet) Saturation() map[string]float64 {
 	f.mu.Lock()
 	pools := make(map[string]string, len(f.poolModels))
@@ -333,7 +339,7 @@ func (f *Fleet) Saturation() map[string]float64 {
 			if !ok {
 				continue
 			}
-			if l := e.Load(); l.Known && engineFree(l, Limits{KV: 0.9}) <= 0 {
+			if l := e.Load(); l.Known && (l.Asleep || engineFree(l, Limits{KV: 0.9}) <= 0) {
 				full++
 			}
 		}

@@ -464,6 +464,8 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 		switch {
 		case f.IsDrained(dial):
 			c.Unavailable = "drained"
+		case l.Asleep:
+			c.Unavailable = "asleep"
 		case f.Breaker().State(dial, time.Now()) == routing.StateOpen:
 			c.Unavailable = "breaker_open"
 		}

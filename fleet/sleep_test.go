@@ -1,0 +1,103 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+
+	"github.com/llmgw/caddy-llmgw/routing"
+	"github.com/llmgw/caddy-llmgw/upstreams"
+)
+
+// scrapeSleep records one manual scrape of dial: an idle engine at a sleep
+// level.
+func scrapeSleep(f *Fleet, dial string, level int) {
+	f.registry.Ensure(dial).StartScrape()(upstreams.Gauges{BlockSize: 16, NumGPUBlocks: 1000, SleepLevel: level})
+}
+
+// TestSleepingEngine: an engine whose scrape shows it asleep is no
+// candidate for admission or routing, loses its index entries (its
+// speculative ones here, its mirror reset) and its approximate-tree
+// entries, is shown as asleep; after a scrape shows it awake it takes
+// requests again, cold.
+func TestSleepingEngine(t *testing.T) {
+	f, _, dials := specFleet(t, 3)
+	lim := Limits{KV: 0.9, MaxInflight: 4}
+	for _, d := range dials {
+		scrapeSleep(f, d, 0)
+	}
+	s := DefaultSettings()
+	req := chatRequest(t, nil, "a prompt the sleeper will have seen")
+	toks := tokens(3, 1024, 0)
+	route := func() *Pick {
+		return f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: s, Tokens: toks, Explain: true})
+	}
+	first := route()
+	sleeper := dials[first.Index]
+	first.Commit(sleeper)
+	f.Unrouted(req, nil).Commit(sleeper)
+	if d := route(); dials[d.Index] != sleeper || d.Outcome != routing.Hit {
+		t.Fatalf("before sleep: %+v, want a hit on %s", d.Decision, sleeper)
+	}
+	key, _ := approxKey(req, "")
+	if !holds(f, key, sleeper) {
+		t.Fatal("the approximate tree does not hold the prompt on the sleeper")
+	}
+
+	scrapeSleep(f, sleeper, upstreams.SleepWeightsOffload)
+	if !f.IsAsleep(sleeper) || !f.OutOfService(sleeper) || f.IsDrained(sleeper) {
+		t.Fatalf("asleep %v, out of service %v, drained %v", f.IsAsleep(sleeper), f.OutOfService(sleeper), f.IsDrained(sleeper))
+	}
+	if res, failOpen, ok := f.TryReserve([]string{sleeper}, lim); ok || failOpen || res != nil {
+		t.Fatalf("admission reserved on the sleeping engine (ok %v, fail-open %v)", ok, failOpen)
+	}
+	for range 6 {
+		res, _, ok := f.TryReserve(dials, lim)
+		if !ok || res.Engine().Dial() == sleeper {
+			t.Fatalf("admission: ok %v, engine %v", ok, res)
+		}
+		res.Done()
+	}
+	if f.AnyKnown([]string{sleeper}) {
+		t.Fatal("a sleeping engine counts as something to wait for")
+	}
+	if holds(f, key, sleeper) {
+		t.Fatal("the approximate tree still holds the prompt on the sleeping engine")
+	}
+	if n := f.index.DropPredictions(sleeper); n != 0 {
+		t.Fatalf("%d speculative entries left on the sleeping engine", n)
+	}
+	if m := f.index.Mirror(sleeper); m.Stats().Resyncs["sleep"] != 1 {
+		t.Fatalf("mirror resyncs %v, want one for sleep", m.Stats().Resyncs)
+	}
+	d := route()
+	if d.Outcome == routing.Hit {
+		t.Fatalf("a hit while the holder sleeps: %+v", d.Decision)
+	}
+	for _, sc := range d.Scored {
+		if sc.Dial == sleeper && sc.Excluded != "asleep" {
+			t.Fatalf("explain shows the sleeper as %q", sc.Excluded)
+		}
+	}
+	reported := false
+	for _, r := range f.EngineReports() {
+		if r.Dial == sleeper {
+			reported = r.Asleep && r.SleepLevel == 1
+		}
+	}
+	if !reported {
+		t.Fatal("/llm/engines does not show the engine asleep at level 1")
+	}
+
+	scrapeSleep(f, sleeper, 0)
+	if f.OutOfService(sleeper) {
+		t.Fatal("awake engine still out of service")
+	}
+	res, _, ok := f.TryReserve([]string{sleeper}, lim)
+	if !ok || res.Engine().Dial() != sleeper {
+		t.Fatal("the woken engine takes no request")
+	}
+	res.Done()
+	if m := f.index.Mirror(sleeper); m.Stats().Blocks != 0 || m.Stats().Resyncs["wake"] != 1 {
+		t.Fatalf("woken mirror: %d blocks, resyncs %v; want it cold", m.Stats().Blocks, m.Stats().Resyncs)
+	}
+}
