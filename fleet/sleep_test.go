@@ -4,9 +4,36 @@ import (
 	"context"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
+
+// storeBlocks feeds dial's mirror one vLLM event batch (the v0.10.2+
+// positional shape) storing the full 16-token blocks of toks, and no
+// AllBlocksCleared ever: vLLM may publish none when an engine sleeps.
+func storeBlocks(t *testing.T, f *Fleet, dial string, toks []uint64) {
+	t.Helper()
+	n := len(toks) / 16
+	hashes := make([]uint64, n)
+	for i := range hashes {
+		hashes[i] = 0xfeed0000 + uint64(i)
+	}
+	ev := []any{"BlockStored", hashes, nil, toks[:16*n], 16, nil, "GPU"}
+	b, err := msgpack.Marshal([]any{1.0, []any{ev}, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := kvindex.NewFeed(f.index.Mirror(dial), nil, kvindex.FeedConfig{})
+	t.Cleanup(feed.Close)
+	feed.Connected()
+	feed.Message(nil, 0, b)
+	if got := f.index.Mirror(dial).Stats().Blocks; got != n {
+		t.Fatalf("mirror holds %d blocks, want %d", got, n)
+	}
+}
 
 // scrapeSleep records one manual scrape of dial: an idle engine at a sleep
 // level.
@@ -15,8 +42,8 @@ func scrapeSleep(f *Fleet, dial string, level int) {
 }
 
 // TestSleepingEngine: an engine whose scrape shows it asleep is no
-// candidate for admission or routing, loses its index entries (its
-// speculative ones here, its mirror reset) and its approximate-tree
+// candidate for admission or routing, loses its index entries (the
+// blocks its events stored, its speculative entries) and its approximate-tree
 // entries, is shown as asleep; after a scrape shows it awake it takes
 // requests again, cold.
 func TestSleepingEngine(t *testing.T) {
@@ -33,6 +60,7 @@ func TestSleepingEngine(t *testing.T) {
 	}
 	first := route()
 	sleeper := dials[first.Index]
+	storeBlocks(t, f, sleeper, toks[:512])
 	first.Commit(sleeper)
 	f.Unrouted(req, nil).Commit(sleeper)
 	if d := route(); dials[d.Index] != sleeper || d.Outcome != routing.Hit {
@@ -66,8 +94,8 @@ func TestSleepingEngine(t *testing.T) {
 	if n := f.index.DropPredictions(sleeper); n != 0 {
 		t.Fatalf("%d speculative entries left on the sleeping engine", n)
 	}
-	if m := f.index.Mirror(sleeper); m.Stats().Resyncs["sleep"] != 1 {
-		t.Fatalf("mirror resyncs %v, want one for sleep", m.Stats().Resyncs)
+	if st := f.index.Mirror(sleeper).Stats(); st.Blocks != 0 || st.Resyncs["sleep"] != 1 {
+		t.Fatalf("sleeping engine's mirror: %d blocks, resyncs %v; want none, one for sleep", st.Blocks, st.Resyncs)
 	}
 	d := route()
 	if d.Outcome == routing.Hit {
