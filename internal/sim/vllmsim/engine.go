@@ -149,10 +149,13 @@ type Engine struct {
 	epoch    uint64
 	restarts int
 	faults   Faults
-	simClock float64   // simulated seconds at the end of the last step
-	inStep   bool      // a step is being simulated
-	stepWall time.Time // wall time the current step started
-	stepEnd  float64   // simulated time the current step ends
+	// sleepLevel is vLLM's sleep mode: 0 awake, else the level of the
+	// last POST /sleep (see sleep.go).
+	sleepLevel int
+	simClock   float64   // simulated seconds at the end of the last step
+	inStep     bool      // a step is being simulated
+	stepWall   time.Time // wall time the current step started
+	stepEnd    float64   // simulated time the current step ends
 	// The gauges /metrics shows: vLLM renders them from the scheduler
 	// stats of its last step, so a request shows only once a step has
 	// run since it arrived (requests that arrive during a step are taken
@@ -438,19 +441,7 @@ func (e *Engine) Restart() error {
 	e.mu.Lock()
 	e.epoch++
 	e.restarts++
-	for _, r := range e.running {
-		e.finishLocked(r, "abort", errRestarted)
-	}
-	for _, r := range e.waiting {
-		e.finishLocked(r, "abort", errRestarted)
-	}
-	for _, r := range e.step {
-		r.stepTokens = 0
-	}
-	e.running, e.waiting, e.step = nil, nil, e.step[:0]
-	if e.inStep {
-		e.simClock, e.inStep = e.stepEnd, false
-	}
+	e.abortAllLocked(errRestarted)
 	clear(e.events)
 	e.events = e.events[:0]
 	e.pool.reset()
@@ -475,6 +466,24 @@ func (e *Engine) Restart() error {
 	e.pub = pub
 	e.mu.Unlock()
 	return nil
+}
+
+// abortAllLocked fails every request in flight with err and ends the
+// step being simulated. e.mu held.
+func (e *Engine) abortAllLocked(err error) {
+	for _, r := range e.running {
+		e.finishLocked(r, "abort", err)
+	}
+	for _, r := range e.waiting {
+		e.finishLocked(r, "abort", err)
+	}
+	for _, r := range e.step {
+		r.stepTokens = 0
+	}
+	e.running, e.waiting, e.step = nil, nil, e.step[:0]
+	if e.inStep {
+		e.simClock, e.inStep = e.stepEnd, false
+	}
 }
 
 // Close stops the engine and waits for all of its goroutines.

@@ -41,6 +41,9 @@ func (e *Engine) routes() http.Handler {
 	mux.HandleFunc("POST /tokenize", e.handleTokenize)
 	mux.HandleFunc("GET /metrics", e.handleMetrics)
 	mux.HandleFunc("POST /reset_prefix_cache", e.handleResetPrefixCache)
+	mux.HandleFunc("POST /sleep", e.handleSleep)
+	mux.HandleFunc("POST /wake_up", e.handleWakeUp)
+	mux.HandleFunc("GET /is_sleeping", e.handleIsSleeping)
 	mux.HandleFunc("GET /sim/faults", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, e.Faults()) })
 	mux.HandleFunc("POST /sim/faults", e.handleSetFaults)
 	mux.HandleFunc("POST /sim/restart", e.handleRestart)
@@ -54,6 +57,9 @@ func (e *Engine) routes() http.Handler {
 			return
 		}
 		defer e.handlers.Done()
+		if e.refuseAsleep(w, r) {
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
 }

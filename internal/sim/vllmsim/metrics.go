@@ -45,6 +45,7 @@ func (e *Engine) metricsText() []byte {
 	running, waiting := e.shownRunning, e.shownWaiting
 	usage := e.pool.usage()
 	c := e.ctr
+	sleepLevel := e.sleepLevel
 	var runningLoRAs, waitingLoRAs string
 	if len(e.cfg.LoRAModules) > 0 {
 		runningLoRAs, waitingLoRAs = e.loraSetLocked(e.running), e.loraSetLocked(e.waiting)
@@ -60,6 +61,7 @@ func (e *Engine) metricsText() []byte {
 	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", float64(running))
 	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", float64(waiting))
 	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage)
+	b.WriteString(sleepStateMetric(labels, sleepLevel))
 	metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", float64(c.queries))
 	metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", float64(c.hits))
 	metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", float64(c.preemptions))
