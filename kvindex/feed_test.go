@@ -336,12 +336,13 @@ func TestMirrorSkipsWhatItCannotChain(t *testing.T) {
 	bad := e.stored(p, nil, 0, 2)
 	bad[4] = 3
 	e.msg(f, bad)
-	// CPU offload tier: raw digest, no tokens, block size 0.
+	// CPU offload tier: raw digest, no tokens, block size 0, of a block
+	// the mirror never saw: counted, not guessed.
 	cpu := arr{"BlockStored", arr{[]byte("0123456789abcdef0123456789abcdef")}, nil, arr{}, 0, nil, "CPU", nil}
 	e.msg(f, cpu)
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{})
 	st := m.Stats()
-	if st.Unchainable != 2 || st.Malformed != 1 || st.OtherTier != 1 || st.Blocks != 0 {
+	if st.Unchainable != 2 || st.Malformed != 1 || st.TierUnknown != 1 || st.OtherTier != 0 || st.Blocks != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	// A CPU-tier removal of a block also on GPU leaves the GPU copy.
@@ -569,7 +570,9 @@ func TestMirrorGoldenPayloads(t *testing.T) {
 		}
 	}
 	st := m.Stats()
-	if st.DecodeErrors != 0 || st.OtherTier != 1 {
+	// The CPU offload payload names, by its raw digest, block 0 of the
+	// GPU store before it: the CPU tier holds it.
+	if st.DecodeErrors != 0 || st.OtherTier != 0 || st.TierUnknown != 0 || st.TierBlocks[TierCPU] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// The seed-0 golden events verify; the v0.9 builtin-hash one is not
@@ -638,6 +641,11 @@ func FuzzFeed(f *testing.F) {
 	hs := e.hashes(pr, nil)
 	f.Add(batch(e.stored(pr, nil, 0, 4)), batch(e.stored(pr, nil, 4, 8), removed(hs[1])), uint8(1), uint8(7))
 	f.Add(batch(e.stored(pr, nil, 0, 8)), batch(arr{"AllBlocksCleared"}, e.stored(pr, nil, 0, 2)), uint8(0), uint8(1))
+	// Offload tiers: token-less CPU copies by digest, self-describing
+	// storage stores, removals.
+	ds := e.digests(pr)
+	f.Add(batch(e.stored(pr, nil, 0, 4), offloaded("CPU", ds[0], ds[1], ds[5])),
+		batch(e.storedAt("STORAGE", pr, 4, 8), arr{"BlockRemoved", arr{ds[1]}, "CPU", 0}, removed(hs[0])), uint8(1), uint8(2))
 	f.Fuzz(func(t *testing.T, p1, p2 []byte, s1, s2 uint8) {
 		ix := NewIndex(IndexConfig{MaxBlocksPerEngine: 5})
 		var feeds []*Feed
@@ -658,9 +666,19 @@ func FuzzFeed(f *testing.F) {
 			feeds[i%2].Message(nil, step.seq, step.p)
 			feeds[(i+1)%2].Message(nil, uint64(i), step.p)
 			checkConsistent(t, ix)
+			checkTiers(t, ix)
 		}
 		if _, err := ix.Match(Query{Tokens: pr}); err != nil {
 			t.Fatal(err)
+		}
+		keys, err := RequestKeys(nil, pr, KeySpec{BlockSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ix.MatchTiers(2, 0, keys) {
+			if m.Total() > len(keys) {
+				t.Fatalf("tier match %+v longer than the prompt's %d blocks", m, len(keys))
+			}
 		}
 	})
 }

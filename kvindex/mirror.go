@@ -3,21 +3,23 @@ package kvindex
 import (
 	"errors"
 	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Mirror is the index's copy of one engine's GPU prefix cache: the engine's
-// block hashes with their gateway keys and reference counts. It is written
-// by one Feed; its claims are visible to queries through the Index.
+// Mirror is the index's copy of one engine's prefix cache: the engine's
+// block hashes with their gateway keys and reference counts, for its GPU
+// cache and the tiers it offloads to. It is written by one Feed; its
+// claims are visible to queries through the Index.
 //
 // Scope, by design:
-//   - Only the GPU tier is mirrored. Events for other media (the CPU
-//     offload tier, "cpu" from Mooncake, LMCache) carry no token ids or
-//     describe copies that need a load before use; they are counted in
-//     MirrorStats.OtherTier and ignored.
+//   - The GPU tier is what MatchKeys and Match count. The offload tiers
+//     (CPU, storage: see Tier) are kept apart and counted by MatchTiers,
+//     continuing the GPU prefix. Their events without token ids apply
+//     only to blocks the mirror knows by engine hash (MirrorStats.
+//     TierUnknown counts the rest). Events of a medium it does not know
+//     are counted in MirrorStats.OtherTier and ignored.
 //   - A BlockStored whose parent is unknown (its request began before the
 //     subscription or the last resync) cannot be chained to a gateway key.
 //     With the engines' hashing known (MirrorConfig.Hash) its blocks are
@@ -40,12 +42,13 @@ type Mirror struct {
 	kh      keyHasher // used with wmu held
 
 	// Guarded by ix.mu, written with wmu held as well.
-	groups  []*group          // by group index; nil for groups not seen
-	multi   map[uint64]uint32 // keys claimed by more than one engine hash: extra claims
-	multiHi int               // most entries multi held since it was made
-	hash    EngineHash        // the engines' hashing, for orphans
-	orphans orphanSet         // orphan blocks by engine hash (group 0)
-	health  eventHealth       // recent BlockStored outcomes, for Trusted
+	groups  []*group              // by group index; nil for groups not seen
+	multi   map[uint64]uint32     // keys claimed by more than one engine hash: extra claims
+	multiHi int                   // most entries multi held since it was made
+	hash    EngineHash            // the engines' hashing, for orphans
+	orphans orphanSet             // orphan blocks by engine hash (group 0)
+	tiers   [lowerTiers]lowerTier // the offload tiers' blocks, CPU first
+	health  eventHealth           // recent BlockStored outcomes, for Trusted
 	blocks  int
 	userCap int
 	stamp   uint32
@@ -109,6 +112,13 @@ type MirrorStats struct {
 	// RemovedUnknown, removals of blocks not mirrored; Evicted, blocks
 	// dropped for capacity. Unapplied sums them up by reason.
 	Unchainable, UnknownParent, Malformed, OtherTier, RemovedUnknown, Evicted uint64
+	// TierBlocks is how many blocks each offload tier holds, indexed by
+	// Tier (TierGPU's is Blocks). TierUnknown counts offload-tier blocks
+	// not applied because neither their engine hash (an event without
+	// token ids) nor their parent was known; TierOverflow, those refused
+	// because their tier of this engine was full (maxLowerBlocks).
+	TierBlocks                [numTiers]int
+	TierUnknown, TierOverflow uint64
 	// OrphanEvents counts BlockStored events whose parent was unknown,
 	// kept by engine hash for recognition (see MirrorConfig.Hash); Orphans
 	// is how many engine hashes are kept now, OrphansEvicted how many were
@@ -164,6 +174,9 @@ func (m *Mirror) Stats() MirrorStats {
 	st.BlockSize = m.blockSizeLocked()
 	st.Orphans = m.orphans.len()
 	st.Trusted = m.health.trusted()
+	for i := range m.tiers {
+		st.TierBlocks[i+1] = m.tiers[i].len()
+	}
 	m.ix.mu.RUnlock()
 	st.Verify = m.verify.stats()
 	return st
@@ -281,6 +294,7 @@ func (m *Mirror) clear(reason string) {
 	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
 	m.dropOrphansLocked()
+	m.clearLowerLocked()
 	m.health = eventHealth{}
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
@@ -348,16 +362,20 @@ func (h eventHealth) trusted() bool { return h.all < 16 || 2*h.bad <= h.all }
 
 // Unapplied is the mirror's events that changed nothing, by reason:
 // "unknown_parent" (BlockStored whose parent it never saw, the engines'
-// hashing unknown), "malformed", "other_tier" (not the GPU cache),
-// "unknown_type" (event tags it does not know) and "decode_error"
-// (payloads, each of one or more events, that failed to decode).
+// hashing unknown), "malformed", "other_tier" (a medium it does not
+// know), "tier_unknown_block" and "tier_overflow" (offload-tier blocks,
+// counted per block: see MirrorStats.TierUnknown), "unknown_type" (event
+// tags it does not know) and "decode_error" (payloads, each of one or
+// more events, that failed to decode).
 func (s MirrorStats) Unapplied() map[string]uint64 {
 	return map[string]uint64{
-		"unknown_parent": s.UnknownParent,
-		"malformed":      s.Malformed,
-		"other_tier":     s.OtherTier,
-		"unknown_type":   s.Unknown,
-		"decode_error":   s.DecodeErrors,
+		"unknown_parent":     s.UnknownParent,
+		"malformed":          s.Malformed,
+		"other_tier":         s.OtherTier,
+		"tier_unknown_block": s.TierUnknown,
+		"tier_overflow":      s.TierOverflow,
+		"unknown_type":       s.Unknown,
+		"decode_error":       s.DecodeErrors,
 	}
 }
 
@@ -374,8 +392,6 @@ func (m *Mirror) SetHash(h EngineHash) {
 	m.hash = h
 	m.dropOrphansLocked()
 }
-
-func isGPU(medium string) bool { return medium == "" || strings.EqualFold(medium, "GPU") }
 
 // apply applies one decoded batch received with sequence number seq.
 // Callers hold wmu.
@@ -420,8 +436,12 @@ func (m *Mirror) apply(seq uint64, b *Batch) {
 // storeLocked applies a BlockStored. It returns false, changing nothing, if
 // the event's block size differs from the one its group holds blocks of.
 func (m *Mirror) storeLocked(ev *Event) bool {
-	if !isGPU(ev.Medium) {
+	switch t, ok := tierOf(ev.Medium); {
+	case !ok:
 		m.st.OtherTier++
+		return true
+	case t != TierGPU:
+		m.storeLowerLocked(t, ev)
 		return true
 	}
 	n, bs := len(ev.BlockHashes), ev.BlockSize
@@ -591,8 +611,12 @@ func shrinkMap[V any](mp map[uint64]V, hi int) (map[uint64]V, int) {
 }
 
 func (m *Mirror) removeLocked(ev *Event) {
-	if !isGPU(ev.Medium) {
+	switch t, ok := tierOf(ev.Medium); {
+	case !ok:
 		m.st.OtherTier++
+		return
+	case t != TierGPU:
+		m.removeLowerLocked(t, ev)
 		return
 	}
 	var g *group

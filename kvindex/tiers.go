@@ -1,0 +1,318 @@
+package kvindex
+
+import (
+	"strings"
+)
+
+// Tier is where an engine keeps a KV block: its GPU cache, or a tier it
+// offloads to. vLLM's events name it in `medium`: "GPU" from the block
+// pool, "CPU" from the OffloadingConnector (and "cpu" from Mooncake's),
+// "STORAGE" since v0.27 for disk and object stores, "FS" and "OBJ" in
+// v0.26.
+type Tier uint8
+
+// The tiers, fastest first: a prefix continues from one into the next.
+const (
+	TierGPU Tier = iota
+	TierCPU
+	TierStorage
+	numTiers
+)
+
+// lowerTiers are the tiers below the GPU, which Mirror keeps in lowerTier
+// sets (the GPU tier has the index's banks).
+const lowerTiers = int(numTiers) - 1
+
+// String names the tier as /llm/engines and the metrics do.
+func (t Tier) String() string {
+	switch t {
+	case TierGPU:
+		return "gpu"
+	case TierCPU:
+		return "cpu"
+	case TierStorage:
+		return "storage"
+	}
+	return "unknown"
+}
+
+// tierOf maps an event's medium to its tier, case-insensitively; ok is
+// false for a medium it does not know (LMCache passes its own names
+// through), whose events are counted as OtherTier and not applied.
+func tierOf(medium string) (t Tier, ok bool) {
+	switch strings.ToUpper(medium) {
+	case "", "GPU":
+		return TierGPU, true // nil medium: releases before #19737, all GPU
+	case "CPU":
+		return TierCPU, true
+	case "STORAGE", "FS", "OBJ":
+		return TierStorage, true
+	}
+	return 0, false
+}
+
+// maxLowerBlocks bounds each lower tier of one engine: a tier at it takes
+// no new block (counted in MirrorStats.TierOverflow) until removals make
+// room. 262,144 blocks is 4M tokens at block size 16, about 10 MB of map.
+const maxLowerBlocks = 1 << 18
+
+// lowerTier is one engine's blocks in one offload tier: by (group, engine
+// hash) with the gateway key the block was recognised under, and by
+// gateway key for lookups. Guarded like the rest of the mirror (ix.mu,
+// written with wmu held too).
+type lowerTier struct {
+	byHash map[tierHash]lowerEntry
+	byKey  map[uint64]uint32 // gateway key → blocks held under it
+}
+
+// tierHash is an engine block hash within its KV-cache group: hybrid
+// models' groups of one block size hash alike.
+type tierHash struct {
+	group int
+	hash  uint64
+}
+
+type lowerEntry struct {
+	key  uint64
+	refs uint32 // times stored without being removed
+}
+
+func (t *lowerTier) len() int { return len(t.byHash) }
+
+// add stores hash under key; false when the tier is full.
+func (t *lowerTier) add(h tierHash, key uint64) bool {
+	if t.byHash == nil {
+		t.byHash = make(map[tierHash]lowerEntry)
+		t.byKey = make(map[uint64]uint32)
+	}
+	if e, ok := t.byHash[h]; ok {
+		e.refs++
+		t.byHash[h] = e
+		return true
+	}
+	if len(t.byHash) >= maxLowerBlocks {
+		return false
+	}
+	t.byHash[h] = lowerEntry{key: key, refs: 1}
+	t.byKey[key]++
+	return true
+}
+
+// remove drops one reference to hash; false when the tier lacks it.
+func (t *lowerTier) remove(h tierHash) bool {
+	e, ok := t.byHash[h]
+	if !ok {
+		return false
+	}
+	if e.refs > 1 {
+		e.refs--
+		t.byHash[h] = e
+		return true
+	}
+	delete(t.byHash, h)
+	if c := t.byKey[e.key]; c > 1 {
+		t.byKey[e.key] = c - 1
+	} else {
+		delete(t.byKey, e.key)
+	}
+	return true
+}
+
+// lower returns the mirror's set of a lower tier.
+func (m *Mirror) lower(t Tier) *lowerTier { return &m.tiers[t-1] }
+
+// knownKeyLocked is the gateway key the mirror knows engine block h of
+// group by: from its GPU entries, else from a lower tier's. ix.mu held.
+func (m *Mirror) knownKeyLocked(group int, h uint64) (uint64, bool) {
+	if group < len(m.groups) && m.groups[group] != nil {
+		if e, ok := m.groups[group].entries[h]; ok {
+			return e.key, true
+		}
+	}
+	for i := range m.tiers {
+		if e, ok := m.tiers[i].byHash[tierHash{group, h}]; ok {
+			return e.key, true
+		}
+	}
+	return 0, false
+}
+
+// storeLowerLocked applies a BlockStored for an offload tier. A
+// self-describing event (its tokens and parent, vllm#43468) is keyed as a
+// GPU store is, its parent looked up in every tier. An event without
+// tokens (block_size 0, token_ids empty: the OffloadingConnector's of
+// older releases) can only name blocks the mirror knows already, by their
+// engine hash: those are applied, the rest counted in TierUnknown, never
+// guessed. ix.mu and wmu held.
+func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
+	n := len(ev.BlockHashes)
+	set := m.lower(t)
+	if n == 0 {
+		return
+	}
+	if len(ev.TokenIDs) == 0 {
+		for _, h := range ev.BlockHashes {
+			key, ok := m.knownKeyLocked(ev.GroupIdx, h)
+			switch {
+			case !ok:
+				m.st.TierUnknown++
+			case !set.add(tierHash{ev.GroupIdx, h}, key):
+				m.st.TierOverflow++
+			}
+		}
+		return
+	}
+	bs := ev.BlockSize
+	if bs <= 0 || len(ev.TokenIDs) != n*bs {
+		m.st.Malformed++
+		return
+	}
+	key := rootKey(ev.GroupIdx)
+	if ev.HasParent {
+		k, ok := m.knownKeyLocked(ev.GroupIdx, ev.Parent)
+		if !ok {
+			m.st.TierUnknown += uint64(n)
+			return
+		}
+		key = k
+	}
+	for i, h := range ev.BlockHashes {
+		var err error
+		if key, err = m.kh.next(key, ev.TokenIDs[i*bs:(i+1)*bs], blockExtra(ev, i)); err != nil {
+			m.st.Malformed++
+			return
+		}
+		if !set.add(tierHash{ev.GroupIdx, h}, key) {
+			m.st.TierOverflow++
+		}
+	}
+}
+
+// blockExtra is the extra keys vLLM hashed block i of ev with (see
+// storeLocked): its extra_keys entry, else, before extra_keys existed,
+// the adapter's name.
+func blockExtra(ev *Event, i int) []any {
+	if ev.ExtraKeys != nil {
+		if i < len(ev.ExtraKeys) {
+			return ev.ExtraKeys[i]
+		}
+		return nil
+	}
+	if ev.LoRAName != "" {
+		return []any{ev.LoRAName}
+	}
+	return nil
+}
+
+// removeLowerLocked applies a BlockRemoved for an offload tier. ix.mu and
+// wmu held.
+func (m *Mirror) removeLowerLocked(t Tier, ev *Event) {
+	set := m.lower(t)
+	for _, h := range ev.BlockHashes {
+		if !set.remove(tierHash{ev.GroupIdx, h}) {
+			m.st.RemovedUnknown++
+		}
+	}
+}
+
+// clearLowerLocked empties the offload tiers. ix.mu held.
+func (m *Mirror) clearLowerLocked() {
+	for i := range m.tiers {
+		m.tiers[i] = lowerTier{}
+	}
+}
+
+// TierMatch is how much of a prompt one engine holds in each tier: GPU
+// blocks lead, as MatchKeys counts them (speculative entries included),
+// then CPU continues that prefix block by block, then storage continues
+// the CPU run. Tokens per tier are Blocks[t]*BlockSize.
+type TierMatch struct {
+	Engine    string
+	BlockSize int
+	// Blocks is indexed by Tier.
+	Blocks [numTiers]int
+}
+
+// Total is the prefix length, in blocks, the engine holds in some tier.
+func (m TierMatch) Total() int {
+	n := 0
+	for _, b := range m.Blocks {
+		n += b
+	}
+	return n
+}
+
+// MatchTiers returns, for every engine of the given block size that holds
+// the prompt's first blocks in some tier, how many leading blocks of keys
+// it holds per tier (see TierMatch); keys are as for MatchKeys. Engines
+// without offload tiers are as MatchKeys reports them. Sorted as
+// MatchKeys sorts, by the GPU blocks, then by the total.
+func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
+	gpu := ix.MatchKeys(blockSize, group, keys)
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]TierMatch, 0, len(gpu))
+	seen := make(map[string]bool, len(gpu))
+	for _, g := range gpu {
+		tm := TierMatch{Engine: g.Engine, BlockSize: g.BlockSize}
+		tm.Blocks[TierGPU] = g.Blocks
+		if m := ix.byID[g.Engine]; m != nil {
+			m.continueLowerLocked(&tm, keys)
+		}
+		seen[g.Engine] = true
+		out = append(out, tm)
+	}
+	for _, m := range ix.slots {
+		if m == nil || seen[m.id] || ix.live[m.bank]&m.bit == 0 {
+			continue
+		}
+		if bs := m.groupBlockSize(group); bs != 0 && bs != blockSize {
+			continue
+		}
+		tm := TierMatch{Engine: m.id, BlockSize: blockSize}
+		if m.continueLowerLocked(&tm, keys); tm.Total() > 0 {
+			out = append(out, tm)
+		}
+	}
+	sortTierMatches(out)
+	return out
+}
+
+// continueLowerLocked extends tm's prefix past its GPU blocks through the
+// lower tiers, each continuing the last. ix.mu held.
+func (m *Mirror) continueLowerLocked(tm *TierMatch, keys []uint64) {
+	i := tm.Blocks[TierGPU]
+	for t := TierCPU; t < numTiers; t++ {
+		set := m.lower(t)
+		n := 0
+		for i < len(keys) && set.byKey[keys[i]] > 0 {
+			i++
+			n++
+		}
+		tm.Blocks[t] = n
+	}
+}
+
+func sortTierMatches(out []TierMatch) {
+	less := func(a, b TierMatch) bool {
+		if a.Blocks[TierGPU]*a.BlockSize != b.Blocks[TierGPU]*b.BlockSize {
+			return a.Blocks[TierGPU]*a.BlockSize > b.Blocks[TierGPU]*b.BlockSize
+		}
+		if a.Total()*a.BlockSize != b.Total()*b.BlockSize {
+			return a.Total()*a.BlockSize > b.Total()*b.BlockSize
+		}
+		return a.Engine < b.Engine
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && less(out[j], out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+}
+
+// isGPU reports whether an event's medium is the GPU cache (nil medium
+// included).
+func isGPU(medium string) bool {
+	t, ok := tierOf(medium)
+	return ok && t == TierGPU
+}

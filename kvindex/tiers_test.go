@@ -1,0 +1,156 @@
+package kvindex
+
+import (
+	"fmt"
+	"testing"
+)
+
+// digests are the engine's raw block digests of tokens, which the
+// OffloadingConnector's events carry as bytes (never converted to ints).
+func (e *engineSim) digests(tokens []uint64) arr {
+	ds, err := e.h.BlockHashes(nil, tokens, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := arr{}
+	for _, d := range ds {
+		out = append(out, d[:])
+	}
+	return out
+}
+
+// storedAt is e.stored on another medium.
+func (e *engineSim) storedAt(medium string, tokens []uint64, from, to int) arr {
+	ev := e.stored(tokens, nil, from, to)
+	ev[6] = medium
+	return ev
+}
+
+// offloaded is an OffloadingConnector BlockStored of older releases: raw
+// digests, no parent, no tokens, block size 0.
+func offloaded(medium string, digests ...any) arr {
+	return arr{"BlockStored", arr(digests), nil, arr{}, 0, nil, medium, nil}
+}
+
+// tiersOf is MatchTiers for prompt p as "engine:gpu/cpu/storage" strings.
+func tiersOf(t *testing.T, ix *Index, p []uint64, bs int) []string {
+	t.Helper()
+	keys, err := RequestKeys(nil, p, KeySpec{BlockSize: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ix.MatchTiers(bs, 0, keys) {
+		out = append(out, fmt.Sprintf("%s:%d/%d/%d", m.Engine, m.Blocks[TierGPU], m.Blocks[TierCPU], m.Blocks[TierStorage]))
+	}
+	return out
+}
+
+// TestMirrorTiers: one engine's prefix moves from its GPU cache to its CPU
+// tier and to storage, as vLLM's events report it, in both the
+// OffloadingConnector's token-less form (applied by engine hash where the
+// block is known, counted otherwise) and the self-describing one; the
+// lookup continues the GPU prefix through the lower tiers.
+func TestMirrorTiers(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	m, f := newTestFeed(t, ix, "e1", nil)
+	e := newEngineSim(t, "0", 4)
+	p := prompt(32, 11) // 8 blocks
+	hs, ds := e.hashes(p, nil), e.digests(p)
+	steps := []struct {
+		name   string
+		events []any
+		want   []string
+		cpu    int // blocks in e1's CPU tier after the step
+		unk    uint64
+	}{
+		{"GPU stores blocks 0-3", []any{e.stored(p, nil, 0, 4)}, []string{"e1:4/0/0"}, 0, 0},
+		{"CPU copies of 0-3 without tokens", []any{offloaded("CPU", ds[0], ds[1], ds[2], ds[3])}, []string{"e1:4/0/0"}, 4, 0},
+		{"GPU evicts 2-3", []any{removed(hs[2], hs[3])}, []string{"e1:2/2/0"}, 4, 0},
+		{"self-describing CPU store of 4-5", []any{e.storedAt("CPU", p, 4, 6)}, []string{"e1:2/4/0"}, 6, 0},
+		{"FS (v0.26 storage) store of 6", []any{e.storedAt("FS", p, 6, 7)}, []string{"e1:2/4/1"}, 6, 0},
+		{"token-less CPU store of an unknown block", []any{offloaded("cpu", ds[7])}, []string{"e1:2/4/1"}, 6, 1},
+		{"CPU removes 3", []any{arr{"BlockRemoved", arr{ds[3]}, "CPU", 0}}, []string{"e1:2/1/0"}, 5, 1},
+		{"GPU stores 3 again", []any{e.stored(p, nil, 3, 4)}, []string{"e1:2/1/0"}, 5, 1},
+	}
+	for _, s := range steps {
+		e.msg(f, s.events...)
+		got := tiersOf(t, ix, p, 4)
+		st := m.Stats()
+		if fmt.Sprint(got) != fmt.Sprint(s.want) || st.TierBlocks[TierCPU] != s.cpu || st.TierUnknown != s.unk {
+			t.Fatalf("%s: tiers %v, CPU blocks %d, unknown %d; want %v, %d, %d", s.name, got, st.TierBlocks[TierCPU], st.TierUnknown, s.want, s.cpu, s.unk)
+		}
+	}
+	// The GPU count is MatchKeys's, unchanged by the lower tiers.
+	wantMatch(t, ix, Query{Tokens: p}, map[string]int{"e1": 2})
+	if st := m.Stats(); st.TierBlocks[TierStorage] != 1 || st.OtherTier != 0 || st.Unapplied()["tier_unknown_block"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// A medium nobody defined is not guessed at.
+	e.msg(f, e.storedAt("LMCACHE_REMOTE", p, 0, 1))
+	if st := m.Stats(); st.OtherTier != 1 {
+		t.Fatalf("unknown medium: OtherTier %d", st.OtherTier)
+	}
+
+	// An engine holding the prefix only on CPU is listed too.
+	_, f2 := newTestFeed(t, ix, "e2", nil)
+	e2 := newEngineSim(t, "0", 4)
+	e2.msg(f2, e2.storedAt("CPU", p, 0, 8))
+	if got := tiersOf(t, ix, p, 4); fmt.Sprint(got) != fmt.Sprint([]string{"e1:2/1/0", "e2:0/8/0"}) {
+		t.Fatalf("with a CPU-only engine: %v", got)
+	}
+
+	// A reset drops the lower tiers with the rest.
+	e.msg(f, arr{"AllBlocksCleared"})
+	if st := m.Stats(); st.TierBlocks != [numTiers]int{} || st.Blocks != 0 {
+		t.Fatalf("after AllBlocksCleared: %+v", st.TierBlocks)
+	}
+	if got := tiersOf(t, ix, p, 4); fmt.Sprint(got) != fmt.Sprint([]string{"e2:0/8/0"}) {
+		t.Fatalf("after e1's reset: %v", got)
+	}
+}
+
+func TestTierOf(t *testing.T) {
+	for _, c := range []struct {
+		medium string
+		want   Tier
+		ok     bool
+	}{
+		{"", TierGPU, true}, {"GPU", TierGPU, true}, {"gpu", TierGPU, true},
+		{"CPU", TierCPU, true}, {"cpu", TierCPU, true},
+		{"STORAGE", TierStorage, true}, {"FS", TierStorage, true}, {"OBJ", TierStorage, true},
+		{"LocalDisk", 0, false}, {"nvme?", 0, false},
+	} {
+		if got, ok := tierOf(c.medium); got != c.want || ok != c.ok {
+			t.Errorf("tierOf(%q) = %v, %v; want %v, %v", c.medium, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// checkTiers fails unless every mirror's offload tiers agree with
+// themselves: each block's key counted once in byKey, nothing else there,
+// and no tier over its bound.
+func checkTiers(t *testing.T, ix *Index) {
+	t.Helper()
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, m := range ix.slots {
+		if m == nil {
+			continue
+		}
+		for i := range m.tiers {
+			set := &m.tiers[i]
+			want := make(map[uint64]uint32)
+			for _, e := range set.byHash {
+				if e.refs == 0 {
+					t.Fatalf("%s tier %d: an entry without references", m.id, i+1)
+				}
+				want[e.key]++
+			}
+			if fmt.Sprint(want) != fmt.Sprint(set.byKey) || set.len() > maxLowerBlocks {
+				t.Fatalf("%s tier %d: byKey %v, entries give %v", m.id, i+1, set.byKey, want)
+			}
+		}
+	}
+}
