@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/admission"
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/openai"
 	"github.com/llmgw/caddy-llmgw/routing"
@@ -122,9 +123,13 @@ type KVReport struct {
 	// gateway never saw, awaiting a prompt that recognises them;
 	// OrphanEvents counts such events, RecognizedBlocks the blocks
 	// prompts recognised (see hash_seed and hash_algo).
-	OrphanBlocks     int    `json:"orphan_blocks"`
-	OrphanEvents     uint64 `json:"orphan_events"`
-	RecognizedBlocks uint64 `json:"recognized_blocks"`
+	// TierBlocks is how many blocks the engine's offload tiers hold, by
+	// tier ("cpu", "storage"), from events whose medium names them; Blocks
+	// counts its GPU cache.
+	TierBlocks       map[string]int `json:"tier_blocks"`
+	OrphanBlocks     int            `json:"orphan_blocks"`
+	OrphanEvents     uint64         `json:"orphan_events"`
+	RecognizedBlocks uint64         `json:"recognized_blocks"`
 	// Backfilled is how many buffered messages the replay endpoint gave
 	// the subscription when it started (FeedConfig.Backfill).
 	Backfilled uint64 `json:"backfilled_messages"`
@@ -249,29 +254,35 @@ func (f *Fleet) kvReport(dial string) *KVReport {
 		r.Mode = "bind"
 	}
 	if m := f.index.Mirror(dial); m != nil {
-		ms := m.Stats()
-		// Live as routing sees it: the mirror follows the engine from the
-		// Feed's Connected on, a moment after the subscriber's session
-		// began.
-		r.Connected = ms.Connected
-		if ms.HasSeq {
-			seq := ms.LastSeq
-			r.LastSeq = &seq
-		}
-		r.LastMessage = ms.LastMessage
-		r.Blocks, r.Capacity = ms.Blocks, ms.Capacity
-		r.Stored, r.Removed, r.Cleared, r.Unknown = ms.Stored, ms.Removed, ms.Cleared, ms.Unknown
-		r.DecodeErrors = ms.DecodeErrors
-		r.Unapplied, r.RemovedUnknown = ms.Unapplied(), ms.RemovedUnknown
-		r.OrphanBlocks, r.OrphanEvents, r.RecognizedBlocks = ms.Orphans, ms.OrphanEvents, ms.Recognized
-		r.Backfilled = ms.Backfilled
-		r.Trusted = ms.Trusted
-		r.Resyncs, r.LastResync, r.LastResyncReason = ms.Resyncs, ms.LastResync, ms.LastResyncReason
-		v := ms.Verify
-		r.Verify = VerifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,
-			Mismatched: v.Mismatched, Skipped: v.Skipped, LastMismatch: v.LastMismatch, LastMismatchAt: v.LastMismatchAt}
+		r.fillMirror(m.Stats())
 	}
 	return r
+}
+
+// fillMirror fills the report's mirror figures from ms.
+func (r *KVReport) fillMirror(ms kvindex.MirrorStats) {
+	// Live as routing sees it: the mirror follows the engine from the
+	// Feed's Connected on, a moment after the subscriber's session
+	// began.
+	r.Connected = ms.Connected
+	if ms.HasSeq {
+		seq := ms.LastSeq
+		r.LastSeq = &seq
+	}
+	r.LastMessage = ms.LastMessage
+	r.Blocks, r.Capacity = ms.Blocks, ms.Capacity
+	r.TierBlocks = map[string]int{kvindex.TierCPU.String(): ms.TierBlocks[kvindex.TierCPU],
+		kvindex.TierStorage.String(): ms.TierBlocks[kvindex.TierStorage]}
+	r.Stored, r.Removed, r.Cleared, r.Unknown = ms.Stored, ms.Removed, ms.Cleared, ms.Unknown
+	r.DecodeErrors = ms.DecodeErrors
+	r.Unapplied, r.RemovedUnknown = ms.Unapplied(), ms.RemovedUnknown
+	r.OrphanBlocks, r.OrphanEvents, r.RecognizedBlocks = ms.Orphans, ms.OrphanEvents, ms.Recognized
+	r.Backfilled = ms.Backfilled
+	r.Trusted = ms.Trusted
+	r.Resyncs, r.LastResync, r.LastResyncReason = ms.Resyncs, ms.LastResync, ms.LastResyncReason
+	v := ms.Verify
+	r.Verify = VerifyReport{Enabled: v.Enabled, Checked: v.Checked, Verified: v.Verified,
+		Mismatched: v.Mismatched, Skipped: v.Skipped, LastMismatch: v.LastMismatch, LastMismatchAt: v.LastMismatchAt}
 }
 
 // BandReport is one band of a pool's admission queue in GET /llm/queue.
