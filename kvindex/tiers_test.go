@@ -154,3 +154,37 @@ func checkTiers(t *testing.T, ix *Index) {
 		}
 	}
 }
+
+// BenchmarkMatchTiers128k32Engines is BenchmarkMatchKeys128k32Engines
+// with each engine's matched prefix half on GPU and half offloaded to
+// its CPU tier (announced the OffloadingConnector's way, by hash): the
+// cost of the per-tier lookup over the GPU one.
+func BenchmarkMatchTiers128k32Engines(b *testing.B) {
+	ix, keys := matchFixture(b)
+	sim := newEngineSim(b, "0", 16)
+	hs := sim.hashes(prompt(128<<10, 77), nil)
+	for _, m := range ix.slots {
+		if m == nil {
+			continue
+		}
+		n := 0
+		for _, g := range ix.MatchKeys(16, 0, keys) {
+			if g.Engine == m.id {
+				n = g.Blocks
+			}
+		}
+		cpu := Event{Kind: EventBlockStored, BlockHashes: hs[:n], Medium: "CPU"}
+		gone := Event{Kind: EventBlockRemoved, BlockHashes: hs[n/2 : n], Medium: "GPU"}
+		m.wmu.Lock()
+		m.apply(1<<41, &Batch{Events: []Event{cpu, gone}})
+		m.wmu.Unlock()
+	}
+	got := ix.MatchTiers(16, 0, keys)
+	if len(got) != 32 || got[0].Total() != len(keys) || got[0].Blocks[TierCPU] != len(keys)-len(keys)/2 {
+		b.Fatalf("fixture: %d matches, first %+v", len(got), got[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.MatchTiers(16, 0, keys)
+	}
+}
