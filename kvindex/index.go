@@ -46,6 +46,9 @@ type Index struct {
 	slots []*Mirror // by slot; nil is free
 	// banks[b] maps a key to the bitset of slots 64b..64b+63 holding it.
 	banks []*keyTable
+	// tierBanks[t-1][b] is banks for offload tier t: the slots whose
+	// tier t holds a block under the key (see lowerTier).
+	tierBanks [lowerTiers][]*keyTable
 	// live[b] has the bits of slots whose claims queries may use; a slot
 	// is hidden while its mirror is being cleared.
 	live []uint64
@@ -95,6 +98,12 @@ func NewIndex(cfg IndexConfig) *Index {
 	ix.spec = newPredictions(cfg, nb)
 	for i := range ix.banks {
 		ix.banks[i] = new(keyTable)
+	}
+	for t := range ix.tierBanks {
+		ix.tierBanks[t] = make([]*keyTable, nb)
+		for i := range ix.tierBanks[t] {
+			ix.tierBanks[t][i] = new(keyTable)
+		}
 	}
 	return ix
 }

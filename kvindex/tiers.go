@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"math/bits"
 	"strings"
 )
 
@@ -79,8 +80,9 @@ type lowerEntry struct {
 
 func (t *lowerTier) len() int { return len(t.byHash) }
 
-// add stores hash under key; false when the tier is full.
-func (t *lowerTier) add(h tierHash, key uint64) bool {
+// add stores hash under key; false when the tier is full. first is true
+// when no other block of the tier had that key.
+func (t *lowerTier) add(h tierHash, key uint64) (ok, first bool) {
 	if t.byHash == nil {
 		t.byHash = make(map[tierHash]lowerEntry)
 		t.byKey = make(map[uint64]uint32)
@@ -88,34 +90,46 @@ func (t *lowerTier) add(h tierHash, key uint64) bool {
 	if e, ok := t.byHash[h]; ok {
 		e.refs++
 		t.byHash[h] = e
-		return true
+		return true, false
 	}
 	if len(t.byHash) >= maxLowerBlocks {
-		return false
+		return false, false
 	}
 	t.byHash[h] = lowerEntry{key: key, refs: 1}
 	t.byKey[key]++
-	return true
+	return true, t.byKey[key] == 1
 }
 
-// remove drops one reference to hash; false when the tier lacks it.
-func (t *lowerTier) remove(h tierHash) bool {
+// remove drops one reference to hash; ok is false when the tier lacks it,
+// gone names the key no block of the tier has any more.
+func (t *lowerTier) remove(h tierHash) (ok bool, gone uint64, isGone bool) {
 	e, ok := t.byHash[h]
 	if !ok {
-		return false
+		return false, 0, false
 	}
 	if e.refs > 1 {
 		e.refs--
 		t.byHash[h] = e
-		return true
+		return true, 0, false
 	}
 	delete(t.byHash, h)
 	if c := t.byKey[e.key]; c > 1 {
 		t.byKey[e.key] = c - 1
-	} else {
-		delete(t.byKey, e.key)
+		return true, 0, false
 	}
-	return true
+	delete(t.byKey, e.key)
+	return true, e.key, true
+}
+
+// addLowerLocked adds engine block h under key to tier t, claiming the
+// key in the tier's bank when it is new there; false when the tier is
+// full. ix.mu held.
+func (m *Mirror) addLowerLocked(t Tier, h tierHash, key uint64) bool {
+	ok, first := m.lower(t).add(h, key)
+	if first {
+		m.ix.tierBanks[t-1][m.bank].or(key, m.bit)
+	}
+	return ok
 }
 
 // lower returns the mirror's set of a lower tier.
@@ -146,7 +160,6 @@ func (m *Mirror) knownKeyLocked(group int, h uint64) (uint64, bool) {
 // guessed. ix.mu and wmu held.
 func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
 	n := len(ev.BlockHashes)
-	set := m.lower(t)
 	if n == 0 {
 		return
 	}
@@ -156,7 +169,7 @@ func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
 			switch {
 			case !ok:
 				m.st.TierUnknown++
-			case !set.add(tierHash{ev.GroupIdx, h}, key):
+			case !m.addLowerLocked(t, tierHash{ev.GroupIdx, h}, key):
 				m.st.TierOverflow++
 			}
 		}
@@ -182,7 +195,7 @@ func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
 			m.st.Malformed++
 			return
 		}
-		if !set.add(tierHash{ev.GroupIdx, h}, key) {
+		if !m.addLowerLocked(t, tierHash{ev.GroupIdx, h}, key) {
 			m.st.TierOverflow++
 		}
 	}
@@ -209,15 +222,24 @@ func blockExtra(ev *Event, i int) []any {
 func (m *Mirror) removeLowerLocked(t Tier, ev *Event) {
 	set := m.lower(t)
 	for _, h := range ev.BlockHashes {
-		if !set.remove(tierHash{ev.GroupIdx, h}) {
+		ok, key, gone := set.remove(tierHash{ev.GroupIdx, h})
+		switch {
+		case !ok:
 			m.st.RemovedUnknown++
+		case gone:
+			m.ix.tierBanks[t-1][m.bank].andNot(key, m.bit)
 		}
 	}
 }
 
-// clearLowerLocked empties the offload tiers. ix.mu held.
+// clearLowerLocked empties the offload tiers and withdraws their claims.
+// ix.mu held.
 func (m *Mirror) clearLowerLocked() {
 	for i := range m.tiers {
+		bank := m.ix.tierBanks[i][m.bank]
+		for k := range m.tiers[i].byKey {
+			bank.andNot(k, m.bit)
+		}
 		m.tiers[i] = lowerTier{}
 	}
 }
@@ -246,51 +268,106 @@ func (m TierMatch) Total() int {
 // the prompt's first blocks in some tier, how many leading blocks of keys
 // it holds per tier (see TierMatch); keys are as for MatchKeys. Engines
 // without offload tiers are as MatchKeys reports them. Sorted as
-// MatchKeys sorts, by the GPU blocks, then by the total.
+// MatchKeys sorts, by the GPU blocks, then by the total. Cost: MatchKeys,
+// then per offload tier one lookup per block per 64 engines, from the
+// first engine's start to the last engine's end.
 func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
 	gpu := ix.MatchKeys(blockSize, group, keys)
+	gpuOf := make(map[string]int, len(gpu))
+	for _, g := range gpu {
+		gpuOf[g.Engine] = g.Blocks
+	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := make([]TierMatch, 0, len(gpu))
-	seen := make(map[string]bool, len(gpu))
-	for _, g := range gpu {
-		tm := TierMatch{Engine: g.Engine, BlockSize: g.BlockSize}
-		tm.Blocks[TierGPU] = g.Blocks
-		if m := ix.byID[g.Engine]; m != nil {
-			m.continueLowerLocked(&tm, keys)
+	var out []TierMatch
+	for b := range ix.banks {
+		var start [64]int
+		var blocks [64][numTiers]int
+		mask := uint64(0)
+		for s := range 64 {
+			m := ix.mirrorAt(b*64 + s)
+			if m == nil || ix.live[b]&m.bit == 0 {
+				continue
+			}
+			if bs := m.groupBlockSize(group); bs != 0 && bs != blockSize {
+				continue
+			}
+			mask |= m.bit
+			start[s] = gpuOf[m.id]
+			blocks[s][TierGPU] = start[s]
 		}
-		seen[g.Engine] = true
-		out = append(out, tm)
-	}
-	for _, m := range ix.slots {
-		if m == nil || seen[m.id] || ix.live[m.bank]&m.bit == 0 {
-			continue
+		for t := TierCPU; t < numTiers && mask != 0; t++ {
+			n := walkTier(ix.tierBanks[t-1][b], keys, &start, mask)
+			for s := range 64 {
+				blocks[s][t] = n[s]
+				start[s] += n[s]
+			}
 		}
-		if bs := m.groupBlockSize(group); bs != 0 && bs != blockSize {
-			continue
-		}
-		tm := TierMatch{Engine: m.id, BlockSize: blockSize}
-		if m.continueLowerLocked(&tm, keys); tm.Total() > 0 {
-			out = append(out, tm)
+		for x := mask; x != 0; x &= x - 1 {
+			s := bits.TrailingZeros64(x)
+			m := ix.slots[b*64+s]
+			tm := TierMatch{Engine: m.id, BlockSize: blockSize, Blocks: blocks[s]}
+			if _, inGPU := gpuOf[m.id]; inGPU || tm.Total() > 0 {
+				out = append(out, tm)
+			}
 		}
 	}
 	sortTierMatches(out)
 	return out
 }
 
-// continueLowerLocked extends tm's prefix past its GPU blocks through the
-// lower tiers, each continuing the last. ix.mu held.
-func (m *Mirror) continueLowerLocked(tm *TierMatch, keys []uint64) {
-	i := tm.Blocks[TierGPU]
-	for t := TierCPU; t < numTiers; t++ {
-		set := m.lower(t)
-		n := 0
-		for i < len(keys) && set.byKey[keys[i]] > 0 {
-			i++
-			n++
-		}
-		tm.Blocks[t] = n
+// mirrorAt is the mirror in slot i, nil when free or past the slots.
+// ix.mu held.
+func (ix *Index) mirrorAt(i int) *Mirror {
+	if i >= len(ix.slots) {
+		return nil
 	}
+	return ix.slots[i]
+}
+
+// walkTier returns, for the engines of one bank in mask, how many blocks
+// of keys their tier (t, one bank of ix.tierBanks) holds in a row from
+// their start: engines join the walk at their start block and leave it at
+// the first block their tier lacks.
+func walkTier(t *keyTable, keys []uint64, start *[64]int, mask uint64) (n [64]int) {
+	pending, active := mask, uint64(0)
+	next := func() int {
+		lo := len(keys)
+		for p := pending; p != 0; p &= p - 1 {
+			lo = min(lo, start[bits.TrailingZeros64(p)])
+		}
+		return lo
+	}
+	join := next()
+	for i := join; i < len(keys); i++ {
+		if i == join {
+			for p := pending; p != 0; p &= p - 1 {
+				if s := bits.TrailingZeros64(p); start[s] == i {
+					active |= 1 << s
+					pending &^= 1 << s
+				}
+			}
+			join = next()
+		}
+		if active == 0 {
+			if pending == 0 {
+				break
+			}
+			i = join - 1 // skip to the next engine's start
+			continue
+		}
+		has := t.get(keys[i])
+		for lost := active &^ has; lost != 0; lost &= lost - 1 {
+			s := bits.TrailingZeros64(lost)
+			n[s] = i - start[s]
+		}
+		active &= has
+	}
+	for a := active; a != 0; a &= a - 1 {
+		s := bits.TrailingZeros64(a)
+		n[s] = len(keys) - start[s]
+	}
+	return n
 }
 
 func sortTierMatches(out []TierMatch) {

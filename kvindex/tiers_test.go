@@ -75,6 +75,7 @@ func TestMirrorTiers(t *testing.T) {
 	}
 	for _, s := range steps {
 		e.msg(f, s.events...)
+		checkTiers(t, ix)
 		got := tiersOf(t, ix, p, 4)
 		st := m.Stats()
 		if fmt.Sprint(got) != fmt.Sprint(s.want) || st.TierBlocks[TierCPU] != s.cpu || st.TierUnknown != s.unk {
@@ -151,6 +152,18 @@ func checkTiers(t *testing.T, ix *Index) {
 			if fmt.Sprint(want) != fmt.Sprint(set.byKey) || set.len() > maxLowerBlocks {
 				t.Fatalf("%s tier %d: byKey %v, entries give %v", m.id, i+1, set.byKey, want)
 			}
+			claimed := 0
+			ix.tierBanks[i][m.bank].each(func(k, bits uint64) {
+				if bits&m.bit != 0 {
+					claimed++
+					if set.byKey[k] == 0 {
+						t.Fatalf("%s tier %d: the bank claims key %#x the tier lacks", m.id, i+1, k)
+					}
+				}
+			})
+			if claimed != len(set.byKey) {
+				t.Fatalf("%s tier %d: the bank claims %d keys, the tier holds %d", m.id, i+1, claimed, len(set.byKey))
+			}
 		}
 	}
 }
@@ -186,5 +199,65 @@ func BenchmarkMatchTiers128k32Engines(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ix.MatchTiers(16, 0, keys)
+	}
+}
+
+// TestMatchTiersOracle: across banks of engines (70 engines: two banks),
+// with GPU prefixes, CPU and storage runs of many lengths, MatchTiers
+// agrees with a walk of each engine's own tier maps.
+func TestMatchTiersOracle(t *testing.T) {
+	ix := NewIndex(IndexConfig{})
+	p := prompt(4*24, 5) // 24 blocks
+	for i := range 70 {
+		_, f := newTestFeed(t, ix, fmt.Sprintf("e%02d", i), nil)
+		e := newEngineSim(t, "0", 4)
+		g, c, s := i%5, (i/5)%4*3, i%3*2
+		if g > 0 {
+			e.msg(f, e.stored(p, nil, 0, g))
+		}
+		if c > 0 && i%2 == 0 {
+			e.msg(f, e.storedAt("CPU", p, g, g+c))
+		}
+		if s > 0 {
+			e.msg(f, e.storedAt("STORAGE", p, g+c, min(g+c+s, 24)))
+		}
+	}
+	keys, err := RequestKeys(nil, p, KeySpec{BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][numTiers]int{}
+	for _, m := range ix.MatchTiers(4, 0, keys) {
+		got[m.Engine] = m.Blocks
+	}
+	gpu := map[string]int{}
+	for _, m := range ix.MatchKeys(4, 0, keys) {
+		gpu[m.Engine] = m.Blocks
+	}
+	want := map[string][numTiers]int{}
+	ix.mu.RLock()
+	for _, m := range ix.slots {
+		if m == nil {
+			continue
+		}
+		var b [numTiers]int
+		b[TierGPU] = gpu[m.id]
+		i := b[TierGPU]
+		for tr := TierCPU; tr < numTiers; tr++ {
+			for i < len(keys) && m.lower(tr).byKey[keys[i]] > 0 {
+				i++
+				b[tr]++
+			}
+		}
+		if b != [numTiers]int{} {
+			want[m.id] = b
+		}
+	}
+	ix.mu.RUnlock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("MatchTiers %v\nwant %v", got, want)
+	}
+	if len(want) < 40 {
+		t.Fatalf("only %d engines hold anything: the test shows little", len(want))
 	}
 }
