@@ -294,7 +294,8 @@ func (m *Mirror) clear(reason string) {
 	m.multi, m.multiHi = nil, 0
 	m.blocks = 0
 	m.dropOrphansLocked()
-	m.clearLowerLocked()
+	oldTiers := m.tiers
+	m.tiers = [lowerTiers]lowerTier{}
 	m.health = eventHealth{}
 	wasLive := ix.live[m.bank]&m.bit != 0
 	ix.live[m.bank] &^= m.bit
@@ -332,6 +333,7 @@ func (m *Mirror) clear(reason string) {
 		}
 	}
 	flush()
+	m.withdrawLower(&oldTiers)
 	if wasLive {
 		ix.mu.Lock()
 		if !m.removed.Load() {

@@ -232,15 +232,24 @@ func (m *Mirror) removeLowerLocked(t Tier, ev *Event) {
 	}
 }
 
-// clearLowerLocked empties the offload tiers and withdraws their claims.
-// ix.mu held.
-func (m *Mirror) clearLowerLocked() {
-	for i := range m.tiers {
+// withdrawLower withdraws the claims of offload tiers a clear took from
+// the mirror, 4096 keys per hold of the index's lock, as clear does the
+// GPU tier's: queries skip the hidden engine meanwhile. Callers hold wmu,
+// not ix.mu.
+func (m *Mirror) withdrawLower(old *[lowerTiers]lowerTier) {
+	const chunk = 4096
+	for i := range old {
 		bank := m.ix.tierBanks[i][m.bank]
-		for k := range m.tiers[i].byKey {
+		done := 0
+		m.ix.mu.Lock()
+		for k := range old[i].byKey {
 			bank.andNot(k, m.bit)
+			if done++; done%chunk == 0 {
+				m.ix.mu.Unlock()
+				m.ix.mu.Lock()
+			}
 		}
-		m.tiers[i] = lowerTier{}
+		m.ix.mu.Unlock()
 	}
 }
 
