@@ -216,69 +216,105 @@ type selectState struct {
 // circuit breaker and the replica is not picked again for this request.
 func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	ctx := r.Context()
-	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	res, _ := caddyhttp.GetVar(ctx, varReservation).(*upstreams.Reservation)
+	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	st := p.attempt(r, repl, res == nil)
 	if st.answered {
 		return nil // the policy answered the request itself
 	}
-	p.checkPool(r)
-	req := p.request(r, st)
-	cands, spare := p.candidates(pool, st)
 	st.w = w
-	if req != nil && res == nil && p.modelNotFound(pool, req, st) {
-		p.releaseProbes(cands)
+	g, ok := p.gather(pool, r, st, res)
+	if !ok {
 		return nil
 	}
-	if req != nil {
-		// Not even least_conn may send a request to an engine of
-		// another model.
-		cands, spare = p.serving(req.Model, cands), p.serving(req.Model, spare)
-	}
-	pin, gone := previousResponse(p.fleet, req, upstreamUsable(cands, spare), res == nil) // llm_admission counted its own
-	if gone {
-		p.releaseProbes(cands)
-		p.responseGone(req, st)
-		return nil
-	}
-	cands = withPin(cands, spare, pin)
 	place, _ := caddyhttp.GetVar(ctx, varPlacement).(*fleet.Placement)
 	t0 := time.Now()
-	chosen, pick := p.choose(r, req, cands, routeHints{res: res, place: place, pin: pin})
-	if res == nil && p.tooLong(pool, sizedPrompt{req: req, tokens: pick.Tokens}, st) {
-		p.releaseProbes(cands)
+	chosen, pick := p.choose(r, g.req, g.cands, routeHints{res: res, place: place, pin: g.pin})
+	if res == nil && p.tooLong(pool, sizedPrompt{req: g.req, tokens: pick.Tokens}, st) {
+		p.releaseProbes(g.cands)
 		return nil
 	}
 	if chosen == nil {
 		pick.Tier = routing.LoadOnly
-		chosen = fallback(cands, spare)
+		chosen = fallback(g.cands, g.spare)
 	}
 	if chosen == nil {
 		return nil // no candidate: no half-open probe was claimed
 	}
 	decisionSeconds.WithLabelValues(pick.Tier.String()).Observe(time.Since(t0).Seconds())
+	p.commit(r, st, committed{req: g.req, pick: pick, chosen: chosen, res: res})
+	return chosen
+}
+
+// gathered is what Select routes among: the parsed request (nil when
+// there is none to route on), the candidates serving its model, those
+// whose breaker is open (spare), and the engine a previous_response_id
+// pins it to.
+type gathered struct {
+	req          *openai.Request
+	cands, spare []*reverseproxy.Upstream
+	pin          string
+}
+
+// gather parses the request and gathers its candidates. ok is false when
+// the policy answered the request itself (no engine serves its model, or
+// the engine holding its previous response is gone): Select returns nil.
+func (p *Policy) gather(pool reverseproxy.UpstreamPool, r *http.Request, st *selectState, res *upstreams.Reservation) (g gathered, ok bool) {
+	p.checkPool(r)
+	g.req = p.request(r, st)
+	g.cands, g.spare = p.candidates(pool, st)
+	if g.req != nil && res == nil && p.modelNotFound(pool, g.req, st) {
+		p.releaseProbes(g.cands)
+		return g, false
+	}
+	if g.req != nil {
+		// Not even least_conn may send a request to an engine of
+		// another model.
+		g.cands, g.spare = p.serving(g.req.Model, g.cands), p.serving(g.req.Model, g.spare)
+	}
+	pin, gone := previousResponse(p.fleet, g.req, upstreamUsable(g.cands, g.spare), res == nil) // llm_admission counted its own
+	if gone {
+		p.releaseProbes(g.cands)
+		p.responseGone(g.req, st)
+		return g, false
+	}
+	g.cands, g.pin = withPin(g.cands, g.spare, pin), pin
+	return g, true
+}
+
+// committed is a pick Select is about to return.
+type committed struct {
+	req    *openai.Request
+	pick   *fleet.Pick
+	chosen *reverseproxy.Upstream
+	res    *upstreams.Reservation
+}
+
+// commit records a pick: its metrics and trace attributes, the attempt
+// (which hands back the half-open probes of the candidates not chosen),
+// the dispatch, and the debug headers.
+func (p *Policy) commit(r *http.Request, st *selectState, c committed) {
+	ctx := r.Context()
+	pick, dial := c.pick, c.chosen.Dial
 	prefixDecisions.WithLabelValues(pick.Tier.String(), pick.Outcome.String()).Inc()
 	observeMultimodal(pick.Multimodal)
-	spanattr.SetRoute(trace.SpanFromContext(ctx), req, pick.Decision, chosen.Dial)
-	// Commit also hands back the half-open probes of the candidates not
-	// chosen.
-	a := pick.Commit(chosen.Dial)
+	spanattr.SetRoute(trace.SpanFromContext(ctx), c.req, pick.Decision, dial)
+	a := pick.Commit(dial)
 	st.mu.Lock()
-	st.tried[chosen.Dial] = true
+	st.tried[dial] = true
 	st.last = a
 	st.mu.Unlock()
-	if repl != nil {
+	if repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
 		// The status left by an earlier attempt must not be taken for
 		// this one's.
 		repl.Delete(statusPlaceholder)
 	}
 	caddyhttp.SetVar(ctx, "llm.tier", pick.Tier.String())
-	p.dispatch(ctx, a, res)
-	if p.DebugHeaders && w != nil {
-		w.Header().Set("X-LLM-Upstream", chosen.Dial)
-		w.Header().Set("X-LLM-Tier", pick.Tier.String())
+	p.dispatch(ctx, a, c.res)
+	if p.DebugHeaders && st.w != nil {
+		st.w.Header().Set("X-LLM-Upstream", dial)
+		st.w.Header().Set("X-LLM-Tier", pick.Tier.String())
 	}
-	return chosen
 }
 
 // fallback is the upstream for a request the fleet did not route (no
