@@ -17,7 +17,7 @@ import (
 //   - a prompt's multimodal items are its placeholder spans (offset and
 //     length in the prompt's token ids, sorted by offset), each with an
 //     identifier: the client's uuid for the item, or vLLM's hash of the
-//     item's data (vllm/multimodal/processing.py _hash_mm_items);
+//     item's data (for an image given as bytes, ImageBytesID);
 //   - block [start, end) gets the tuple (identifier, offset-start) of every
 //     item with offset < end and start < offset+length: an item that began
 //     in an earlier block gets a negative offset, and one that ended
