@@ -2,21 +2,26 @@ package openai
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 )
 
 // MediaPart is one multimodal content part of a chat request's messages.
 // vLLM turns each into a multimodal item whose identifier (the item's
 // extra key in the blocks its placeholder tokens cover) is the part's
-// "uuid" when the client gives one, else a hash of the decoded media
-// (vllm/multimodal/processing.py _hash_mm_items), which only the engine
-// can compute.
+// "uuid" when the client gives one, else a hash of the media: for an
+// image given as bytes, of those bytes as received (DataURLImage; see
+// kvindex.ImageBytesID).
 type MediaPart struct {
 	// Modality is "image", "audio", "video" or "embeds" (precomputed
 	// embeddings of any kind).
 	Modality string
 	// UUID is the part's "uuid", "" when absent or null.
 	UUID string
+	// url is an image part's URL, the raw JSON string ({"url": s} of
+	// image_url, or input_image's s); nil for other parts.
+	url json.RawMessage
 }
 
 // mediaModality maps the part types vLLM parses as media (MM_PARSER_MAP
@@ -104,12 +109,99 @@ func mediaPart(p []byte) (MediaPart, bool) {
 	typ, typed := decodeString(o.get("type"))
 	if typed && isNull(o.get("uuid")) {
 		m, ok := mediaModality[typ]
-		return MediaPart{Modality: m, UUID: uuid}, ok
+		return MediaPart{Modality: m, UUID: uuid, url: imagePartURL(o, typ)}, ok
 	}
 	for _, t := range mediaTypeOrder {
 		if o.get(t) != nil {
-			return MediaPart{Modality: mediaModality[t], UUID: uuid}, true
+			return MediaPart{Modality: mediaModality[t], UUID: uuid, url: imagePartURL(o, t)}, true
 		}
 	}
 	return MediaPart{}, false
+}
+
+// imagePartURL is the raw URL string of an image part of type typ, as
+// vLLM's parsers read it from the "image_url" member: image_url's
+// {"url": s}, input_image's s (either form is taken for either type: the
+// engine refuses a mismatch, so its key does not matter); nil when absent.
+func imagePartURL(o object, typ string) json.RawMessage {
+	if typ != "image_url" && typ != "input_image" {
+		return nil
+	}
+	v := o.get("image_url")
+	if len(v) > 0 && v[0] == '{' {
+		v = parseObject(v).get("url")
+	}
+	if len(v) == 0 || v[0] != '"' {
+		return nil
+	}
+	return v
+}
+
+// DataURLImage returns the bytes of an image part's base64 data: URL as
+// vLLM decodes them (DataURLBytes); ok is false for a part without such a
+// URL: an http(s) URL, whose bytes only the engine fetches, or none.
+func (p MediaPart) DataURLImage() (size int64, r io.Reader, ok bool) {
+	s := []byte(p.url)
+	if len(s) < 2 {
+		return 0, nil, false
+	}
+	if bytes.IndexByte(s, '\\') >= 0 { // escaped: decode the JSON string
+		var v string
+		if json.Unmarshal(s, &v) != nil {
+			return 0, nil, false
+		}
+		s = []byte(v)
+	} else {
+		s = s[1 : len(s)-1]
+	}
+	return DataURLBytes(s)
+}
+
+// DataURLBytes returns the bytes of a base64 data: URL as vLLM decodes
+// them into an image's original bytes (MediaConnector's data URL loader:
+// "data:<type>;base64,<data>", the data decoded strictly, padding
+// required): their size and a reader decoding them as it is read, so an
+// image of many MiB is hashed without a copy. ok is false for another
+// URL, and for a data URL vLLM would refuse or that holds characters
+// outside the base64 alphabet.
+func DataURLBytes(url []byte) (size int64, r io.Reader, ok bool) {
+	const scheme = "data:"
+	if len(url) < len(scheme) || !bytes.EqualFold(url[:len(scheme)], []byte(scheme)) {
+		return 0, nil, false
+	}
+	spec, data, found := bytes.Cut(url[len(scheme):], []byte{','})
+	if !found {
+		return 0, nil, false
+	}
+	if _, enc, _ := bytes.Cut(spec, []byte{';'}); string(enc) != "base64" {
+		return 0, nil, false
+	}
+	size, ok = base64Size(data)
+	if !ok {
+		return 0, nil, false
+	}
+	return size, base64.NewDecoder(base64.StdEncoding, bytes.NewReader(data)), true
+}
+
+// base64Size is the decoded size of padded standard base64 data, ok false
+// when data is not that (a length not a multiple of 4, a character
+// outside the alphabet, padding anywhere but the last two places).
+func base64Size(data []byte) (int64, bool) {
+	if len(data)%4 != 0 {
+		return 0, false
+	}
+	pad := 0
+	for i, c := range data {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/':
+			if pad > 0 {
+				return 0, false
+			}
+		case c == '=' && i >= len(data)-2:
+			pad++
+		default:
+			return 0, false
+		}
+	}
+	return int64(len(data)/4*3 - pad), true
 }
