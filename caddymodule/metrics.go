@@ -329,7 +329,7 @@ func observeMultimodal(how string) {
 func newMultimodalPrompts() *prometheus.CounterVec {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgw_multimodal_prompts_total",
-		Help: "Routed prompts with media parts, by how their media entered the block keys: keyed (matched past them) or text (matched up to the first item: no uuid, no image_token_id, audio or video).",
+		Help: "Routed prompts with media parts, by how their media entered the block keys: keyed (matched past them) or text (matched up to the first item: an http(s) image without uuid, no image_token_id, audio or video).",
 	}, []string{"keys"})
 	v.WithLabelValues("keyed")
 	v.WithLabelValues("text")

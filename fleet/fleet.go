@@ -41,9 +41,9 @@ type Fleet struct {
 	local     atomic.Pointer[localtok.Set]
 	tokNames  atomic.Pointer[map[string]struct{}]
 	tokModels localtok.Cache
-	// imageTokens is the running config's image placeholder id by model
-	// (TokenizerConfig.ImageTokenID; mmkeys.go).
-	imageTokens atomic.Pointer[map[string]uint64]
+	// imageTokens is the running config's image keying by model: the
+	// placeholder id and image hash settings of TokenizerConfig (mmkeys.go).
+	imageTokens atomic.Pointer[map[string]imageKeying]
 	breaker     *routing.Breaker // guarded by mu; replaced when its config changes
 	// aliases is the running config's public model names (models.go).
 	aliases atomic.Pointer[map[string]string]

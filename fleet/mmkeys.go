@@ -24,24 +24,32 @@ import (
 //     the span) do not follow it.
 //   - each image's identifier: the content part's "uuid", which vLLM takes
 //     as the item's hash (chat_utils.py at 001eadc passes it per item;
-//     processing.py's _hash_mm_items uses it verbatim when the processor
-//     is given no mm_processor_kwargs or tokenization_kwargs, and hashes
-//     it with them otherwise, so a request with mm_processor_kwargs is
-//     keyed wrongly: its blocks past the image just miss). Without one
-//     vLLM hashes the decoded image with blake3
-//     (vllm/multimodal/hasher.py), which the gateway cannot reproduce.
+//     processing/inputs.py's get_mm_hashes uses it verbatim when the
+//     request has no mm_processor_kwargs or media_io_kwargs, and hashes it
+//     with them otherwise, so such a request is keyed wrongly: its blocks
+//     past the image just miss). Without one, an image given as a base64
+//     data: URL is keyed by vLLM's hash of its decoded bytes with the
+//     engine's model id (kvindex.ImageBytesID; the model id and hash
+//     algorithm come from TokenizerConfig). An http(s) URL stays unkeyed:
+//     vLLM hashes the bytes it fetches, and the gateway must not fetch
+//     them.
 //
-// When either is missing (or the prompt has audio, video or embeddings),
-// the prompt is keyed as text: those keys equal the engines' for the
-// blocks before the first item, and never equal a block an item covers
-// (the engine's key has the item in it), so the precise match stops at
-// the first item, as it must. Such a request predicts no speculative
-// blocks, since its keys past the item would name every image alike.
-
-// mmPrompt is a request's media parts and its model's image placeholder.
+// mmPrompt is a request's media parts and how its model keys images.
 type mmPrompt struct {
-	parts      []openai.MediaPart
+	parts []openai.MediaPart
+	imageKeying
+	// ids are the parts' identifiers (identify), nil when unkeyed says
+	// why they are not known.
+	ids     []string
+	unkeyed string
+}
+
+// imageKeying is how a model's images enter its block keys.
+type imageKeying struct {
 	imageToken uint64 // 0: none configured
+	// hashModel and hashAlgorithm are kvindex.ImageBytesID's: "" for the
+	// request's model and blake3.
+	hashModel, hashAlgorithm string
 }
 
 // mmKeys is how a prompt's media enter its block keys.
@@ -76,13 +84,57 @@ func (f *Fleet) mmPromptOf(req *openai.Request) mmPrompt {
 		return p
 	}
 	if m := f.imageTokens.Load(); m != nil {
-		t, ok := (*m)[model]
+		k, ok := (*m)[model]
 		if !ok {
-			t = (*m)[localtok.AnyModel]
+			k = (*m)[localtok.AnyModel]
 		}
-		p.imageToken = t
+		p.imageKeying = k
 	}
+	if p.hashModel == "" {
+		p.hashModel = model
+	}
+	p.identify()
 	return p
+}
+
+// identify sets p.ids to the identifiers vLLM gives p's parts, or
+// p.unkeyed to why they are not known. It hashes images without a uuid
+// (milliseconds for MiBs), so it runs once per request, and only when
+// the model's image token is configured.
+func (p *mmPrompt) identify() {
+	if len(p.parts) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(p.parts))
+	for _, part := range p.parts {
+		if part.Modality != "image" {
+			p.unkeyed = part.Modality + " items are not keyed"
+			return
+		}
+		if part.UUID != "" {
+			ids = append(ids, part.UUID)
+			continue
+		}
+		if p.imageToken == 0 {
+			continue // not hashed: the prompt is unkeyed anyway
+		}
+		size, r, ok := part.DataURLImage()
+		if !ok {
+			p.unkeyed = "an image without a uuid and not a base64 data: URL (the engine hashes the bytes it fetches)"
+			return
+		}
+		id, err := kvindex.ImageBytesID(p.hashAlgorithm, p.hashModel, kvindex.ImageBytes{Size: size, R: r})
+		if err != nil {
+			p.unkeyed = "an image data: URL that does not decode: " + err.Error()
+			return
+		}
+		ids = append(ids, id)
+	}
+	if p.imageToken == 0 {
+		p.unkeyed = "no image_token_id configured for the model"
+		return
+	}
+	p.ids = ids
 }
 
 // promptMedia is the media of q's prompt, tokenized as tr says: found
@@ -104,18 +156,8 @@ func (p mmPrompt) keys(tokens []uint64) mmKeys {
 		return mmKeys{}
 	}
 	m := mmKeys{media: true}
-	for _, part := range p.parts {
-		switch {
-		case part.Modality != "image":
-			m.reason = part.Modality + " items are not keyed"
-			return m
-		case part.UUID == "":
-			m.reason = "an image without a uuid (the engine hashes its pixels)"
-			return m
-		}
-	}
-	if p.imageToken == 0 {
-		m.reason = "no image_token_id configured for the model"
+	if p.ids == nil {
+		m.reason = p.unkeyed
 		return m
 	}
 	items := make([]kvindex.MMItem, 0, len(p.parts))
@@ -131,7 +173,7 @@ func (p mmPrompt) keys(tokens []uint64) mmKeys {
 			m.reason = "more image placeholder runs than images"
 			return m
 		}
-		items = append(items, kvindex.MMItem{ID: p.parts[len(items)].UUID, Offset: start, Length: i - start})
+		items = append(items, kvindex.MMItem{ID: p.ids[len(items)], Offset: start, Length: i - start})
 	}
 	if len(items) != len(p.parts) {
 		m.reason = fmt.Sprintf("%d image placeholder runs for %d images", len(items), len(p.parts))
@@ -159,12 +201,13 @@ func (k *keyKeep) mmBlockKeys(tokens []uint64, blockSize int, lora, salt string,
 	return keys
 }
 
-// imageTokenIDs maps the models of cfgs to their image placeholder ids.
-func imageTokenIDs(cfgs []*TokenizerConfig) map[string]uint64 {
-	out := make(map[string]uint64)
+// imageKeyings maps the models of cfgs to how their images are keyed.
+func imageKeyings(cfgs []*TokenizerConfig) map[string]imageKeying {
+	out := make(map[string]imageKeying)
 	for _, c := range cfgs {
 		if c != nil && c.ImageTokenID > 0 {
-			out[c.Model] = c.ImageTokenID
+			out[c.Model] = imageKeying{imageToken: c.ImageTokenID, hashModel: c.ImageHashModel,
+				hashAlgorithm: c.ImageHashAlgorithm}
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -90,8 +91,9 @@ func mmFleet(t *testing.T, imageToken bool) (*Fleet, []*vllmsim.Engine, []string
 // TestImagePromptMatchesPastImage: an image prompt served by engine 0 (its
 // blocks hashed with the image's uuid, as vLLM does) is matched by the
 // fleet past the image when repeated with the same uuid, and only up to
-// the image with another uuid, without a uuid, or when the model's image
-// token is not configured; explain says which.
+// the image with another uuid, without a uuid (its identifier is then the
+// hash of its bytes, not the uuid), or when the model's image token is not
+// configured; explain says which.
 func TestImagePromptMatchesPastImage(t *testing.T) {
 	for _, configured := range []bool{true, false} {
 		f, engines, dials := mmFleet(t, configured)
@@ -121,13 +123,11 @@ func TestImagePromptMatchesPastImage(t *testing.T) {
 		}{
 			{"same uuid", "data:image/png;base64,AAAA", "img-A", whole, "keyed: 1 images"},
 			{"other uuid", "data:image/png;base64,AAAA", "img-B", before, "keyed: 1 images"},
-			{"no uuid", "data:image/png;base64,AAAA", "", before, "without a uuid"},
+			{"no uuid", "data:image/png;base64,AAAA", "", before, "keyed: 1 images"},
+			{"no uuid, http URL", "https://x/a.png", "", before, "not a base64 data: URL"},
 		} {
 			if !configured {
 				c.want, c.say = before, "no image_token_id"
-				if c.uuid == "" {
-					c.say = "without a uuid"
-				}
 			}
 			req, err := openai.ParseRequest([]byte(imageChatBody(t, c.url, c.uuid)))
 			if err != nil {
@@ -148,27 +148,98 @@ func TestImagePromptMatchesPastImage(t *testing.T) {
 	}
 }
 
+// TestImageWithoutUUIDMatchesPastImage: an image prompt without a uuid,
+// its image a base64 data: URL, served by engine 0 (which hashes the
+// image's bytes with its model id, as vLLM does) is matched past the image
+// when repeated as it is, and only up to the image with other bytes or
+// with a uuid.
+func TestImageWithoutUUIDMatchesPastImage(t *testing.T) {
+	f, engines, dials := mmFleet(t, true)
+	ctx := context.Background()
+	image := func(seed byte) string {
+		b := make([]byte, 3000)
+		for i := range b {
+			b[i] = byte(i*7) ^ seed
+		}
+		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(b)
+	}
+	body := imageChatBody(t, image(1), "")
+	simPost(t, ctx, engines[0].URL()+"/v1/chat/completions", body)
+	req, err := openai.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.PolicySettings("default")
+	tokens, tr := f.tokenize(ctx, req, f.view(dials, s))
+	if tr.Err != nil {
+		t.Fatal(tr.Err)
+	}
+	whole, before := len(tokens)/16, slices.Index(tokens, simImagePad)/16
+	testwait.For(t, time.Minute, "engine 0's blocks mirrored", func() bool {
+		return f.index.Mirror(dials[0]).Stats().Blocks >= whole
+	})
+	for _, c := range []struct {
+		name, url, uuid string
+		want            int
+	}{
+		{"same bytes", image(1), "", whole},
+		{"other bytes", image(2), "", before},
+		{"same bytes with a uuid", image(1), "img-A", before},
+	} {
+		req, err := openai.ParseRequest([]byte(imageChatBody(t, c.url, c.uuid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: s, Explain: true})
+		if d.Tokenize.Err != nil || d.Index != 0 || d.Scored[0].Tier != routing.Precise {
+			t.Fatalf("%s: decision %+v, %v", c.name, d.Decision, d.Tokenize.Err)
+		}
+		if got := d.Scored[0].MatchedBlocks; got != c.want || !strings.Contains(d.Multimodal, "keyed: 1 images") {
+			t.Errorf("%s: engine 0 matched %d blocks (want %d of %d, image at %d), explain %q",
+				c.name, got, c.want, whole, before, d.Multimodal)
+		}
+	}
+}
+
 // TestMMPromptKeys: the placeholder runs become items only when every
-// media part is an image with a uuid and the runs are as many as the
-// images.
+// media part is an image with an identifier (its uuid, or the hash of its
+// data: URL's bytes) and the runs are as many as the images.
 func TestMMPromptKeys(t *testing.T) {
 	const pad = 9
 	tokens := []uint64{1, 2, pad, pad, pad, 3, 4, pad, pad, 5}
-	img := func(uuid string) openai.MediaPart { return openai.MediaPart{Modality: "image", UUID: uuid} }
+	part := func(member string) string {
+		return `{"role":"user","content":[{"type":"text","text":"t"},` + member + `]}`
+	}
+	img := func(uuid string) string {
+		return part(`{"type":"image_url","image_url":{"url":"https://x/a.png"},"uuid":"` + uuid + `"}`)
+	}
+	data := part(`{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}`)
+	hash, err := kvindex.ImageBytesID("", "m", kvindex.ImageBytes{Size: 3, R: strings.NewReader("\x00\x00\x00")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(token uint64, msgs ...string) mmPrompt {
+		p := mmPrompt{parts: openai.MediaParts([]byte("[" + strings.Join(msgs, ",") + "]")),
+			imageKeying: imageKeying{imageToken: token, hashModel: "m"}}
+		p.identify()
+		return p
+	}
 	for _, c := range []struct {
 		name  string
 		p     mmPrompt
 		items []kvindex.MMItem
 		why   string
 	}{
-		{"text", mmPrompt{imageToken: pad}, nil, ""},
-		{"two images", mmPrompt{parts: []openai.MediaPart{img("a"), img("b")}, imageToken: pad},
+		{"text", prompt(pad), nil, ""},
+		{"two images", prompt(pad, img("a"), img("b")),
 			[]kvindex.MMItem{{ID: "a", Offset: 2, Length: 3}, {ID: "b", Offset: 7, Length: 2}}, ""},
-		{"more runs", mmPrompt{parts: []openai.MediaPart{img("a")}, imageToken: pad}, nil, "more image placeholder runs"},
-		{"fewer runs", mmPrompt{parts: []openai.MediaPart{img("a"), img("b"), img("c")}, imageToken: pad}, nil, "2 image placeholder runs for 3"},
-		{"no uuid", mmPrompt{parts: []openai.MediaPart{img("a"), img("")}, imageToken: pad}, nil, "without a uuid"},
-		{"audio", mmPrompt{parts: []openai.MediaPart{{Modality: "audio", UUID: "x"}}, imageToken: pad}, nil, "audio items"},
-		{"no token", mmPrompt{parts: []openai.MediaPart{img("a"), img("b")}}, nil, "no image_token_id"},
+		{"data URL without uuid", prompt(pad, img("a"), data),
+			[]kvindex.MMItem{{ID: "a", Offset: 2, Length: 3}, {ID: hash, Offset: 7, Length: 2}}, ""},
+		{"more runs", prompt(pad, img("a")), nil, "more image placeholder runs"},
+		{"fewer runs", prompt(pad, img("a"), img("b"), img("c")), nil, "2 image placeholder runs for 3"},
+		{"http URL without uuid", prompt(pad, img("a"), img("")), nil, "not a base64 data: URL"},
+		{"audio", prompt(pad, part(`{"type":"input_audio","input_audio":{"data":"AA"},"uuid":"x"}`)), nil, "audio items"},
+		{"no token", prompt(0, img("a"), data), nil, "no image_token_id"},
 	} {
 		m := c.p.keys(tokens)
 		if !slices.Equal(m.items, c.items) || !strings.Contains(m.reason, c.why) || (c.why == "") != (m.reason == "") {
@@ -221,5 +292,17 @@ func TestImagePromptPredictions(t *testing.T) {
 	}
 	if before := route("https://x/a.png", "img-D").Scored[1].SpeculativeBlocks; before == 0 || before >= whole-4 {
 		t.Errorf("another image matches %d predicted blocks of %d, want those before the image", before, whole)
+	}
+}
+
+// TestImageHashAlgorithmValidated: a tokenizer entry's image hash
+// algorithm must be one vLLM offers.
+func TestImageHashAlgorithmValidated(t *testing.T) {
+	for alg, ok := range map[string]bool{"": true, "blake3": true, "sha256": true, "sha512": true, "md5": false, "SHA256": false} {
+		cfg := testConfig(&EngineConfig{Dial: "127.0.0.1:1"})
+		cfg.Tokenizers = []*TokenizerConfig{{Model: "*", Dir: RemoteTokenizer, ImageTokenID: 9, ImageHashAlgorithm: alg}}
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("algorithm %q: %v", alg, err)
+		}
 	}
 }

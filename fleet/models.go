@@ -174,8 +174,8 @@ func (f *Fleet) noteTokenizerNames(cfgs []*TokenizerConfig) {
 		}
 	}
 	f.tokNames.Store(&names)
-	ids := imageTokenIDs(cfgs)
-	f.imageTokens.Store(&ids)
+	ks := imageKeyings(cfgs)
+	f.imageTokens.Store(&ks)
 }
 
 // maxAliasLength bounds an alias's names, as the engines' model ids are

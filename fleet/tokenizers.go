@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/openai"
 )
@@ -34,6 +35,19 @@ type TokenizerConfig struct {
 	// fleet/mmkeys.go for the models it fits). Default: 0, none: the
 	// precise match of an image prompt stops at its first image.
 	ImageTokenID uint64 `json:"image_token_id,omitempty"`
+
+	// ImageHashModel is the model id vLLM hashes into the identifier of
+	// an image part without a "uuid" given as a base64 data: URL: the
+	// engine's --model (its /v1/models "root"), not a --served-model-name
+	// nor a LoRA adapter's name. Used with ImageTokenID. Default: the
+	// request's "model", right when the engines serve the model under its
+	// path and the request names no adapter.
+	ImageHashModel string `json:"image_hash_model,omitempty"`
+
+	// ImageHashAlgorithm is the engines' multimodal hash algorithm
+	// (vLLM's --mm-hasher-algorithm): "blake3", "sha256" or "sha512".
+	// Default: "blake3", vLLM's.
+	ImageHashAlgorithm string `json:"image_hash_algorithm,omitempty"`
 }
 
 // RemoteTokenizer is TokenizerConfig.Dir's value for the engines'
@@ -51,6 +65,9 @@ func (c *Config) validateTokenizers() error {
 			return fmt.Errorf("tokenizer for model %q: a directory or %q is required", t.Model, RemoteTokenizer)
 		case seen[t.Model]:
 			return fmt.Errorf("tokenizer for model %q listed twice", t.Model)
+		}
+		if err := kvindex.ValidMMHashAlgorithm(t.ImageHashAlgorithm); err != nil {
+			return fmt.Errorf("tokenizer for model %q: %w", t.Model, err)
 		}
 		seen[t.Model] = true
 	}

@@ -195,7 +195,7 @@ func (e *Engine) chatTokens(req *genRequest) ([]uint64, []kvindex.MMItem, error)
 	o := chatOptions{tools: req.Tools, addGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
 		continueFinal: req.ContinueFinalMessage}
 	if e.cfg.ImageTokens > 0 {
-		o.img = &imageRender{}
+		o.img = &imageRender{model: e.cfg.Model}
 	}
 	text, err := renderChatImages(msgs, o)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/llmgw/caddy-llmgw/kvindex"
+	"github.com/llmgw/caddy-llmgw/openai"
 )
 
 // Images. With Config.ImageTokens > 0 the simulated model is a vision
@@ -20,14 +21,17 @@ import (
 // are the item's placeholder span (vLLM's PlaceholderRange). /tokenize
 // returns the expanded ids, as vLLM's does. The item's identifier is the
 // part's "uuid" when the client gives one (vLLM uses it as the mm hash),
-// else a hash of the image's URL: vLLM hashes the decoded image with
-// blake3 (vllm/multimodal/hasher.py), which a gateway cannot reproduce,
-// so the simulator's stand-in need not be reproducible either. Blocks are
-// hashed with the items' extra keys as vLLM does (kvindex.KeySpec).
+// else, for a base64 data: URL, vLLM's blake3 hash of the image's bytes
+// with the model's path (Config.Model, its /v1/models root) as model id
+// (kvindex.ImageBytesID). vLLM hashes an http(s) URL's image by the bytes
+// it fetches; the simulator fetches nothing and hashes the URL instead, a
+// stand-in no gateway can reproduce, as it cannot the real one. Blocks
+// are hashed with the items' extra keys as vLLM does (kvindex.KeySpec).
 
 // imageRender collects the images of a rendered chat, in prompt order.
 type imageRender struct {
-	ids []string
+	model string // the model id hashed into an image's identifier
+	ids   []string
 }
 
 // maxImageURLBytes bounds one image's URL (a data: URL holds the image).
@@ -44,12 +48,28 @@ func (r *imageRender) add(sb *strings.Builder, p contentPart) error {
 		id = *p.UUID
 	}
 	if id == "" {
-		sum := sha256.Sum256([]byte(url))
-		id = "sim-" + hex.EncodeToString(sum[:16])
+		id, err = r.hashImage(url)
+		if err != nil {
+			return err
+		}
 	}
 	r.ids = append(r.ids, id)
 	sb.WriteString("<|vision_start|><|image_pad|><|vision_end|>")
 	return nil
+}
+
+// hashImage is the identifier of an image part without a uuid.
+func (r *imageRender) hashImage(url string) (string, error) {
+	size, data, ok := openai.DataURLBytes([]byte(url))
+	if !ok {
+		sum := sha256.Sum256([]byte(url))
+		return "sim-" + hex.EncodeToString(sum[:16]), nil
+	}
+	id, err := kvindex.ImageBytesID(kvindex.MMHashBlake3, r.model, kvindex.ImageBytes{Size: size, R: data})
+	if err != nil {
+		return "", badRequest("image data URL: %v", err)
+	}
+	return id, nil
 }
 
 // imageURL is an image part's URL: {"url": s} (image_url) or s
