@@ -6,6 +6,7 @@ import (
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/localtok"
 	"github.com/llmgw/caddy-llmgw/openai"
+	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
 // Multimodal block keys. vLLM hashes into each block the (identifier,
@@ -29,8 +30,9 @@ import (
 //     with them otherwise, so such a request is keyed wrongly: its blocks
 //     past the image just miss). Without one, an image given as a base64
 //     data: URL is keyed by vLLM's hash of its decoded bytes with the
-//     engine's model id (kvindex.ImageBytesID; the model id and hash
-//     algorithm come from TokenizerConfig). An http(s) URL stays unkeyed:
+//     engine's model id (kvindex.ImageBytesID; the model id is the
+//     engines' /v1/models root of the model unless TokenizerConfig says,
+//     the hash algorithm comes from TokenizerConfig). An http(s) URL stays unkeyed:
 //     vLLM hashes the bytes it fetches, and the gateway must not fetch
 //     them.
 //
@@ -48,7 +50,7 @@ type mmPrompt struct {
 type imageKeying struct {
 	imageToken uint64 // 0: none configured
 	// hashModel and hashAlgorithm are kvindex.ImageBytesID's: "" for the
-	// request's model and blake3.
+	// engines' root of the request's model (imageHashModel) and blake3.
 	hashModel, hashAlgorithm string
 }
 
@@ -90,11 +92,52 @@ func (f *Fleet) mmPromptOf(req *openai.Request) mmPrompt {
 		}
 		p.imageKeying = k
 	}
-	if p.hashModel == "" {
-		p.hashModel = model
+	if p.hashModel == "" && p.imageToken != 0 {
+		p.hashModel = f.imageHashModel(model)
 	}
 	p.identify()
 	return p
+}
+
+// imageHashModel is the model id vLLM hashes into the identifier of an
+// image without a uuid in a request for model: the engine's --model, which
+// its /v1/models reports as the model's root (the parent's root for an
+// adapter, which runs on its base model); model itself when no engine has
+// listed it.
+func (f *Fleet) imageHashModel(model string) string {
+	if served, ok := f.ResolveAlias(model); ok {
+		model = served
+	}
+	for _, e := range f.registry.Engines() {
+		s := e.Models()
+		if s.Configured {
+			continue // configured names: no root
+		}
+		if root := rootOf(s.List, model); root != "" {
+			return root
+		}
+	}
+	return model
+}
+
+// rootOf is the root of model in an engine's model list, its parent's for
+// an adapter; "" when the list does not say.
+func rootOf(list []upstreams.ServedModel, model string) string {
+	for _, m := range list {
+		if m.ID != model {
+			continue
+		}
+		if m.Parent == "" {
+			return m.Root
+		}
+		for _, b := range list {
+			if b.ID == m.Parent && b.Parent == "" {
+				return b.Root
+			}
+		}
+		return ""
+	}
+	return ""
 }
 
 // identify sets p.ids to the identifiers vLLM gives p's parts, or

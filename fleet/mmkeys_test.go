@@ -47,10 +47,18 @@ func imageChatBody(t testing.TB, url, uuid string) string {
 // subscribed to their events, told the image token when imageToken.
 func mmFleet(t *testing.T, imageToken bool) (*Fleet, []*vllmsim.Engine, []string) {
 	t.Helper()
+	return mmFleetOf(t, imageToken, vllmsim.Config{})
+}
+
+// mmFleetOf is mmFleet with engines configured as sim, but for the
+// settings mmFleet sets.
+func mmFleetOf(t *testing.T, imageToken bool, sim vllmsim.Config) (*Fleet, []*vllmsim.Engine, []string) {
+	t.Helper()
+	sim.TimeScale, sim.ImageTokens = 10000, 64
 	var engines []*vllmsim.Engine
 	for range 2 {
-		e, err := vllmsim.Start(context.Background(), vllmsim.Config{TimeScale: 10000, ImageTokens: 64,
-			KVEvents: &vllmsim.KVEventsConfig{Endpoint: "tcp://*:0"}})
+		sim.KVEvents = &vllmsim.KVEventsConfig{Endpoint: "tcp://*:0"}
+		e, err := vllmsim.Start(context.Background(), sim)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,6 +205,46 @@ func TestImageWithoutUUIDMatchesPastImage(t *testing.T) {
 		if got := d.Scored[0].MatchedBlocks; got != c.want || !strings.Contains(d.Multimodal, "keyed: 1 images") {
 			t.Errorf("%s: engine 0 matched %d blocks (want %d of %d, image at %d), explain %q",
 				c.name, got, c.want, whole, before, d.Multimodal)
+		}
+	}
+}
+
+// TestImageHashModelIsRoot: an image without a uuid is hashed with the
+// engine's model path (its /v1/models root), not the name the request
+// uses: a repeat under another served name of the model, or under a LoRA
+// adapter of it, matches past the image.
+func TestImageHashModelIsRoot(t *testing.T) {
+	f, engines, dials := mmFleetOf(t, true, vllmsim.Config{Model: "org/vision-7b",
+		ModelAliases: []string{"vision"}, LoRAModules: []string{"style"}})
+	testwait.For(t, time.Minute, "the engines' model lists", func() bool {
+		list, known := f.ListModels("")
+		return known && len(list) == 3
+	})
+	if got := f.imageHashModel("style"); got != "org/vision-7b" {
+		t.Fatalf("an adapter's image hash model is %q", got)
+	}
+	ctx := context.Background()
+	s := f.PolicySettings("default")
+	url := "data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("pixels", 500)))
+	for i, model := range []string{"vision", "style"} {
+		body := strings.Replace(imageChatBody(t, url, ""), `"model":"sim-model"`, `"model":"`+model+`"`, 1)
+		simPost(t, ctx, engines[i].URL()+"/v1/chat/completions", body)
+		req, err := openai.ParseRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, tr := f.tokenize(ctx, req, f.view(dials, s))
+		if tr.Err != nil {
+			t.Fatal(tr.Err)
+		}
+		whole := len(tokens) / 16
+		testwait.For(t, time.Minute, model+"'s blocks mirrored", func() bool {
+			return f.index.Mirror(dials[i]).Stats().Blocks >= whole
+		})
+		d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: s, Explain: true})
+		if d.Tokenize.Err != nil || d.Index != i || d.Scored[i].MatchedBlocks != whole {
+			t.Errorf("%s: routed to %d, engine %d matched %d of %d blocks, %v",
+				model, d.Index, i, d.Scored[i].MatchedBlocks, whole, d.Tokenize.Err)
 		}
 	}
 }

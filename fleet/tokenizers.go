@@ -40,8 +40,8 @@ type TokenizerConfig struct {
 	// an image part without a "uuid" given as a base64 data: URL: the
 	// engine's --model (its /v1/models "root"), not a --served-model-name
 	// nor a LoRA adapter's name. Used with ImageTokenID. Default: the
-	// request's "model", right when the engines serve the model under its
-	// path and the request names no adapter.
+	// root the engines' /v1/models lists for the request's model (its
+	// base model's for an adapter), else the request's "model".
 	ImageHashModel string `json:"image_hash_model,omitempty"`
 
 	// ImageHashAlgorithm is the engines' multimodal hash algorithm
