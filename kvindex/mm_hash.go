@@ -17,12 +17,18 @@ import (
 // vllm/multimodal/hasher.py (the framed MultiModalHasher: _framed,
 // iter_item_to_bytes, iter_value_to_bytes, hash_kwargs taking the
 // algorithm) and vllm/multimodal/processing/inputs.py
-// (ProcessorInputs.get_mm_hashes / get_mm_item_hash) of vLLM main in late
-// 2026; the code index they were read from records no commit for them
-// (see kvindex/testdata/mm_image_hash.py). An image that arrived as bytes
-// (a base64 data: URL, or a fetched http URL) is a MediaWithBytes whose
-// original_bytes are the encoded file as received; without a uuid, and
-// without media_io_kwargs or mm_processor_kwargs, its identifier is
+// (ProcessorInputs.get_mm_hashes, both the version with get_mm_item_hash
+// and the one before it) of vLLM main in late 2026, for which the code
+// index they were read from records no commit; against parse.py
+// (ProcessorBatchItems.get_item_for_hash hands the MediaWithBytes itself
+// to the hasher), media/base.py at ca3fff65 and media/image.py at 24cfad52
+// (ImageMediaIO.load_base64: pybase64.b64decode(data, validate=True), the
+// result kept as original_bytes) and MediaConnector._load_data_url. An
+// image that arrived as bytes (a base64 data: URL, or a fetched http URL)
+// is a MediaWithBytes whose original_bytes are the encoded file as
+// received; without a uuid, and without media_io_kwargs or
+// mm_processor_kwargs (and without the MediaWithBytes io_config of the
+// newest hasher, whose source the index did not show), its identifier is
 //
 //	hash_kwargs(algorithm, model_id=<engine's --model>, image=<MediaWithBytes>)
 //
