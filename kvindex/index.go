@@ -253,6 +253,11 @@ type EngineMatch struct {
 	// engine's own; either way only a prediction makes it count, so all
 	// of them are counted here.
 	Predicted int
+	// CPUBlocks is how many blocks past Blocks the engine holds in its CPU
+	// offload tier, in a row; StorageBlocks how many past those in its
+	// storage tier. An engine holding the prompt's first blocks only in a
+	// lower tier is listed with Blocks 0.
+	CPUBlocks, StorageBlocks int
 }
 
 // MatchKeys returns, for every engine of the given block size that holds at
@@ -435,7 +440,9 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 		if q.Keys != nil && bs == q.KeysBlockSize {
 			ix.recognize(q, bs, q.Keys)
 			ix.mu.RLock()
+			from := len(out)
 			out = ix.matchLocked(bs, q.Group, q.Keys, out)
+			out = ix.offloadedLocked(bs, q.Group, q.Keys, out, from)
 			ix.mu.RUnlock()
 			continue
 		}
@@ -446,7 +453,9 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 		}
 		ix.recognize(q, bs, keys)
 		ix.mu.RLock()
+		from := len(out)
 		out = ix.matchLocked(bs, q.Group, keys, out)
+		out = ix.offloadedLocked(bs, q.Group, keys, out, from)
 		ix.mu.RUnlock()
 	}
 	sortMatches(out)

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"math/bits"
+	"slices"
 	"strings"
 )
 
@@ -282,12 +283,56 @@ func (m TierMatch) Total() int {
 // first engine's start to the last engine's end.
 func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
 	gpu := ix.MatchKeys(blockSize, group, keys)
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := ix.tiersLocked(blockSize, group, keys, gpu)
+	sortTierMatches(out)
+	return out
+}
+
+// offloadedLocked sets the offload tiers' continuations on out[from:],
+// MatchKeys' answer for blockSize and keys, and appends the engines that
+// hold the prompt's first blocks only in a lower tier. Without any block
+// in a lower tier it costs a look at each bank's counts. ix.mu held.
+func (ix *Index) offloadedLocked(blockSize, group int, keys []uint64, out []EngineMatch, from int) []EngineMatch {
+	if !ix.anyLowerLocked() {
+		return out
+	}
+	for _, tm := range ix.tiersLocked(blockSize, group, keys, out[from:]) {
+		cpu, storage := tm.Blocks[TierCPU], tm.Blocks[TierStorage]
+		if cpu+storage == 0 {
+			continue
+		}
+		i := from + slices.IndexFunc(out[from:], func(m EngineMatch) bool { return m.Engine == tm.Engine })
+		if i < from {
+			out = append(out, EngineMatch{Engine: tm.Engine, BlockSize: blockSize})
+			i = len(out) - 1
+		}
+		out[i].CPUBlocks, out[i].StorageBlocks = cpu, storage
+	}
+	return out
+}
+
+// anyLowerLocked reports whether some engine holds a block in an offload
+// tier. ix.mu held.
+func (ix *Index) anyLowerLocked() bool {
+	for _, banks := range ix.tierBanks {
+		for _, t := range banks {
+			if t.len() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tiersLocked is MatchTiers given MatchKeys' answer (gpu), unsorted.
+// ix.mu held.
+func (ix *Index) tiersLocked(blockSize, group int, keys []uint64, gpu []EngineMatch) []TierMatch {
 	gpuOf := make(map[string]int, len(gpu))
 	for _, g := range gpu {
 		gpuOf[g.Engine] = g.Blocks
 	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
 	var out []TierMatch
 	for b := range ix.banks {
 		var start [64]int
@@ -321,7 +366,6 @@ func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
 			}
 		}
 	}
-	sortTierMatches(out)
 	return out
 }
 

@@ -101,6 +101,25 @@ func TestMirrorTiers(t *testing.T) {
 	if got := tiersOf(t, ix, p, 4); fmt.Sprint(got) != fmt.Sprint([]string{"e1:2/1/0", "e2:0/8/0"}) {
 		t.Fatalf("with a CPU-only engine: %v", got)
 	}
+	// Match, what routing asks, reports the same continuations, from the
+	// tokens as from the keys.
+	keys, err := Keys(nil, p, 4, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []Query{{Tokens: p}, {Tokens: p, Keys: keys, KeysBlockSize: 4}} {
+		found, err := ix.Match(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, x := range found {
+			got = append(got, fmt.Sprintf("%s:%d/%d/%d", x.Engine, x.Blocks, x.CPUBlocks, x.StorageBlocks))
+		}
+		if fmt.Sprint(got) != fmt.Sprint([]string{"e1:2/1/0", "e2:0/8/0"}) {
+			t.Fatalf("Match(keys %v): %v", q.Keys != nil, got)
+		}
+	}
 
 	// A reset drops the lower tiers with the rest.
 	e.msg(f, arr{"AllBlocksCleared"})
