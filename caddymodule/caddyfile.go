@@ -333,6 +333,8 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	    imbalance_threshold <float>
 //	    tie_tokens          <float>
 //	    adapter_weight      <float>
+//	    cpu_tier_weight     <float>
+//	    storage_tier_weight <float>
 //	    cache_key_header    <name>
 //	    pool                <name>
 //	    block_size          <n>
@@ -363,6 +365,8 @@ func (p *Policy) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"imbalance_threshold": &p.ImbalanceThreshold,
 		"tie_tokens":          &p.TieTokens,
 		"adapter_weight":      &p.AdapterWeight,
+		"cpu_tier_weight":     &p.CPUTierWeight,
+		"storage_tier_weight": &p.StorageTierWeight,
 	}
 	for d.NextBlock(0) {
 		var err error

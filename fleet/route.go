@@ -312,6 +312,9 @@ func (f *Fleet) view(dials []string, s Settings) view {
 type matches struct {
 	precise   map[string]int // blocks, by engine; nil when tokens are unknown
 	predicted map[string]int // of those, the speculative ones
+	// offloaded are the blocks past precise an engine keeps in its CPU,
+	// then storage tier; nil when no engine offloads any.
+	offloaded map[string][2]int
 	approx    map[string]int // bytes of the key past its namespace, by engine
 }
 
@@ -366,6 +369,7 @@ func (f *Fleet) prefixes(q Query, v view, tokens, keys []uint64) (Decision, rout
 		c.Adapter = adapterOn(v.engines[i], lora)
 		if live[i] {
 			c.Tier, c.MatchedBlocks, c.Speculative = routing.Precise, m.precise[dial], m.predicted[dial]
+			c.CPUBlocks, c.StorageBlocks = m.offloaded[dial][0], m.offloaded[dial][1]
 		} else {
 			c.Tier = routing.Approximate
 			if unapplied[i] {
@@ -426,6 +430,12 @@ func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int, mm
 	if err == nil {
 		for _, x := range found {
 			m.precise[x.Engine] = x.Blocks
+			if x.CPUBlocks+x.StorageBlocks > 0 {
+				if m.offloaded == nil {
+					m.offloaded = make(map[string][2]int)
+				}
+				m.offloaded[x.Engine] = [2]int{x.CPUBlocks, x.StorageBlocks}
+			}
 			if x.Predicted > 0 {
 				if m.predicted == nil {
 					m.predicted = make(map[string]int)

@@ -16,12 +16,19 @@ import (
 // AllBlocksCleared ever: vLLM may publish none when an engine sleeps.
 func storeBlocks(t *testing.T, f *Fleet, dial string, toks []uint64) {
 	t.Helper()
+	storeBlocksIn(t, f, dial, toks, "GPU")
+}
+
+// storeBlocksIn is storeBlocks into a tier of the engine's (an event's
+// medium: "GPU", "CPU", "STORAGE").
+func storeBlocksIn(t *testing.T, f *Fleet, dial string, toks []uint64, medium string) {
+	t.Helper()
 	n := len(toks) / 16
 	hashes := make([]uint64, n)
 	for i := range hashes {
 		hashes[i] = 0xfeed0000 + uint64(i)
 	}
-	ev := []any{"BlockStored", hashes, nil, toks[:16*n], 16, nil, "GPU"}
+	ev := []any{"BlockStored", hashes, nil, toks[:16*n], 16, nil, medium}
 	b, err := msgpack.Marshal([]any{1.0, []any{ev}, 0})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,8 @@ func storeBlocks(t *testing.T, f *Fleet, dial string, toks []uint64) {
 	t.Cleanup(feed.Close)
 	feed.Connected()
 	feed.Message(nil, 0, b)
-	if got := f.index.Mirror(dial).Stats().Blocks; got != n {
+	st := f.index.Mirror(dial).Stats()
+	if got := st.Blocks + st.TierBlocks[kvindex.TierCPU] + st.TierBlocks[kvindex.TierStorage]; got != n {
 		t.Fatalf("mirror holds %d blocks, want %d", got, n)
 	}
 }

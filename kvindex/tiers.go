@@ -181,6 +181,7 @@ func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
 		m.st.Malformed++
 		return
 	}
+	m.learnBlockSizeLocked(ev.GroupIdx, bs)
 	key := rootKey(ev.GroupIdx)
 	if ev.HasParent {
 		k, ok := m.knownKeyLocked(ev.GroupIdx, ev.Parent)
@@ -367,6 +368,22 @@ func (ix *Index) tiersLocked(blockSize, group int, keys []uint64, gpu []EngineMa
 		}
 	}
 	return out
+}
+
+// learnBlockSizeLocked gives a group the engine has stored nothing on its
+// GPU for the block size of its offload events, so that Match looks its
+// lower tiers up at that size: an engine whose prefix is only offloaded
+// (its GPU cache evicted it, or the gateway started after) is still a
+// candidate for it. A group with GPU blocks keeps its own.
+func (m *Mirror) learnBlockSizeLocked(groupIdx, bs int) {
+	for len(m.groups) <= groupIdx {
+		m.groups = append(m.groups, nil)
+	}
+	if g := m.groups[groupIdx]; g == nil {
+		m.groups[groupIdx] = &group{blockSize: bs, entries: make(map[uint64]blockEntry)}
+	} else if len(g.entries) == 0 {
+		g.blockSize = bs
+	}
 }
 
 // mirrorAt is the mirror in slot i, nil when free or past the slots.

@@ -25,6 +25,8 @@ const (
 	DefaultStepSeconds        = 0.025
 	DefaultSlotSteps          = 32.0
 	DefaultWorkWeight         = 1.0
+	DefaultCPUTierWeight      = 0.75
+	DefaultStorageTierWeight  = 0.25
 )
 
 // Config holds the weights and thresholds of Pick. The zero value of every
@@ -118,6 +120,17 @@ type Config struct {
 	// load), 2048 and 4096 let load swings scatter the adapters over
 	// every engine, each then loading and waiting for slots in turn.
 	AdapterWeight float64 `json:"adapter_weight,omitempty"`
+	// CPUTierWeight is the share of a block an engine keeps in its CPU
+	// offload tier (vLLM's OffloadingConnector, LMCache's host cache),
+	// continuing its GPU prefix, that is credited as cached: loading it
+	// back over PCIe costs far less than recomputing it, but not nothing.
+	// Default 0.75, NVIDIA Dynamo's host-tier default; at most 1; negative
+	// credits nothing.
+	CPUTierWeight float64 `json:"cpu_tier_weight,omitempty"`
+	// StorageTierWeight is CPUTierWeight for blocks in the storage tier
+	// (local disk, object stores), past the CPU ones. Default 0.25,
+	// Dynamo's disk-tier default; at most 1; negative credits nothing.
+	StorageTierWeight float64 `json:"storage_tier_weight,omitempty"`
 }
 
 // SetDefaults replaces every zero field with its default.
@@ -142,6 +155,8 @@ func (c *Config) SetDefaults() {
 	def(&c.StepSeconds, DefaultStepSeconds)
 	def(&c.SlotSteps, DefaultSlotSteps)
 	def(&c.WorkWeight, DefaultWorkWeight)
+	def(&c.CPUTierWeight, DefaultCPUTierWeight)
+	def(&c.StorageTierWeight, DefaultStorageTierWeight)
 }
 
 // Validate reports the first field that is out of range. Zero fields are
@@ -169,6 +184,8 @@ func (c Config) Validate() error {
 		{"step_seconds", c.StepSeconds, false},
 		{"slot_steps", c.SlotSteps, false},
 		{"work_weight", c.WorkWeight, true},
+		{"cpu_tier_weight", c.CPUTierWeight, true},
+		{"storage_tier_weight", c.StorageTierWeight, true},
 	}
 	for _, f := range fields {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
@@ -180,6 +197,9 @@ func (c Config) Validate() error {
 	}
 	if c.ApproximateWeight > 1 {
 		return fmt.Errorf("routing: approximate_weight must be at most 1, got %v", c.ApproximateWeight)
+	}
+	if c.CPUTierWeight > 1 || c.StorageTierWeight > 1 {
+		return fmt.Errorf("routing: cpu_tier_weight and storage_tier_weight must be at most 1, got %v and %v", c.CPUTierWeight, c.StorageTierWeight)
 	}
 	if c.KVLimit > 1 {
 		return fmt.Errorf("routing: kv_limit must be at most 1 (negative disables), got %v", c.KVLimit)
@@ -224,8 +244,10 @@ func (c Config) normalized() Config {
 	fix(&c.StepSeconds, DefaultStepSeconds, false, inf)
 	fix(&c.SlotSteps, DefaultSlotSteps, false, inf)
 	fix(&c.WorkWeight, DefaultWorkWeight, true, inf)
-	if c.WorkWeight < 0 {
-		c.WorkWeight = 0
+	fix(&c.CPUTierWeight, DefaultCPUTierWeight, true, 1)
+	fix(&c.StorageTierWeight, DefaultStorageTierWeight, true, 1)
+	for _, w := range []*float64{&c.WorkWeight, &c.CPUTierWeight, &c.StorageTierWeight} {
+		*w = max(*w, 0) // negative: the term is off
 	}
 	return c
 }

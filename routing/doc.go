@@ -14,6 +14,7 @@
 // blocks plus active blocks, and llm-d's latency predictor):
 //
 //	cached   = MatchedBlocks × BlockSize × trust        (trust 1 for Precise, ApproximateWeight for Approximate)
+//	         + (CPUBlocks × CPUTierWeight + StorageBlocks × StorageTierWeight) × BlockSize   (Precise only)
 //	prefill  = PromptTokens − cached                    (the request's own uncached prompt)
 //	own      = Work.OwnPrefill                          (this gateway's requests there not yet at their first token)
 //	foreign  = max(Waiting − (OwnPending − Dispatched), 0) × MeanUncached   (waiting requests not ours)
@@ -65,7 +66,8 @@
 // QueueWeight 512, RunningWeight 64, PrefillRate 10000 tokens/s,
 // StepSeconds 0.025, SlotSteps 32, KVWeight 1024, KVLimit 0.95,
 // Epsilon 1.5, BoundedLoadMin 8, ImbalanceThreshold 32, TieTokens 8,
-// AdapterWeight 8192. The cold-start figures (PrefillRate, StepSeconds,
+// AdapterWeight 8192, CPUTierWeight 0.75, StorageTierWeight 0.25 (NVIDIA
+// Dynamo's host and disk credits). The cold-start figures (PrefillRate, StepSeconds,
 // SlotSteps, QueueWeight) apply only until the engine's counters give its
 // own; they are those of an 8B model on one modern GPU.
 //

@@ -84,9 +84,11 @@ type view struct {
 	matched int     // matched full blocks, clamped to the prompt
 	share   float64 // matched / prompt blocks
 	cached  float64 // tokens credited as cached (tier-weighted)
-	hard    string  // exclusion known before comparing candidates
-	adapter Adapter
-	pred    Prediction // without the request's own prefill (see predict)
+	// offloaded are the CPU and storage blocks credited past matched.
+	offloaded [2]int
+	hard      string // exclusion known before comparing candidates
+	adapter   Adapter
+	pred      Prediction // without the request's own prefill (see predict)
 	// Set by Pick's second pass: the hot-spot rules' exclusion, and the
 	// cost (for candidates not excluded).
 	excluded string
@@ -132,6 +134,9 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 			raw = float64(v.matched) * p.blockSize
 		}
 		v.cached = fmin(raw, p.tokens) * trust
+	}
+	if c.Tier == Precise && p.blockSize > 0 {
+		v.creditOffloaded(c, p, cfg)
 	}
 
 	switch {
@@ -415,6 +420,8 @@ func (s *scorer) explain(cands []Candidate, views []view) []Scored {
 			TierReason:        cands[i].TierReason,
 			MatchedBlocks:     v.matched,
 			SpeculativeBlocks: speculative(cands[i], v.matched),
+			CPUBlocks:         v.offloaded[0],
+			StorageBlocks:     v.offloaded[1],
 			Share:             v.share,
 			Load:              v.load,
 			Adapter:           v.adapter,
@@ -425,6 +432,19 @@ func (s *scorer) explain(cands []Candidate, views []view) []Scored {
 		}
 	}
 	return out
+}
+
+// creditOffloaded adds to v.cached the prompt's blocks c keeps in its
+// offload tiers past its GPU match, each tier at its weight.
+func (v *view) creditOffloaded(c *Candidate, p *prompt, cfg *Config) {
+	room := p.blocks - v.matched
+	for t, held := range [2]int{c.CPUBlocks, c.StorageBlocks} {
+		n := min(max(held, 0), max(room, 0))
+		v.offloaded[t] = n
+		room -= n
+		v.cached += float64(n) * p.blockSize * [2]float64{cfg.CPUTierWeight, cfg.StorageTierWeight}[t]
+	}
+	v.cached = fmin(v.cached, p.tokens)
 }
 
 // speculative is how many of the matched blocks (c's match after clamping)

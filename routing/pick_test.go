@@ -443,14 +443,15 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero config invalid: %v", err)
 	}
 	c.SetDefaults()
-	want := Config{1, 0.7, 512, 64, 1, 10000, 0.025, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192}
+	want := Config{1, 0.7, 512, 64, 1, 10000, 0.025, 32, 1024, 0.95, 1.5, 8, 32, 8, 8192, 0.75, 0.25}
 	if c != want {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	ok := []Config{{Epsilon: -1}, {KVLimit: -1}, {ImbalanceThreshold: -1}, {TieTokens: -1}, {ApproximateWeight: 1}, {BoundedLoadMin: 1}}
+	ok := []Config{{Epsilon: -1}, {KVLimit: -1}, {ImbalanceThreshold: -1}, {TieTokens: -1}, {ApproximateWeight: 1}, {BoundedLoadMin: 1},
+		{CPUTierWeight: -1}, {StorageTierWeight: 1}}
 	for _, c := range ok {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%+v: %v", c, err)
@@ -460,6 +461,7 @@ func TestConfig(t *testing.T) {
 		{PrefixWeight: -1}, {QueueWeight: math.NaN()}, {RunningWeight: math.Inf(1)}, {KVWeight: -0.5},
 		{ApproximateWeight: 1.5}, {ApproximateWeight: -0.1}, {KVLimit: 1.2}, {BoundedLoadMin: 0.5},
 		{Epsilon: math.NaN()}, {TieTokens: math.Inf(-1)}, {AdapterWeight: -1},
+		{CPUTierWeight: 1.5}, {StorageTierWeight: math.NaN()},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); err == nil {

@@ -160,6 +160,12 @@ type Candidate struct {
 	// events have not confirmed it yet). They weigh as the others; the
 	// count is shown in Scored.
 	Speculative int
+	// CPUBlocks and StorageBlocks are the blocks past MatchedBlocks the
+	// candidate holds in its CPU offload tier, then past those in its
+	// storage tier (Precise tier only): loading them back is far cheaper
+	// than recomputing them, and Pick credits them at
+	// Config.CPUTierWeight and Config.StorageTierWeight.
+	CPUBlocks, StorageBlocks int
 
 	// Running and Waiting are the engine's own gauges
 	// (vllm:num_requests_running / _waiting) from the last scrape, less
@@ -257,6 +263,11 @@ type Scored struct {
 	// SpeculativeBlocks is how many of MatchedBlocks are speculative
 	// (Candidate.Speculative).
 	SpeculativeBlocks int `json:"speculative_blocks,omitempty"`
+	// CPUBlocks and StorageBlocks are the offloaded blocks past
+	// MatchedBlocks credited to the candidate, after clamping to the
+	// prompt.
+	CPUBlocks     int `json:"cpu_blocks,omitempty"`
+	StorageBlocks int `json:"storage_blocks,omitempty"`
 	// Share is MatchedBlocks as a share of the prompt's blocks, 0..1.
 	Share float64 `json:"share"`
 	// Load is the candidate's load in requests (see the package doc).
