@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -393,6 +395,20 @@ type reply struct {
 // requests, the OpenAI SDKs for every connection error).
 func (r reply) keepAliveRace() bool {
 	return r.err != nil && r.status == 0 && r.reused
+}
+
+// listenerReset reports a request that failed on a fresh connection
+// before any response, with EOF or a reset: Caddy's listener handover on a
+// reload. It binds the new config's socket beside the old one
+// (SO_REUSEPORT) and the kernel resets the connections it queued on the
+// old socket as that closes (see package tcplisten and the soak's
+// explainReloadResets). No gateway code ever saw the request; clients
+// retry such connection errors.
+func (r reply) listenerReset() bool {
+	if r.err == nil || r.status != 0 || r.reused {
+		return false
+	}
+	return errors.Is(r.err, syscall.ECONNRESET) || errors.Is(r.err, io.EOF) || strings.HasSuffix(r.err.Error(), ": EOF")
 }
 
 // complete reports a full, clean stream.

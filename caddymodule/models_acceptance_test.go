@@ -314,8 +314,8 @@ func acceptJoinLeave(t *testing.T, f acceptanceFleet) {
 // backgroundLoad sends requests for models from workers clients until the
 // returned stop is called, which returns how many were sent and the
 // outcomes of those not answered 200: their status, or "reload race" for
-// a request sent on a keep-alive connection the reload closed (which
-// clients retry), or "error".
+// a request sent on a keep-alive connection the reload closed or reset by
+// Caddy's listener handover (which clients retry), or "error".
 func backgroundLoad(models []string, workers int) (stop func() (sent int, failed map[string]int)) {
 	done := make(chan struct{})
 	var mu sync.Mutex
@@ -336,7 +336,7 @@ func backgroundLoad(models []string, workers int) (stop func() (sent int, failed
 				mu.Lock()
 				n++
 				switch {
-				case r.keepAliveRace():
+				case r.keepAliveRace() || r.listenerReset():
 					bad["reload race"]++
 				case r.err != nil:
 					bad["error"]++
