@@ -212,6 +212,28 @@ func checkScenarios(t *testing.T, q *QualityResult) {
 	}
 	checkLateJoin(t, q)
 	checkMultiModel(t, q)
+	checkImages(t, q)
+}
+
+// checkImages checks the smoke plan's images runs: every request
+// completed, `llm`'s gateway keyed all 6 prompts with their images and
+// round_robin's none (it does not route on prefixes), the 3 requests of
+// the image with a uuid were sent with it, and the blocks past the image
+// were counted from the engines' usage.
+func checkImages(t *testing.T, q *QualityResult) {
+	t.Helper()
+	llm, rr := q.at("images", "llm", 1), q.at("images", "round_robin", 1)
+	if llm == nil || llm.Images == nil || rr == nil || rr.Images == nil {
+		t.Fatalf("images: want llm and round_robin runs with image figures: %+v, %+v", llm, rr)
+	}
+	for _, r := range []*QualityRun{llm, rr} {
+		if im := r.Images; r.Summary.OK != 6 || im.UUIDRequests != 3 || im.Blocks == 0 || im.Hit > im.Blocks {
+			t.Errorf("images %s: %d of %d completed, %+v", r.Policy, r.Summary.OK, r.Summary.Requests, im)
+		}
+	}
+	if llm.Images.Keyed != 6 || llm.Images.Text != 0 || rr.Images.Keyed+rr.Images.Text != 0 {
+		t.Errorf("images: llm keyed %v, as text %v; round_robin %v, %v", llm.Images.Keyed, llm.Images.Text, rr.Images.Keyed, rr.Images.Text)
+	}
 }
 
 // checkMultiModel checks the smoke plan's multimodel runs: `llm` sent

@@ -150,7 +150,7 @@ func Run(ctx context.Context, t Target, sessions []Session, cfg LoadConfig) []Re
 			if ctx.Err() != nil {
 				return
 			}
-			history = append(history, chatMsg{Role: "user", Content: turn.User})
+			history = append(history, chatMsg{Role: "user", Content: turn.content()})
 			if cfg.Progress != nil {
 				cfg.Progress.Started.Add(1)
 			}
@@ -251,9 +251,11 @@ func arrivals(n int, cfg LoadConfig) []time.Duration {
 	return out
 }
 
+// chatMsg is one message; Content is a string, or content parts
+// ([]contentPart) for a message with an image.
 type chatMsg struct {
 	Role    string `json:"role"`
-	Content string `json:"content"`
+	Content any    `json:"content"`
 }
 
 type chatRequest struct {

@@ -286,7 +286,9 @@ func scenarioParams(quick bool) QualityParams {
 	}
 	nospec := pols["llm"]
 	nospec.Name, nospec.AppBody, nospec.Desc = "llm-nospec", "speculative_ttl 0", "lb_policy llm, KV events, speculative_ttl 0 (no speculative entries)"
-	p.Policies = []PolicySpec{pols["llm"], pols["llm-approx"], nospec, pols["least_conn"], pols["round_robin"]}
+	textKeys := pols["llm"]
+	textKeys.Name, textKeys.TextKeys, textKeys.Desc = "llm-textkeys", true, "lb_policy llm, KV events, no image token id configured (prompts with images keyed as text)"
+	p.Policies = []PolicySpec{pols["llm"], pols["llm-approx"], nospec, textKeys, pols["least_conn"], pols["round_robin"]}
 	p.Policies = keepNamed(p.Policies, "BENCH_POLICIES", func(s PolicySpec) string { return s.Name })
 	p.Plans = scenarioPlans()
 	p.Plans = keepNamed(p.Plans, "BENCH_SCENARIOS", func(q QualityPlan) string { return q.Workload.Name }) // development aid
@@ -298,7 +300,7 @@ func scenarioParams(quick bool) QualityParams {
 				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}},
 			lateJoinPlan(WorkloadSpec{Name: "late-join", Kind: "prefix", Groups: 2, PerGroup: 8, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 4, Seed: 26},
 				LateJoinOptions{WarmPerGroup: 2, Compared: 12}, ""),
-			tinyMultiModelPlan()}
+			tinyMultiModelPlan(), tinyImagesPlan()}
 	}
 	return p
 }
@@ -349,8 +351,37 @@ func scenarioPlans() []QualityPlan {
 		lateJoinPlan(WorkloadSpec{Name: "late-join-noreplay", Kind: "prefix", Groups: 8, PerGroup: 30, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 4,
 			Reference: "late-join without the engines' replay endpoints", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200, NoReplay: true}, lateJoinWhy),
 		multiModelPlan(),
+		imagesPlan(),
 	}
 }
+
+// imagesPlan is the images scenario (issue 38): 16 distinct images, each
+// asked about 12 times; a 256-token system prompt shared by every
+// request, then the image, 1,296 placeholder tokens as Qwen2.5-VL makes
+// of a 1008×1008 image ((1008 ÷ 28)²), and a question of 128 tokens of
+// its own; every fourth image is sent with a uuid.
+func imagesPlan() QualityPlan {
+	w := WorkloadSpec{Name: "images", Kind: "images", Groups: 16, PerGroup: 12, SystemTokens: 256, ImageTokens: 1296, QuestionTokens: 128, OutputTokens: 128,
+		UUIDEvery: 4, Reference: "16 images × 12 questions, 256/1296 image/128/128", Seed: 28}
+	return QualityPlan{Workload: w, Rates: []float64{1, 1.5},
+		Scenario: &ScenarioOptions{Policies: []string{"llm", "llm-textkeys", "least_conn", "round_robin"}, Why: imagesWhy,
+			Desc: "chat prompts that each carry a base64 PNG (`data:` URL, about 4 KiB) before their question: 16 distinct images, each asked about by 12 requests, a quarter of the images sent with a `uuid`, the rest keyed by their bytes. " +
+				"The engines are vision models shaped like Qwen2-VL (`vllmsim`'s `ImageTokens`): each image expands to 1,296 `<|image_pad|>` tokens whose blocks carry the image's hash as vLLM's do. " +
+				"`llm`'s gateway is configured with the model's image token id (`tokenizer * remote 151655`), so its block keys carry the images too; `llm-textkeys` is the same gateway without it, which matches a prompt only up to the block holding its image."}}
+}
+
+// tinyImagesPlan is the images scenario of the -quick run: 2 images (one
+// with a uuid) asked about 3 times each; llm against round_robin.
+func tinyImagesPlan() QualityPlan {
+	w := WorkloadSpec{Name: "images", Kind: "images", Groups: 2, PerGroup: 3, SystemTokens: 64, ImageTokens: 256, QuestionTokens: 32, OutputTokens: 16, UUIDEvery: 2, Seed: 28}
+	return QualityPlan{Workload: w, Rates: []float64{1}, Scenario: &ScenarioOptions{Desc: "tiny", Policies: []string{"llm", "round_robin"}}}
+}
+
+// imagesWhy bounds the images scenario's figures from its shape.
+const imagesWhy = "every prompt is 1,696 tokens, 106 full blocks: 256 words of system prompt and the chat template's tokens, then the image's 1,296 placeholders from block 16 to block 97, then the 128-word question. " +
+	"The system prompt is the same in every request, so any engine that served one holds it; what routing can add is the image. Each image's first request misses past the system prompt, and a repeat can hit 81 of its 90 blocks past the image's start (the question that follows is its own), so no policy's share of those blocks can pass 11/12 × 81/90 = 82.5%. " +
+	"The 16 images fit in every engine's cache (ρ 0.09), so a policy blind to the image pays one cold prefill of 1,296 image tokens per engine it sends the image to — up to 8 per image against 1. " +
+	"Keyed as text, a prompt matches every engine that holds the system prompt up to the block holding its image, so `llm-textkeys` ties them and places on load, spreading an image's requests as `round_robin` does."
 
 // loraAdapters are n adapter names on top of base.
 func loraAdapters(base string, n int) []string {

@@ -39,8 +39,12 @@ type PolicySpec struct {
 	AppBody string `json:"app_body,omitempty"`
 	// LocalTokenizer gives the gateway the engines' real tokenizer
 	// (QualityParams.Tokenizer) as its local tokenizer.
-	LocalTokenizer bool   `json:"local_tokenizer,omitempty"`
-	Desc           string `json:"desc"`
+	LocalTokenizer bool `json:"local_tokenizer,omitempty"`
+	// TextKeys leaves the model's image placeholder id out of the
+	// gateway's config in an images scenario, so that it keys prompts
+	// with images as text (matched up to the first image).
+	TextKeys bool   `json:"text_keys,omitempty"`
+	Desc     string `json:"desc"`
 }
 
 // qualityPolicies are the five configurations compared.
@@ -143,6 +147,9 @@ type QualityRun struct {
 	// Models holds a multimodel run's figures: requests sent to engines
 	// that do not serve their model, and adapter placement.
 	Models *ModelStats `json:"models,omitempty"`
+	// Images holds an images run's figures: the blocks past the image
+	// that hit, and how the gateway keyed the prompts.
+	Images *ImageStats `json:"images,omitempty"`
 }
 
 // QualityWorkload is one workload's derived fleet settings.
@@ -174,7 +181,7 @@ type QualityResult struct {
 // derive computes a workload's fleet settings.
 func (p QualityParams) derive(w WorkloadSpec) QualityWorkload {
 	blocks, rho := p.Model.KVBlocks(w, p.Engines, p.Rho)
-	prompt := w.SystemTokens + w.QuestionTokens
+	prompt := w.PromptTokens()
 	if w.Kind == "multiturn" {
 		prompt = w.SystemTokens + (w.Turns+1)/2*(w.QuestionTokens+w.OutputTokens) // the mean turn
 	}
@@ -269,11 +276,7 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
 	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
 	sc := qw.Scenario
-	var configure func(int, *vllmsim.Config)
-	if mf := sc.models(); mf != nil {
-		configure = mf.configure
-	}
-	fleet, err := startSimFleetWith(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok, configure)
+	fleet, err := startSimFleetWith(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok, engineConfig(qw))
 	if err != nil {
 		return run, err
 	}
@@ -281,6 +284,9 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	dir := filepath.Join(env.Out, "runs", fmt.Sprintf("%s-%s-%.2f", qw.Spec.Name, pol.Name, x))
 	gcfg := p.gatewayConfig(fleet, pol)
 	gcfg.Dynamic = sc.models() != nil
+	if qw.Spec.ImageTokens > 0 && !pol.TextKeys {
+		gcfg.AppBody += fmt.Sprintf("\ntokenizer * remote %d", imagePadID)
+	}
 	gws, err := startGateways(ctx, env.Caddy, dir, gcfg, sc.gateways(), pol.KV)
 	if err != nil {
 		return run, err
@@ -299,6 +305,12 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 			return run, err
 		}
 	}
+	var offsets map[string]int
+	if qw.Spec.ImageTokens > 0 {
+		if offsets, err = imageOffsets(ctx, fleet.Engines[0].URL(), "sim-model", client, sessions); err != nil {
+			return run, err
+		}
+	}
 	recs, err := p.measure(ctx, env, &run, measured{fleet: fleet, gws: gws, dir: dir, targets: targets, sessions: sessions, seed: qw.Spec.Seed, sc: sc})
 	if err != nil {
 		return run, err
@@ -310,6 +322,9 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	}
 	if mf := sc.models(); mf != nil {
 		run.Models = modelStats(engineModels(fleet), recs, sessions, mf.adapters(), p.TimeScale)
+	}
+	if offsets != nil {
+		run.Images = imageStats(routed(recs), sessions, offsets, p.Model.BlockSize)
 	}
 	t := fleet.Totals()
 	if t.PromptTokens > 0 {
@@ -326,6 +341,11 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 		log.Printf("saving records: %v", err)
 	}
 	for _, gw := range gws {
+		if run.Images != nil {
+			if m, err := gw.Metrics(ctx, "llmgw_multimodal_prompts_total"); err == nil {
+				run.Images.addMultimodalMetric(m)
+			}
+		}
 		m, err := gw.Metrics(ctx, "llmgw_prefix_decisions_total")
 		if err != nil {
 			continue
@@ -338,6 +358,22 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 		}
 	}
 	return run, nil
+}
+
+// engineConfig adjusts each engine of a workload's fleet: its models
+// (a multimodel scenario) and its image placeholder count (an images
+// workload); nil when there is nothing to adjust.
+func engineConfig(qw QualityWorkload) func(int, *vllmsim.Config) {
+	mf, images := qw.Scenario.models(), qw.Spec.ImageTokens
+	if mf == nil && images == 0 {
+		return nil
+	}
+	return func(i int, c *vllmsim.Config) {
+		if mf != nil {
+			mf.configure(i, c)
+		}
+		c.ImageTokens = images
+	}
 }
 
 // gatewayConfig is the Caddyfile of a run with policy pol.

@@ -86,6 +86,10 @@ func renderScenario(b *strings.Builder, q *QualityResult, qw QualityWorkload) {
 		renderMultiModel(b, q, qw)
 		return
 	}
+	if qw.Spec.Kind == "images" {
+		renderImages(b, q, qw)
+		return
+	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	name := qw.Spec.Name
 	desc := ""
@@ -177,6 +181,12 @@ func scenarioGoals(q *QualityResult) []string {
 				}
 				continue
 			}
+			if qw.Spec.Kind == "images" {
+				if g := imagesGoal(q, name, x); g != "" {
+					out = append(out, g)
+				}
+				continue
+			}
 			if g := goalLine(q, name, x); g != "" {
 				out = append(out, g)
 			}
@@ -243,11 +253,15 @@ func headlineRate(q *QualityResult, name string) float64 {
 }
 
 // comparedPolicy is what precise routing is set against in a scenario's
-// summary: the approximate tier, or for bursts the same policy without
-// speculative entries.
+// summary: the approximate tier, for bursts the same policy without
+// speculative entries, for images the same gateway without the image
+// token id.
 func comparedPolicy(qw QualityWorkload) string {
 	if qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
 		return "llm-nospec"
+	}
+	if qw.Spec.Kind == "images" {
+		return "llm-textkeys"
 	}
 	return "llm-approx"
 }
@@ -270,8 +284,8 @@ func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
 				return "–"
 			}
 			label := ""
-			if policy == "llm-nospec" {
-				label = "`llm-nospec`: "
+			if policy == "llm-nospec" || policy == "llm-textkeys" {
+				label = "`" + policy + "`: "
 			}
 			return fmt.Sprintf("%s%.1f%%, %s", label, r.Summary.HitRate*100, secs(r.Summary.TTFT.P90))
 		}

@@ -34,6 +34,9 @@ type Session struct {
 type Turn struct {
 	User      string
 	MaxTokens int
+	// Image, when set, is an image part sent before User in the turn's
+	// message (an "images" workload).
+	Image *ImageRef
 }
 
 // WorkloadSpec describes a workload by parameters; Build generates its
@@ -42,7 +45,7 @@ type Turn struct {
 // word is one token.
 type WorkloadSpec struct {
 	Name string `json:"name"`
-	Kind string `json:"kind"` // "prefix", "burst", "multiturn" or "random"
+	Kind string `json:"kind"` // "prefix", "burst", "multiturn", "random" or "images"
 	// Shared-prefix family: Groups × PerGroup requests; each request is
 	// the group's system prompt (SystemTokens) plus its own question
 	// (QuestionTokens), answered with OutputTokens.
@@ -64,6 +67,14 @@ type WorkloadSpec struct {
 	// (the counts add up to Groups). Unset: every request asks for the
 	// target's model.
 	Models []ModelGroups `json:"models,omitempty"`
+	// Images family (images.go): Groups distinct images, PerGroup
+	// requests each; every request is one system prompt shared by all
+	// (SystemTokens), then a user message of the group's image, which the
+	// engines expand to ImageTokens placeholder tokens, and a question of
+	// its own (QuestionTokens). Every UUIDEvery-th image (the first, the
+	// UUIDEvery+1-th, ...) is sent with a uuid; 0: none is.
+	ImageTokens int `json:"image_tokens,omitempty"`
+	UUIDEvery   int `json:"uuid_every,omitempty"`
 }
 
 // ModelGroups is how many of a workload's groups ask for a model.
@@ -111,7 +122,7 @@ func (w WorkloadSpec) PromptTokens() int {
 	if w.Kind == "multiturn" {
 		return w.SystemTokens + w.Turns*(w.QuestionTokens+w.OutputTokens)
 	}
-	return w.SystemTokens + w.QuestionTokens
+	return w.SystemTokens + w.ImageTokens + w.QuestionTokens
 }
 
 // SharedTokens is the part of the prompts that is shared (and so worth
@@ -122,6 +133,8 @@ func (w WorkloadSpec) SharedTokens() int {
 		return w.PromptTokens()
 	case "random":
 		return 0
+	case "images":
+		return w.SystemTokens + w.ImageTokens
 	}
 	return w.SystemTokens
 }
@@ -133,6 +146,9 @@ func (w WorkloadSpec) Shape() string {
 		return fmt.Sprintf("%d sessions × %d turns, %d/%d/%d", w.Groups, w.Turns, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
 	case "random":
 		return fmt.Sprintf("%d unique prompts, %d/%d", w.Groups*w.PerGroup, w.QuestionTokens, w.OutputTokens)
+	}
+	if w.Kind == "images" {
+		return fmt.Sprintf("%d images × %d, %d/%d image/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.ImageTokens, w.QuestionTokens, w.OutputTokens)
 	}
 	if w.Kind == "burst" {
 		return fmt.Sprintf("%d bursts × %d, %d/%d/%d", w.Groups, w.PerGroup, w.SystemTokens, w.QuestionTokens, w.OutputTokens)
@@ -202,6 +218,8 @@ func (w WorkloadSpec) Build(tokenScale int) ([]Session, error) {
 			}
 			sessions = append(sessions, sess)
 		}
+	case "images":
+		return w.buildImages(rng, out)
 	case "random":
 		n := w.Groups * max(w.PerGroup, 1)
 		for i := 0; i < n; i++ {
