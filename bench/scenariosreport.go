@@ -313,5 +313,5 @@ func scenarioFinding(q *QualityResult) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return "hit rate of precise `llm` vs `llm-approx` (`llm-nospec` for burst): " + strings.Join(parts, "; ")
+	return "hit rate of precise `llm` vs `llm-approx` (`llm-nospec` for burst, `llm-textkeys` for images): " + strings.Join(parts, "; ")
 }
