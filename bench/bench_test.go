@@ -185,11 +185,12 @@ func checkTrace(t *testing.T, tr *TraceResult) {
 }
 
 // checkScenarios checks the smoke plan's scenarios: two gateways with
-// bypassing traffic, a warm-up and restarts; and a burst.
+// bypassing traffic, a warm-up and restarts; a burst; the late-join, the
+// multimodel and the images scenarios.
 func checkScenarios(t *testing.T, q *QualityResult) {
 	t.Helper()
-	if q == nil || len(q.Runs) != 5 {
-		t.Fatalf("scenario runs: %+v, want 5", q)
+	if q == nil || len(q.Runs) != 7 {
+		t.Fatalf("scenario runs: %+v, want 7 (2 gateways-2, 1 burst, 2 multimodel, 2 images)", q)
 	}
 	for _, pol := range []string{"llm", "llm-approx"} {
 		r := q.at("gateways-2", pol, 1)

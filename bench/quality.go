@@ -340,6 +340,14 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	if err := saveRecords(filepath.Join(dir, "records.jsonl"), recs); err != nil {
 		log.Printf("saving records: %v", err)
 	}
+	gatewayMetrics(ctx, gws, &run)
+	return run, nil
+}
+
+// gatewayMetrics adds the gateways' routing decisions to run, and in an
+// images run how they keyed the prompts; a gateway whose metrics cannot
+// be read adds nothing.
+func gatewayMetrics(ctx context.Context, gws []*Gateway, run *QualityRun) {
 	for _, gw := range gws {
 		if run.Images != nil {
 			if m, err := gw.Metrics(ctx, "llmgw_multimodal_prompts_total"); err == nil {
@@ -357,7 +365,6 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 			run.Decisions[labelsKey(k)] += v
 		}
 	}
-	return run, nil
 }
 
 // engineConfig adjusts each engine of a workload's fleet: its models

@@ -15,7 +15,8 @@ import (
 // engines where only the engines' own knowledge helps — KV pressure,
 // several gateways sharing the fleet, traffic that bypasses the gateway
 // after a cache warm-up, engine restarts, bursts of one new prefix — and
-// engines serving different models and LoRA adapters (multimodel.go).
+// engines serving different models and LoRA adapters (multimodel.go), and
+// chat prompts carrying images (images.go).
 // It runs on the routing-quality machinery (runQuality); a plan's
 // Scenario says how it departs from a plain quality run.
 
