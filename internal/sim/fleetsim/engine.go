@@ -23,9 +23,13 @@ type desEngine struct {
 	seq              uint64
 	gen              int // restarts so far: a step begun before the last one is void
 	preemptions      int
+	cpu              *cpuTier // the CPU offload tier (Params.CPUBlocks); nil: none
+	offloaded        int      // blocks the GPU evicted into cpu so far
 	// vLLM's counters behind the gateway's prefill rate: prompt tokens
 	// and their prefix-cache hits at each first token, and the seconds
-	// from scheduling to it.
+	// from scheduling to it. Blocks loaded from the CPU tier are not
+	// prefix-cache hits there: vLLM counts a connector's tokens in
+	// vllm:external_prefix_cache_hits, which the gateway does not read.
 	promptTokens, cachedTokens, prefillSeconds float64
 	prefills                                   float64 // first tokens so far: the prefill-time histogram's count
 }
@@ -38,18 +42,25 @@ type desBlock struct {
 	inLRU      bool
 }
 
-// desEvent is a BlockStored (tokens set) or BlockRemoved.
+// desEvent is a BlockStored (tokens set) or BlockRemoved, of the GPU or,
+// with cpu, of the CPU tier (a BlockStored of the CPU tier has no tokens:
+// the OffloadingConnector's events before vllm#43468).
 type desEvent struct {
 	stored bool
+	cpu    bool
 	hashes []uint64
 	parent uint64
 	hasPar bool
 	tokens []uint64
 }
 
-func newDESEngine(i, blocks int) *desEngine {
-	return &desEngine{idx: i, name: fmt.Sprintf("engine%d.sim.invalid:8000", i), capacity: blocks,
+func newDESEngine(i, blocks, cpuBlocks int) *desEngine {
+	e := &desEngine{idx: i, name: fmt.Sprintf("engine%d.sim.invalid:8000", i), capacity: blocks,
 		cache: make(map[uint64]*desBlock), freeRaw: blocks}
+	if cpuBlocks > 0 {
+		e.cpu = newCPUTier(cpuBlocks)
+	}
+	return e
 }
 
 func (e *desEngine) lruRemove(b *desBlock) {
@@ -90,7 +101,8 @@ func (e *desEngine) ref(b *desBlock) {
 }
 
 // allocate gives r one more block: a free one, else the least recently
-// freed cached block, whose eviction is announced.
+// freed cached block, whose eviction is announced (after its offload to
+// the CPU tier, if the engine has one).
 func (e *desEngine) allocate(r *desReq) bool {
 	var b *desBlock
 	switch {
@@ -101,6 +113,7 @@ func (e *desEngine) allocate(r *desReq) bool {
 		b = e.lruHead
 		e.lruRemove(b)
 		delete(e.cache, b.hash)
+		e.offload(b.hash)
 		e.events = append(e.events, desEvent{hashes: []uint64{b.hash}})
 		b.hashed, b.hash = false, 0
 	default:
@@ -132,11 +145,15 @@ func (e *desEngine) release(r *desReq) {
 }
 
 // restart empties the engine as a new process would: nothing cached or in
-// use, no queues, event batches numbered from 0 and counters from 0 again.
+// use (its CPU tier, in the process's memory, included), no queues, event
+// batches numbered from 0 and counters from 0 again.
 // The requests it held are the caller's to fail.
 func (e *desEngine) restart() {
 	e.cache = make(map[uint64]*desBlock)
 	e.lruHead, e.lruTail, e.lruLen = nil, nil, 0
+	if e.cpu != nil {
+		e.cpu = newCPUTier(e.cpu.capacity)
+	}
 	e.freeRaw, e.used = e.capacity, 0
 	e.running, e.waiting, e.busy = nil, nil, false
 	e.events = e.events[:0]

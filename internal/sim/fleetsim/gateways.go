@@ -113,6 +113,8 @@ func (s *fleetSim) measureIndex() {
 			s.res.MirrorProblems += st.Unchainable + st.Malformed + st.DecodeErrors
 			if g.idx == 0 {
 				s.res.IndexBlocks += st.Blocks
+				s.res.IndexCPUBlocks += st.TierBlocks[kvindex.TierCPU]
+				s.res.TierUnknown += st.TierUnknown
 				s.res.MirrorRestarts += st.Resyncs["restart"]
 			}
 		}

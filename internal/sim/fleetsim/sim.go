@@ -51,7 +51,18 @@ const (
 type Params struct {
 	Engines  int
 	KVBlocks int // per engine
-	Model    Model
+	// CPUBlocks > 0 gives every engine a CPU offload tier of that many
+	// blocks (see cputier.go): blocks its GPU evicts are kept there, least
+	// recently used first out, announced with the OffloadingConnector's
+	// token-less CPU events, and a prompt's prefix continues from the
+	// GPU's cached blocks into them. 0: no tier.
+	CPUBlocks int
+	// CPULoadTokensPerSec is the rate an engine loads blocks back from its
+	// CPU tier, in tokens per second; a step lasts that much longer for the
+	// blocks its new requests load. 0: DefaultCPULoadSpeedup × the prefill
+	// rate.
+	CPULoadTokensPerSec float64
+	Model               Model
 	// The workload: Groups prefix groups of SystemTokens shared tokens;
 	// each request adds QuestionTokens of its own and generates
 	// OutputTokens.
@@ -82,6 +93,13 @@ type Params struct {
 	// SpeculativeTTL is the llm app's speculative_ttl in seconds (0: its
 	// default; negative: off).
 	SpeculativeTTL float64
+	// Unplaced routes every lb_policy llm request with Fleet.Route, after
+	// admission counted room as for the other policies (Fleet.TryReserve),
+	// instead of placing it (Fleet.Place, Placement.Reserve). The product
+	// places a request whenever llm_admission gates a pool routed by
+	// lb_policy llm; this isolates the policy's own cost, which credits
+	// offload tiers, from the placement's, which does not (yet).
+	Unplaced bool
 	// Approximate runs lb_policy llm as for engines without KV events: the
 	// index has no mirror of them, so Route falls back to the approximate
 	// tree of what this gateway routed, keyed on the prompt's text (each
@@ -165,7 +183,15 @@ type Result struct {
 	Refusals, RefusedIdle int
 	PromptTokens          int64
 	CachedTokens          int64
-	OutputTokens          int64
+	// CPUCachedTokens are the prompt tokens completed requests loaded from
+	// their engine's CPU tier (Params.CPUBlocks) rather than computed; they
+	// are not in CachedTokens, the GPU's prefix-cache hits, as vLLM counts
+	// a connector's hits apart (vllm:external_prefix_cache_hits).
+	CPUCachedTokens int64
+	// Offloaded counts the blocks engines' GPUs evicted into their CPU
+	// tiers; CPUTierBlocks is what those tiers held at the end.
+	Offloaded, CPUTierBlocks int
+	OutputTokens             int64
 	// Per completed request: time to first token, end to end, parked in
 	// admission, and queued in the engine before its last admission.
 	TTFT, E2E, Park, Queue []float64
@@ -186,11 +212,16 @@ type Result struct {
 	// EventTime and EventBatches cover every gateway (each gateway's feed
 	// of a batch counts); the index figures are one gateway's (see
 	// measureIndex).
-	DecisionNs     []float64
-	EventTime      time.Duration
-	EventBatches   int
-	Outcomes       map[string]int
-	IndexBlocks    int
+	DecisionNs   []float64
+	EventTime    time.Duration
+	EventBatches int
+	Outcomes     map[string]int
+	IndexBlocks  int
+	// IndexCPUBlocks is the blocks the index holds in the engines' CPU
+	// tiers, and TierUnknown the CPU-tier blocks it could not apply (their
+	// engine hash unknown to the mirror); gateway 0's, as IndexBlocks.
+	IndexCPUBlocks int
+	TierUnknown    uint64
 	MirrorProblems uint64 // unchainable + malformed + decode errors: should be 0
 	// MirrorRestarts counts the mirror resets the feeds made on seeing an
 	// engine's sequence start again (Params.RestartEvery).
@@ -299,7 +330,9 @@ type desReq struct {
 	chunk     int
 	blocks    []*desBlock
 	prefill   bool
-	cachedTok int
+	cachedTok int // GPU prefix-cache hits at its first admission
+	cpuTok    int // tokens loaded from the CPU tier at its first admission
+	loading   int // tokens to load from the CPU tier in its first step
 	arrival   float64
 	first     float64
 	dispatchT float64
@@ -334,8 +367,8 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	if p.Engines <= 0 || p.Groups <= 0 || p.Rate <= 0 || p.Model.BlockSize <= 0 || p.MaxInflight <= 0 {
 		return Result{}, fmt.Errorf("fleetsim: engines, groups, rate, block size and max_inflight must be positive: %+v", p)
 	}
-	if p.BypassShare < 0 || p.BypassShare > 1 || p.RestartEvery < 0 {
-		return Result{}, fmt.Errorf("fleetsim: bypass share must be within 0..1 and restart interval not negative: %+v", p)
+	if p.BypassShare < 0 || p.BypassShare > 1 || p.RestartEvery < 0 || p.CPUBlocks < 0 || p.CPULoadTokensPerSec < 0 {
+		return Result{}, fmt.Errorf("fleetsim: bypass share must be within 0..1, restart interval, CPU tier and its load rate not negative: %+v", p)
 	}
 	s, err := newSim(p)
 	if err != nil {
@@ -359,6 +392,10 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	s.res.SimSeconds = s.now
 	for _, e := range s.engines {
 		s.res.Preemptions += e.preemptions
+		s.res.Offloaded += e.offloaded
+		if e.cpu != nil {
+			s.res.CPUTierBlocks += len(e.cpu.blocks)
+		}
 	}
 	s.measureIndex()
 	return s.res, nil
@@ -442,7 +479,7 @@ func newSim(p Params) (*fleetSim, error) {
 		s.groups = append(s.groups, desGroup{tokens: toks, hashes: chainHashes(nil, 0, toks, s.bs)})
 	}
 	for i := range p.Engines {
-		e := newDESEngine(i, p.KVBlocks)
+		e := newDESEngine(i, p.KVBlocks, p.CPUBlocks)
 		s.engines, s.dials = append(s.engines, e), append(s.dials, e.name)
 	}
 	s.settings = fleet.DefaultSettings()
@@ -500,7 +537,7 @@ func (s *fleetSim) enter(r *desReq) error {
 	}
 	r.gw = gw
 	var err error
-	if p.Policy == PolicyLLM {
+	if p.Policy == PolicyLLM && !p.Unplaced {
 		// The handler places requests for a pool routed by lb_policy llm.
 		t0 := time.Now()
 		r.place = gw.f.Place(context.Background(), s.query(r))
@@ -743,6 +780,7 @@ func (s *fleetSim) finish(e *desEngine, r *desReq) {
 	s.res.Completed++
 	s.res.PromptTokens += int64(r.promptLen)
 	s.res.CachedTokens += int64(r.cachedTok)
+	s.res.CPUCachedTokens += int64(r.cpuTok)
 	s.res.OutputTokens += int64(r.gen)
 	if r.burst >= 0 && r.pos > 0 {
 		s.res.BurstPromptTokens += int64(r.promptLen)
@@ -818,6 +856,7 @@ func (s *fleetSim) startStep(e *desEngine) {
 		budget--
 		scheduled++
 	}
+	load := 0 // tokens loaded from the CPU tier before the step computes
 	for len(e.waiting) > 0 && len(e.running) < m.MaxNumSeqs && budget > 0 {
 		r := e.waiting[0]
 		if !s.engineAdmit(e, r) {
@@ -828,6 +867,8 @@ func (s *fleetSim) startStep(e *desEngine) {
 		r.chunk = min(r.target-r.computed, budget)
 		budget -= r.chunk
 		prefill += r.chunk
+		load += r.loading
+		r.loading = 0
 		scheduled++
 	}
 	if scheduled == 0 {
@@ -836,12 +877,17 @@ func (s *fleetSim) startStep(e *desEngine) {
 	}
 	e.busy = true
 	dur := m.DecodeStepSeconds + float64(prefill)/m.PrefillTokensPerSec
+	if load > 0 {
+		dur += float64(load) / s.p.cpuLoadRate()
+	}
 	s.qseq++
 	heap.Push(&s.q, simEvent{t: s.now + dur, seq: s.qseq, kind: evStepEnd, eng: e.idx, gen: e.gen})
 }
 
 // engineAdmit is the engine scheduler's admission: it reserves the blocks r's prompt needs after its prefix-cache hits,
-// if they are free or evictable.
+// if they are free or evictable. Past the GPU's hits the prefix continues
+// into the CPU tier: those blocks get GPU blocks too, and are loaded
+// (startStep charges the load) instead of computed.
 func (s *fleetSim) engineAdmit(e *desEngine, r *desReq) bool {
 	r.target = len(r.tokens)
 	hits := 0
@@ -867,16 +913,34 @@ func (s *fleetSim) engineAdmit(e *desEngine, r *desReq) bool {
 		e.ref(b)
 		r.blocks = append(r.blocks, b)
 	}
-	for i := 0; i < need; i++ {
-		e.allocate(r)
-	}
-	r.computed, r.stored = hits*s.bs, hits
+	loaded := s.reserveLoads(e, r, hits, limit, need)
+	r.computed, r.stored = (hits+loaded)*s.bs, hits
+	r.loading = loaded * s.bs
 	if r.gen == 0 {
-		r.cachedTok = hits * s.bs
+		r.cachedTok, r.cpuTok = hits*s.bs, loaded*s.bs
 	}
 	r.prefill = true
 	r.admitT = s.now
 	return true
+}
+
+// reserveLoads allocates r's need blocks past its hits GPU blocks and
+// returns how many of them, from the first, it loads from the CPU tier.
+// The tier's blocks it will load are made its most recently used first,
+// so that the allocation's offloads evict others; what the tier still
+// holds in a row after them is loaded (tier-less engines: none).
+func (s *fleetSim) reserveLoads(e *desEngine, r *desReq, hits, limit, need int) int {
+	loads := e.cpuHits(r, hits, limit)
+	for _, h := range r.hashes[hits : hits+loads] {
+		e.cpu.touch(h)
+	}
+	for i := 0; i < need; i++ {
+		e.allocate(r)
+	}
+	if loads == 0 {
+		return 0
+	}
+	return e.cpu.run(r.hashes[hits : hits+loads])
 }
 
 // preempt frees a running request's blocks and puts it back at the head
