@@ -39,6 +39,8 @@ type FleetParams struct {
 	// ScenarioModel is the engine the scenarios run on (section 2's cost
 	// model); zero: Model.
 	ScenarioModel EngineModel `json:"scenario_model,omitempty"`
+	// CPUTier is the cpu-tier scenario, on ScenarioModel (nil: not run).
+	CPUTier *FleetTierPlan `json:"cpu_tier,omitempty"`
 }
 
 // FleetVariant is one routing configuration at one load.
@@ -104,6 +106,7 @@ type FleetResult struct {
 	Runs      []FleetRun         `json:"runs"`
 	Bursts    []FleetBurstRun    `json:"bursts,omitempty"`
 	Scenarios []FleetScenarioRun `json:"scenarios,omitempty"`
+	CPUTier   []FleetTierRun     `json:"cpu_tier,omitempty"`
 }
 
 func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
@@ -127,7 +130,10 @@ func runFleet(ctx context.Context, p FleetParams) (*FleetResult, error) {
 	if res.Bursts, err = runBursts(ctx, p); err != nil {
 		return res, err
 	}
-	res.Scenarios, err = runScenarios(ctx, p)
+	if res.Scenarios, err = runScenarios(ctx, p); err != nil {
+		return res, err
+	}
+	res.CPUTier, err = runCPUTier(ctx, p)
 	return res, err
 }
 

@@ -127,6 +127,7 @@ func fleetParams(quick bool) FleetParams {
 			}},
 	}
 	p.Scenarios = fleetScenarios()
+	p.CPUTier = cpuTierPlan()
 	p.ScenarioModel = model32B()
 	p.ScenarioModel.TokenScale = 0 // the simulation streams nothing
 	if v, err := strconv.Atoi(os.Getenv("BENCH_FLEET_REQUESTS")); err == nil && v > 0 {
@@ -151,6 +152,7 @@ func fleetParams(quick bool) FleetParams {
 		for i := range p.Scenarios {
 			p.Scenarios[i].Requests = 600
 		}
+		p.CPUTier.Requests = 600
 	}
 	return p
 }
@@ -163,6 +165,14 @@ func gateways(g int) FleetScenario {
 		Desc:    fmt.Sprintf("prefix-high's prompts (2048/256/256) in 64 groups, at 1.2× the no-hit capacity, through %d gateway(s): each gateway's approximate tree sees only its share of the traffic, while every gateway's KV index sees every engine's events.", g),
 		Engines: 8, Rho: 0.5, Load: 1.2, Requests: 4000,
 		Workload: WorkloadSpec{Name: "gateways", Kind: "prefix", Groups: 64, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
+}
+
+// cpuTierPlan is the fleet section's cpu-tier scenario (issue 40): 250
+// groups of prefix-high's prompts whose prefixes fill 1.2× the fleet's GPU
+// cache, a CPU tier half each GPU's size, at about the no-hit capacity.
+func cpuTierPlan() *FleetTierPlan {
+	return &FleetTierPlan{Name: "cpu-tier", Engines: 8, Rho: 1.2, CPUShare: 0.5, Load: 0.8, Requests: 3000,
+		Workload: WorkloadSpec{Name: "cpu-tier", Kind: "prefix", Groups: 250, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
 }
 
 // fleetScenarios are the fleet section's scenarios where only the engines

@@ -789,6 +789,7 @@ func renderFleet(b *strings.Builder, f *FleetResult, sf SectionFile, plotsRel st
 	}
 	renderBursts(b, p, f.Bursts)
 	renderFleetScenarios(b, p, f.Scenarios)
+	renderCPUTier(b, p, f.CPUTier)
 	w("Reading it: the decision is `Fleet.Place` (plus `Fleet.Route` for a request admission did not place): the candidates' load snapshot, hashing the prompt into block keys and matching them (proportional to prompt blocks, and to engines ÷ 64 per block), and `routing.Pick` over N candidates; event upkeep is per stored or evicted block, so it grows with the miss rate rather than with N. Memory is the mirrors' blocks (N × KV blocks at most) plus the index's key table.\n\n")
 }
 
