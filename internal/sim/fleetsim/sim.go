@@ -876,10 +876,7 @@ func (s *fleetSim) startStep(e *desEngine) {
 		return
 	}
 	e.busy = true
-	dur := m.DecodeStepSeconds + float64(prefill)/m.PrefillTokensPerSec
-	if load > 0 {
-		dur += float64(load) / s.p.cpuLoadRate()
-	}
+	dur := m.DecodeStepSeconds + float64(prefill)/m.PrefillTokensPerSec + float64(load)/s.p.cpuLoadRate()
 	s.qseq++
 	heap.Push(&s.q, simEvent{t: s.now + dur, seq: s.qseq, kind: evStepEnd, eng: e.idx, gen: e.gen})
 }
