@@ -98,12 +98,16 @@ func (f *Fleet) Place(ctx context.Context, q Query) *Placement {
 		f: f, request: q.Request}
 	p.cost.SetDefaults()
 	for i, c := range cands {
-		if c.MatchedBlocks <= 0 || !v.serves(i) {
+		if (c.MatchedBlocks <= 0 && c.CPUBlocks+c.StorageBlocks <= 0) || !v.serves(i) {
 			continue // an engine of another model holds no prefix of this one's
 		}
-		m := match{tier: c.Tier, blocks: c.MatchedBlocks, predicted: min(max(c.Speculative, 0), c.MatchedBlocks)}
-		m.cached = p.credit(m.tier, m.blocks)
-		m.held = p.credit(m.tier, m.blocks-m.predicted)
+		m := match{tier: c.Tier, blocks: max(c.MatchedBlocks, 0), predicted: min(max(c.Speculative, 0), c.MatchedBlocks),
+			cpu: c.CPUBlocks, storage: c.StorageBlocks}
+		// What the engine offloaded comes from its own events: it counts
+		// in held as in cached.
+		offloaded := p.creditOffloaded(m)
+		m.cached = p.credit(m.tier, m.blocks) + offloaded
+		m.held = p.credit(m.tier, m.blocks-m.predicted) + offloaded
 		p.match[c.Dial] = m
 		if m.cached > p.Cached {
 			p.Holder, p.Cached, p.Tier = c.Dial, m.cached, c.Tier
@@ -130,6 +134,9 @@ type match struct {
 	predicted int // of blocks, those only speculative entries make up
 	cached    int // tokens, credited by tier
 	held      int // of cached, those the engine's own blocks make up
+	// cpu and storage are the blocks past blocks the engine keeps in its
+	// offload tiers (routing.Candidate.CPUBlocks, StorageBlocks).
+	cpu, storage int
 }
 
 // cachedOn is the prompt tokens dial holds, credited by tier; 0 for a dial
@@ -153,6 +160,20 @@ func (p *Placement) credit(tier routing.Tier, blocks int) int {
 		trust = p.cost.ApproximateWeight
 	}
 	return int(float64(blocks*p.req.BlockSize) * trust)
+}
+
+// creditOffloaded is the prompt tokens m's offloaded blocks count for past
+// its GPU match, each tier at its weight, as routing.Pick credits them.
+func (p *Placement) creditOffloaded(m match) int {
+	room := p.req.TotalBlocks - min(m.blocks, p.req.TotalBlocks)
+	weights := [2]float64{max(p.cost.CPUTierWeight, 0), max(p.cost.StorageTierWeight, 0)}
+	total := 0.0
+	for t, n := range [2]int{m.cpu, m.storage} {
+		n = min(max(n, 0), max(room, 0))
+		room -= n
+		total += float64(n*p.req.BlockSize) * weights[t]
+	}
+	return int(total)
 }
 
 // Pick is the routing decision admission made for the request, for the
@@ -460,6 +481,7 @@ func (p *Placement) pick(f *Fleet, loads []dialLoad) (int, Decision) {
 		c.Adapter = adapterOn(loads[i].e, p.decision.lora)
 		if m, ok := p.match[c.Dial]; ok {
 			c.Tier, c.MatchedBlocks, c.Speculative = m.tier, m.blocks, m.predicted
+			c.CPUBlocks, c.StorageBlocks = m.cpu, m.storage
 		}
 		switch {
 		case !loads[i].ok:

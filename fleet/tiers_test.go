@@ -10,8 +10,9 @@ import (
 // TestRouteCreditsOffloadedTiers: a prompt an engine announced only in its
 // CPU tier (a self-describing offload event, with token ids) reaches the
 // routing cost through the fleet: /llm/explain shows the blocks, the
-// request goes there as a hit, and with the tier credited nothing it is a
-// miss.
+// request goes there as a hit, admission's placement makes that engine
+// its holder, and with the tier credited nothing it is a miss without a
+// holder.
 func TestRouteCreditsOffloadedTiers(t *testing.T) {
 	f, _, dials := specFleet(t, 3)
 	for _, d := range dials {
@@ -39,9 +40,20 @@ func TestRouteCreditsOffloadedTiers(t *testing.T) {
 		}
 	}
 
+	// Admission's placement weighs the tier as routing does: the CPU
+	// holder is the request's holder, its 32 blocks credited at 0.75.
+	q := Query{Request: req, Dials: dials, Settings: DefaultSettings(), Tokens: toks}
+	if p := f.Place(context.Background(), q); p == nil || p.Holder != holder || p.Cached != 32*16*3/4 {
+		t.Fatalf("placement: %+v, want holder %s with %d tokens cached", p, holder, 32*16*3/4)
+	}
+
 	off := DefaultSettings()
 	off.Cost.CPUTierWeight = -1
 	if d := route(off); d.Outcome == routing.Hit {
 		t.Fatalf("a hit with the CPU tier credited nothing: %+v", d.Decision)
+	}
+	q.Settings = off
+	if p := f.Place(context.Background(), q); p == nil || p.Holder != "" {
+		t.Fatalf("placement with the CPU tier credited nothing: %+v, want no holder", p)
 	}
 }
