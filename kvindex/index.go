@@ -120,6 +120,14 @@ type MirrorConfig struct {
 	// can too: blocks whose parent the mirror never saw are then kept and
 	// recognised in prompts (see orphans.go). Zero: they are skipped.
 	Hash EngineHash
+	// Rank, when HasRank is set, is the data-parallel rank whose events
+	// this mirror follows: vLLM publishes each rank on its own port, and
+	// every batch names its rank (`data_parallel_rank`). A batch naming
+	// another rank is counted (MirrorStats.WrongRank) and not applied —
+	// the subscription reaches another rank's publisher, and its blocks
+	// are not this rank's. Batches without a rank are applied.
+	Rank    int
+	HasRank bool
 }
 
 // Errors returned by AddEngine.

@@ -55,6 +55,9 @@ type Mirror struct {
 	st      MirrorStats
 
 	verify verifier
+	rank   int // MirrorConfig.Rank; checked when hasRank
+	// hasRank: batches must carry rank (MirrorConfig.HasRank).
+	hasRank bool
 }
 
 // group is one KV-cache group of an engine.
@@ -126,6 +129,9 @@ type MirrorStats struct {
 	// recognised and adopted into the mirror.
 	OrphanEvents, OrphansEvicted, Recognized uint64
 	Orphans                                  int
+	// WrongRank counts batches skipped because their data_parallel_rank
+	// was not the mirror's (MirrorConfig.Rank).
+	WrongRank uint64
 	// Trusted is false while most recent BlockStored events could not be
 	// applied: routing then treats the engine as one without events.
 	Trusted bool
@@ -156,6 +162,7 @@ func newMirror(ix *Index, id string, slot int, cfg MirrorConfig) *Mirror {
 	m.st.Engine = id
 	m.st.Resyncs = make(map[string]uint64)
 	m.hash = cfg.Hash
+	m.rank, m.hasRank = cfg.Rank, cfg.HasRank
 	m.verify.now = time.Now
 	m.verify.setConfig(cfg.Verify)
 	return m
@@ -368,7 +375,8 @@ func (h eventHealth) trusted() bool { return h.all < 16 || 2*h.bad <= h.all }
 // know), "tier_unknown_block" and "tier_overflow" (offload-tier blocks,
 // counted per block: see MirrorStats.TierUnknown), "unknown_type" (event
 // tags it does not know) and "decode_error" (payloads, each of one or
-// more events, that failed to decode).
+// more events, that failed to decode) and "wrong_rank" (batches, each of
+// one or more events, of another data-parallel rank).
 func (s MirrorStats) Unapplied() map[string]uint64 {
 	return map[string]uint64{
 		"unknown_parent":     s.UnknownParent,
@@ -378,6 +386,7 @@ func (s MirrorStats) Unapplied() map[string]uint64 {
 		"tier_overflow":      s.TierOverflow,
 		"unknown_type":       s.Unknown,
 		"decode_error":       s.DecodeErrors,
+		"wrong_rank":         s.WrongRank,
 	}
 }
 
@@ -407,6 +416,11 @@ func (m *Mirror) apply(seq uint64, b *Batch) {
 	m.st.LastLag = 0
 	if b.TS > 0 && b.TS < 1e11 { // seconds since 1970, before the year 5138
 		m.st.LastLag = m.st.LastMessage.Sub(time.Unix(0, int64(b.TS*1e9)))
+	}
+	if m.hasRank && b.HasDPRank && b.DPRank != m.rank {
+		m.st.WrongRank++
+		ix.mu.Unlock()
+		return
 	}
 	m.st.Unknown += uint64(b.Unknown)
 	for i := range b.Events {
