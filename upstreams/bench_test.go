@@ -37,7 +37,7 @@ func BenchmarkScrapeParse(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(page)))
 	for b.Loop() {
-		if _, err := scrape(ctx, &o, srv.URL+"/metrics", nil, &buf, &scratch); err != nil {
+		if _, err := scrape(ctx, &o, scrapeTarget{url: srv.URL + "/metrics"}, &buf, &scratch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -51,6 +51,12 @@ type EngineConfig struct {
 	// at run time through [Registry.Ensure], which are garbage-collected when
 	// unused. [Registry.Apply] sets it to true for every config it is given.
 	Static bool
+	// EngineLabel, when set, makes this engine one data-parallel rank of
+	// the server at MetricsURL: its gauges are read from the series whose
+	// `engine` label has this value (vLLM labels each rank's series with
+	// its index), and from those without the label. Default: "", every
+	// series (the ranks behind one address summed, as [Load] describes).
+	EngineLabel string
 	// Attrs are opaque attributes for [Options.Worker] (for example the
 	// engine's KV-event endpoint). This package does not interpret them, but a
 	// change restarts the engine's poller and worker like any other change.
@@ -139,7 +145,7 @@ func (c EngineConfig) clone() EngineConfig {
 // poller and worker. MaxInflight, Models and Static are read live and need
 // no restart.
 func needsRestart(a, b EngineConfig) bool {
-	return a.MetricsURL != b.MetricsURL || a.TokenizeURL != b.TokenizeURL || a.ModelsURL != b.ModelsURL ||
+	return a.MetricsURL != b.MetricsURL || a.EngineLabel != b.EngineLabel || a.TokenizeURL != b.TokenizeURL || a.ModelsURL != b.ModelsURL ||
 		a.Pool != b.Pool || !headersEqual(a.Header, b.Header) || !maps.Equal(a.Attrs, b.Attrs)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -153,6 +154,14 @@ func isWanted(name []byte) bool {
 // scratch is reused between calls by one poller to avoid reallocating the
 // filtered copy. It never panics on bad input; every problem is an error.
 func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
+	return parseRankGauges(page, scratch, "")
+}
+
+// parseRankGauges is parseGauges of the series of one data-parallel rank:
+// those whose `engine` label is engine (vLLM labels each rank's series with
+// its index), and those without the label. engine "" keeps every series,
+// summed or averaged over the ranks as parseGauges describes.
+func parseRankGauges(page []byte, scratch *[]byte, engine string) (gauges, error) {
 	var g gauges
 	filtered := filterExposition(*scratch, page)
 	*scratch = filtered
@@ -163,6 +172,9 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(filtered))
 	if err != nil {
 		return g, fmt.Errorf("parse metrics: %w", err)
+	}
+	if engine != "" {
+		keepRank(fams, engine)
 	}
 
 	var missing []string
@@ -201,6 +213,17 @@ func parseGauges(page []byte, scratch *[]byte) (gauges, error) {
 	g.LoRA = loraState(fams[metricLoRA])
 	g.SleepLevel = sleepState(fams[metricSleepState])
 	return g, nil
+}
+
+// keepRank drops from fams the series of other ranks than engine: those
+// with an `engine` label of another value.
+func keepRank(fams map[string]*dto.MetricFamily, engine string) {
+	for _, fam := range fams {
+		fam.Metric = slices.DeleteFunc(fam.Metric, func(m *dto.Metric) bool {
+			v, ok := labelValue(m, "engine")
+			return ok && v != engine
+		})
+	}
 }
 
 // prefillCounters reads the cumulative counters the prefill rate is derived

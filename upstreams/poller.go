@@ -179,10 +179,10 @@ func (e *Engine) waitNext(ctx context.Context, start time.Time) (due time.Time, 
 func (e *Engine) scrapeSince(ctx context.Context, startEpoch uint64, buf, scratch *[]byte) scrapeResult {
 	o := e.reg.options()
 	e.mu.Lock()
-	url, header := e.cfg.MetricsURL, e.cfg.Header
+	t := scrapeTarget{url: e.cfg.MetricsURL, header: e.cfg.Header, engine: e.cfg.EngineLabel}
 	e.mu.Unlock()
 
-	g, err := scrape(ctx, o, url, header, buf, scratch)
+	g, err := scrape(ctx, o, t, buf, scratch)
 	if err != nil && ctx.Err() != nil {
 		return scrapeResult{} // stopping, not an engine failure
 	}
@@ -403,9 +403,18 @@ func (e *Engine) sleepTransition(asleep bool) (slept, woke bool) {
 	return asleep && !was, !asleep && was
 }
 
+// scrapeTarget is what one scrape reads: the page at url, fetched with
+// header, and of it the series of engine (the `engine` label; "" for all).
+type scrapeTarget struct {
+	url    string
+	header http.Header
+	engine string
+}
+
 // scrape fetches and parses one /metrics page within o.PollTimeout and
 // o.MaxMetricsBytes.
-func scrape(ctx context.Context, o *Options, url string, header http.Header, buf, scratch *[]byte) (gauges, error) {
+func scrape(ctx context.Context, o *Options, t scrapeTarget, buf, scratch *[]byte) (gauges, error) {
+	url, header := t.url, t.header
 	ctx, cancel := context.WithTimeout(ctx, o.PollTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -430,5 +439,5 @@ func scrape(ctx context.Context, o *Options, url string, header http.Header, buf
 	if err != nil {
 		return gauges{}, fmt.Errorf("scrape metrics: %w", err)
 	}
-	return parseGauges(*buf, scratch)
+	return parseRankGauges(*buf, scratch, t.engine)
 }
