@@ -49,6 +49,8 @@ type Fleet struct {
 	aliases atomic.Pointer[map[string]string]
 	// responses maps stored Responses ids to their engines (responses.go).
 	responses *responseStore
+	// ranks is the running config's data-parallel ranks (ranks.go).
+	ranks atomic.Pointer[rankTable]
 
 	now      func() time.Time // Options.Now
 	kick     chan struct{}

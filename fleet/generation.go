@@ -70,8 +70,9 @@ type Config struct {
 // and a prediction that never comes true misleads routing for 2s at most.
 const DefaultSpeculativeTTL = 2 * time.Second
 
-// EngineConfig describes one vLLM engine (one data-parallel rank), keyed by
-// the address reverse_proxy dials for it.
+// EngineConfig describes one vLLM API server, keyed by the address
+// reverse_proxy dials for it: one engine, or with DataParallelSize the
+// data-parallel ranks behind it, each a routing target keyed dial#r.
 type EngineConfig struct {
 	// The upstream dial address, exactly as reverse_proxy writes it
 	// (host:port). Required.
@@ -123,6 +124,18 @@ type EngineConfig struct {
 	// then wins. Default: none (the engine's models are unknown until
 	// discovered, and it may be sent any model).
 	Models []string `json:"models,omitempty"`
+
+	// Number of data-parallel ranks behind the address: vLLM started with
+	// --data-parallel-size N serves N engine ranks, each with its own KV
+	// cache and scheduler, on one API server. Each rank is a routing
+	// target of its own, keyed dial#r in the admin API and metrics: its
+	// gauges are the series of the shared /metrics page whose `engine`
+	// label is r, its KV events are read from the kv_events (and
+	// kv_replay) port + r, as vLLM publishes them, and max_inflight
+	// applies per rank. The rank a request is routed to is sent to the
+	// engine in the X-data-parallel-rank header (vLLM's internal load
+	// balancer then leaves it there). Default: 1 (one engine).
+	DataParallelSize int `json:"data_parallel_size,omitempty"`
 }
 
 // Validate checks a config before any of it is applied.
@@ -169,6 +182,12 @@ func (c *Config) Validate() error {
 		if e.MaxInflight < 0 {
 			return fmt.Errorf("engine %q: max_inflight must not be negative", e.Dial)
 		}
+		if e.DataParallelSize < 0 || e.DataParallelSize > MaxDataParallelSize {
+			return fmt.Errorf("engine %q: data_parallel_size must be between 1 and %d, got %d", e.Dial, MaxDataParallelSize, e.DataParallelSize)
+		}
+		if strings.Contains(e.Dial, "#") {
+			return fmt.Errorf("engine %q: dial address must not contain '#' (it names data-parallel ranks)", e.Dial)
+		}
 		for _, ep := range []string{e.KVEvents, e.KVReplay} {
 			if ep != "" && !strings.HasPrefix(ep, "tcp://") {
 				return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
@@ -177,8 +196,14 @@ func (c *Config) Validate() error {
 		// The registry's own check covers the URLs (models_url included)
 		// and the model names; run it here so a bad one fails the config
 		// instead of the engine being skipped at run time.
-		if err := c.registryEngine(e).Validate(); err != nil {
+		rs, err := c.registryEngines(e)
+		if err != nil {
 			return err
+		}
+		for _, r := range rs {
+			if err := r.Validate(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -300,6 +325,7 @@ func (f *Fleet) apply(c Config) {
 	}
 	aliases := maps.Clone(c.Aliases) // read per request: not shared with the caller's config
 	f.aliases.Store(&aliases)
+	f.ranks.Store(newRankTable(c.Engines))
 	f.registry.Apply(c.engineConfigs(), f.registryOptions(&c))
 	// A new config may route a pool to other upstreams: forget what the
 	// policies learned, or admission would gate (and fail open) on departed
@@ -311,18 +337,24 @@ func (f *Fleet) apply(c Config) {
 	f.mu.Unlock()
 }
 
-// engineConfigs turns the config into the registry's view.
+// engineConfigs turns the config into the registry's view: an engine
+// with data-parallel ranks is one registry engine per rank. Configs that
+// Validate refuses are left out.
 func (c *Config) engineConfigs() []upstreams.EngineConfig {
 	out := make([]upstreams.EngineConfig, 0, len(c.Engines))
 	for _, e := range c.Engines {
-		out = append(out, c.registryEngine(e))
+		rs, err := c.registryEngines(e)
+		if err == nil {
+			out = append(out, rs...)
+		}
 	}
 	return out
 }
 
-// registryEngine is e as the registry takes it; the KV subscription rides
-// in Attrs so that changing it restarts the subscriber.
-func (c *Config) registryEngine(e *EngineConfig) upstreams.EngineConfig {
+// registryEngines is e as the registry takes it, one config per rank; the
+// KV subscription rides in Attrs so that changing it restarts the
+// subscriber.
+func (c *Config) registryEngines(e *EngineConfig) ([]upstreams.EngineConfig, error) {
 	kc := kvConfig{Endpoint: e.KVEvents, Bind: e.KVEventsBind, Replay: e.KVReplay, Topic: e.KVTopic}
 	if kc.Endpoint == "" {
 		kc.Endpoint = derivedEndpoint(e.Dial, c.KVEventsPort)
@@ -330,7 +362,7 @@ func (c *Config) registryEngine(e *EngineConfig) upstreams.EngineConfig {
 	if kc.Replay == "" {
 		kc.Replay = derivedEndpoint(e.Dial, c.KVReplayPort)
 	}
-	return upstreams.EngineConfig{
+	base := upstreams.EngineConfig{
 		Dial:        e.Dial,
 		MetricsURL:  e.Metrics,
 		TokenizeURL: e.Tokenize,
@@ -342,6 +374,28 @@ func (c *Config) registryEngine(e *EngineConfig) upstreams.EngineConfig {
 		Static:      true,
 		Attrs:       kc.attrs(),
 	}
+	if e.DataParallelSize <= 1 {
+		return []upstreams.EngineConfig{base}, nil
+	}
+	// The ranks share the address's endpoints: fill them from it before
+	// the rank keys replace the dial.
+	if base.MetricsURL == "" {
+		base.MetricsURL = "http://" + e.Dial + "/metrics"
+	}
+	if base.TokenizeURL == "" {
+		base.TokenizeURL = "http://" + e.Dial + "/tokenize"
+	}
+	out := make([]upstreams.EngineConfig, 0, e.DataParallelSize)
+	for r := range e.DataParallelSize {
+		rk, err := kc.rank(r)
+		if err != nil {
+			return nil, fmt.Errorf("engine %q: %w", e.Dial, err)
+		}
+		rc := base
+		rc.Dial, rc.EngineLabel, rc.Attrs = RankKey(e.Dial, r), strconv.Itoa(r), rk.attrs()
+		out = append(out, rc)
+	}
+	return out, nil
 }
 
 // derivedEndpoint is tcp://<host of dial>:<port>, or "" when port is 0.

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -16,6 +18,10 @@ type kvConfig struct {
 	Bind     bool
 	Replay   string
 	Topic    string
+	// Rank is the data-parallel rank the subscription follows, when
+	// HasRank: batches of other ranks are counted, not applied.
+	Rank    int
+	HasRank bool
 }
 
 // subscription is a running KV-event subscription, for the admin API.
@@ -53,7 +59,7 @@ func (f *Fleet) runSubscription(ctx context.Context, dial string, cfg kvConfig) 
 	verify, hash := f.verifyConfigLocked(), f.engineHashLocked()
 	f.mu.Unlock()
 	f.index.RemoveEngine(dial) // a mirror left by an earlier subscription is stale
-	mirror, err := f.index.AddEngine(dial, kvindex.MirrorConfig{Verify: verify, Hash: hash})
+	mirror, err := f.index.AddEngine(dial, kvindex.MirrorConfig{Verify: verify, Hash: hash, Rank: cfg.Rank, HasRank: cfg.HasRank})
 	if err != nil {
 		log.Error("cannot mirror engine's KV events", zap.Error(err))
 		<-ctx.Done()
@@ -131,9 +137,33 @@ func (c kvConfig) attrs() map[string]string {
 	if c.Topic != "" {
 		m["kv_topic"] = c.Topic
 	}
+	if c.HasRank {
+		m["kv_rank"] = strconv.Itoa(c.Rank)
+	}
 	return m
 }
 
 func kvFromAttrs(m map[string]string) kvConfig {
-	return kvConfig{Endpoint: m["kv_events"], Bind: m["kv_bind"] == "true", Replay: m["kv_replay"], Topic: m["kv_topic"]}
+	c := kvConfig{Endpoint: m["kv_events"], Bind: m["kv_bind"] == "true", Replay: m["kv_replay"], Topic: m["kv_topic"]}
+	if v, ok := m["kv_rank"]; ok {
+		if r, err := strconv.Atoi(v); err == nil {
+			c.Rank, c.HasRank = r, true
+		}
+	}
+	return c
+}
+
+// rank is c as data-parallel rank r subscribes to it: both endpoints'
+// ports increased by r, as vLLM's rank r publishes, and its batches
+// checked for rank r.
+func (c kvConfig) rank(r int) (kvConfig, error) {
+	var err error
+	if c.Endpoint, err = offsetEndpoint(c.Endpoint, r); err != nil {
+		return c, fmt.Errorf("kv_events: %w", err)
+	}
+	if c.Replay, err = offsetEndpoint(c.Replay, r); err != nil {
+		return c, fmt.Errorf("kv_replay: %w", err)
+	}
+	c.Rank, c.HasRank = r, true
+	return c, nil
 }
