@@ -13,19 +13,23 @@ import (
 // Config describes one simulated vLLM engine (one data-parallel rank). Zero
 // fields take vLLM-like defaults.
 type Config struct {
-	Model               string          // served model name; default "sim-model"
-	Addr                string          // HTTP listen address; default "127.0.0.1:0"
-	MaxNumSeqs          int             // --max-num-seqs; default 16
-	NumGPUBlocks        int             // KV cache size in blocks (block 0 is vLLM's null block); default 2048
-	BlockSize           int             // tokens per block; default 16
-	MaxModelLen         int             // default 32768
-	MaxNumBatchedTokens int             // token budget of one step (chunked prefill); default 8192
-	PrefillTokensPerSec float64         // prefill speed of uncached prompt tokens; default 10000
-	DecodeStepTime      time.Duration   // time of one step (one token for every running seq); default 20ms
-	TimeScale           float64         // >1 runs faster than real time (simulated durations are divided by it); default 1
-	HashSeed            string          // PYTHONHASHSEED for sha256_cbor; default "0"
-	DPRank              int             // data-parallel rank: reported in batches and as the `engine` label
-	KVEvents            *KVEventsConfig // nil: no KV events
+	Model               string        // served model name; default "sim-model"
+	Addr                string        // HTTP listen address; default "127.0.0.1:0"
+	MaxNumSeqs          int           // --max-num-seqs; default 16
+	NumGPUBlocks        int           // KV cache size in blocks (block 0 is vLLM's null block); default 2048
+	BlockSize           int           // tokens per block; default 16
+	MaxModelLen         int           // default 32768
+	MaxNumBatchedTokens int           // token budget of one step (chunked prefill); default 8192
+	PrefillTokensPerSec float64       // prefill speed of uncached prompt tokens; default 10000
+	DecodeStepTime      time.Duration // time of one step (one token for every running seq); default 20ms
+	TimeScale           float64       // >1 runs faster than real time (simulated durations are divided by it); default 1
+	HashSeed            string        // PYTHONHASHSEED for sha256_cbor; default "0"
+	DPRank              int           // data-parallel rank: reported in batches and as the `engine` label
+	// DataParallelSize is the number of ranks StartDataParallel runs
+	// behind one HTTP port (vllm serve --data-parallel-size); Start runs
+	// one engine and refuses a size above 1. Default: 1.
+	DataParallelSize int
+	KVEvents         *KVEventsConfig // nil: no KV events
 	// DefaultMaxTokens is used when a request sets no max_tokens. Real vLLM
 	// generates up to the context length; the simulator defaults to 16 to keep
 	// tests short.
@@ -119,6 +123,7 @@ const (
 	maxLoRAModules      = 1 << 10
 	maxLoRASlots        = 1 << 10
 	maxModelAliases     = 1 << 10
+	maxDataParallelSize = 1 << 8
 	// defaultResponsesStore is Config.ResponsesStoreSize's default.
 	defaultResponsesStore = 10000
 	maxResponsesStore     = 1 << 20
@@ -181,6 +186,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(c.DecodeStepTime > 0, "decode_step_time %v must be positive", c.DecodeStepTime)
 	check(c.TimeScale > 0 && !math.IsInf(c.TimeScale, 0) && !math.IsNaN(c.TimeScale), "time_scale %v must be positive", c.TimeScale)
 	check(c.DPRank >= 0, "dp rank %d must not be negative", c.DPRank)
+	check(c.DataParallelSize >= 0 && c.DataParallelSize <= maxDataParallelSize, "data parallel size %d must be in 0..%d", c.DataParallelSize, maxDataParallelSize)
 	check(c.DefaultMaxTokens > 0, "default max tokens %d must be positive", c.DefaultMaxTokens)
 	check(c.ResponsesStoreSize >= -1 && c.ResponsesStoreSize <= maxResponsesStore, "responses_store_size %d out of range -1..%d", c.ResponsesStoreSize, maxResponsesStore)
 	// Copies: the engine keeps them, and Config() hands them out.

@@ -186,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.DataParallelSize > 1 {
+		return nil, fmt.Errorf("vllmsim: data parallel size %d: start it with StartDataParallel", cfg.DataParallelSize)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vllmsim: start: %w", err)
 	}

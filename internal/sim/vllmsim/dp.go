@@ -1,0 +1,203 @@
+package vllmsim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RankHeader is the request header vLLM's API server reads to pin a
+// request to one data-parallel rank (its global rank).
+const RankHeader = "X-Data-Parallel-Rank"
+
+// DPServer is a simulated `vllm serve --data-parallel-size N`: N
+// independent engine ranks (each its own scheduler, KV cache and KV-event
+// publisher on the configured ports + rank, its batches naming its rank)
+// behind one HTTP port. A request with RankHeader goes to that rank;
+// others are spread round robin, standing in for vLLM's internal load
+// balancer. /metrics shows every rank's series, told apart by their
+// `engine` label, as vLLM's does.
+type DPServer struct {
+	ranks []*Engine
+	ln    net.Listener
+	srv   *http.Server
+	next  atomic.Uint64
+	// pinned counts, by rank, the requests that named it in RankHeader;
+	// unpinned those spread by the server.
+	pinned   []atomic.Uint64
+	unpinned atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+}
+
+// StartDataParallel starts cfg.DataParallelSize ranks (DPRank + 0..N-1)
+// behind cfg.Addr. Each rank's KV-event and replay endpoints are cfg's
+// offset by its rank, as vLLM offsets them; each rank also listens on an
+// HTTP port of its own (Ranks()[r].URL()), which the simulation does not
+// need but tests may use. ctx only bounds startup; stop it with Close.
+func StartDataParallel(ctx context.Context, cfg Config) (*DPServer, error) {
+	n := max(cfg.DataParallelSize, 1)
+	if _, err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("vllmsim: addr %q: %w", addr, err)
+	}
+	base := cfg
+	base.DataParallelSize = 0
+	base.Addr = net.JoinHostPort(host, "0")
+	ranks, err := StartFleet(ctx, n, base)
+	if err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		for _, e := range ranks {
+			_ = e.Close()
+		}
+		return nil, fmt.Errorf("vllmsim: listen %s: %w", addr, err)
+	}
+	d := &DPServer{ranks: ranks, ln: ln, pinned: make([]atomic.Uint64, n), done: make(chan struct{})}
+	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	go func() {
+		defer close(d.done)
+		_ = d.srv.Serve(ln) // http.ErrServerClosed on Close
+	}()
+	return d, nil
+}
+
+// Addr is the shared HTTP address; URL the same as a base URL.
+func (d *DPServer) Addr() string { return d.ln.Addr().String() }
+
+// URL returns "http://" + Addr().
+func (d *DPServer) URL() string { return "http://" + d.Addr() }
+
+// Ranks returns the ranks, rank DPRank+0 first. The slice must not be
+// modified.
+func (d *DPServer) Ranks() []*Engine { return d.ranks }
+
+// Pinned returns, by rank, how many requests named it in RankHeader.
+func (d *DPServer) Pinned() []uint64 {
+	out := make([]uint64, len(d.pinned))
+	for i := range d.pinned {
+		out[i] = d.pinned[i].Load()
+	}
+	return out
+}
+
+// Unpinned returns how many requests came without RankHeader (spread
+// round robin); /metrics scrapes are not counted.
+func (d *DPServer) Unpinned() uint64 { return d.unpinned.Load() }
+
+// ServeHTTP serves /metrics from every rank and hands any other request
+// to its rank's handler.
+func (d *DPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" && r.Method == http.MethodGet {
+		pages := make([][]byte, len(d.ranks))
+		for i, e := range d.ranks {
+			pages[i] = e.metricsText()
+		}
+		body := mergeExposition(pages)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+		return
+	}
+	i, err := d.rankOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	d.ranks[i].srv.Handler.ServeHTTP(w, r)
+}
+
+// rankOf is the index in d.ranks of the rank r goes to: the one its
+// RankHeader names (a global rank), else the next in turn.
+func (d *DPServer) rankOf(r *http.Request) (int, error) {
+	v := r.Header.Get(RankHeader)
+	if v == "" {
+		d.unpinned.Add(1)
+		return int((d.next.Add(1) - 1) % uint64(len(d.ranks))), nil
+	}
+	g, err := strconv.Atoi(strings.TrimSpace(v))
+	first := d.ranks[0].cfg.DPRank
+	if err != nil || g < first || g >= first+len(d.ranks) {
+		return 0, fmt.Errorf("%s %q is not a data parallel rank of this server (%d..%d)", RankHeader, v, first, first+len(d.ranks)-1)
+	}
+	d.pinned[g-first].Add(1)
+	return g - first, nil
+}
+
+// Close stops the HTTP server, then every rank.
+func (d *DPServer) Close() error {
+	d.closeOnce.Do(func() {
+		d.closeErr = d.srv.Close()
+		<-d.done
+		for _, e := range d.ranks {
+			if err := e.Close(); err != nil && d.closeErr == nil {
+				d.closeErr = err
+			}
+		}
+	})
+	return d.closeErr
+}
+
+// mergeExposition joins Prometheus text pages that share metric families
+// into one page: each family's HELP and TYPE lines once, then its samples
+// from every page in page order (a text page may not repeat a family).
+func mergeExposition(pages [][]byte) []byte {
+	var order []string
+	head := map[string][]string{}
+	samples := map[string][]string{}
+	for _, p := range pages {
+		cur := ""
+		sc := bufio.NewScanner(bytes.NewReader(p))
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "# "); ok {
+				f := strings.Fields(rest)
+				if len(f) >= 2 && (f[0] == "HELP" || f[0] == "TYPE") {
+					if cur = f[1]; head[cur] == nil && samples[cur] == nil {
+						order = append(order, cur)
+					}
+					if len(head[cur]) < 2 && !slices.Contains(head[cur], line) {
+						head[cur] = append(head[cur], line)
+					}
+				}
+				continue
+			}
+			if cur == "" && samples[""] == nil {
+				order = append(order, "") // samples before any family
+			}
+			samples[cur] = append(samples[cur], line)
+		}
+	}
+	var b bytes.Buffer
+	for _, name := range order {
+		for _, l := range head[name] {
+			b.WriteString(l + "\n")
+		}
+		for _, l := range samples[name] {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.Bytes()
+}
