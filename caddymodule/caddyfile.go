@@ -74,6 +74,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	        kv_topic     <prefix>
 //	        api_key      <key>
 //	        pool         <name>
+//	        data_parallel_size <n>
 //	    }
 //	}
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -201,6 +202,8 @@ func parseEngine(d *caddyfile.Dispenser) (*fleet.EngineConfig, error) {
 			}
 		case "max_inflight":
 			err = parseInt(d, &e.MaxInflight)
+		case "data_parallel_size":
+			err = parseInt(d, &e.DataParallelSize)
 		case "kv_events":
 			args := d.RemainingArgs()
 			switch {

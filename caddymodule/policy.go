@@ -207,6 +207,8 @@ type selectState struct {
 	// answered: the policy answered the request itself (its model is
 	// served by no engine of the pool), so later attempts write nothing.
 	answered bool
+	// rankSet: an attempt set the data-parallel rank header (setRank).
+	rankSet bool
 }
 
 // Select implements reverseproxy.Selector. w may be nil.
@@ -241,9 +243,15 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	if chosen == nil {
 		return nil // no candidate: no half-open probe was claimed
 	}
+	up, rank := p.realUpstream(pool, chosen)
+	if up == nil {
+		p.releaseProbes(g.cands)
+		return nil
+	}
 	decisionSeconds.WithLabelValues(pick.Tier.String()).Observe(time.Since(t0).Seconds())
 	p.commit(r, st, committed{req: g.req, pick: pick, chosen: chosen, res: res})
-	return chosen
+	st.setRank(r, rank)
+	return up
 }
 
 // gathered is what Select routes among: the parsed request (nil when
@@ -393,7 +401,8 @@ func (p *Policy) attempt(r *http.Request, repl *caddy.Replacer, report bool) *se
 	return st
 }
 
-// candidates are the upstreams this attempt may pick: available, not tried
+// candidates are the upstreams this attempt may pick (an engine with
+// data-parallel ranks as one target per rank; see expand): available, not tried
 // by this request, in service (not drained nor asleep), and allowed by
 // their breaker; spare are
 // those refused only by their breaker. It also teaches the fleet the pool's
@@ -403,19 +412,29 @@ func (p *Policy) candidates(pool reverseproxy.UpstreamPool, st *selectState) (ca
 	b := p.fleet.Breaker()
 	all := make([]string, 0, len(pool))
 	cands = make([]*reverseproxy.Upstream, 0, len(pool))
-	for _, u := range pool {
-		if u == nil {
-			continue
-		}
+	consider := func(u *reverseproxy.Upstream, available bool) {
 		all = append(all, u.Dial)
-		if !u.Available() || st.tried[u.Dial] || p.fleet.OutOfService(u.Dial) {
-			continue
+		if !available || st.tried[u.Dial] || p.fleet.OutOfService(u.Dial) {
+			return
 		}
 		if !b.Allow(u.Dial, now) {
 			spare = append(spare, u)
-			continue
+			return
 		}
 		cands = append(cands, u)
+	}
+	for _, pu := range pool {
+		if pu == nil {
+			continue
+		}
+		available := pu.Available()
+		if p.fleet.Ranks(pu.Dial) == nil {
+			consider(pu, available)
+			continue
+		}
+		for _, u := range p.expand(pu) {
+			consider(u, available)
+		}
 	}
 	sort.Strings(all)
 	p.fleet.LearnPool(p.gen, p.Pool, all)
@@ -437,7 +456,7 @@ func (p *Policy) modelNotFound(pool reverseproxy.UpstreamPool, req *openai.Reque
 	if req.Model == "" {
 		return false // any engine serves a request without a model
 	}
-	if _, notFound := p.fleet.Serving(req.Model, upstreamDials(pool)); !notFound {
+	if _, notFound := p.fleet.Serving(req.Model, p.engineDials(pool)); !notFound {
 		return false
 	}
 	if st.w != nil {
@@ -462,7 +481,7 @@ func (p *Policy) tooLong(pool reverseproxy.UpstreamPool, sp sizedPrompt, st *sel
 	if sp.body == nil {
 		sp.body = admittedBody(st.req)
 	}
-	msg := contextLengthError(p.fleet, upstreamDials(pool), sp)
+	msg := contextLengthError(p.fleet, p.engineDials(pool), sp)
 	if msg == "" {
 		return false
 	}
@@ -510,17 +529,6 @@ func (p *Policy) releaseProbes(cands []*reverseproxy.Upstream) {
 			b.Release(u.Dial)
 		}
 	}
-}
-
-// upstreamDials are the dial addresses of pool's upstreams.
-func upstreamDials(pool reverseproxy.UpstreamPool) []string {
-	dials := make([]string, 0, len(pool))
-	for _, u := range pool {
-		if u != nil {
-			dials = append(dials, u.Dial)
-		}
-	}
-	return dials
 }
 
 // serving is those of ups that may serve model (see fleet.Serving): ups

@@ -16,7 +16,12 @@ import (
 
 // EngineReport is one engine in GET /llm/engines.
 type EngineReport struct {
-	Dial       string    `json:"dial"`
+	Dial string `json:"dial"`
+	// Address and Rank are set for a data-parallel rank (Dial is then
+	// "<address>#<rank>"): the address reverse_proxy dials and the rank
+	// sent in the X-data-parallel-rank header.
+	Address    string    `json:"address,omitempty"`
+	Rank       *int      `json:"data_parallel_rank,omitempty"`
 	Pool       string    `json:"pool"`
 	Static     bool      `json:"configured"`
 	Known      bool      `json:"gauges_known"`
@@ -177,6 +182,9 @@ func (f *Fleet) EngineReports() []EngineReport {
 		}
 		if r.Pool == "" {
 			r.Pool = upstreams.DefaultPool
+		}
+		if rk, ok := f.RankOf(e.Dial()); ok {
+			r.Address, r.Rank = rk.Dial, &rk.Index
 		}
 		r.KV = f.kvReport(e.Dial())
 		r.Tokenizer = toks[r.Pool]

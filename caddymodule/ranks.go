@@ -1,0 +1,76 @@
+package caddymodule
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+// rankHeader is the request header vLLM's API server reads to send a
+// request to one data-parallel rank (its global rank) instead of choosing
+// one with its internal load balancer.
+const rankHeader = "X-Data-Parallel-Rank"
+
+// expand is the routing targets of upstream u, an engine declared with
+// data_parallel_size: one target per rank, keyed dial#r (the fleet's
+// engine key); nil for any other upstream, which is its own target. A rank's target shares u's Host, so its requests in
+// flight and passive health are u's; Select turns a picked rank back into
+// u (realUpstream) before returning it, as only u is provisioned to dial.
+func (p *Policy) expand(u *reverseproxy.Upstream) []*reverseproxy.Upstream {
+	keys := p.fleet.Ranks(u.Dial)
+	out := make([]*reverseproxy.Upstream, len(keys))
+	for i, k := range keys {
+		out[i] = &reverseproxy.Upstream{Host: u.Host, Dial: k, MaxRequests: u.MaxRequests}
+	}
+	return out
+}
+
+// engineDials are the fleet's engine keys of pool's upstreams: their dial
+// addresses, each of a data-parallel engine replaced by its ranks' keys.
+func (p *Policy) engineDials(pool reverseproxy.UpstreamPool) []string {
+	dials := make([]string, 0, len(pool))
+	for _, u := range pool {
+		if u == nil {
+			continue
+		}
+		if keys := p.fleet.Ranks(u.Dial); keys != nil {
+			dials = append(dials, keys...)
+		} else {
+			dials = append(dials, u.Dial)
+		}
+	}
+	return dials
+}
+
+// realUpstream is the upstream of pool that chosen stands for: chosen
+// itself, or for a rank's target the upstream of its address, with the
+// rank (-1 for no rank). It is nil when the address has left the pool.
+func (p *Policy) realUpstream(pool reverseproxy.UpstreamPool, chosen *reverseproxy.Upstream) (*reverseproxy.Upstream, int) {
+	r, ok := p.fleet.RankOf(chosen.Dial)
+	if !ok {
+		return chosen, -1
+	}
+	for _, u := range pool {
+		if u != nil && u.Dial == r.Dial {
+			return u, r.Index
+		}
+	}
+	return nil, -1
+}
+
+// setRank makes the proxied request r name the picked rank in rankHeader,
+// or, when the pick is no rank (rank < 0), removes the header an earlier
+// attempt of this request set: r is the clone reverse_proxy proxies, the
+// same across its attempts. A header the client sent is left alone unless
+// a rank was picked.
+func (st *selectState) setRank(r *http.Request, rank int) {
+	switch {
+	case rank >= 0:
+		r.Header.Set(rankHeader, strconv.Itoa(rank))
+		st.rankSet = true
+	case st.rankSet:
+		r.Header.Del(rankHeader)
+		st.rankSet = false
+	}
+}
