@@ -732,7 +732,7 @@ func (h *Admission) place(r *http.Request, req *openai.Request, dials []string, 
 
 func (h *Admission) dials() []string {
 	if len(h.Engines) > 0 {
-		return h.Engines
+		return h.fleet.EngineKeys(h.Engines) // an address with ranks: its ranks
 	}
 	return h.fleet.PoolDials(h.Pool)
 }

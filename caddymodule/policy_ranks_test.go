@@ -41,7 +41,7 @@ func startDPServer(t *testing.T, n int) (*vllmsim.DPServer, int) {
 // rank's KV events (port + rank) feed its own mirror, a prompt whose
 // prefix rank 1 holds goes to rank 1 and reaches it through the
 // X-data-parallel-rank header, and fresh prompts reach rank 0 the same
-// way. /llm/engines shows both ranks with their own gauges.
+// way. /llm/explain scores the ranks apart and /llm/engines shows both.
 func TestPolicyDataParallelRanks(t *testing.T) {
 	d, port := startDPServer(t, 2)
 	addr := d.Addr()
@@ -86,6 +86,11 @@ func TestPolicyDataParallelRanks(t *testing.T) {
 	}
 	if after := d.Pinned(); after[1]-before[1] != 4 || after[0] != before[0] {
 		t.Fatalf("the engine saw X-data-parallel-rank %v before and %v after, want rank 1 four more times", before, after)
+	}
+
+	ex := chat{system: prefix, user: "q"}.body()
+	if c1, c0 := explainFor(t, ex, rank(1)), explainFor(t, ex, rank(0)); c1.MatchedBlocks < 400/16 || c0.MatchedBlocks != 0 {
+		t.Fatalf("/llm/explain: rank 1 matches %d blocks, rank 0 %d; want rank 1 the prefix, rank 0 none", c1.MatchedBlocks, c0.MatchedBlocks)
 	}
 
 	// Fresh prompts: rank 0 is a candidate of its own, and is named too.

@@ -31,16 +31,11 @@ func (p *Policy) expand(u *reverseproxy.Upstream) []*reverseproxy.Upstream {
 func (p *Policy) engineDials(pool reverseproxy.UpstreamPool) []string {
 	dials := make([]string, 0, len(pool))
 	for _, u := range pool {
-		if u == nil {
-			continue
-		}
-		if keys := p.fleet.Ranks(u.Dial); keys != nil {
-			dials = append(dials, keys...)
-		} else {
+		if u != nil {
 			dials = append(dials, u.Dial)
 		}
 	}
-	return dials
+	return p.fleet.EngineKeys(dials)
 }
 
 // realUpstream is the upstream of pool that chosen stands for: chosen

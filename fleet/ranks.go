@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -92,4 +93,23 @@ func offsetEndpoint(ep string, r int) (string, error) {
 		return "", fmt.Errorf("endpoint %q: port of rank %d out of range", ep, r)
 	}
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(p+r)), nil
+}
+
+// EngineKeys is dials with every address declared with data-parallel
+// ranks replaced by its ranks' keys, in order: the engines behind dials.
+// It returns dials itself when none has ranks.
+func (f *Fleet) EngineKeys(dials []string) []string {
+	t := f.ranks.Load()
+	if t == nil || len(t.keys) == 0 || !slices.ContainsFunc(dials, func(d string) bool { return t.keys[d] != nil }) {
+		return dials
+	}
+	out := make([]string, 0, len(dials)+len(t.keys))
+	for _, d := range dials {
+		if ks := t.keys[d]; ks != nil {
+			out = append(out, ks...)
+		} else {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -55,6 +55,13 @@ func TestRankConfigs(t *testing.T) {
 	if _, ok := f.RankOf("10.0.0.2:8000"); ok {
 		t.Fatal("an engine without ranks is a rank")
 	}
+	plain := []string{"10.0.0.2:8000", "10.0.0.9:8000"}
+	if got := f.EngineKeys(plain); &got[0] != &plain[0] {
+		t.Fatalf("EngineKeys of dials without ranks = %v, a copy", got)
+	}
+	if got := f.EngineKeys([]string{"10.0.0.2:8000", "10.0.0.1:8000"}); !slices.Equal(got, []string{"10.0.0.2:8000", "10.0.0.1:8000#0", "10.0.0.1:8000#1", "10.0.0.1:8000#2"}) {
+		t.Fatalf("EngineKeys = %v", got)
+	}
 	for _, k := range []string{"10.0.0.1:8000#0", "10.0.0.1:8000#2", "10.0.0.2:8000"} {
 		if _, ok := f.registry.Get(k); !ok {
 			t.Fatalf("registry has no engine %s", k)
