@@ -25,7 +25,8 @@ const RankHeader = "X-Data-Parallel-Rank"
 // behind one HTTP port. A request with RankHeader goes to that rank;
 // others are spread round robin, standing in for vLLM's internal load
 // balancer. /metrics shows every rank's series, told apart by their
-// `engine` label, as vLLM's does.
+// `engine` label, as vLLM's does; POST /sleep, /wake_up and
+// /reset_prefix_cache apply to every rank.
 type DPServer struct {
 	ranks []*Engine
 	ln    net.Listener
@@ -120,12 +121,61 @@ func (d *DPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(body)
 		return
 	}
+	if r.Method == http.MethodPost && broadcastPaths[r.URL.Path] {
+		d.broadcast(w, r)
+		return
+	}
 	i, err := d.rankOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	d.ranks[i].srv.Handler.ServeHTTP(w, r)
+}
+
+// broadcastPaths are the control endpoints vLLM's API server applies to
+// every rank of a data-parallel server (its engine client calls each
+// engine core): sleep mode and the prefix-cache reset.
+var broadcastPaths = map[string]bool{"/sleep": true, "/wake_up": true, "/reset_prefix_cache": true}
+
+// broadcast runs r on every rank and answers the first failure, else the
+// last rank's answer. Their bodies are small: no limit is needed.
+func (d *DPServer) broadcast(w http.ResponseWriter, r *http.Request) {
+	var last *answer
+	for _, e := range d.ranks {
+		a := &answer{header: http.Header{}, status: http.StatusOK}
+		e.srv.Handler.ServeHTTP(a, r.Clone(r.Context()))
+		last = a
+		if a.status >= 300 {
+			break
+		}
+	}
+	for k, v := range last.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(last.status)
+	_, _ = w.Write(last.body.Bytes())
+}
+
+// answer is a buffered http.ResponseWriter, for broadcast.
+type answer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func (a *answer) Header() http.Header { return a.header }
+
+func (a *answer) WriteHeader(status int) {
+	if !a.wrote {
+		a.status, a.wrote = status, true
+	}
+}
+
+func (a *answer) Write(b []byte) (int, error) {
+	a.wrote = true
+	return a.body.Write(b)
 }
 
 // rankOf is the index in d.ranks of the rank r goes to: the one its

@@ -134,3 +134,39 @@ func TestStartRefusesDataParallel(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestDataParallelSleep: POST /sleep and /wake_up on the shared port put
+// every rank to sleep and wake them all, as vLLM's API server does; a
+// bad level is refused and changes nothing.
+func TestDataParallelSleep(t *testing.T) {
+	d := startDP(t, Config{TimeScale: 100, DataParallelSize: 2})
+	c := newClient(t)
+	levels := func() []int {
+		var out []int
+		for _, e := range d.Ranks() {
+			out = append(out, e.SleepLevel())
+		}
+		return out
+	}
+	for _, step := range []struct {
+		path string
+		want []int
+	}{{"/sleep?level=1", []int{1, 1}}, {"/wake_up", []int{0, 0}}} {
+		resp, err := c.Post(d.URL()+step.path, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !slices.Equal(levels(), step.want) {
+			t.Fatalf("POST %s: status %d, levels %v, want %v", step.path, resp.StatusCode, levels(), step.want)
+		}
+	}
+	resp, err := c.Post(d.URL()+"/sleep?level=x", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !slices.Equal(levels(), []int{0, 0}) {
+		t.Fatalf("bad level: status %d, levels %v", resp.StatusCode, levels())
+	}
+}
