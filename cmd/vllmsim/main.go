@@ -51,7 +51,8 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var (
-		n           = fs.Int("n", 1, "number of engines (data-parallel ranks)")
+		n           = fs.Int("n", 1, "number of engines (data-parallel ranks, each on its own HTTP port)")
+		dpSize      = fs.Int("data-parallel-size", 1, "data-parallel ranks behind one HTTP port (vllm serve --data-parallel-size; rank r's KV events on port+r); needs -n 1")
 		host        = fs.String("host", "127.0.0.1", "listen host for HTTP and KV sockets")
 		port        = fs.Int("port", 8000, "HTTP port of rank 0 (rank r uses port+r; 0 = OS-chosen)")
 		kvPort      = fs.Int("kv-port", 0, "KV-event PUB port of rank 0, bound as tcp://*:port+r (0 = no events)")
@@ -111,6 +112,13 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		}
 		cfg.KVEvents = kv
 	}
+	if *dpSize > 1 {
+		if *n != 1 {
+			return errors.New("-data-parallel-size needs -n 1")
+		}
+		cfg.DataParallelSize = *dpSize
+		return serveDP(ctx, cfg, out, started)
+	}
 	engines, err := vllmsim.StartFleet(ctx, *n, cfg)
 	if err != nil {
 		return err
@@ -129,6 +137,24 @@ func serve(ctx context.Context, args []string, out io.Writer, started chan<- []*
 		errs = append(errs, e.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// serveDP runs one data-parallel server of cfg.DataParallelSize ranks
+// until ctx ends, reporting its address and each rank's KV endpoints.
+func serveDP(ctx context.Context, cfg vllmsim.Config, out io.Writer, started chan<- []*vllmsim.Engine) error {
+	d, err := vllmsim.StartDataParallel(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "server url=%s ranks=%d model=%s\n", d.URL(), len(d.Ranks()), cfg.Model)
+	for i, e := range d.Ranks() {
+		fmt.Fprintf(out, "rank %d kv=%s replay=%s\n", i, orNone(e.KVEndpoint()), orNone(e.ReplayEndpoint()))
+	}
+	if started != nil {
+		started <- d.Ranks()
+	}
+	<-ctx.Done()
+	return d.Close()
 }
 
 // splitList splits a comma-separated flag value; "" is an empty list. Empty

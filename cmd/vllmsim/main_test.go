@@ -76,6 +76,44 @@ func TestServeFleetAndStop(t *testing.T) {
 	}
 }
 
+// TestServeDataParallel: -data-parallel-size runs its ranks behind one
+// port, each publishing on the KV port + its rank.
+func TestServeDataParallel(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	started := make(chan []*vllmsim.Engine, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"-data-parallel-size", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50"}, &out, started)
+	}()
+	var ranks []*vllmsim.Engine
+	select {
+	case ranks = <-started:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(ranks) != 2 || len(lines) != 3 || !strings.Contains(lines[0], "ranks=2") || !strings.HasPrefix(lines[2], "rank 1 kv=tcp://127.0.0.1:") {
+		t.Fatalf("%d ranks, output %q", len(ranks), out.String())
+	}
+	if ranks[1].Config().DPRank != 1 {
+		t.Fatalf("second rank is rank %d", ranks[1].Config().DPRank)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
 func TestServeRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "0", "-port", "0"},
@@ -94,6 +132,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"-port", "0", "-served-model-name", "a,a"},
 		{"-port", "0", "-served-model-name", "a,,b"},
 		{"-port", "0", "-served-model-name", "m,sql", "-lora-modules", "sql"},
+		{"-port", "0", "-n", "2", "-data-parallel-size", "2"},
+		{"-port", "0", "-data-parallel-size", "257"},
 	} {
 		var out bytes.Buffer
 		if err := serve(context.Background(), args, &out, nil); err == nil {
