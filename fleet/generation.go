@@ -179,31 +179,39 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("engine %q listed twice", e.Dial)
 		}
 		seen[e.Dial] = true
-		if e.MaxInflight < 0 {
-			return fmt.Errorf("engine %q: max_inflight must not be negative", e.Dial)
-		}
-		if e.DataParallelSize < 0 || e.DataParallelSize > MaxDataParallelSize {
-			return fmt.Errorf("engine %q: data_parallel_size must be between 1 and %d, got %d", e.Dial, MaxDataParallelSize, e.DataParallelSize)
-		}
-		if strings.Contains(e.Dial, "#") {
-			return fmt.Errorf("engine %q: dial address must not contain '#' (it names data-parallel ranks)", e.Dial)
-		}
-		for _, ep := range []string{e.KVEvents, e.KVReplay} {
-			if ep != "" && !strings.HasPrefix(ep, "tcp://") {
-				return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
-			}
-		}
-		// The registry's own check covers the URLs (models_url included)
-		// and the model names; run it here so a bad one fails the config
-		// instead of the engine being skipped at run time.
-		rs, err := c.registryEngines(e)
-		if err != nil {
+		if err := c.validateEngine(e); err != nil {
 			return err
 		}
-		for _, r := range rs {
-			if err := r.Validate(); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// validateEngine checks one engine's own settings.
+func (c *Config) validateEngine(e *EngineConfig) error {
+	if e.MaxInflight < 0 {
+		return fmt.Errorf("engine %q: max_inflight must not be negative", e.Dial)
+	}
+	if e.DataParallelSize < 0 || e.DataParallelSize > MaxDataParallelSize {
+		return fmt.Errorf("engine %q: data_parallel_size must be between 1 and %d, got %d", e.Dial, MaxDataParallelSize, e.DataParallelSize)
+	}
+	if strings.Contains(e.Dial, "#") {
+		return fmt.Errorf("engine %q: dial address must not contain '#' (it names data-parallel ranks)", e.Dial)
+	}
+	for _, ep := range []string{e.KVEvents, e.KVReplay} {
+		if ep != "" && !strings.HasPrefix(ep, "tcp://") {
+			return fmt.Errorf("engine %q: ZeroMQ endpoint %q must be tcp://host:port", e.Dial, ep)
+		}
+	}
+	// The registry's own check covers the URLs (models_url included)
+	// and the model names; run it here so a bad one fails the config
+	// instead of the engine being skipped at run time.
+	rs, err := c.registryEngines(e)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if err := r.Validate(); err != nil {
+			return err
 		}
 	}
 	return nil
