@@ -238,7 +238,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	}
 	if chosen == nil {
 		pick.Tier = routing.LoadOnly
-		chosen = fallback(g.cands, g.spare)
+		chosen = p.quietestRank(fallback(g.cands, g.spare), g.cands, g.spare)
 	}
 	if chosen == nil {
 		return nil // no candidate: no half-open probe was claimed

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -36,6 +37,42 @@ func (p *Policy) engineDials(pool reverseproxy.UpstreamPool) []string {
 		}
 	}
 	return p.fleet.EngineKeys(dials)
+}
+
+// quietestRank is, when least_conn's pick u is a rank, the rank of its
+// address with the fewest of this gateway's requests in flight among
+// cands and spare (where u is found): the ranks share u's Host and so its
+// request count, which would send every request the fleet did not route
+// to rank 0. Any other u is returned as it is.
+func (p *Policy) quietestRank(u *reverseproxy.Upstream, cands, spare []*reverseproxy.Upstream) *reverseproxy.Upstream {
+	if u == nil {
+		return nil
+	}
+	r, ok := p.fleet.RankOf(u.Dial)
+	if !ok {
+		return u
+	}
+	from := cands
+	if !slices.Contains(cands, u) {
+		from = spare
+	}
+	best, bestN := u, p.inflight(u.Dial)
+	for _, c := range from {
+		if o, ok := p.fleet.RankOf(c.Dial); ok && o.Dial == r.Dial {
+			if n := p.inflight(c.Dial); n < bestN {
+				best, bestN = c, n
+			}
+		}
+	}
+	return best
+}
+
+// inflight is this gateway's requests in flight on engine key.
+func (p *Policy) inflight(key string) int64 {
+	if e, ok := p.fleet.Registry().Get(key); ok {
+		return e.Load().Inflight
+	}
+	return 0
 }
 
 // realUpstream is the upstream of pool that chosen stands for: chosen

@@ -3,6 +3,11 @@ package caddymodule
 import (
 	"net/http"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/llmgw/caddy-llmgw/fleet"
 )
 
 // TestSetRank: a pick of a rank names it in the proxied request's header,
@@ -39,5 +44,49 @@ func TestSetRank(t *testing.T) {
 				t.Fatalf("header %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestQuietestRank: least_conn's pick among ranks (which share one Host,
+// so it always names the first) moves to the rank of its address with the
+// fewest requests in flight through the gateway; any other pick stays.
+func TestQuietestRank(t *testing.T) {
+	f := fleet.New(zap.NewNop(), fleet.Options{ManualScrape: true})
+	t.Cleanup(f.Close)
+	g := f.NewGeneration(fleet.Config{Engines: []*fleet.EngineConfig{
+		{Dial: "10.0.0.1:8000", DataParallelSize: 3}, {Dial: "10.0.0.2:8000"},
+	}}, zap.NewNop())
+	f.Start(g)
+	t.Cleanup(func() { f.Stop(g) })
+	p := &Policy{fleet: f}
+	ranks := p.expand(&reverseproxy.Upstream{Dial: "10.0.0.1:8000"})
+	plain := &reverseproxy.Upstream{Dial: "10.0.0.2:8000"}
+	busy := func(key string, n int) {
+		e, ok := f.Registry().Get(key)
+		if !ok {
+			t.Fatalf("no engine %s", key)
+		}
+		for range n {
+			res := e.Reserve()
+			t.Cleanup(res.Done)
+		}
+	}
+	busy("10.0.0.1:8000#0", 2)
+	busy("10.0.0.1:8000#1", 1)
+	cands := append([]*reverseproxy.Upstream{plain}, ranks...)
+	if got := p.quietestRank(ranks[0], cands, nil); got != ranks[2] {
+		t.Fatalf("picked %s, want the idle rank %s", got.Dial, ranks[2].Dial)
+	}
+	if got := p.quietestRank(ranks[0], cands[:3], nil); got != ranks[1] {
+		t.Fatalf("without rank 2: picked %s, want %s", got.Dial, ranks[1].Dial)
+	}
+	if got := p.quietestRank(ranks[0], []*reverseproxy.Upstream{plain}, ranks[:2]); got != ranks[1] {
+		t.Fatalf("among spare ranks: picked %s, want %s", got.Dial, ranks[1].Dial)
+	}
+	if got := p.quietestRank(plain, cands, nil); got != plain {
+		t.Fatalf("an engine without ranks became %s", got.Dial)
+	}
+	if p.quietestRank(nil, cands, nil) != nil {
+		t.Fatal("no pick became one")
 	}
 }
