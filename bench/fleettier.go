@@ -140,7 +140,7 @@ func renderCPUTier(b *strings.Builder, p FleetParams, runs []FleetTierRun) {
 	for _, pair := range [][2]string{{"llm", "llm-gpu-only"}, {"llm-route", "llm-route-gpu-only"}} {
 		w("%s\n", tierVerdict(runs, pair[0], pair[1]))
 	}
-	w("\nWhy: `Fleet.Place`, which chooses the engine of every request `llm_admission` gates, weighs GPU matches only (its candidates carry no `CPUBlocks`, and an engine holding the prefix only in its CPU tier is no holder), so under admission the tier weights change nothing; `Fleet.Route` credits the tier and sends a prompt back to the engine that offloaded its prefix. TTFT p90 stays at a full miss's prefill wherever more than a tenth of the requests miss in both tiers, which the pressure here makes so.\n\n")
+	w("\nWhy: the tier credits send a prompt back to the engine that offloaded its prefix, under admission (`Fleet.Place` weighs the tiers as `routing.Pick` does) as under `Fleet.Route`, which the CPU hits and TTFT p50 above show. TTFT p90 stays at a full miss's prefill wherever more than a tenth of the requests miss in both tiers, which the pressure here makes so.\n\n")
 }
 
 // tierVerdict compares a variant crediting the CPU tier with its GPU-only
