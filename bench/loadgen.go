@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,10 @@ type Record struct {
 	// response headers (lb_policy llm with debug_headers), when present.
 	Upstream string `json:"upstream,omitempty"`
 	Tier     string `json:"tier,omitempty"`
+	// Predicted is the gateway's X-LLM-Predicted-TTFT header: the routing
+	// model's predicted time to first token from dispatch, in wall
+	// seconds; 0 when absent.
+	Predicted float64 `json:"predicted_ttft,omitempty"`
 	// Direct: the request went straight to an engine, not through a
 	// gateway.
 	Direct bool `json:"direct,omitempty"`
@@ -329,6 +334,9 @@ func (t Target) do(ctx context.Context, msgs []chatMsg, key string, maxTokens in
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
 	rec.Upstream, rec.Tier = resp.Header.Get("X-LLM-Upstream"), resp.Header.Get("X-LLM-Tier")
+	if v, err := strconv.ParseFloat(resp.Header.Get("X-LLM-Predicted-TTFT"), 64); err == nil && v > 0 {
+		rec.Predicted = v
+	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
 		rec.Err = fmt.Sprintf("status %d", resp.StatusCode)

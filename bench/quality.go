@@ -262,6 +262,10 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 				if s.FirstErr != "" {
 					log.Printf("  first error: %s", s.FirstErr)
 				}
+				if c := s.Calibration; c != nil {
+					log.Printf("  TTFT prediction: |predicted − observed| ÷ observed p50 %.0f%% p90 %.0f%%, signed p50 %+.0f%% (%d requests)",
+						c.AbsP50*100, c.AbsP90*100, c.BiasP50*100, c.N)
+				}
 				if m := run.Models; m != nil {
 					log.Printf("  models: %d sent to an engine not serving them, %d answered 404; adapter arrivals %d, %d joining their adapter in flight (%.1f%%), %d LoRA loads",
 						m.Unserved, m.NotFound, m.AdapterArrivals, m.AdapterInFlight, m.InFlightShare()*100, m.LoRALoads)

@@ -605,7 +605,7 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 		for _, f := range plots["ttft:"+name] {
 			w("![TTFT p90 vs rate, %s](%s)\n\n", name, filepath.ToSlash(filepath.Join(plotsRel, f)))
 		}
-		w("| rate | policy | hit rate | TTFT p50 | p90 | p99 | ITL p50 | ITL p90 | E2E p90 | output tok/s | completed | 503 | errors | sim lag | Caddy CPU | decisions |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		w("| rate | policy | hit rate | TTFT p50 | p90 | p99 | ITL p50 | ITL p90 | E2E p90 | output tok/s | completed | 503 | errors | sim lag | Caddy CPU | TTFT prediction error | decisions |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range q.rates(name) {
 			for _, pol := range p.Policies {
 				r := q.at(name, pol.Name, x)
@@ -618,12 +618,15 @@ func renderQuality(b *strings.Builder, q *QualityResult, f SectionFile, plotsRel
 					flag = " **stalled**"
 				}
 				lag := lagText(r, p)
-				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %s | %.1f s | %s |\n",
+				w("| %.1f/s (%g×) | `%s`%s | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f | %d/%d | %d | %d | %s | %.1f s | %s | %s |\n",
 					r.Rate, x, pol.Name, flag, s.HitRate*100, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), ms(s.ITL.P50), ms(s.ITL.P90), secs(s.E2E.P90),
-					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, lag, r.CaddyCPU, decisions(r.Decisions))
+					s.OutputTPS, s.OK, s.Requests, s.Rejected, s.Errors+s.Timeouts, lag, r.CaddyCPU, calibrationText(s.Calibration), decisions(r.Decisions))
 			}
 		}
 		w("\n")
+		if c := q.calibrationLine(name); c != "" {
+			w("- %s\n", c)
+		}
 		for _, v := range verdicts(q, name) {
 			w("- %s\n", v)
 		}
@@ -661,6 +664,42 @@ func thinkOf(q *QualityResult) float64 {
 		}
 	}
 	return 0
+}
+
+// calibrationText is a run's TTFT prediction error for the quality table:
+// the median relative absolute error and, in parentheses, the median
+// signed one; empty for runs without predictions.
+func calibrationText(c *Calibration) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.0f%% (%+.0f%%)", c.AbsP50*100, c.BiasP50*100)
+}
+
+// calibrationLine states the routing model's calibration on a workload:
+// the median, over the workload's runs with predictions, of each run's
+// median |predicted − observed| ÷ observed TTFT, against the 25% target.
+func (q *QualityResult) calibrationLine(name string) string {
+	var meds []float64
+	for _, r := range q.Runs {
+		if r.Workload == name && r.Summary.Calibration != nil {
+			meds = append(meds, r.Summary.Calibration.AbsP50)
+		}
+	}
+	if len(meds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("**TTFT prediction (lb_policy llm):** median |predicted − observed| ÷ observed %.0f%% over %d runs (per-run medians %s; target ≤ 25%%). Observed from the client's send, predicted from dispatch: time parked in admission counts as error.",
+		percentiles(slices.Clone(meds)).P50*100, len(meds), pctList(meds))
+}
+
+// pctList formats fractions as a comma-separated list of percentages.
+func pctList(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.0f%%", x*100)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // decisions condenses the policy's decision counters ("precise/hit": n).

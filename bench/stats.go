@@ -26,6 +26,46 @@ type Summary struct {
 	Prompt    int64   `json:"prompt_tokens"`
 	Cached    int64   `json:"cached_tokens"`
 	Output    int64   `json:"output_tokens"`
+	// Calibration compares the gateway's predicted TTFT with the observed
+	// one, over the OK streamed requests that carried a prediction (lb_policy
+	// llm with debug_headers); nil without any.
+	Calibration *Calibration `json:"calibration,omitempty"`
+}
+
+// Calibration is how far the routing model's TTFT predictions were from
+// the TTFT the harness observed, relative to the observed: |predicted −
+// observed| ÷ observed per request. The observed TTFT runs from the
+// client's send, the prediction from the gateway's dispatch, so time
+// spent parked in admission or routing counts as the model's error.
+type Calibration struct {
+	N int `json:"n"`
+	// AbsP50 and AbsP90 are percentiles of the relative absolute error.
+	AbsP50 float64 `json:"abs_p50"`
+	AbsP90 float64 `json:"abs_p90"`
+	// BiasP50 is the median signed relative error (predicted − observed)
+	// ÷ observed: negative when the engines were slower than predicted.
+	BiasP50 float64 `json:"bias_p50"`
+}
+
+// calibration is the records' Calibration, nil when none carried a
+// prediction.
+func calibration(recs []Record) *Calibration {
+	var abs, signed []float64
+	for i := range recs {
+		r := &recs[i]
+		if !r.OK() || r.Predicted <= 0 || r.TTFT <= 0 {
+			continue
+		}
+		obs := r.TTFT.Seconds()
+		e := (r.Predicted - obs) / obs
+		signed = append(signed, e)
+		abs = append(abs, math.Abs(e))
+	}
+	if len(abs) == 0 {
+		return nil
+	}
+	a, b := percentiles(abs), percentiles(signed)
+	return &Calibration{N: a.N, AbsP50: a.P50, AbsP90: a.P90, BiasP50: b.P50}
 }
 
 // Pcts are percentiles and the mean of a latency, in seconds.
@@ -79,6 +119,7 @@ func Summarize(recs []Record, scale float64, tokenScale int) Summary {
 		s.HitRate = float64(s.Cached) / float64(s.Prompt)
 	}
 	s.TTFT, s.ITL, s.E2E = percentiles(ttft), percentiles(itl), percentiles(e2e)
+	s.Calibration = calibration(recs)
 	if last > first {
 		s.Duration = (last - first).Seconds() * scale
 		s.OutputTPS = float64(s.Output) / s.Duration

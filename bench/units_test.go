@@ -550,3 +550,41 @@ func TestKeepNamed(t *testing.T) {
 		t.Fatalf("kept %v, want llm and round_robin (whole names only)", got)
 	}
 }
+
+// TestCalibration: the relative error is taken per request against its
+// observed TTFT; requests without a prediction or that failed are left out.
+func TestCalibration(t *testing.T) {
+	rec := func(pred float64, ttft time.Duration, status int) Record {
+		return Record{Predicted: pred, TTFT: ttft, Status: status}
+	}
+	cases := []struct {
+		name      string
+		recs      []Record
+		n         int
+		abs, bias float64
+	}{
+		{"none predicted", []Record{rec(0, time.Second, 200)}, 0, 0, 0},
+		{"exact", []Record{rec(0.5, 500*time.Millisecond, 200)}, 1, 0, 0},
+		{"slower and faster", []Record{
+			rec(1, 2*time.Second, 200),          // −50%
+			rec(0.3, 200*time.Millisecond, 200), // +50%
+			rec(0.9, time.Second, 200),          // −10%
+			rec(5, time.Second, 503),            // failed: left out
+			rec(0, time.Second, 200),            // no prediction: left out
+		}, 3, 0.5, -0.1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := calibration(c.recs)
+			if c.n == 0 {
+				if got != nil {
+					t.Fatalf("calibration %+v from records without predictions", got)
+				}
+				return
+			}
+			if got == nil || got.N != c.n || math.Abs(got.AbsP50-c.abs) > 1e-9 || math.Abs(got.BiasP50-c.bias) > 1e-9 {
+				t.Errorf("calibration %+v, want n %d abs p50 %g bias p50 %g", got, c.n, c.abs, c.bias)
+			}
+		})
+	}
+}

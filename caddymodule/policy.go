@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +97,10 @@ type Policy struct {
 	BreakerCooldown caddy.Duration `json:"breaker_cooldown,omitempty"`
 
 	// Add X-LLM-Upstream and X-LLM-Tier response headers naming the chosen
-	// replica and tier. Default: false.
+	// replica and tier, and X-LLM-Predicted-TTFT with the routing model's
+	// predicted time to first token in seconds from dispatch (absent when
+	// the pick made none), so a client can measure the model's calibration
+	// request by request. Default: false.
 	DebugHeaders bool `json:"debug_headers,omitempty"`
 
 	fleet    *fleet.Fleet
@@ -322,6 +326,9 @@ func (p *Policy) commit(r *http.Request, st *selectState, c committed) {
 	if p.DebugHeaders && st.w != nil {
 		st.w.Header().Set("X-LLM-Upstream", dial)
 		st.w.Header().Set("X-LLM-Tier", pick.Tier.String())
+		if t := pick.Decision.Predicted; t > 0 {
+			st.w.Header().Set("X-LLM-Predicted-TTFT", strconv.FormatFloat(t, 'f', 4, 64))
+		}
 	}
 }
 

@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,5 +361,37 @@ func TestPolicySelectCacheKey(t *testing.T) {
 	}
 	if moved == 0 {
 		t.Error("no key lived on the drained replica: the test proves nothing")
+	}
+}
+
+// TestPolicySelectPredictedHeader: with debug_headers a routed pick names
+// its predicted time to first token, the figure /llm/explain shows for the
+// chosen candidate, so a client can pair it with the TTFT it observes.
+func TestPolicySelectPredictedHeader(t *testing.T) {
+	defer polLeakCheck(t)()
+	f := testFleet()
+	defer f.Close()
+	body := chatBody(false, "how long until my first token?")
+	req, err := openai.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(f, &Policy{DebugHeaders: true})
+	d := f.Route(context.Background(), fleet.Query{Request: req, Dials: deadDials, Settings: p.settings()})
+	if d.Index < 0 || d.Predicted <= 0 {
+		t.Fatalf("routing made no prediction (index %d, predicted %g)", d.Index, d.Predicted)
+	}
+	r, _, cancel := testRequest(t, body)
+	defer cancel()
+	w := httptest.NewRecorder()
+	if u := p.Select(testPool(deadDials...), r, w); u == nil {
+		t.Fatal("no upstream picked")
+	}
+	got, err := strconv.ParseFloat(w.Header().Get("X-LLM-Predicted-TTFT"), 64)
+	if err != nil {
+		t.Fatalf("X-LLM-Predicted-TTFT %q: %v", w.Header().Get("X-LLM-Predicted-TTFT"), err)
+	}
+	if math.Abs(got-d.Predicted) > 1e-3 {
+		t.Errorf("X-LLM-Predicted-TTFT %g, the same idle fleet predicts %g", got, d.Predicted)
 	}
 }
