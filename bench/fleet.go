@@ -102,8 +102,13 @@ func startSimFleetWith(ctx context.Context, n int, m EngineModel, kvBlocks int, 
 		PrefillTokensPerSec: m.PrefillTokensPerSec,
 		DecodeStepTime:      time.Duration(m.DecodeStepSeconds * float64(m.tokenScale()) * float64(time.Second)),
 		TimeScale:           timeScale,
-		KVEvents:            &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
-		Tokenizer:           tok,
+		// The gateway in front times the engines on its wall clock and
+		// derives their prefill rates from these histograms: both must be
+		// on one clock, or at TimeScale 2 every prefill looks twice as slow
+		// as the gateway then sees it run.
+		WallClockMetrics: true,
+		KVEvents:         &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+		Tokenizer:        tok,
 	}
 	f := &SimFleet{Config: cfg}
 	for i := 0; i < n; i++ {

@@ -23,8 +23,16 @@ type Config struct {
 	PrefillTokensPerSec float64       // prefill speed of uncached prompt tokens; default 10000
 	DecodeStepTime      time.Duration // time of one step (one token for every running seq); default 20ms
 	TimeScale           float64       // >1 runs faster than real time (simulated durations are divided by it); default 1
-	HashSeed            string        // PYTHONHASHSEED for sha256_cbor; default "0"
-	DPRank              int           // data-parallel rank: reported in batches and as the `engine` label
+	// WallClockMetrics reports the latency histograms (time to first
+	// token, inter-token latency, prefill time) in wall seconds, the
+	// simulated durations divided by TimeScale, instead of on the
+	// simulated clock. A gateway in front of the engine times requests on
+	// its own (wall) clock and derives rates from these histograms; with
+	// both on one clock the engine looks like a GPU TimeScale times faster,
+	// as it behaves. The host's own overheads stay excluded. Default false.
+	WallClockMetrics bool
+	HashSeed         string // PYTHONHASHSEED for sha256_cbor; default "0"
+	DPRank           int    // data-parallel rank: reported in batches and as the `engine` label
 	// DataParallelSize is the number of ranks StartDataParallel runs
 	// behind one HTTP port (vllm serve --data-parallel-size); Start runs
 	// one engine and refuses a size above 1. Default: 1.

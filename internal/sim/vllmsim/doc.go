@@ -104,6 +104,10 @@
 // GPU would take, independent of TimeScale and of the host's own overheads.
 // vllm:inter_token_latency_seconds is on that clock too: at a TimeScale above
 // 1 it reads longer than the wall time between a stream's tokens.
+// Config.WallClockMetrics divides all three histograms by TimeScale instead,
+// for a client that compares them with its own clock: a gateway deriving an
+// engine's prefill rate from vllm:request_prefill_time_seconds and timing
+// the same engine's first tokens itself.
 //
 // # Gauges
 //

@@ -20,27 +20,43 @@ import (
 
 // TestPrefillTimeHistogram: request_prefill_time_seconds is a histogram with
 // vLLM's buckets, observed once per finished request, in simulated seconds
-// (the same with any TimeScale).
+// (the same with any TimeScale), or with WallClockMetrics in simulated
+// seconds divided by TimeScale: the wall time the engine took.
 func TestPrefillTimeHistogram(t *testing.T) {
 	const step = 20 * time.Millisecond
-	e := startEngine(t, Config{TimeScale: 100, PrefillTokensPerSec: 1000, DecodeStepTime: step})
-	c := newClient(t)
-	fams := scrape(t, c, e)
-	h := fams["vllm:request_prefill_time_seconds"]
-	if h.GetType() != dto.MetricType_HISTOGRAM || len(h.Metric) != 1 || h.Metric[0].Histogram.GetSampleCount() != 0 {
-		t.Fatalf("before any request: %v", h)
-	}
-	complete(t, c, e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("alpha beta ", 200), "max_tokens": 2})
-	st := e.Stats()
-	h = scrape(t, c, e)["vllm:request_prefill_time_seconds"]
-	hg := h.Metric[0].Histogram
-	if len(hg.Bucket) != len(requestTimeBuckets)+1 || hg.Bucket[0].GetUpperBound() != 0.3 || hg.GetSampleCount() != 1 {
-		t.Fatalf("after one request: %v", h)
-	}
-	// One step: the decode step time plus the uncached tokens at 1000/s.
-	want := step.Seconds() + float64(st.PromptTokens-st.CachedTokens)/1000
-	if got := hg.GetSampleSum(); math.Abs(got-want) > 1e-9 {
-		t.Fatalf("prefill time %v s, want %v s (simulated, not wall time)", got, want)
+	for _, c := range []struct {
+		name  string
+		wall  bool
+		scale float64 // reported seconds per simulated second
+	}{
+		{"simulated clock", false, 1},
+		{"wall clock", true, 1.0 / 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := startEngine(t, Config{TimeScale: 100, PrefillTokensPerSec: 1000, DecodeStepTime: step, WallClockMetrics: c.wall})
+			cl := newClient(t)
+			fams := scrape(t, cl, e)
+			h := fams["vllm:request_prefill_time_seconds"]
+			if h.GetType() != dto.MetricType_HISTOGRAM || len(h.Metric) != 1 || h.Metric[0].Histogram.GetSampleCount() != 0 {
+				t.Fatalf("before any request: %v", h)
+			}
+			complete(t, cl, e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("alpha beta ", 200), "max_tokens": 2})
+			st := e.Stats()
+			fams = scrape(t, cl, e)
+			hg := fams["vllm:request_prefill_time_seconds"].Metric[0].Histogram
+			if len(hg.Bucket) != len(requestTimeBuckets)+1 || hg.Bucket[0].GetUpperBound() != 0.3 || hg.GetSampleCount() != 1 {
+				t.Fatalf("after one request: %v", hg)
+			}
+			// One step: the decode step time plus the uncached tokens at 1000/s.
+			want := (step.Seconds() + float64(st.PromptTokens-st.CachedTokens)/1000) * c.scale
+			if got := hg.GetSampleSum(); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("prefill time %v s, want %v s", got, want)
+			}
+			// Time to first token is on the same clock: at least the prefill.
+			if got := fams["vllm:time_to_first_token_seconds"].Metric[0].Histogram.GetSampleSum(); got < want-1e-9 || got > want+step.Seconds()*c.scale {
+				t.Errorf("time to first token %v s, prefill %v s", got, want)
+			}
+		})
 	}
 }
 

@@ -146,6 +146,15 @@ func (e *Engine) simNowLocked() float64 {
 	return min(e.simClock+time.Since(e.stepWall).Seconds()*e.cfg.TimeScale, e.stepEnd)
 }
 
+// metricSeconds is a simulated duration as the latency histograms report
+// it: on the simulated clock, or in wall seconds with WallClockMetrics.
+func (e *Engine) metricSeconds(d float64) float64 {
+	if e.cfg.WallClockMetrics {
+		return d / e.cfg.TimeScale
+	}
+	return d
+}
+
 func (e *Engine) blocksFor(tokens int) int {
 	return (tokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize
 }
@@ -458,7 +467,7 @@ func (e *Engine) completeLocked() {
 		r.tokens = append(r.tokens, tok)
 		r.out++
 		if k > 0 {
-			e.ctr.itl.observe(e.simClock - r.lastTok)
+			e.ctr.itl.observe(e.metricSeconds(e.simClock - r.lastTok))
 		}
 		r.lastTok = e.simClock
 		if k == 0 {
@@ -466,7 +475,7 @@ func (e *Engine) completeLocked() {
 			// vLLM counts a request's prompt tokens in the step that
 			// produces its first token, cached ones included.
 			e.ctr.promptTokens += uint64(r.promptLen)
-			e.ctr.ttft.observe(e.simClock - r.arrival)
+			e.ctr.ttft.observe(e.metricSeconds(e.simClock - r.arrival))
 			r.prefill = e.simClock - r.scheduled
 		}
 		e.ctr.genTokens++
@@ -519,7 +528,7 @@ func (e *Engine) finishLocked(r *simRequest, reason string, err error) {
 	if r.out > 0 {
 		// vLLM observes the prefill phase when the request finishes, for
 		// requests that got as far as a first token.
-		e.ctr.prefillTime.observe(r.prefill)
+		e.ctr.prefillTime.observe(e.metricSeconds(r.prefill))
 	}
 	r.done = true
 	r.finish = reason
