@@ -27,6 +27,9 @@ const (
 	metricPrefixHits    = "vllm:prefix_cache_hits_total"
 	metricPrefixHitsOld = "vllm:gpu_prefix_cache_hits_total" // removed by vLLM #29330
 	metricPrefillTime   = "vllm:request_prefill_time_seconds"
+	// Its _count is the requests whose prompt tokens are counted (both at
+	// the first token), which the prefill time's count (at the end) lags.
+	metricTTFT = "vllm:time_to_first_token_seconds"
 
 	// The step time's histogram (optional: see histogramTotals).
 	metricITL = "vllm:inter_token_latency_seconds"
@@ -44,6 +47,7 @@ var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, me
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
 	noTotal(metricPromptTokens), noTotal(metricPrefixHits), noTotal(metricPrefixHitsOld),
 	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
+	metricTTFT, metricTTFT + "_count",
 	metricITL, metricITL + "_sum", metricITL + "_count", metricLoRA, metricSleepState}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
@@ -70,6 +74,11 @@ type gauges struct {
 	// HasPrefillCount.
 	PrefillCount    float64
 	HasPrefillCount bool
+	// FirstTokens is vllm:time_to_first_token_seconds_count, the requests
+	// whose prompt tokens PromptTokens counts; meaningful only when
+	// HasPrefill and HasFirstTokens.
+	FirstTokens    float64
+	HasFirstTokens bool
 
 	// The inter-token latency histogram's _sum and _count, summed over all
 	// series, from which the step time is derived; meaningful only when
@@ -251,6 +260,8 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 	}
 	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs.sum, true
 	g.PrefillCount, g.HasPrefillCount = secs.count, secs.countOK
+	firsts := histogramTotals(fams, metricTTFT)
+	g.FirstTokens, g.HasFirstTokens = firsts.count, firsts.countOK
 }
 
 // counterFamily is the counter family name, as vLLM exposes it (with

@@ -289,6 +289,10 @@ type Gauges struct {
 	// deltas with the token counters' [Load.MeanUncached] is derived; 0
 	// when unknown.
 	PrefillCount float64
+	// FirstTokens is vllm:time_to_first_token_seconds_count, which with
+	// PrefillCount pairs each window's tokens with its prefill times
+	// (see [Load.PrefillRate]); 0 when unknown.
+	FirstTokens float64
 	// LoRA is the engine's LoRA state ([Engine.LoRA]); leave it zero when
 	// unknown. Its lists are kept, not copied.
 	LoRA LoRAState
@@ -311,9 +315,20 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
 			HasPrefill:   usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
 			PrefillCount: g.PrefillCount, HasPrefillCount: usableCounter(g.PrefillCount) && g.PrefillCount > 0,
+			FirstTokens: g.FirstTokens, HasFirstTokens: usableCounter(g.FirstTokens) && g.FirstTokens > 0,
 			LoRA: g.LoRA, SleepLevel: g.SleepLevel}, nil, e.reg.options())
 		e.announce(res)
 	}
+}
+
+// promptCount is the request count the prompt-token counters pair with:
+// the first tokens, counted with them, when the engine exposes them, else
+// the ended prefills, which lag them by a decode.
+func promptCount(g gauges) float64 {
+	if g.HasFirstTokens {
+		return g.FirstTokens
+	}
+	return g.PrefillCount
 }
 
 // usableCounter: a cumulative counter value the prefill rate can use.
@@ -344,9 +359,10 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		e.g = g
 		res.ok = true
 		if g.HasPrefill {
-			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds})
+			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds,
+				firsts: g.FirstTokens, finished: g.PrefillCount, paired: g.HasPrefillCount && g.HasFirstTokens})
 			if g.HasPrefillCount {
-				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: g.PrefillCount})
+				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: promptCount(g)})
 			}
 		}
 		if g.HasStep {

@@ -14,6 +14,32 @@ type prefillSample struct {
 	prompt float64 // prompt tokens, cached ones included
 	cached float64 // prompt tokens served from the prefix cache
 	secs   float64 // seconds requests spent in the prefill phase
+	// firsts counts the requests whose prompt tokens are in prompt (vLLM
+	// counts both at the first token: vllm:time_to_first_token_seconds
+	// _count) and finished the requests whose prefill time is in secs
+	// (vllm:request_prefill_time_seconds_count, observed when a request
+	// ends); paired says both are known. See prefillEstimator.
+	firsts, finished float64
+	paired           bool
+}
+
+// window is the deltas between two samples, in the form the estimator
+// takes a rate from.
+type window struct{ tok, firsts, secs, finished float64 }
+
+// perRequest is the window's rate: uncached tokens per prefill second.
+// Paired, it is the mean uncached prompt of the requests that reached their
+// first token over the mean prefill time of those that ended, so requests
+// still decoding (tokens counted, time not yet) do not inflate it; 0 when
+// the window holds no such request.
+func (w window) rate(paired bool) float64 {
+	if !paired {
+		return w.tok / w.secs
+	}
+	if w.firsts < 1 || w.finished < 1 {
+		return 0
+	}
+	return (w.tok / w.firsts) / (w.secs / w.finished)
 }
 
 // prefillEstimator derives an engine's effective prefill speed, in uncached
@@ -35,6 +61,16 @@ type prefillSample struct {
 // token and its end. A first window that alone set the estimate could
 // leave it twice too high for a long time.
 //
+// That lag is as long as a request's decode, seconds to minutes: an engine
+// whose requests decode ten times longer than they prefill has ten
+// requests' tokens counted for every prefill time observed while the
+// traffic grows, and the pooled ratio stays that much too fast until
+// prefillTau seconds of prefill (minutes on a lightly used engine) have
+// accumulated. With the request counts of both histograms (paired
+// samples), every window is instead taken as the mean uncached prompt per
+// first token over the mean prefill time per ended request: two means of
+// the same requests' distribution, neither waiting for the other.
+//
 // After that, smoothing is an exponentially weighted average of each
 // window's rate, taken in log space, with weight 1 − exp(−Δseconds/prefillTau):
 // a window holding a tenth of prefillTau of prefill moves the estimate a
@@ -48,45 +84,59 @@ type prefillSample struct {
 type prefillEstimator struct {
 	base     prefillSample // counters at the start of the pending window
 	haveBase bool
-	// pooledTok and pooledSec sum the windows' deltas while pooledSec is
-	// below prefillTau (the warm-up); pooledTok may dip below 0 when cache
-	// hits are counted ahead of their prompt tokens.
-	pooledTok, pooledSec float64
-	logRate              float64 // smoothed log(uncached tokens per prefill second)
-	haveRate             bool
+	// pooled sums the windows' deltas while its seconds are below
+	// prefillTau (the warm-up); its tokens may dip below 0 when cache hits
+	// are counted ahead of their prompt tokens. paired: every sample so
+	// far carried both request counts.
+	pooled   window
+	paired   bool
+	logRate  float64 // smoothed log(uncached tokens per prefill second)
+	haveRate bool
 }
 
 // observe feeds the counters of a successful scrape. It reports whether a
 // counter went down since the previous sample: the engine restarted (or a
 // rank left).
 func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
-	if !p.haveBase || s.prompt < p.base.prompt || s.cached < p.base.cached || s.secs < p.base.secs {
+	if !p.haveBase || s.prompt < p.base.prompt || s.cached < p.base.cached || s.secs < p.base.secs ||
+		(s.paired && p.base.paired && (s.firsts < p.base.firsts || s.finished < p.base.finished)) {
 		// First sample, or a counter went down: start a new window,
 		// without a rate sample.
 		reset = p.haveBase
+		if !p.haveBase {
+			p.paired = s.paired
+		}
 		p.base, p.haveBase = s, true
 		return reset
 	}
-	dTok := (s.prompt - s.cached) - (p.base.prompt - p.base.cached)
-	dSec := s.secs - p.base.secs
-	if p.pooledSec < prefillTau {
-		p.pool(dTok, dSec)
+	// Windows are paired while every sample has been: a count that
+	// appears or vanishes midway leaves the plain ratio.
+	p.paired = p.paired && s.paired && p.base.paired
+	w := window{
+		tok:      (s.prompt - s.cached) - (p.base.prompt - p.base.cached),
+		secs:     s.secs - p.base.secs,
+		firsts:   s.firsts - p.base.firsts,
+		finished: s.finished - p.base.finished,
+	}
+	if p.pooled.secs < prefillTau {
+		p.pool(w)
 		p.base = s
 		return false
 	}
-	if !(dSec > 0 && dTok > 0) || math.IsInf(dTok/dSec, 0) || dTok/dSec == 0 {
+	r := w.rate(p.paired)
+	if !(w.secs > 0 && w.tok > 0) || math.IsInf(r, 0) || !(r > 0) {
 		// Keep the window open rather than drop half a pair: vLLM counts a
 		// request's prompt tokens at its first token but observes its
 		// prefill time when it finishes, and cache hits when it is
 		// scheduled, so a scrape may see one without the other.
 		return false
 	}
-	if l := math.Log(dTok / dSec); !p.haveRate {
+	if l := math.Log(r); !p.haveRate {
 		// The warm-up never held both (garbage-sized counters).
 		p.logRate, p.haveRate = l, true
 	} else {
-		w := -math.Expm1(-dSec / prefillTau) // 1 − e^(−Δs/τ)
-		p.logRate += w * (l - p.logRate)
+		wt := -math.Expm1(-w.secs / prefillTau) // 1 − e^(−Δs/τ)
+		p.logRate += wt * (l - p.logRate)
 	}
 	p.base = s
 	return false
@@ -94,10 +144,12 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 
 // pool adds a warm-up window to the pooled sums and, when they hold both
 // tokens and time, sets the estimate to their ratio.
-func (p *prefillEstimator) pool(dTok, dSec float64) {
-	p.pooledTok += dTok
-	p.pooledSec += dSec
-	if r := p.pooledTok / p.pooledSec; p.pooledTok > 0 && p.pooledSec > 0 && r > 0 && !math.IsInf(r, 0) {
+func (p *prefillEstimator) pool(w window) {
+	p.pooled.tok += w.tok
+	p.pooled.secs += w.secs
+	p.pooled.firsts += w.firsts
+	p.pooled.finished += w.finished
+	if r := p.pooled.rate(p.paired); p.pooled.tok > 0 && p.pooled.secs > 0 && r > 0 && !math.IsInf(r, 0) {
 		p.logRate, p.haveRate = math.Log(r), true
 	}
 }

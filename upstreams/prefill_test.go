@@ -149,3 +149,67 @@ func TestPrefillRateThroughStartScrape(t *testing.T) {
 		t.Fatalf("after the restart's first window: PrefillRate = %v, want a little above 5000", got)
 	}
 }
+
+// TestPrefillEstimatorPaired: with the request counts of both histograms
+// each window's tokens per first token are set against its prefill seconds
+// per ended request, so requests still decoding (tokens counted, prefill
+// time not yet observed) do not make the engine look faster.
+func TestPrefillEstimatorPaired(t *testing.T) {
+	// p builds a paired sample: uncached tokens and first tokens counted,
+	// prefill seconds and ended requests observed.
+	p := func(tok, firsts, secs, finished float64) prefillSample {
+		return prefillSample{prompt: tok, secs: secs, firsts: firsts, finished: finished, paired: true}
+	}
+	tests := []struct {
+		name    string
+		samples []prefillSample
+		want    float64
+	}{
+		{
+			// Ten 1000-token requests reached their first token, each
+			// after 0.2 s of prefill; two have ended. Unpaired, the ratio
+			// would be 10000 / 0.4 = 25000 tokens/s.
+			name:    "tokens ahead of their times",
+			samples: []prefillSample{p(0, 0, 0, 0), p(10000, 10, 0.4, 2)},
+			want:    5000,
+		},
+		{
+			name:    "later windows complete the same requests",
+			samples: []prefillSample{p(0, 0, 0, 0), p(10000, 10, 0.4, 2), p(10000, 10, 2, 10)},
+			want:    5000,
+		},
+		{
+			name:    "a window without an ended request waits for one",
+			samples: []prefillSample{p(0, 0, 0, 0), p(10000, 10, 0, 0)},
+			want:    0,
+		},
+		{
+			// Past the warm-up, a window of 0.25 s per request at 800
+			// tokens each (3200/s) moves the log rate by its weight.
+			name: "smoothed past the warm-up",
+			samples: []prefillSample{p(0, 0, 0, 0), p(50000, 50, 10, 50),
+				p(50000+8000, 60, 10+2.5, 60)},
+			want: math.Exp(math.Log(5000) + -math.Expm1(-2.5/prefillTau)*(math.Log(3200)-math.Log(5000))),
+		},
+		{
+			// A sample without counts ends pairing for good: the plain
+			// ratio of everything pooled (12000 tokens in 2 s).
+			name: "counts that vanish fall back to the plain ratio",
+			samples: []prefillSample{p(0, 0, 0, 0), p(10000, 10, 0.4, 2),
+				{prompt: 12000, secs: 2}},
+			want: 6000,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var e prefillEstimator
+			for _, s := range tc.samples {
+				e.observe(s)
+			}
+			got := e.rate()
+			if math.Abs(got-tc.want) > 1e-9*tc.want || (tc.want == 0) != (got == 0) {
+				t.Fatalf("rate = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
