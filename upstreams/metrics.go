@@ -47,7 +47,7 @@ var wantedFamilies = [...]string{metricRunning, metricWaiting, metricKVUsage, me
 	metricPromptTokens, metricPrefixHits, metricPrefixHitsOld,
 	noTotal(metricPromptTokens), noTotal(metricPrefixHits), noTotal(metricPrefixHitsOld),
 	metricPrefillTime, metricPrefillTime + "_sum", metricPrefillTime + "_count",
-	metricTTFT, metricTTFT + "_count",
+	metricTTFT, metricTTFT + "_sum", metricTTFT + "_count",
 	metricITL, metricITL + "_sum", metricITL + "_count", metricLoRA, metricSleepState}
 
 // errMissingSeries marks a page that parsed but lacks a required gauge.
@@ -79,6 +79,9 @@ type gauges struct {
 	// HasPrefill and HasFirstTokens.
 	FirstTokens    float64
 	HasFirstTokens bool
+	// TTFTSeconds is vllm:time_to_first_token_seconds_sum; meaningful only
+	// when HasFirstTokens.
+	TTFTSeconds float64
 
 	// The inter-token latency histogram's _sum and _count, summed over all
 	// series, from which the step time is derived; meaningful only when
@@ -261,7 +264,7 @@ func prefillCounters(fams map[string]*dto.MetricFamily, g *gauges) {
 	g.PromptTokens, g.CachedTokens, g.PrefillSeconds, g.HasPrefill = prompt, hits, secs.sum, true
 	g.PrefillCount, g.HasPrefillCount = secs.count, secs.countOK
 	firsts := histogramTotals(fams, metricTTFT)
-	g.FirstTokens, g.HasFirstTokens = firsts.count, firsts.countOK
+	g.FirstTokens, g.TTFTSeconds, g.HasFirstTokens = firsts.count, firsts.sum, firsts.countOK && firsts.sumOK
 }
 
 // counterFamily is the counter family name, as vLLM exposes it (with

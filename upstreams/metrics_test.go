@@ -36,7 +36,7 @@ func TestParseGauges(t *testing.T) {
 				KVUsage:      (0.8125*27317 + 0.40625*27301) / (27317 + 27301),
 				PromptTokens: 5.1023e7 + 5.0887e7, CachedTokens: 3.1022e7 + 2.9871e7, PrefillSeconds: 2 * 5040.125, HasPrefill: true,
 				PrefillCount: 3360, HasPrefillCount: true, // the prefill-time histogram's _count, both ranks
-				FirstTokens: 3674, HasFirstTokens: true, // the TTFT histogram's _count, both ranks: ahead of the prefills ended
+				FirstTokens: 3674, TTFTSeconds: 2 * 5511.125, HasFirstTokens: true, // the TTFT histogram's _count, both ranks: ahead of the prefills ended
 				ITLSeconds: 2 * 4161.125, ITLCount: 2 * 1387, HasStep: true},
 		},
 		{

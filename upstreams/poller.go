@@ -293,6 +293,9 @@ type Gauges struct {
 	// PrefillCount pairs each window's tokens with its prefill times
 	// (see [Load.PrefillRate]); 0 when unknown.
 	FirstTokens float64
+	// TTFTSeconds is vllm:time_to_first_token_seconds_sum, the engine's
+	// rate until its first request ends; 0 when unknown.
+	TTFTSeconds float64
 	// LoRA is the engine's LoRA state ([Engine.LoRA]); leave it zero when
 	// unknown. Its lists are kept, not copied.
 	LoRA LoRAState
@@ -315,8 +318,9 @@ func (e *Engine) StartScrape() (record func(Gauges)) {
 			PromptTokens: g.PromptTokens, CachedTokens: g.CachedTokens, PrefillSeconds: g.PrefillSeconds,
 			HasPrefill:   usableCounter(g.PromptTokens) && usableCounter(g.CachedTokens) && usableCounter(g.PrefillSeconds),
 			PrefillCount: g.PrefillCount, HasPrefillCount: usableCounter(g.PrefillCount) && g.PrefillCount > 0,
-			FirstTokens: g.FirstTokens, HasFirstTokens: usableCounter(g.FirstTokens) && g.FirstTokens > 0,
-			LoRA: g.LoRA, SleepLevel: g.SleepLevel}, nil, e.reg.options())
+			FirstTokens: g.FirstTokens, TTFTSeconds: g.TTFTSeconds,
+			HasFirstTokens: usableCounter(g.FirstTokens) && g.FirstTokens > 0 && usableCounter(g.TTFTSeconds),
+			LoRA:           g.LoRA, SleepLevel: g.SleepLevel}, nil, e.reg.options())
 		e.announce(res)
 	}
 }
@@ -360,7 +364,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		res.ok = true
 		if g.HasPrefill {
 			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds,
-				firsts: g.FirstTokens, finished: g.PrefillCount, paired: g.HasPrefillCount && g.HasFirstTokens})
+				firsts: g.FirstTokens, finished: g.PrefillCount, ttft: g.TTFTSeconds, paired: g.HasPrefillCount && g.HasFirstTokens})
 			if g.HasPrefillCount {
 				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: promptCount(g)})
 			}

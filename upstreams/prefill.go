@@ -21,11 +21,16 @@ type prefillSample struct {
 	// ends); paired says both are known. See prefillEstimator.
 	firsts, finished float64
 	paired           bool
+	// ttft is vllm:time_to_first_token_seconds_sum, observed at the first
+	// token with the prompt tokens: queueing included, so it bounds the
+	// prefill time from above. It stands in for the prefill time until a
+	// first request has ended (see pool).
+	ttft float64
 }
 
 // window is the deltas between two samples, in the form the estimator
 // takes a rate from.
-type window struct{ tok, firsts, secs, finished float64 }
+type window struct{ tok, firsts, secs, finished, ttft float64 }
 
 // perRequest is the window's rate: uncached tokens per prefill second.
 // Paired, it is the mean uncached prompt of the requests that reached their
@@ -117,6 +122,7 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 		secs:     s.secs - p.base.secs,
 		firsts:   s.firsts - p.base.firsts,
 		finished: s.finished - p.base.finished,
+		ttft:     s.ttft - p.base.ttft,
 	}
 	if p.pooled.secs < prefillTau {
 		p.pool(w)
@@ -149,7 +155,18 @@ func (p *prefillEstimator) pool(w window) {
 	p.pooled.secs += w.secs
 	p.pooled.firsts += w.firsts
 	p.pooled.finished += w.finished
-	if r := p.pooled.rate(p.paired); p.pooled.tok > 0 && p.pooled.secs > 0 && r > 0 && !math.IsInf(r, 0) {
+	p.pooled.ttft += w.ttft
+	r := p.pooled.rate(p.paired)
+	if p.paired && p.pooled.finished < 1 && p.pooled.firsts >= 1 {
+		// No request has ended, so no prefill time is known, but first
+		// tokens are: their time to first token (prefill and queueing)
+		// gives a rate that is at most the engine's, where the
+		// configured cold-start rate may be off by any factor. Requests
+		// decode for seconds to minutes before the first prefill time
+		// shows.
+		r = p.pooled.tok / p.pooled.ttft
+	}
+	if p.pooled.tok > 0 && r > 0 && !math.IsInf(r, 0) && !math.IsNaN(r) {
 		p.logRate, p.haveRate = math.Log(r), true
 	}
 }

@@ -160,6 +160,7 @@ func TestPrefillEstimatorPaired(t *testing.T) {
 	p := func(tok, firsts, secs, finished float64) prefillSample {
 		return prefillSample{prompt: tok, secs: secs, firsts: firsts, finished: finished, paired: true}
 	}
+	ttft := func(s prefillSample, secs float64) prefillSample { s.ttft = secs; return s }
 	tests := []struct {
 		name    string
 		samples []prefillSample
@@ -179,9 +180,21 @@ func TestPrefillEstimatorPaired(t *testing.T) {
 			want:    5000,
 		},
 		{
-			name:    "a window without an ended request waits for one",
-			samples: []prefillSample{p(0, 0, 0, 0), p(10000, 10, 0, 0)},
+			name:    "without first tokens or ended requests, no rate",
+			samples: []prefillSample{p(0, 0, 0, 0), p(0, 0, 0, 0)},
 			want:    0,
+		},
+		{
+			// No request has ended: the first tokens' TTFT (2.5 s for
+			// ten, queueing included) stands in for their prefill time.
+			name:    "before any request ends, time to first token",
+			samples: []prefillSample{p(0, 0, 0, 0), ttft(p(10000, 10, 0, 0), 2.5)},
+			want:    4000,
+		},
+		{
+			name:    "the first ended request replaces it",
+			samples: []prefillSample{p(0, 0, 0, 0), ttft(p(10000, 10, 0, 0), 2.5), ttft(p(10000, 10, 0.2, 1), 2.5)},
+			want:    5000,
 		},
 		{
 			// Past the warm-up, a window of 0.25 s per request at 800
