@@ -170,7 +170,11 @@ type Load struct {
 	// derived from the deltas of vllm:prompt_tokens_total,
 	// vllm:prefix_cache_hits_total and vllm:request_prefill_time_seconds
 	// between successful scrapes: pooled over the first ~10 s of prefill
-	// time, then smoothed over ~10 s of it.
+	// time, then smoothed over ~10 s of it. With the request counts of
+	// vllm:time_to_first_token_seconds (tokens) and of the prefill-time
+	// histogram (seconds, observed a decode later) each window is a ratio
+	// of per-request means; until a first request ends, the time to first
+	// token stands in for the prefill time.
 	// It keeps its last value while no new prefill is seen (also when the
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
@@ -184,7 +188,8 @@ type Load struct {
 	// MeanUncached is the engine's mean uncached prompt per request, in
 	// tokens, from the deltas of vllm:prompt_tokens_total,
 	// vllm:prefix_cache_hits_total and the count of
-	// vllm:request_prefill_time_seconds between successful scrapes,
+	// vllm:time_to_first_token_seconds (counted with the tokens; without
+	// it, of vllm:request_prefill_time_seconds) between successful scrapes,
 	// smoothed over ~32 requests; 0 = unknown. It prices the requests
 	// waiting there that this gateway did not send.
 	MeanUncached float64
