@@ -21,15 +21,18 @@
 //	decoding = running + queued − OwnPending − foreign requests
 //	rate     = Work.PrefillRate less its steps (below), else PrefillRate
 //	step     = Work.StepSeconds, else StepSeconds
+//	step′    = the part of step taken out of the rate (below), else step
 //	slot     = max(load + 1 − MaxInflight, 0) × (1 ÷ Work.DrainRate, else SlotSteps × step)
 //	penalty  = (KVWeight × KVUsage² + AdapterWeight × share(Adapter)) ÷ PrefillRate
-//	TTFT     = (own + foreign) ÷ rate + PrefixWeight × prefill ÷ rate + slot + step + penalty
+//	TTFT     = (own + foreign) ÷ rate + PrefixWeight × prefill ÷ rate + slot + step′ + penalty
 //	cost     = TTFT + (RunningWeight × decoding + WorkWeight × prefill) ÷ PrefillRate
 //
 // The engine's counters time a prefill from scheduling to the first
 // token, one step included, so its observed rate is taken as
-// MeanUncached ÷ (MeanUncached ÷ Work.PrefillRate − step) when that mean
-// prefill is over two steps long: the prediction adds the step itself.
+// MeanUncached ÷ (MeanUncached ÷ Work.PrefillRate − taken), where taken
+// is the step, at most half that mean prefill; the TTFT's step term is
+// then taken (not the whole step), so a mean request is predicted its
+// observed prefill time. The slot wait uses the whole step.
 // MeanUncached is the engine's own mean uncached prompt (from its
 // counters), else QueueWeight; running and queued are the gauges with the
 // requests dispatched since the scrape added (to the queue when the engine

@@ -40,9 +40,12 @@ func TestPredict(t *testing.T) {
 			// A mean prefill took 2000 / 5000 = 0.4 s, of which one 0.04 s
 			// step: 2000 tokens in 0.36 s.
 			Prediction{Rate: 2000 / 0.36, StepSeconds: 0.04, TTFT: 1000/(2000/0.36) + 0.04}},
-		{"no correction when the mean prefill is about a step", Candidate{LoadKnown: true,
+		{"half the mean prefill when it is under two steps", Candidate{LoadKnown: true,
 			Work: Work{PrefillRate: 5000, MeanUncached: 300, StepSeconds: 0.04}},
-			Prediction{Rate: 5000, StepSeconds: 0.04, TTFT: 1000/5000.0 + 0.04}},
+			// A mean prefill took 0.06 s: 0.03 s of it is taken for the
+			// step (300 tokens in 0.03 s) and added back, so a mean
+			// request is predicted its 0.06 s, not 0.06 + 0.04.
+			Prediction{Rate: 10000, StepSeconds: 0.03, TTFT: 1000/10000.0 + 0.03}},
 		{"NaN and negative figures are unknown", Candidate{LoadKnown: true,
 			Work: Work{OwnPrefill: math.NaN(), PrefillRate: -1, StepSeconds: math.Inf(1), MeanUncached: math.NaN()}},
 			Prediction{Rate: 10000, StepSeconds: 0.025, TTFT: 0.125}},

@@ -304,7 +304,9 @@ type Prediction struct {
 	Rate float64 `json:"prefill_rate"`
 	// AheadSeconds and PrefillSeconds are the prefill tokens ahead and the
 	// request's own prefill over Rate; SlotSeconds the wait for a batch
-	// slot; StepSeconds one scheduler step; PenaltySeconds the KV and
+	// slot; StepSeconds one scheduler step (less, with the engine's own
+	// rate, what of it that rate already holds: see stepless);
+	// PenaltySeconds the KV and
 	// adapter terms over Rate.
 	AheadSeconds   float64 `json:"ahead_seconds"`
 	PrefillSeconds float64 `json:"prefill_seconds"`
