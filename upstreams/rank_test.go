@@ -17,10 +17,10 @@ func TestParseRankGauges(t *testing.T) {
 	}{
 		{engine: "0", want: gauges{Running: 37, Waiting: 3, KVUsage: 0.8125, KVUsageMax: 0.8125, BlockSize: 16, NumGPUBlocks: 27317, Ranks: 1,
 			PromptTokens: 5.1023e7, CachedTokens: 3.1022e7, PrefillSeconds: 5040.125, HasPrefill: true,
-			PrefillCount: 1680, HasPrefillCount: true, ITLSeconds: 4161.125, ITLCount: 1387, HasStep: true}},
+			PrefillCount: 1680, HasPrefillCount: true, FirstTokens: 1837, HasFirstTokens: true, TTFTSeconds: 5511.125, ITLSeconds: 4161.125, ITLCount: 1387, HasStep: true}},
 		{engine: "1", want: gauges{Running: 41, Waiting: 0, KVUsage: 0.40625, KVUsageMax: 0.40625, BlockSize: 16, NumGPUBlocks: 27301, Ranks: 1,
 			PromptTokens: 5.0887e7, CachedTokens: 2.9871e7, PrefillSeconds: 5040.125, HasPrefill: true,
-			PrefillCount: 1680, HasPrefillCount: true, ITLSeconds: 4161.125, ITLCount: 1387, HasStep: true}},
+			PrefillCount: 1680, HasPrefillCount: true, FirstTokens: 1837, HasFirstTokens: true, TTFTSeconds: 5511.125, ITLSeconds: 4161.125, ITLCount: 1387, HasStep: true}},
 	}
 	var scratch []byte
 	for _, tc := range tests {
