@@ -152,7 +152,7 @@ func (s *ImageStats) PastShare() float64 {
 // engine's /tokenize (the image is the first part of the user message, so
 // what comes before it is the system prompt and the chat template's
 // tokens).
-func imageOffsets(ctx context.Context, engineURL, model string, client *http.Client, sessions []Session) (map[string]int, error) {
+func imageOffsets(ctx context.Context, tk engineTokenize, sessions []Session) (map[string]int, error) {
 	out := map[string]int{}
 	for _, s := range sessions {
 		if len(s.Turns) == 0 || s.Turns[0].Image == nil {
@@ -165,7 +165,7 @@ func imageOffsets(ctx context.Context, engineURL, model string, client *http.Cli
 		if s.System != "" {
 			msgs = append([]chatMsg{{Role: "system", Content: s.System}}, msgs...)
 		}
-		toks, err := tokenizeChat(ctx, engineURL, model, client, msgs)
+		toks, err := tk.chat(ctx, msgs)
 		if err != nil {
 			return nil, err
 		}
@@ -178,9 +178,16 @@ func imageOffsets(ctx context.Context, engineURL, model string, client *http.Cli
 	return out, nil
 }
 
-// tokenizeChat asks an engine's /tokenize for the prompt tokens of msgs.
-func tokenizeChat(ctx context.Context, engineURL, model string, client *http.Client, msgs []chatMsg) ([]int, error) {
-	body, err := json.Marshal(map[string]any{"model": model, "messages": msgs})
+// engineTokenize is an engine's /tokenize, for model's prompts.
+type engineTokenize struct {
+	url, model string // the engine's base URL, the served model
+	client     *http.Client
+}
+
+// chat asks the engine's /tokenize for the prompt tokens of msgs.
+func (tk engineTokenize) chat(ctx context.Context, msgs []chatMsg) ([]int, error) {
+	engineURL, client := tk.url, tk.client
+	body, err := json.Marshal(map[string]any{"model": tk.model, "messages": msgs})
 	if err != nil {
 		return nil, err
 	}

@@ -311,7 +311,7 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	}
 	var offsets map[string]int
 	if qw.Spec.ImageTokens > 0 {
-		if offsets, err = imageOffsets(ctx, fleet.Engines[0].URL(), "sim-model", client, sessions); err != nil {
+		if offsets, err = imageOffsets(ctx, engineTokenize{url: fleet.Engines[0].URL(), model: "sim-model", client: client}, sessions); err != nil {
 			return run, err
 		}
 	}

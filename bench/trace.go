@@ -143,7 +143,7 @@ func runTrace(ctx context.Context, env *Env, p TraceParams) (*TraceResult, error
 				if ctx.Err() != nil {
 					return res, ctx.Err()
 				}
-				run, err := p.simulate(ctx, reqs, l.Engines, res.KVBlocks, x, pol)
+				run, err := p.simulate(ctx, reqs, traceRung{engines: l.Engines, blocks: res.KVBlocks, speedup: x, policy: pol})
 				if err != nil {
 					return res, fmt.Errorf("trace fleetsim %d engines %.2fx %s: %w", l.Engines, x, pol, err)
 				}
@@ -155,7 +155,7 @@ func runTrace(ctx context.Context, env *Env, p TraceParams) (*TraceResult, error
 	if p.Caddy == nil {
 		return res, nil
 	}
-	return res, runTraceCaddy(ctx, env, p, reqs, res)
+	return res, res.runCaddy(ctx, env, reqs)
 }
 
 func logTraceRun(r TraceRun) {
@@ -163,8 +163,17 @@ func logTraceRun(r TraceRun) {
 		r.Replay, r.Engines, r.Speedup, r.Rate, r.Policy, r.HitRate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.Completed, r.Rejected, r.Errors, r.WallSeconds)
 }
 
+// traceRung is one replay of a ladder: the fleet size, each engine's KV
+// blocks, the time compression and the policy.
+type traceRung struct {
+	engines, blocks int
+	speedup         float64
+	policy          string
+}
+
 // simulate is one fleet-simulation replay.
-func (p TraceParams) simulate(ctx context.Context, reqs []fleetsim.TraceRequest, engines, blocks int, speedup float64, policy string) (TraceRun, error) {
+func (p TraceParams) simulate(ctx context.Context, reqs []fleetsim.TraceRequest, rung traceRung) (TraceRun, error) {
+	engines, blocks, speedup, policy := rung.engines, rung.blocks, rung.speedup, rung.policy
 	m := p.Model
 	run := TraceRun{Replay: "fleetsim", Engines: engines, Speedup: speedup, Rate: traceRate(reqs, speedup), Policy: policy}
 	sp := fleetsim.Params{

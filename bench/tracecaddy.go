@@ -76,8 +76,9 @@ func traceSessions(reqs []fleetsim.TraceRequest, scale, tokenScale int, seed uin
 	return out
 }
 
-// runTraceCaddy runs the real-Caddy replay's ladder into res.
-func runTraceCaddy(ctx context.Context, env *Env, p TraceParams, reqs []fleetsim.TraceRequest, res *TraceResult) error {
+// runCaddy runs the real-Caddy replay's ladder (res.Params.Caddy) into res.
+func (res *TraceResult) runCaddy(ctx context.Context, env *Env, reqs []fleetsim.TraceRequest) error {
+	p := res.Params
 	c := *p.Caddy
 	if c.Scale <= 0 || fleetsim.TraceBlockTokens%c.Scale != 0 || c.Engines <= 0 || c.TimeScale <= 0 {
 		return fmt.Errorf("trace caddy: scale %d must divide %d; engines and time scale must be positive", c.Scale, fleetsim.TraceBlockTokens)

@@ -79,13 +79,21 @@ func (t *TraceResult) renderLadder(b *strings.Builder, replay string, engines in
 	}
 	w("\n")
 	if sat > 0 {
-		t.renderAtSaturation(b, replay, engines, sat, ceiling)
+		t.renderAtSaturation(b, traceLadder{replay, engines}, sat, ceiling)
 	}
+}
+
+// traceLadder names one ladder of a trace result: the replay ("fleetsim",
+// "caddy") and the fleet size.
+type traceLadder struct {
+	replay  string
+	engines int
 }
 
 // renderAtSaturation states llm's figures against the others' at
 // round_robin's saturation: the acceptance figures.
-func (t *TraceResult) renderAtSaturation(b *strings.Builder, replay string, engines int, sat, ceiling float64) {
+func (t *TraceResult) renderAtSaturation(b *strings.Builder, l traceLadder, sat, ceiling float64) {
+	replay, engines := l.replay, l.engines
 	at := map[string]TraceRun{}
 	for _, r := range t.Runs {
 		if r.Replay == replay && r.Engines == engines && r.Speedup == sat {

@@ -229,15 +229,16 @@ func (p mmPrompt) keys(tokens []uint64) mmKeys {
 // mmBlockKeys is keyKeep.blockKeys for a prompt with media: hashed whole
 // and not kept (its keys depend on identifiers the kept prompts' id
 // comparison does not see). Unkeyed media are hashed as text (see above).
-func (k *keyKeep) mmBlockKeys(tokens []uint64, blockSize int, lora, salt string, mm mmKeys) []uint64 {
+// spec names the block size, adapter and salt; its MM is mm's items.
+func (k *keyKeep) mmBlockKeys(tokens []uint64, spec kvindex.KeySpec, mm mmKeys) []uint64 {
 	if !mm.media {
-		return k.blockKeys(tokens, blockSize, lora, salt)
+		return k.blockKeys(tokens, spec.BlockSize, spec.LoRAName, spec.CacheSalt)
 	}
-	if blockSize <= 0 {
+	if spec.BlockSize <= 0 {
 		return nil
 	}
-	spec := kvindex.KeySpec{BlockSize: blockSize, LoRAName: lora, CacheSalt: salt, MM: mm.items}
-	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/blockSize), tokens, spec)
+	spec.MM = mm.items
+	keys, err := kvindex.RequestKeys(make([]uint64, 0, len(tokens)/spec.BlockSize), tokens, spec)
 	if err != nil {
 		return nil
 	}

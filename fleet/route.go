@@ -420,7 +420,7 @@ func (f *Fleet) preciseMatches(q kvindex.Query, keys []uint64, blockSize int, mm
 	predicting := f.index.PredictTTL() > 0
 	if keys == nil && (predicting || mm.keyed()) {
 		// Hashed once, for Match and for Predict.
-		keys = f.keys.mmBlockKeys(q.Tokens, blockSize, q.LoRAName, q.CacheSalt, mm)
+		keys = f.keys.mmBlockKeys(q.Tokens, kvindex.KeySpec{BlockSize: blockSize, LoRAName: q.LoRAName, CacheSalt: q.CacheSalt}, mm)
 	}
 	if len(keys) > 0 {
 		q.Keys, q.KeysBlockSize = keys, blockSize
@@ -560,7 +560,9 @@ func (f *Fleet) tokenizeKeyed(ctx context.Context, req *openai.Request, v view) 
 		// cache; their spans depend on the image token too.
 		tag := strconv.Itoa(bs) + "\x00" + lora + "\x00" + salt + "\x00" + strconv.FormatUint(mm.imageToken, 10)
 		ans, err = tk.TokenizeDerived(ctx, cfg.TokenizeURL, cfg.Header, treq, tag,
-			func(tokens []uint64) []uint64 { return f.keys.mmBlockKeys(tokens, bs, lora, salt, mm.keys(tokens)) })
+			func(tokens []uint64) []uint64 {
+				return f.keys.mmBlockKeys(tokens, kvindex.KeySpec{BlockSize: bs, LoRAName: lora, CacheSalt: salt}, mm.keys(tokens))
+			})
 		tokens, keys, cached = ans.Tokens, ans.Derived, ans.Cached
 	} else {
 		tokens, cached, err = tk.Tokenize(ctx, cfg.TokenizeURL, cfg.Header, treq)

@@ -450,7 +450,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 			ix.mu.RLock()
 			from := len(out)
 			out = ix.matchLocked(bs, q.Group, q.Keys, out)
-			out = ix.offloadedLocked(bs, q.Group, q.Keys, out, from)
+			out = ix.offloadedLocked(keysAt{bs, q.Group, q.Keys}, out, from)
 			ix.mu.RUnlock()
 			continue
 		}
@@ -463,7 +463,7 @@ func (ix *Index) Match(q Query) ([]EngineMatch, error) {
 		ix.mu.RLock()
 		from := len(out)
 		out = ix.matchLocked(bs, q.Group, keys, out)
-		out = ix.offloadedLocked(bs, q.Group, keys, out, from)
+		out = ix.offloadedLocked(keysAt{bs, q.Group, keys}, out, from)
 		ix.mu.RUnlock()
 	}
 	sortMatches(out)

@@ -286,7 +286,7 @@ func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
 	gpu := ix.MatchKeys(blockSize, group, keys)
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := ix.tiersLocked(blockSize, group, keys, gpu)
+	out := ix.tiersLocked(keysAt{blockSize, group, keys}, gpu)
 	sortTierMatches(out)
 	return out
 }
@@ -295,18 +295,18 @@ func (ix *Index) MatchTiers(blockSize, group int, keys []uint64) []TierMatch {
 // MatchKeys' answer for blockSize and keys, and appends the engines that
 // hold the prompt's first blocks only in a lower tier. Without any block
 // in a lower tier it costs a look at each bank's counts. ix.mu held.
-func (ix *Index) offloadedLocked(blockSize, group int, keys []uint64, out []EngineMatch, from int) []EngineMatch {
+func (ix *Index) offloadedLocked(k keysAt, out []EngineMatch, from int) []EngineMatch {
 	if !ix.anyLowerLocked() {
 		return out
 	}
-	for _, tm := range ix.tiersLocked(blockSize, group, keys, out[from:]) {
+	for _, tm := range ix.tiersLocked(k, out[from:]) {
 		cpu, storage := tm.Blocks[TierCPU], tm.Blocks[TierStorage]
 		if cpu+storage == 0 {
 			continue
 		}
 		i := from + slices.IndexFunc(out[from:], func(m EngineMatch) bool { return m.Engine == tm.Engine })
 		if i < from {
-			out = append(out, EngineMatch{Engine: tm.Engine, BlockSize: blockSize})
+			out = append(out, EngineMatch{Engine: tm.Engine, BlockSize: k.blockSize})
 			i = len(out) - 1
 		}
 		out[i].CPUBlocks, out[i].StorageBlocks = cpu, storage
@@ -327,9 +327,17 @@ func (ix *Index) anyLowerLocked() bool {
 	return false
 }
 
+// keysAt are a prompt's block keys at one block size, in one KV-cache
+// group.
+type keysAt struct {
+	blockSize, group int
+	keys             []uint64
+}
+
 // tiersLocked is MatchTiers given MatchKeys' answer (gpu), unsorted.
 // ix.mu held.
-func (ix *Index) tiersLocked(blockSize, group int, keys []uint64, gpu []EngineMatch) []TierMatch {
+func (ix *Index) tiersLocked(k keysAt, gpu []EngineMatch) []TierMatch {
+	blockSize, group, keys := k.blockSize, k.group, k.keys
 	gpuOf := make(map[string]int, len(gpu))
 	for _, g := range gpu {
 		gpuOf[g.Engine] = g.Blocks

@@ -910,7 +910,7 @@ func (s *fleetSim) engineAdmit(e *desEngine, r *desReq) bool {
 		e.ref(b)
 		r.blocks = append(r.blocks, b)
 	}
-	loaded := s.reserveLoads(e, r, hits, limit, need)
+	loaded := e.reserveLoads(r, hits, limit, need)
 	r.computed, r.stored = (hits+loaded)*s.bs, hits
 	r.loading = loaded * s.bs
 	if r.gen == 0 {
@@ -926,7 +926,7 @@ func (s *fleetSim) engineAdmit(e *desEngine, r *desReq) bool {
 // The tier's blocks it will load are made its most recently used first,
 // so that the allocation's offloads evict others; what the tier still
 // holds in a row after them is loaded (tier-less engines: none).
-func (s *fleetSim) reserveLoads(e *desEngine, r *desReq, hits, limit, need int) int {
+func (e *desEngine) reserveLoads(r *desReq, hits, limit, need int) int {
 	loads := e.cpuHits(r, hits, limit)
 	for _, h := range r.hashes[hits : hits+loads] {
 		e.cpu.touch(h)
