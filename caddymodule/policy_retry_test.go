@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -102,6 +103,14 @@ func TestPolicyRetriesAndBreaker(t *testing.T) {
 
 	}
 	if !probed {
+		var ex map[string]any
+		adminJSON(t, http.MethodPost, "/llm/explain", chat{user: "explain me", maxTokens: 2}.body(), &ex)
+		b, _ := json.MarshalIndent(ex, "", " ")
+		t.Logf("/llm/explain of a fresh request: %s", b)
+		var all []fleet.EngineReport
+		adminJSON(t, http.MethodGet, "/llm/engines", "", &all)
+		b, _ = json.MarshalIndent(all, "", " ")
+		t.Logf("/llm/engines: %s", b)
 		t.Fatal("no request probed the repaired engine")
 	}
 	// The outcome is reported when the handler returns, which may be just

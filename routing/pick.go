@@ -1,6 +1,10 @@
 package routing
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // Exclusion reasons reported in Scored.Excluded (besides
 // Candidate.Unavailable, which is reported verbatim).
@@ -53,6 +57,9 @@ type prompt struct {
 	tokens    float64 // prompt length in tokens
 	blockSize float64 // 0 when unknown
 	blocks    int     // full blocks; a match is clamped to it
+	// peer holds the speeds a candidate whose engine has shown none of
+	// its own is predicted with (see peerSpeeds).
+	peer Work
 }
 
 func newPrompt(r Request) prompt {
@@ -147,8 +154,67 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 	case c.LoadKnown && cfg.KVLimit > 0 && v.kv >= cfg.KVLimit:
 		v.hard = ExcludedKVFull
 	}
-	v.pred = v.predictAhead(c, cfg)
+	v.pred = v.predictAhead(p.withSpeeds(c), cfg)
 	return v
+}
+
+// withSpeeds is c with the speeds its engine has not shown yet taken from
+// p.peer (a copy when any is; c itself otherwise).
+func (p *prompt) withSpeeds(c *Candidate) *Candidate {
+	w := &c.Work
+	borrowRate := !known(w.PrefillRate) && known(p.peer.PrefillRate)
+	borrowStep := !known(w.StepSeconds) && known(p.peer.StepSeconds)
+	if !borrowRate && !borrowStep {
+		return c
+	}
+	cc := *c
+	if borrowRate {
+		// The rate was observed on its engine's mean prompt (see
+		// stepless); the engine's own mean, when known, still prices its
+		// queue.
+		cc.Work.PrefillRate = p.peer.PrefillRate
+		if !known(w.MeanUncached) {
+			cc.Work.MeanUncached = p.peer.MeanUncached
+		}
+	}
+	if borrowStep {
+		cc.Work.StepSeconds = p.peer.StepSeconds
+	}
+	return &cc
+}
+
+// known reports a usable observed figure (a positive gauge).
+func known(v float64) bool { return v > 0 && v < maxGauge }
+
+// peerSpeeds are the speeds a candidate whose engine has not shown its own
+// yet is predicted with: the median prefill rate (with its engine's mean
+// prompt) and the median step among the candidates that have shown them.
+// Engines of one pool are usually alike, and an engine predicted slower
+// than its peers by the configured cold-start figures would win no request
+// at light load, so never show its speed: a new, restarted or repaired
+// engine would stay idle (TestPolicyRetriesAndBreaker's repaired engine
+// was never probed so). Without such peers the configured figures apply.
+func peerSpeeds(cands []Candidate) Work {
+	var rates, steps []int
+	for i := range cands {
+		if known(cands[i].Work.PrefillRate) {
+			rates = append(rates, i)
+		}
+		if known(cands[i].Work.StepSeconds) {
+			steps = append(steps, i)
+		}
+	}
+	var w Work
+	if len(rates) > 0 {
+		slices.SortFunc(rates, func(a, b int) int { return cmp.Compare(cands[a].Work.PrefillRate, cands[b].Work.PrefillRate) })
+		m := cands[rates[len(rates)/2]].Work
+		w.PrefillRate, w.MeanUncached = m.PrefillRate, m.MeanUncached
+	}
+	if len(steps) > 0 {
+		slices.SortFunc(steps, func(a, b int) int { return cmp.Compare(cands[a].Work.StepSeconds, cands[b].Work.StepSeconds) })
+		w.StepSeconds = cands[steps[len(steps)/2]].Work.StepSeconds
+	}
+	return w
 }
 
 // predictAhead is the candidate's predicted time to first token for a
@@ -252,6 +318,7 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		return d
 	}
 	p := newPrompt(req)
+	p.peer = peerSpeeds(cands)
 
 	var buf [stackViews]view
 	views := buf[:0]

@@ -104,3 +104,33 @@ func TestPickSeesLongPrefills(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictBorrowsPeerSpeeds: a candidate whose engine has shown no
+// speed of its own is predicted with its peers' median rate and step, not
+// the cold-start defaults, so it ties with them instead of losing every
+// request at light load (and so never showing its speed). Its own figures,
+// when it has them, stay its own; without any measured peer the defaults
+// apply.
+func TestPredictBorrowsPeerSpeeds(t *testing.T) {
+	req := Request{PromptTokens: 1000, BlockSize: 16, TotalBlocks: 62}
+	fast := func(dial string, rate float64) Candidate {
+		return Candidate{Dial: dial, LoadKnown: true, Work: Work{PrefillRate: rate, MeanUncached: 1000, StepSeconds: 0.01}}
+	}
+	cold := Candidate{Dial: "cold:1", LoadKnown: true}
+	d := Pick(req, []Candidate{fast("a:1", 20000), fast("b:1", 30000), fast("c:1", 40000), cold}, Config{}, true)
+	median, got := d.Scored[1].Prediction, d.Scored[3].Prediction
+	if math.Abs(got.TTFT-median.TTFT) > 1e-12 || got.Rate != median.Rate || got.StepSeconds != median.StepSeconds {
+		t.Fatalf("cold candidate predicted %+v, want the median peer's %+v", got, median)
+	}
+	// Its own step stays its own.
+	cold.Work.StepSeconds = 0.05
+	d = Pick(req, []Candidate{fast("a:1", 20000), cold}, Config{}, true)
+	if got := d.Scored[1].Prediction; got.StepSeconds > 0.05+1e-12 || got.Rate == DefaultPrefillRate {
+		t.Fatalf("cold candidate with its own step: %+v", got)
+	}
+	// Without measured peers: the defaults.
+	d = Pick(req, []Candidate{{Dial: "x:1", LoadKnown: true}, {Dial: "y:1", LoadKnown: true}}, Config{}, true)
+	if got := d.Scored[0].Prediction; got.Rate != DefaultPrefillRate || got.StepSeconds != DefaultStepSeconds {
+		t.Fatalf("no measured peer: %+v, want the defaults", got)
+	}
+}
