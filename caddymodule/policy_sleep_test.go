@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -68,14 +69,23 @@ func TestPolicySleepingEngine(t *testing.T) {
 		return !getEngineReport(t, holder.Addr()).Asleep
 	})
 	// Cold, it is a candidate like any engine without the prompts' prefixes:
-	// fresh prompts reach it.
-	for i := 0; ; i++ {
-		r := mustSend(t, "", chat{user: fmt.Sprintf("a fresh prompt %d: %s", i, words(fmt.Sprint("w", i), 40)), maxTokens: 2}.body(), nil)
-		if r.upstream == holder.Addr() {
-			break
-		}
-		if i == 60 {
-			t.Fatalf("60 fresh requests after wake_up, none went to %s", holder.Addr())
+	// fresh prompts reach it. Sent six at a time, so that the load term
+	// spreads them even where its speeds, measured before the sleep,
+	// predict it a little slower than its peers (a busy machine made them
+	// so once; one at a time, each request then goes to the fastest).
+	fresh := parallel(60, 6, func(i int) reply {
+		return send(context.Background(), "", chat{user: fmt.Sprintf("a fresh prompt %d: %s", i, words(fmt.Sprint("w", i), 40)), maxTokens: 2}.body(), nil)
+	})
+	got := countUpstreams(fresh)
+	if got[holder.Addr()] == 0 {
+		var ex map[string]any
+		adminJSON(t, http.MethodPost, "/llm/explain", chat{user: "a fresh prompt to explain", maxTokens: 2}.body(), &ex)
+		b, _ := json.MarshalIndent(ex["candidates"], "", " ")
+		t.Fatalf("60 fresh requests after wake_up, none went to %s (%v); /llm/explain's candidates for another: %s", holder.Addr(), got, b)
+	}
+	for i, r := range fresh {
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("fresh request %d after wake_up: status %d, err %v", i, r.status, r.err)
 		}
 	}
 }
