@@ -24,81 +24,6 @@ package fleetsim
 // block rather than one large transfer.
 const DefaultCPULoadSpeedup = 12
 
-// cpuTier is one engine's CPU tier: engine block hashes in LRU order.
-type cpuTier struct {
-	capacity   int
-	blocks     map[uint64]*cpuBlock
-	head, tail *cpuBlock // oldest first
-}
-
-type cpuBlock struct {
-	hash       uint64
-	prev, next *cpuBlock
-}
-
-func newCPUTier(capacity int) *cpuTier {
-	return &cpuTier{capacity: capacity, blocks: make(map[uint64]*cpuBlock)}
-}
-
-func (c *cpuTier) unlink(b *cpuBlock) {
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		c.head = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		c.tail = b.prev
-	}
-	b.prev, b.next = nil, nil
-}
-
-func (c *cpuTier) pushBack(b *cpuBlock) {
-	b.prev = c.tail
-	if c.tail != nil {
-		c.tail.next = b
-	} else {
-		c.head = b
-	}
-	c.tail = b
-}
-
-// touch makes block h the most recently used, if the tier holds it.
-func (c *cpuTier) touch(h uint64) bool {
-	b, ok := c.blocks[h]
-	if ok && b != c.tail {
-		c.unlink(b)
-		c.pushBack(b)
-	}
-	return ok
-}
-
-// put adds block h as the most recently used; when the tier was full, its
-// least recently used block made room and is returned.
-func (c *cpuTier) put(h uint64) (evicted uint64, ok bool) {
-	if len(c.blocks) >= c.capacity {
-		old := c.head
-		c.unlink(old)
-		delete(c.blocks, old.hash)
-		evicted, ok = old.hash, true
-	}
-	b := &cpuBlock{hash: h}
-	c.blocks[h] = b
-	c.pushBack(b)
-	return evicted, ok
-}
-
-// run is how many of hashes, from the first, the tier holds in a row.
-func (c *cpuTier) run(hashes []uint64) int {
-	for i, h := range hashes {
-		if _, ok := c.blocks[h]; !ok {
-			return i
-		}
-	}
-	return len(hashes)
-}
-
 // offload keeps block h, which the GPU is evicting, in the CPU tier and
 // announces it as the connector does: the tier's BlockRemoved for the
 // block that made room, then its BlockStored for h, both before the GPU's
@@ -109,7 +34,7 @@ func (e *desEngine) offload(h uint64) {
 	if e.cpu == nil || e.cpu.touch(h) {
 		return
 	}
-	if old, ok := e.cpu.put(h); ok {
+	if old, ok := e.cpu.use(h); ok {
 		e.events = append(e.events, desEvent{cpu: true, hashes: []uint64{old}})
 	}
 	e.events = append(e.events, desEvent{cpu: true, stored: true, hashes: []uint64{h}})

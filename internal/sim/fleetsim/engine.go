@@ -23,8 +23,8 @@ type desEngine struct {
 	seq              uint64
 	gen              int // restarts so far: a step begun before the last one is void
 	preemptions      int
-	cpu              *cpuTier // the CPU offload tier (Params.CPUBlocks); nil: none
-	offloaded        int      // blocks the GPU evicted into cpu so far
+	cpu              *blockLRU // the CPU offload tier: engine block hashes (Params.CPUBlocks); nil: none
+	offloaded        int       // blocks the GPU evicted into cpu so far
 	// vLLM's counters behind the gateway's prefill rate: prompt tokens
 	// and their prefix-cache hits at each first token, and the seconds
 	// from scheduling to it. Blocks loaded from the CPU tier are not
@@ -58,7 +58,7 @@ func newDESEngine(i, blocks, cpuBlocks int) *desEngine {
 	e := &desEngine{idx: i, name: fmt.Sprintf("engine%d.sim.invalid:8000", i), capacity: blocks,
 		cache: make(map[uint64]*desBlock), freeRaw: blocks}
 	if cpuBlocks > 0 {
-		e.cpu = newCPUTier(cpuBlocks)
+		e.cpu = newBlockLRU(cpuBlocks)
 	}
 	return e
 }
@@ -152,7 +152,7 @@ func (e *desEngine) restart() {
 	e.cache = make(map[uint64]*desBlock)
 	e.lruHead, e.lruTail, e.lruLen = nil, nil, 0
 	if e.cpu != nil {
-		e.cpu = newCPUTier(e.cpu.capacity)
+		e.cpu = newBlockLRU(e.cpu.capacity)
 	}
 	e.freeRaw, e.used = e.capacity, 0
 	e.running, e.waiting, e.busy = nil, nil, false

@@ -394,7 +394,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		s.res.Preemptions += e.preemptions
 		s.res.Offloaded += e.offloaded
 		if e.cpu != nil {
-			s.res.CPUTierBlocks += len(e.cpu.blocks)
+			s.res.CPUTierBlocks += e.cpu.len()
 		}
 	}
 	s.measureIndex()

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"container/list"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 )
@@ -182,31 +182,7 @@ type TraceCeiling struct {
 
 // Ceiling computes the trace's infinite-cache hit ceiling.
 func Ceiling(reqs []TraceRequest) TraceCeiling {
-	seen := make(map[uint64]struct{})
-	var c TraceCeiling
-	c.Requests = len(reqs)
-	for _, r := range reqs {
-		leading := true
-		for i, h := range r.HashIDs {
-			n := int64(min(TraceBlockTokens, r.InputLength-i*TraceBlockTokens))
-			c.Blocks++
-			c.Tokens += n
-			if _, ok := seen[h]; ok && leading {
-				c.HitBlocks++
-				c.HitTokens += n
-			} else {
-				leading = false
-			}
-		}
-		for _, h := range r.HashIDs {
-			seen[h] = struct{}{}
-		}
-	}
-	if c.Blocks > 0 {
-		c.BlockRate = float64(c.HitBlocks) / float64(c.Blocks)
-		c.TokenRate = float64(c.HitTokens) / float64(c.Tokens)
-	}
-	c.DistinctBlocks = len(seen)
+	c := PooledCeiling(reqs, math.MaxInt)
 	if n := len(reqs); n > 0 {
 		c.Seconds = float64(reqs[n-1].Timestamp-reqs[0].Timestamp) / 1000
 	}
@@ -220,10 +196,12 @@ func Ceiling(reqs []TraceRequest) TraceCeiling {
 // recently used (the least recently used leave). No router on engines of
 // that total size finds more, short of an eviction order that knows the
 // future; the working set of running requests, which takes room from the
-// cache on real engines, is left out, so it is an upper bound.
+// cache on real engines, is left out, so it is an upper bound. With an
+// unbounded capacity it is the infinite-cache ceiling (Ceiling).
 func PooledCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 	c := TraceCeiling{Requests: len(reqs)}
 	lru := newBlockLRU(capacity)
+	seen := make(map[uint64]struct{})
 	for _, r := range reqs {
 		leading := true
 		for i, h := range r.HashIDs {
@@ -238,50 +216,14 @@ func PooledCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 			}
 		}
 		for _, h := range r.HashIDs {
-			lru.touch(h)
+			lru.use(h)
+			seen[h] = struct{}{}
 		}
 	}
 	if c.Blocks > 0 {
 		c.BlockRate = float64(c.HitBlocks) / float64(c.Blocks)
 		c.TokenRate = float64(c.HitTokens) / float64(c.Tokens)
 	}
-	c.DistinctBlocks = lru.distinct
+	c.DistinctBlocks = len(seen)
 	return c
-}
-
-// blockLRU is a least-recently-used set of block ids.
-type blockLRU struct {
-	capacity int
-	order    *list.List // front: most recent
-	at       map[uint64]*list.Element
-	distinct int
-	seen     map[uint64]struct{}
-}
-
-func newBlockLRU(capacity int) *blockLRU {
-	return &blockLRU{capacity: max(capacity, 0), order: list.New(), at: map[uint64]*list.Element{}, seen: map[uint64]struct{}{}}
-}
-
-func (l *blockLRU) has(h uint64) bool { _, ok := l.at[h]; return ok }
-
-// touch makes h the most recent, evicting the least recent beyond the
-// capacity.
-func (l *blockLRU) touch(h uint64) {
-	if _, ok := l.seen[h]; !ok {
-		l.seen[h] = struct{}{}
-		l.distinct++
-	}
-	if e, ok := l.at[h]; ok {
-		l.order.MoveToFront(e)
-		return
-	}
-	if l.capacity == 0 {
-		return
-	}
-	l.at[h] = l.order.PushFront(h)
-	if l.order.Len() > l.capacity {
-		old := l.order.Back()
-		l.order.Remove(old)
-		delete(l.at, old.Value.(uint64))
-	}
 }
