@@ -31,24 +31,56 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestServeFleetAndStop(t *testing.T) {
-	defer goleak.VerifyNone(t)
+// served is a serve call running in the background: the engines it
+// started and its output. stop cancels it and fails the test unless serve
+// returns nil within 10 s; tests defer it after goleak's check, so that it
+// runs first.
+type served struct {
+	engines []*vllmsim.Engine
+	out     *syncBuffer
+	stop    func()
+}
+
+// startServe runs serve with args in the background and waits until it
+// has started its engines.
+func startServe(t *testing.T, args ...string) served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
+	s := served{out: &syncBuffer{}}
 	started := make(chan []*vllmsim.Engine, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, []string{"-n", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50", "-model", "m1"}, &out, started)
-	}()
-	var engines []*vllmsim.Engine
+	go func() { done <- serve(ctx, args, s.out, started) }()
 	select {
-	case engines = <-started:
+	case s.engines = <-started:
 	case err := <-done:
+		cancel()
 		t.Fatalf("serve: %v", err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("fleet did not start")
+		cancel()
+		t.Fatal("serve did not start")
 	}
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("serve did not stop")
+			}
+		})
+	}
+	return s
+}
+
+func TestServeFleetAndStop(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServe(t, "-n", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50", "-model", "m1")
+	defer srv.stop()
+	engines, out := srv.engines, srv.out
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[1], "engine 1 url=http://127.0.0.1:") || !strings.Contains(lines[0], "kv=tcp://127.0.0.1:") {
 		t.Fatalf("output %q", out.String())
@@ -65,37 +97,16 @@ func TestServeFleetAndStop(t *testing.T) {
 			t.Fatalf("health %d", resp.StatusCode)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop()
 }
 
 // TestServeDataParallel: -data-parallel-size runs its ranks behind one
 // port, each publishing on the KV port + its rank.
 func TestServeDataParallel(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	started := make(chan []*vllmsim.Engine, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, []string{"-data-parallel-size", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50"}, &out, started)
-	}()
-	var ranks []*vllmsim.Engine
-	select {
-	case ranks = <-started:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	srv := startServe(t, "-data-parallel-size", "2", "-port", "0", "-kv-endpoint", "tcp://127.0.0.1:0", "-time-scale", "50")
+	defer srv.stop()
+	ranks, out := srv.engines, srv.out
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(ranks) != 2 || len(lines) != 3 || !strings.Contains(lines[0], "ranks=2") || !strings.HasPrefix(lines[2], "rank 1 kv=tcp://127.0.0.1:") {
 		t.Fatalf("%d ranks, output %q", len(ranks), out.String())
@@ -103,15 +114,7 @@ func TestServeDataParallel(t *testing.T) {
 	if ranks[1].Config().DPRank != 1 {
 		t.Fatalf("second rank is rank %d", ranks[1].Config().DPRank)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop()
 }
 
 func TestServeRejectsBadFlags(t *testing.T) {
@@ -144,22 +147,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 
 func TestServeLoRAModules(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	started := make(chan []*vllmsim.Engine, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, []string{"-port", "0", "-time-scale", "50", "-model", "base", "-lora-modules", "sql,chat"}, &out, started)
-	}()
-	var engines []*vllmsim.Engine
-	select {
-	case engines = <-started:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("fleet did not start")
-	}
+	srv := startServe(t, "-port", "0", "-time-scale", "50", "-model", "base", "-lora-modules", "sql,chat")
+	defer srv.stop()
+	engines, out := srv.engines, srv.out
 	if got := engines[0].Config().LoRAModules; len(got) != 2 || got[0] != "sql" || got[1] != "chat" {
 		t.Errorf("LoRAModules %q", got)
 	}
@@ -179,36 +169,15 @@ func TestServeLoRAModules(t *testing.T) {
 			t.Errorf("model %s: status %d, want %d", model, resp.StatusCode, status)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop()
 }
 
 func TestServeModelNamesAndLoRASlots(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	started := make(chan []*vllmsim.Engine, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, []string{"-port", "0", "-time-scale", "50", "-model", "/models/m", "-served-model-name", "m,m-v1",
-			"-lora-modules", "sql,chat", "-max-loras", "1", "-lora-load-time", "20ms"}, &out, started)
-	}()
-	var engines []*vllmsim.Engine
-	select {
-	case engines = <-started:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("fleet did not start")
-	}
+	srv := startServe(t, "-port", "0", "-time-scale", "50", "-model", "/models/m", "-served-model-name", "m,m-v1",
+		"-lora-modules", "sql,chat", "-max-loras", "1", "-lora-load-time", "20ms")
+	defer srv.stop()
+	engines, out := srv.engines, srv.out
 	cfg := engines[0].Config()
 	if cfg.Model != "m" || len(cfg.ModelAliases) != 1 || cfg.ModelAliases[0] != "m-v1" || cfg.MaxLoRAs != 1 || cfg.LoRALoadTime != 20*time.Millisecond {
 		t.Errorf("config: model %q aliases %q max_loras %d lora_load_time %v", cfg.Model, cfg.ModelAliases, cfg.MaxLoRAs, cfg.LoRALoadTime)
@@ -232,13 +201,5 @@ func TestServeModelNamesAndLoRASlots(t *testing.T) {
 	if got := engines[0].Stats().LoRALoads; got != 1 {
 		t.Errorf("%d adapter loads, want 1", got)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	srv.stop()
 }
