@@ -177,7 +177,7 @@ var (
 	descKVEvents = prometheus.NewDesc("llmgw_kv_events_total",
 		"KV-cache events received per engine, by type (llmgw_kv_events_unapplied_total counts those that changed nothing).", []string{"engine", "type"}, nil)
 	descKVUnapplied = prometheus.NewDesc("llmgw_kv_events_unapplied_total",
-		"KV-cache events per engine that changed nothing in the gateway's mirror, by reason: unknown_parent (the parent block was never seen and the engines' hashing is not configured), malformed, other_tier (a medium the gateway does not know), tier_unknown_block (an offload-tier block without token ids whose engine hash the mirror never saw), tier_overflow, unknown_type, decode_error (payloads), wrong_rank (batches of another data-parallel rank than the subscription's).", []string{"engine", "reason"}, nil)
+		"KV-cache events per engine that changed nothing in the gateway's mirror, by reason: unknown_parent (the parent block was never seen and the engines' hashing is not configured), malformed, other_tier (a medium the gateway does not know), tier_unknown_block (an offload-tier block without token ids whose engine hash the mirror never saw), tier_overflow, unknown_type, decode_error (payloads), wrong_rank (batches of another data-parallel rank than the subscription's), remote (events of blocks in storage remote to the engine: locality REMOTE).", []string{"engine", "reason"}, nil)
 	descKVOrphans = prometheus.NewDesc("llmgw_kv_orphan_blocks",
 		"Engine block hashes kept from events whose parent the gateway never saw, awaiting a prompt that recognises them.", []string{"engine"}, nil)
 	descKVRecognized = prometheus.NewDesc("llmgw_kv_recognized_blocks_total",

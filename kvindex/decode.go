@@ -301,6 +301,9 @@ const (
 	stSpecKind
 	stSlidingWindow
 	stFields
+	// Map-only fields: added after vLLM dropped the positional encoding
+	// (#42892), so they have no array position.
+	stLocality = 100
 )
 
 const (
@@ -405,6 +408,8 @@ func (d *Decoder) storedField(ev *Event, i int) error {
 		ev.GroupIdx, err = d.groupIdx()
 	case stSpecKind:
 		ev.SpecKind, err = d.optString()
+	case stLocality:
+		ev.Locality, err = d.optString()
 	case stSlidingWindow:
 		var v int64
 		if v, _, err = d.optInt(); err == nil {
@@ -496,6 +501,8 @@ func (d *Decoder) mapEvent(ev *Event) (bool, error) {
 			f = stSpecKind
 		case "kv_cache_spec_sliding_window":
 			f = stSlidingWindow
+		case "locality":
+			f = stLocality
 		}
 		if f < 0 {
 			if err := d.skip(0); err != nil {
@@ -525,6 +532,9 @@ func (d *Decoder) mapEvent(ev *Event) (bool, error) {
 }
 
 func fieldName(f int) string {
+	if f == stLocality {
+		return "locality"
+	}
 	return [...]string{"", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
 		"medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
 		"kv_cache_spec_sliding_window"}[f]

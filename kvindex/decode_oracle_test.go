@@ -250,7 +250,7 @@ func oracleMapEvent(m mpMap) (ev Event, known bool, err error) {
 		case key == "type":
 			tag, _ := kv.v.(string)
 			kind = kinds[tag] // 0 for an unknown or non-string tag
-		case isOracleStored(key):
+		case isOracleStored(key) || key == "locality": // map-only (vLLM #48281)
 			if err := oracleField(&ev, key, kv.v); err != nil {
 				return ev, false, err
 			}
@@ -310,6 +310,8 @@ func oracleField(ev *Event, name string, v any) (err error) {
 		ev.LoRAName, err = oracleString(v)
 	case "kv_cache_spec_kind":
 		ev.SpecKind, err = oracleString(v)
+	case "locality":
+		ev.Locality, err = oracleString(v)
 	case "extra_keys":
 		ev.ExtraKeys, err = oracleExtraKeys(v)
 	case "group_idx":

@@ -51,10 +51,18 @@ type Event struct {
 	// ExtraKeys holds one entry per block hash: nil for a block without
 	// extra keys, else the tuple's values (string, []byte, int64, uint64,
 	// float64, bool, nil or nested []any). Nil when the field is absent.
-	ExtraKeys     [][]any
+	ExtraKeys [][]any
+	// GroupIdx is the KV-cache group (group_idx, vLLM #37688); SpecKind
+	// and SlidingWindow its layers' attention kind ("full_attention",
+	// "sliding_window", "mamba"...) and window (vLLM #40984). Hybrid
+	// models publish one group per kind; see Mirror for what counts.
 	GroupIdx      int
 	SpecKind      string
 	SlidingWindow int
+	// Locality is where the block's storage lies relative to the
+	// publishing engine: "LOCAL", "REMOTE", or empty when unspecified
+	// (vLLM #48281, map-encoded events only). See Mirror.
+	Locality string
 }
 
 // Batch is one decoded EventBatch: one ZMQ message's payload.

@@ -394,7 +394,11 @@ func sortMatches(out []EngineMatch) {
 // Query is a prompt to match against the index with Match.
 type Query struct {
 	Tokens []uint64
-	// Group is the KV-cache group to match (0 unless the model is hybrid).
+	// Group is the key space to match (see keySpace): 0, the default,
+	// matches each engine's full-attention group, whatever its index —
+	// group 0 for engines whose events name no spec kind (vLLM before
+	// #40984). Another value n matches group n of engines whose events
+	// name no kind; a sliding-window or Mamba group is never matched.
 	Group int
 	// LoRAName and CacheSalt are the request's adapter and cache_salt,
 	// which vLLM hashes as extra keys: blocks stored under another

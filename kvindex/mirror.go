@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,11 @@ import (
 //     kept by engine hash until a prompt recognises them (see orphans.go);
 //     otherwise they are counted in Unchainable and UnknownParent and
 //     skipped.
-//   - Every KV-cache group is mirrored, keyed by (group, key): see
-//     Query.Group.
+//   - Every KV-cache group is mirrored, by (group, engine hash). What a
+//     prefix is credited from is the engine's full-attention group: see
+//     keySpace.
+//   - A block whose event says it lies in storage REMOTE to the engine
+//     (locality, vLLM #48281) is not the engine's: see isRemote.
 type Mirror struct {
 	ix   *Index
 	id   string
@@ -63,7 +67,12 @@ type Mirror struct {
 // group is one KV-cache group of an engine.
 type group struct {
 	blockSize int
-	entries   map[uint64]blockEntry // engine block hash → entry
+	// kind is the group's kv_cache_spec_kind as its events name it, ""
+	// until one does; space is the key space its chains root at
+	// (keySpace): 0 for the group a prefix is credited from.
+	kind    string
+	space   int
+	entries map[uint64]blockEntry // engine block hash → entry
 	// entriesHi is the most entries held since the map was made: Go maps
 	// never give memory back, so one that has shrunk well below it is
 	// rebuilt (see shrinkMap).
@@ -82,6 +91,78 @@ type blockEntry struct {
 	stamp uint32 // insertion stamp, matches its fifo item
 }
 
+func newGroup(idx, blockSize int) *group {
+	return &group{blockSize: blockSize, space: idx, entries: make(map[uint64]blockEntry)}
+}
+
+// nonPrefixSpace offsets the key spaces of groups whose kind is known not
+// to hold a prefix on its own, past every group index.
+const nonPrefixSpace = maxGroupIdx
+
+// keySpace is the key space (the root of its chained gateway keys, see
+// rootKey) of group idx whose layers are of the given kv_cache_spec_kind.
+// Queries match space 0 (Query.Group), so it decides what a prefix is
+// credited from.
+//
+// The rule follows what vLLM itself needs for a prefix hit on a hybrid
+// model (vllm/v1/core/kv_cache_coordinator.py, HybridKVCacheCoordinator.
+// find_longest_cache_hit, with single_type_kv_cache_manager.py): the hit is
+// the longest prefix the full-attention group(s) hold, cut back further to
+// where the sliding-window group also holds the last window of blocks
+// before it (a Mamba group, its state block there). A sliding-window or
+// Mamba group holding a prefix is never a hit without the full-attention
+// group, and vLLM does not keep it beyond its window anyway. So:
+//   - full_attention, mla_attention and sink_full_attention groups (vLLM's
+//     KVCacheSpecKind for attention over the whole prefix) are space 0:
+//     they are what is credited. Several such groups are credited where
+//     any holds the block (vLLM needs all; they are allocated and freed
+//     together, so they part only by eviction order).
+//   - Every other known kind (sliding_window, sliding_window_mla, mamba,
+//     chunked_local_attention, cross_attention...) gets a space of its
+//     own, past every group index: mirrored, never matched.
+//   - A group whose events name no kind (vLLM before #40984) or
+//     "unknown" keeps space = its index, as before: group 0 is what is
+//     credited, so engines of older releases route as they did.
+//
+// The credit is thus an upper bound of vLLM's hit on hybrid models: the
+// sliding-window group's last window is not checked (it would take the
+// prompt's keys a second time per request, in that group's space).
+func keySpace(idx int, kind string) int {
+	switch strings.ToLower(kind) {
+	case "full_attention", "mla_attention", "sink_full_attention":
+		return 0
+	case "", "unknown":
+		return idx
+	}
+	return nonPrefixSpace + idx
+}
+
+// learnKind records the spec kind of group idx from an event naming one.
+// It reports false, changing nothing, when the group holds blocks keyed in
+// another space or under another kind: the engine was reconfigured.
+func (g *group) learnKind(idx int, kind string) bool {
+	if kind == "" || kind == g.kind {
+		return true
+	}
+	sp := keySpace(idx, kind)
+	if len(g.entries) > 0 && (g.kind != "" || sp != g.space) {
+		return false
+	}
+	g.kind, g.space = kind, sp
+	return true
+}
+
+// isRemote reports whether ev's blocks lie in storage remote to the
+// publishing engine. vLLM #48281 (vllm/v1/kv_offload/base.py, Locality)
+// adds locality to the events of its storage tiers: LOCAL, the storage is
+// local to that instance; REMOTE, it is not; absent, unspecified. The
+// field says nothing of who can reach the block or how fast, so the
+// conservative reading is taken: a REMOTE block is not a hit on the engine
+// that published it. Such events change nothing and are counted
+// (MirrorStats.Remote); a REMOTE BlockRemoved in particular never removes
+// the engine's own (LOCAL or unspecified) copy of the same hash.
+func isRemote(ev *Event) bool { return strings.EqualFold(ev.Locality, "REMOTE") }
+
 // MirrorStats describes one engine's mirror.
 type MirrorStats struct {
 	Engine string
@@ -99,8 +180,9 @@ type MirrorStats struct {
 	// without a ts.
 	LastLag time.Duration
 	// Blocks is the number of distinct blocks held; Capacity the bound
-	// they are evicted at; BlockSize the block size of group 0 (or of the
-	// lowest group seen), 0 until a BlockStored arrives.
+	// they are evicted at; BlockSize the block size of the group prefixes
+	// are credited from (see keySpace; else of the lowest group seen), 0
+	// until a BlockStored arrives.
 	Blocks    int
 	Capacity  int
 	BlockSize int
@@ -132,6 +214,9 @@ type MirrorStats struct {
 	// WrongRank counts batches skipped because their data_parallel_rank
 	// was not the mirror's (MirrorConfig.Rank).
 	WrongRank uint64
+	// Remote counts BlockStored and BlockRemoved events skipped because
+	// their locality was REMOTE (see isRemote).
+	Remote uint64
 	// Trusted is false while most recent BlockStored events could not be
 	// applied: routing then treats the engine as one without events.
 	Trusted bool
@@ -145,6 +230,7 @@ type MirrorStats struct {
 	LastReplayError       string
 	// Resyncs counts full resets by reason: "subscribe", "gap",
 	// "restart", "cleared", "decode", "disconnect", "block_size",
+	// "spec_kind" (a group's kv_cache_spec_kind changed),
 	// "backfill" (a hole in the replay buffer at subscription),
 	// "manual".
 	Resyncs          map[string]uint64
@@ -219,7 +305,8 @@ func (m *Mirror) State() (connected, trusted bool) {
 }
 
 // BlockSize returns the engine's block size as announced by its events
-// (group 0, else the lowest group seen), or 0 before the first BlockStored.
+// (of the group prefixes are credited from, see keySpace; else of the
+// lowest group seen), or 0 before the first BlockStored.
 func (m *Mirror) BlockSize() int {
 	m.ix.mu.RLock()
 	defer m.ix.mu.RUnlock()
@@ -227,6 +314,9 @@ func (m *Mirror) BlockSize() int {
 }
 
 func (m *Mirror) blockSizeLocked() int {
+	if bs := m.groupBlockSize(0); bs != 0 {
+		return bs
+	}
 	for _, g := range m.groups {
 		if g != nil {
 			return g.blockSize
@@ -235,9 +325,13 @@ func (m *Mirror) blockSizeLocked() int {
 	return 0
 }
 
-func (m *Mirror) groupBlockSize(group int) int {
-	if group >= 0 && group < len(m.groups) && m.groups[group] != nil {
-		return m.groups[group].blockSize
+// groupBlockSize is the block size of the lowest group keyed in the given
+// key space (keySpace; a query's Group), 0 when none is. ix.mu held.
+func (m *Mirror) groupBlockSize(space int) int {
+	for _, g := range m.groups {
+		if g != nil && g.space == space {
+			return g.blockSize
+		}
 	}
 	return 0
 }
@@ -268,7 +362,7 @@ func (m *Mirror) capacityLocked() int {
 func (m *Mirror) SetVerify(cfg VerifyConfig) { m.verify.setConfig(cfg) }
 
 // Reset drops every block of the mirror, counted as a resync with the given
-// reason. The Feed resets on its own; this is for callers that learn of an
+// reason; the groups' spec kinds are forgotten. The Feed resets on its own; this is for callers that learn of an
 // engine restart some other way.
 func (m *Mirror) Reset(reason string) {
 	if reason == "" {
@@ -295,7 +389,9 @@ func (m *Mirror) clear(reason string) {
 	m.groups = make([]*group, len(old))
 	for i, g := range old {
 		if g != nil {
-			m.groups[i] = &group{blockSize: g.blockSize, entries: make(map[uint64]blockEntry)}
+			// The block size is kept, the spec kind learnt anew: the
+			// engine may come back as another model or release.
+			m.groups[i] = newGroup(i, g.blockSize)
 		}
 	}
 	m.multi, m.multiHi = nil, 0
@@ -375,8 +471,9 @@ func (h eventHealth) trusted() bool { return h.all < 16 || 2*h.bad <= h.all }
 // know), "tier_unknown_block" and "tier_overflow" (offload-tier blocks,
 // counted per block: see MirrorStats.TierUnknown), "unknown_type" (event
 // tags it does not know) and "decode_error" (payloads, each of one or
-// more events, that failed to decode) and "wrong_rank" (batches, each of
-// one or more events, of another data-parallel rank).
+// more events, that failed to decode), "wrong_rank" (batches, each of
+// one or more events, of another data-parallel rank) and "remote" (events
+// whose blocks lie in storage remote to the engine).
 func (s MirrorStats) Unapplied() map[string]uint64 {
 	return map[string]uint64{
 		"unknown_parent":     s.UnknownParent,
@@ -387,6 +484,7 @@ func (s MirrorStats) Unapplied() map[string]uint64 {
 		"unknown_type":       s.Unknown,
 		"decode_error":       s.DecodeErrors,
 		"wrong_rank":         s.WrongRank,
+		"remote":             s.Remote,
 	}
 }
 
@@ -433,87 +531,76 @@ func (m *Mirror) apply(seq uint64, b *Batch) {
 			ix.mu.Lock()
 		case EventBlockStored:
 			m.st.Stored++
-			if !m.storeLocked(ev) {
-				// The group's block size changed: the engine was
-				// reconfigured under us. Start over.
+			if isRemote(ev) {
+				m.st.Remote++
+				continue
+			}
+			if reason := m.storeLocked(ev); reason != "" {
+				// The group's block size or spec kind changed: the
+				// engine was reconfigured under us. Start over.
 				ix.mu.Unlock()
-				m.clear("block_size")
+				m.clear(reason)
 				ix.mu.Lock()
 				m.storeLocked(ev)
 			}
 		case EventBlockRemoved:
 			m.st.Removed++
+			if isRemote(ev) {
+				m.st.Remote++
+				continue
+			}
 			m.removeLocked(ev)
 		}
 	}
 	ix.mu.Unlock()
 }
 
-// storeLocked applies a BlockStored. It returns false, changing nothing, if
-// the event's block size differs from the one its group holds blocks of.
-func (m *Mirror) storeLocked(ev *Event) bool {
+// storeLocked applies a BlockStored. It returns the reason to resync,
+// changing nothing, if the event's block size or spec kind differs from
+// the one its group holds blocks of ("block_size", "spec_kind"), else "".
+func (m *Mirror) storeLocked(ev *Event) string {
 	switch t, ok := tierOf(ev.Medium); {
 	case !ok:
 		m.st.OtherTier++
-		return true
+		return ""
 	case t != TierGPU:
 		m.storeLowerLocked(t, ev)
-		return true
+		return ""
 	}
 	n, bs := len(ev.BlockHashes), ev.BlockSize
 	if n == 0 {
-		return true
+		return ""
 	}
 	// Checked before slicing: masked blocks (vLLM #44451) can make
 	// token_ids span blocks that have no hash.
 	if bs <= 0 || len(ev.TokenIDs) != n*bs {
 		m.st.Malformed++
 		m.health.note(false)
-		return true
+		return ""
 	}
-	for len(m.groups) <= ev.GroupIdx {
-		m.groups = append(m.groups, nil)
+	g, reason := m.groupForLocked(ev)
+	if reason != "" {
+		return reason
 	}
-	g := m.groups[ev.GroupIdx]
-	if g == nil {
-		g = &group{blockSize: bs, entries: make(map[uint64]blockEntry)}
-		m.groups[ev.GroupIdx] = g
-	}
-	if g.blockSize != bs {
-		if len(g.entries) > 0 {
-			return false
-		}
-		g.blockSize = bs
-	}
-	key := rootKey(ev.GroupIdx)
+	key := rootKey(g.space)
 	if ev.HasParent {
 		e, ok := g.entries[ev.Parent]
 		if !ok {
 			m.keepOrphanLocked(ev)
-			return true
+			return ""
 		}
 		key = e.key
 	}
 	m.ix.noteLoRALocked(ev.LoRAName)
-	// Before extra_keys existed (vLLM < #33304) the LoRA name was still
-	// hashed on every block; salt and multimodal keys are unknowable then.
-	var loraOnly []any
-	if ev.ExtraKeys == nil && ev.LoRAName != "" {
-		loraOnly = []any{ev.LoRAName}
-	}
 	for i := 0; i < n; i++ {
-		extra := loraOnly
-		if ev.ExtraKeys != nil {
-			extra = nil
-			if i < len(ev.ExtraKeys) {
-				extra = ev.ExtraKeys[i]
-			}
-		}
 		var err error
-		if key, err = m.kh.next(key, ev.TokenIDs[i*bs:(i+1)*bs], extra); err != nil {
+		// Before extra_keys existed (vLLM < #33304) the LoRA name was
+		// still hashed on every block (blockExtra); salt and multimodal
+		// keys are unknowable then.
+		if key, err = m.kh.next(key, ev.TokenIDs[i*bs:(i+1)*bs], blockExtra(ev, i)); err != nil {
 			m.st.Malformed++
 			m.health.note(false)
-			return true
+			return ""
 		}
 		m.pauseLocked(i)
 		m.addLocked(g, ev.BlockHashes[i], key)
@@ -523,7 +610,31 @@ func (m *Mirror) storeLocked(ev *Event) bool {
 		}
 	}
 	m.health.note(true)
-	return true
+	return ""
+}
+
+// groupForLocked returns the GPU group of a BlockStored of block size
+// ev.BlockSize > 0, made if new, its block size and spec kind learnt; or
+// the reason to resync when they differ from those of the blocks it holds.
+func (m *Mirror) groupForLocked(ev *Event) (*group, string) {
+	for len(m.groups) <= ev.GroupIdx {
+		m.groups = append(m.groups, nil)
+	}
+	g := m.groups[ev.GroupIdx]
+	if g == nil {
+		g = newGroup(ev.GroupIdx, ev.BlockSize)
+		m.groups[ev.GroupIdx] = g
+	}
+	if g.blockSize != ev.BlockSize {
+		if len(g.entries) > 0 {
+			return nil, "block_size"
+		}
+		g.blockSize = ev.BlockSize
+	}
+	if !g.learnKind(ev.GroupIdx, ev.SpecKind) {
+		return nil, "spec_kind"
+	}
+	return g, ""
 }
 
 // pauseLocked lets the index's readers in after every lockStep blocks of

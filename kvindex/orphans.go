@@ -71,12 +71,14 @@ func (o *orphanSet) remove(h uint64) bool {
 
 // keepOrphanLocked handles a BlockStored of n blocks whose parent the
 // mirror does not hold: kept by engine hash when the engines' hashing is
-// known (group 0 only: other groups are hybrid models' sliding-window or
-// Mamba layers, whose hashes the gateway does not compute), else counted
-// as unapplied. Callers hold wmu and ix.mu.
+// known (group 0 only, and only when prefixes are credited from it, see
+// keySpace: recognised blocks are adopted into group 0 under the prompt's
+// keys, and a hybrid model's sliding-window or Mamba group must never be
+// credited), else counted as unapplied. Callers hold wmu and ix.mu; the
+// event's group exists.
 func (m *Mirror) keepOrphanLocked(ev *Event) {
 	n := len(ev.BlockHashes)
-	if !m.hash.Enabled() || ev.GroupIdx != 0 {
+	if !m.hash.Enabled() || ev.GroupIdx != 0 || m.groups[0].space != 0 {
 		m.st.Unchainable += uint64(n)
 		m.st.UnknownParent++
 		m.health.note(false)
@@ -133,7 +135,7 @@ func (m *Mirror) adopt(blockSize int, hashes, keys []uint64) int {
 	ix := m.ix
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if len(m.groups) == 0 || m.groups[0] == nil || m.groups[0].blockSize != blockSize {
+	if len(m.groups) == 0 || m.groups[0] == nil || m.groups[0].blockSize != blockSize || m.groups[0].space != 0 {
 		return 0
 	}
 	g := m.groups[0]

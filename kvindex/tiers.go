@@ -181,8 +181,7 @@ func (m *Mirror) storeLowerLocked(t Tier, ev *Event) {
 		m.st.Malformed++
 		return
 	}
-	m.learnBlockSizeLocked(ev.GroupIdx, bs)
-	key := rootKey(ev.GroupIdx)
+	key := rootKey(m.learnGroupLocked(ev))
 	if ev.HasParent {
 		k, ok := m.knownKeyLocked(ev.GroupIdx, ev.Parent)
 		if !ok {
@@ -378,20 +377,26 @@ func (ix *Index) tiersLocked(k keysAt, gpu []EngineMatch) []TierMatch {
 	return out
 }
 
-// learnBlockSizeLocked gives a group the engine has stored nothing on its
-// GPU for the block size of its offload events, so that Match looks its
-// lower tiers up at that size: an engine whose prefix is only offloaded
-// (its GPU cache evicted it, or the gateway started after) is still a
-// candidate for it. A group with GPU blocks keeps its own.
-func (m *Mirror) learnBlockSizeLocked(groupIdx, bs int) {
-	for len(m.groups) <= groupIdx {
+// learnGroupLocked gives the GPU group of a self-describing offload event
+// the event's block size and spec kind, if the engine has stored nothing
+// in it on its GPU yet, and returns the group's key space: Match looks
+// the lower tiers up at the GPU group's block size and in its key space,
+// so an engine whose prefix is only offloaded (its GPU cache evicted it,
+// or the gateway started after) is still a candidate for it. A GPU group that holds blocks keeps its own: offload
+// events never resync the mirror. ix.mu held.
+func (m *Mirror) learnGroupLocked(ev *Event) int {
+	for len(m.groups) <= ev.GroupIdx {
 		m.groups = append(m.groups, nil)
 	}
-	if g := m.groups[groupIdx]; g == nil {
-		m.groups[groupIdx] = &group{blockSize: bs, entries: make(map[uint64]blockEntry)}
+	g := m.groups[ev.GroupIdx]
+	if g == nil {
+		g = newGroup(ev.GroupIdx, ev.BlockSize)
+		m.groups[ev.GroupIdx] = g
 	} else if len(g.entries) == 0 {
-		g.blockSize = bs
+		g.blockSize = ev.BlockSize
 	}
+	g.learnKind(ev.GroupIdx, ev.SpecKind) // refused when it holds blocks of another kind
+	return g.space
 }
 
 // mirrorAt is the mirror in slot i, nil when free or past the slots.
