@@ -548,6 +548,10 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, p := range golden.Load(f).Payloads {
 		f.Add(p.Payload)
 	}
+	// Ranks, offload media, hybrid groups with kinds, locality.
+	for _, p := range vectorPayloads(f) {
+		f.Add(p)
+	}
 	f.Add(payload(omap{"events", arr{omap{"type", "BlockRemoved", "block_hashes", arr{[]byte{1}}}}, "ts", 1}))
 	f.Add(payload(arr{1.0, arr{arr{"X", omap{"a", arr{1}}}}}))
 	f.Add(payload(arr{float32(2), arr{arr{"BlockStored", arr{-1, "ab"}, []byte{7}, nil, 0, -3, nil, nil, arr{nil, arr{arr{}, -1, uint64(math.MaxUint64), 1.5, []byte{}}}}}, nil}))

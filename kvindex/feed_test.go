@@ -646,11 +646,26 @@ func FuzzFeed(f *testing.F) {
 	ds := e.digests(pr)
 	f.Add(batch(e.stored(pr, nil, 0, 4), offloaded("CPU", ds[0], ds[1], ds[5])),
 		batch(e.storedAt("STORAGE", pr, 4, 8), arr{"BlockRemoved", arr{ds[1]}, "CPU", 0}, removed(hs[0])), uint8(1), uint8(2))
+	// Hybrid groups: a sliding-window group 0 beside a full-attention
+	// group 1, evictions in either, a kind that changes.
+	f.Add(batch(inGroup(e.stored(pr, nil, 0, 4), 0, "sliding_window"), inGroup(e.stored(pr, nil, 0, 2), 1, "full_attention")),
+		batch(removedIn(1, hs[0]), removedIn(0, hs[1]), inGroup(e.stored(pr, nil, 0, 3), 0, "full_attention")), uint8(1), uint8(2))
+	// Locality: REMOTE stores and removals beside LOCAL ones.
+	f.Add(batch(asMap(e.stored(pr, nil, 0, 4), "locality", "REMOTE", "ownership", "x", "session_id", "s"),
+		asMap(e.storedAt("STORAGE", pr, 0, 4), "locality", "LOCAL")),
+		batch(asMap(e.stored(pr, nil, 0, 2), "locality", "LOCAL"),
+			omap{"type", "BlockRemoved", "block_hashes", arr{hs[0]}, "medium", "GPU", "locality", "REMOTE"}), uint8(1), uint8(2))
+	// Ranks: engine b follows rank 1 only.
+	f.Add(payload(arr{1.0, arr{e.stored(pr, nil, 0, 4)}, 1}), payload(arr{1.0, arr{e.stored(pr, nil, 4, 8)}, 0}), uint8(1), uint8(2))
+	for _, p := range vectorPayloads(f) {
+		f.Add(p, p, uint8(1), uint8(2))
+	}
 	f.Fuzz(func(t *testing.T, p1, p2 []byte, s1, s2 uint8) {
 		ix := NewIndex(IndexConfig{MaxBlocksPerEngine: 5})
 		var feeds []*Feed
-		for _, id := range []string{"a", "b"} {
-			m, err := ix.AddEngine(id, MirrorConfig{Verify: VerifyConfig{Sample: 1, Seed: "0"}})
+		for i, id := range []string{"a", "b"} {
+			// b follows data-parallel rank 1 only.
+			m, err := ix.AddEngine(id, MirrorConfig{Verify: VerifyConfig{Sample: 1, Seed: "0"}, Rank: i, HasRank: i == 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,9 +40,8 @@ type vectorEvent struct {
 	Locality      string          `json:"locality"`
 }
 
-// TestDecodeEventVectors decodes each payload of kv_event_vectors.json and
-// compares the batch with the vector's expected fields, one by one.
-func TestDecodeEventVectors(t *testing.T) {
+func loadEventVectors(t testing.TB) eventVectors {
+	t.Helper()
 	raw, err := os.ReadFile("testdata/kv_event_vectors.json")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +50,26 @@ func TestDecodeEventVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &vs); err != nil {
 		t.Fatal(err)
 	}
+	return vs
+}
+
+// vectorPayloads are the payloads of kv_event_vectors.json, for fuzz seeds.
+func vectorPayloads(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, v := range loadEventVectors(t).Vectors {
+		p, err := hex.DecodeString(v.PayloadHex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestDecodeEventVectors decodes each payload of kv_event_vectors.json and
+// compares the batch with the vector's expected fields, one by one.
+func TestDecodeEventVectors(t *testing.T) {
+	vs := loadEventVectors(t)
 	if len(vs.Vectors) < 15 {
 		t.Fatalf("%d vectors, want 15", len(vs.Vectors))
 	}
