@@ -58,7 +58,7 @@ func TestRouteHybridFullAttentionGroup(t *testing.T) {
 	req := chatRequest(t, nil, "a prompt both engines have seen part of")
 	d := f.Route(context.Background(), Query{Request: req, Dials: dials, Settings: DefaultSettings(), Tokens: toks, Explain: true})
 	if d.Index < 0 || dials[d.Index] != plain || d.Outcome != routing.Hit {
-		t.Fatalf("picked %d (%+v), want a hit on %s", d.Index, d.Decision, plain)
+		t.Fatalf("picked %d, outcome %v, matches %v; want a hit on %s", d.Index, d.Outcome, d.match.precise, plain)
 	}
 	if got := d.match.precise; got[hybrid] != 4 || got[plain] != 32 {
 		t.Fatalf("precise matches %v, want %s: 4 (its full-attention group), %s: 32", got, hybrid, plain)
