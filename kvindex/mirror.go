@@ -106,10 +106,11 @@ const nonPrefixSpace = maxGroupIdx
 //
 // The rule follows what vLLM itself needs for a prefix hit on a hybrid
 // model (vllm/v1/core/kv_cache_coordinator.py, HybridKVCacheCoordinator.
-// find_longest_cache_hit, with single_type_kv_cache_manager.py): the hit is
-// the longest prefix the full-attention group(s) hold, cut back further to
-// where the sliding-window group also holds the last window of blocks
-// before it (a Mamba group, its state block there). A sliding-window or
+// find_longest_cache_hit, read at vLLM commit 00b08dc4; the per-kind rules
+// in single_type_kv_cache_manager.py): the hit is the longest prefix the
+// full-attention groups hold (groups of one spec are looked up together),
+// cut back further to where the sliding-window group also holds the last
+// window of blocks before it (a Mamba group, its state block there). A sliding-window or
 // Mamba group holding a prefix is never a hit without the full-attention
 // group, and vLLM does not keep it beyond its window anyway. So:
 //   - full_attention, mla_attention and sink_full_attention groups (vLLM's
@@ -117,6 +118,9 @@ const nonPrefixSpace = maxGroupIdx
 //     they are what is credited. Several such groups are credited where
 //     any holds the block (vLLM needs all; they are allocated and freed
 //     together, so they part only by eviction order).
+//   - A model whose only group is sliding-window (vLLM's
+//     UnitaryKVCacheCoordinator) is not credited either: its hits depend
+//     on the window alone, which the index does not model.
 //   - Every other known kind (sliding_window, sliding_window_mla, mamba,
 //     chunked_local_attention, cross_attention...) gets a space of its
 //     own, past every group index: mirrored, never matched.
