@@ -1,6 +1,9 @@
 package kvindex
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // inGroup is a positional BlockStored of e.stored moved to KV-cache group
 // g with spec kind kind: the 12-element array of vLLM #40984 on.
@@ -181,4 +184,24 @@ func TestRemoteLocality(t *testing.T) {
 	}
 	e.msg(f, omap{"type", "BlockRemoved", "block_hashes", arr{hs[1]}, "medium", "GPU", "locality", "LOCAL"})
 	wantMatch(t, ix, Query{Tokens: p}, map[string]int{"h": 1})
+}
+
+// TestHybridOffloadTiers: offloaded blocks of a hybrid engine continue the
+// full-attention group's prefix only; the sliding-window group's
+// offloaded blocks are not credited either.
+func TestHybridOffloadTiers(t *testing.T) {
+	e := newEngineSim(t, "0", 4)
+	p := prompt(32, 1)
+	ix := NewIndex(IndexConfig{})
+	_, f := newTestFeed(t, ix, "h", nil)
+	e.msg(f, inGroup(e.stored(p, nil, 0, 8), 0, "sliding_window"), inGroup(e.stored(p, nil, 0, 2), 1, "full_attention"),
+		inGroup(e.storedAt("STORAGE", p, 2, 5), 1, "full_attention"), inGroup(e.storedAt("STORAGE", p, 5, 8), 0, "sliding_window"))
+	// g holds the prompt's first blocks in storage only, announced from
+	// block 0 (no parent) in its full-attention group 1.
+	_, fg := newTestFeed(t, ix, "g", nil)
+	fg.Message(nil, 0, batch(inGroup(e.stored(p, nil, 0, 8), 0, "sliding_window"),
+		inGroup(e.storedAt("STORAGE", p, 0, 3), 1, "full_attention"), inGroup(e.storedAt("STORAGE", p, 0, 8), 0, "sliding_window")))
+	if got := fmt.Sprint(tiersOf(t, ix, p, 4)); got != "[h:2/0/3 g:0/0/3]" {
+		t.Fatalf("tiers %v, want [h:2/0/3 g:0/0/3]", got)
+	}
 }
