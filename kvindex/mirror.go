@@ -110,9 +110,10 @@ const nonPrefixSpace = maxGroupIdx
 // in single_type_kv_cache_manager.py): the hit is the longest prefix the
 // full-attention groups hold (groups of one spec are looked up together),
 // cut back further to where the sliding-window group also holds the last
-// window of blocks before it (a Mamba group, its state block there). A sliding-window or
-// Mamba group holding a prefix is never a hit without the full-attention
-// group, and vLLM does not keep it beyond its window anyway. So:
+// window of blocks before it (a Mamba group, its state block there). A
+// sliding-window or Mamba group holding a prefix is never a hit without
+// the full-attention group, and vLLM does not keep it beyond its window
+// anyway. So:
 //   - full_attention, mla_attention and sink_full_attention groups (vLLM's
 //     KVCacheSpecKind for attention over the whole prefix) are space 0:
 //     they are what is credited. Several such groups are credited where
@@ -145,7 +146,7 @@ func keySpace(idx int, kind string) int {
 // It reports false, changing nothing, when the group holds blocks keyed in
 // another space or under another kind: the engine was reconfigured.
 func (g *group) learnKind(idx int, kind string) bool {
-	if kind == "" || kind == g.kind {
+	if kind == "" || strings.EqualFold(kind, g.kind) {
 		return true
 	}
 	sp := keySpace(idx, kind)
@@ -366,8 +367,8 @@ func (m *Mirror) capacityLocked() int {
 func (m *Mirror) SetVerify(cfg VerifyConfig) { m.verify.setConfig(cfg) }
 
 // Reset drops every block of the mirror, counted as a resync with the given
-// reason; the groups' spec kinds are forgotten. The Feed resets on its own; this is for callers that learn of an
-// engine restart some other way.
+// reason; the groups' spec kinds are forgotten. The Feed resets on its
+// own; this is for callers that learn of an engine restart some other way.
 func (m *Mirror) Reset(reason string) {
 	if reason == "" {
 		reason = "manual"
