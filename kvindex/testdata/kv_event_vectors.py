@@ -181,6 +181,9 @@ def vectors():
     out.append(vec("array_7_elements_cpu_offload", "OffloadingConnector CPU tier of v0.11: raw digests, "
                    "block_size 0, empty token_ids; a 3-byte hash is left-padded",
                    [arr(cpu, 7), arr(removed([D32], medium="CPU"), 3)], rank=0))
+    gpu0 = stored([D32, TOP], None, [], 0, medium="GPU")
+    out.append(vec("array_7_elements_gpu_hash_only", "a GPU store without tokens (block_size 0), as offload "
+                   "events of old releases have them: decoded as is, never divided by", [arr(gpu0, 7)], rank=0))
     cpu_lower = stored([D32], None, [], 0, medium="cpu")
     storage = stored([D32], None, [], 0, medium="STORAGE", group_idx=0, kv_cache_spec_kind="full_attention")
     out.append(vec("map_offload_media", "Mooncake's lower-case cpu and a STORAGE tier without tokens",
