@@ -64,3 +64,20 @@ func TestRouteHybridFullAttentionGroup(t *testing.T) {
 		t.Fatalf("precise matches %v, want %s: 4 (its full-attention group), %s: 32", got, hybrid, plain)
 	}
 }
+
+// TestReportRemoteBlocks: /llm/engines's kv report counts events of blocks
+// in storage remote to the engine (locality REMOTE) as unapplied, and the
+// engine is not credited with them.
+func TestReportRemoteBlocks(t *testing.T) {
+	f, _, dials := specFleet(t, 1)
+	toks := tokens(6, 64, 0)
+	ev := map[string]any{"type": "BlockStored", "block_hashes": []uint64{1, 2, 3, 4}, "parent_block_hash": nil,
+		"token_ids": toks[:64], "block_size": 16, "lora_id": nil, "medium": "STORAGE", "lora_name": nil,
+		"locality": "REMOTE", "ownership": "shared"}
+	feedEvents(t, f, dials[0], ev)
+	var kv KVReport
+	kv.fillMirror(f.index.Mirror(dials[0]).Stats())
+	if kv.Unapplied["remote"] != 1 || kv.TierBlocks["storage"] != 0 || kv.Blocks != 0 {
+		t.Fatalf("unapplied %v, tier blocks %v, blocks %d", kv.Unapplied, kv.TierBlocks, kv.Blocks)
+	}
+}
