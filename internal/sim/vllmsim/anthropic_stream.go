@@ -71,7 +71,7 @@ func (e *Engine) streamAnthropic(w http.ResponseWriter, r *http.Request, sr *sim
 	}
 	sse.flush()
 	started := false
-	res, ok := e.followTokens(r, sr, sse.fl, func(text string) bool {
+	res, ok := e.followTokens(r, sr, sse.fl, func(text string, _ *string) bool {
 		if !started {
 			started = true
 			if !send(anthropicEvent{Type: "content_block_start", Index: &zero, ContentBlock: &anthropicBlockOut{Type: "text", Text: strPtr("")}}) {

@@ -114,11 +114,13 @@ func (e *Engine) waitResult(r *http.Request, sr *simRequest) (genResult, bool) {
 }
 
 // followTokens calls emit with the text of each generated token as the
-// request makes progress and returns the result once it is done. It
-// returns false when the client went away or emit failed; the request is
-// then aborted. With Faults.DropStreamAfter it cuts the connection after
-// that many tokens, as the chat stream does.
-func (e *Engine) followTokens(r *http.Request, sr *simRequest, fl http.Flusher, emit func(text string) bool) (genResult, bool) {
+// request makes progress (with the finish reason on the last token, nil on
+// the others) and returns the result once it is done. It returns false
+// when the client went away or emit failed; the request is then aborted.
+// With Faults.DropStreamAfter it cuts the connection after that many
+// tokens. Every streaming API of the simulator writes its events through
+// it.
+func (e *Engine) followTokens(r *http.Request, sr *simRequest, fl http.Flusher, emit func(text string, finish *string) bool) (genResult, bool) {
 	dropAfter := e.Faults().DropStreamAfter
 	finished := false
 	defer func() {
@@ -138,7 +140,11 @@ func (e *Engine) followTokens(r *http.Request, sr *simRequest, fl http.Flusher, 
 		for ; sent < out; sent++ {
 			_, s := outputToken(sr.seed, sent)
 			text.WriteString(s)
-			if !emit(s) {
+			var fr *string
+			if done && sent+1 == out {
+				fr = &finish
+			}
+			if !emit(s, fr) {
 				return genResult{}, false
 			}
 			if dropAfter > 0 && sent+1 >= dropAfter && !(done && sent+1 == out) {

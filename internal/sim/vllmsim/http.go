@@ -346,47 +346,26 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	}
 	created := time.Now().Unix()
 	if req.Stream {
-		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-		e.stream(w, r, sr, chat, created, includeUsage, faults.DropStreamAfter)
+		e.stream(w, r, sr, streamShape{chat: chat, created: created,
+			includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage})
 		return
 	}
-	// Non-streaming: wait for the end.
-	for {
-		_, done, _ := sr.progress()
-		if done {
-			break
-		}
-		select {
-		case <-r.Context().Done():
-			e.abort(sr)
-			return
-		case <-sr.notify:
-		}
+	res, ok := e.waitResult(r, sr)
+	if !ok {
+		return
 	}
-	sr.mu.Lock()
-	out, rerr, finish, cached := sr.out, sr.err, sr.finish, sr.cached
-	sr.mu.Unlock()
-	if rerr != nil {
-		// The process "died": the connection goes away without a response.
-		panic(http.ErrAbortHandler)
-	}
-	var text strings.Builder
-	for k := range out {
-		_, s := outputToken(sr.seed, k)
-		text.WriteString(s)
-	}
-	u := makeUsage(sr.promptLen, out, cached)
+	u := makeUsage(sr.promptLen, res.out, res.cached)
 	if chat {
 		writeJSON(w, http.StatusOK, chatResponse{
 			ID: sr.id, Object: "chat.completion", Created: created, Model: sr.model,
-			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: text.String(), ToolCalls: []any{}}, FinishReason: finish}},
+			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: res.text, ToolCalls: []any{}}, FinishReason: res.finish}},
 			Usage:   u,
 		})
 		return
 	}
 	writeJSON(w, http.StatusOK, completionResponse{
 		ID: sr.id, Object: "text_completion", Created: created, Model: sr.model,
-		Choices: []completionChoice{{Text: text.String(), FinishReason: &finish}},
+		Choices: []completionChoice{{Text: res.text, FinishReason: &res.finish}},
 		Usage:   u,
 	})
 }
@@ -476,102 +455,68 @@ func (e *Engine) hashPrompt(sr *simRequest) error {
 	return nil
 }
 
-// stream writes an SSE response: one chunk per generated token, the finish
-// reason on the last one, an optional usage chunk, then [DONE].
-func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, chat bool, created int64, includeUsage bool, dropAfter int) {
+// streamShape is how a streamed OpenAI response is framed.
+type streamShape struct {
+	chat         bool  // chat.completion.chunk, else text_completion
+	created      int64 // the chunks' created time
+	includeUsage bool  // stream_options.include_usage: a last chunk with usage
+}
+
+// stream writes a request's tokens as OpenAI server-sent events as they
+// are generated, then the usage chunk when asked for and [DONE].
+func (e *Engine) stream(w http.ResponseWriter, r *http.Request, sr *simRequest, shape streamShape) {
 	fl, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	finished := false
-	defer func() {
-		if !finished {
-			e.abort(sr)
-		}
-	}()
 	var buf []byte
 	send := func(v any) bool {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return false
 		}
-		buf = append(buf[:0], "data: "...)
-		buf = append(buf, b...)
-		buf = append(buf, "\n\n"...)
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		return true
+		buf = append(append(append(buf[:0], "data: "...), b...), "\n\n"...)
+		_, err = w.Write(buf)
+		return err == nil
 	}
-	object := "text_completion"
-	if chat {
+	object, created := "text_completion", shape.created
+	chunk := func(s *string, finish *string, u *streamUsage) any {
+		if shape.chat {
+			choices := []chatChunkChoice{}
+			if s != nil {
+				choices = append(choices, chatChunkChoice{Delta: chatDelta{Content: s}, FinishReason: finish, StopReason: stopReason(finish)})
+			}
+			return chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: choices, Usage: u}
+		}
+		choices := []completionChoice{}
+		if s != nil {
+			choices = append(choices, completionChoice{Text: *s, FinishReason: finish})
+		}
+		return completionChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: choices, Usage: u}
+	}
+	if shape.chat {
 		object = "chat.completion.chunk"
 		// vLLM's first chat chunk carries the role.
 		if !send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
 			Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: strPtr("")}}}}) {
+			e.abort(sr)
 			return
 		}
 		if fl != nil {
 			fl.Flush()
 		}
 	}
-	sent := 0
-	for {
-		sr.mu.Lock()
-		out, done, rerr, finish, cached := sr.out, sr.done, sr.err, sr.finish, sr.cached
-		sr.mu.Unlock()
-		if rerr != nil {
-			panic(http.ErrAbortHandler)
-		}
-		for sent < out {
-			_, s := outputToken(sr.seed, sent)
-			sent++
-			var fr *string
-			if done && sent == out {
-				fr = &finish
-			}
-			var ok bool
-			if chat {
-				ok = send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
-					Choices: []chatChunkChoice{{Delta: chatDelta{Content: &s}, FinishReason: fr, StopReason: stopReason(fr)}}})
-			} else {
-				ok = send(completionChunk{ID: sr.id, Object: object, Created: created, Model: sr.model,
-					Choices: []completionChoice{{Text: s, FinishReason: fr}}})
-			}
-			if !ok {
-				return
-			}
-			if dropAfter > 0 && sent >= dropAfter && !(done && sent == out) {
-				if fl != nil {
-					fl.Flush()
-				}
-				panic(http.ErrAbortHandler) // cut the connection mid-stream
-			}
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		if done {
-			finished = true
-			if includeUsage {
-				u := streamUsage(makeUsage(sr.promptLen, out, cached))
-				if chat {
-					send(chatChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: []chatChunkChoice{}, Usage: &u})
-				} else {
-					send(completionChunk{ID: sr.id, Object: object, Created: created, Model: sr.model, Choices: []completionChoice{}, Usage: &u})
-				}
-			}
-			_, _ = io.WriteString(w, "data: [DONE]\n\n")
-			if fl != nil {
-				fl.Flush()
-			}
-			return
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-sr.notify:
-		}
+	res, ok := e.followTokens(r, sr, fl, func(s string, finish *string) bool { return send(chunk(&s, finish, nil)) })
+	if !ok {
+		return
+	}
+	if shape.includeUsage {
+		u := streamUsage(makeUsage(sr.promptLen, res.out, res.cached))
+		send(chunk(nil, nil, &u))
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	if fl != nil {
+		fl.Flush()
 	}
 }
 

@@ -135,7 +135,7 @@ func (e *Engine) streamResponse(w http.ResponseWriter, r *http.Request, sr *simR
 	}
 	ev.sse.flush()
 	started := false
-	res, ok := e.followTokens(r, sr, ev.sse.fl, func(text string) bool {
+	res, ok := e.followTokens(r, sr, ev.sse.fl, func(text string, _ *string) bool {
 		if !started {
 			started = true
 			if !ev.send("response.output_item.added", map[string]any{"output_index": 0, "item": rs.message("in_progress", "")}) ||
