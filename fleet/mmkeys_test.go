@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,35 @@ func mmFleetOf(t *testing.T, imageToken bool, sim vllmsim.Config) (*Fleet, []*vl
 	return f, engines, dials
 }
 
+// mmFixture is a fleet of mmFleetOf's engines, with the dial of each.
+type mmFixture struct {
+	f       *Fleet
+	engines []*vllmsim.Engine
+	dials   []string
+}
+
+// serve sends body to engine i and waits until the fleet mirrors its
+// blocks. It returns the parsed request, the prompt's full blocks and the
+// block its image starts in.
+func (fx mmFixture) serve(t *testing.T, i int, body string) (req *openai.Request, whole, before int) {
+	t.Helper()
+	ctx, f, dials := context.Background(), fx.f, fx.dials
+	simPost(t, ctx, fx.engines[i].URL()+"/v1/chat/completions", body)
+	req, err := openai.ParseRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, tr := f.tokenize(ctx, req, f.view(dials, f.PolicySettings("default")))
+	if tr.Err != nil {
+		t.Fatal(tr.Err)
+	}
+	whole, before = len(tokens)/16, slices.Index(tokens, simImagePad)/16
+	testwait.For(t, time.Minute, fmt.Sprintf("engine %d's blocks mirrored", i), func() bool {
+		return f.index.Mirror(dials[i]).Stats().Blocks >= whole
+	})
+	return req, whole, before
+}
+
 // TestImagePromptMatchesPastImage: an image prompt served by engine 0 (its
 // blocks hashed with the image's uuid, as vLLM does) is matched by the
 // fleet past the image when repeated with the same uuid, and only up to
@@ -105,25 +135,11 @@ func mmFleetOf(t *testing.T, imageToken bool, sim vllmsim.Config) (*Fleet, []*vl
 func TestImagePromptMatchesPastImage(t *testing.T) {
 	for _, configured := range []bool{true, false} {
 		f, engines, dials := mmFleet(t, configured)
-		ctx := context.Background()
-		body := imageChatBody(t, "data:image/png;base64,AAAA", "img-A")
-		simPost(t, ctx, engines[0].URL()+"/v1/chat/completions", body)
-		req, err := openai.ParseRequest([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := f.PolicySettings("default")
-		tokens, tr := f.tokenize(ctx, req, f.view(dials, s))
-		if tr.Err != nil {
-			t.Fatal(tr.Err)
-		}
-		whole, before := len(tokens)/16, slices.Index(tokens, simImagePad)/16
+		ctx, s := context.Background(), f.PolicySettings("default")
+		_, whole, before := mmFixture{f, engines, dials}.serve(t, 0, imageChatBody(t, "data:image/png;base64,AAAA", "img-A"))
 		if before < 2 || whole < before+6 {
-			t.Fatalf("prompt of %d tokens, image at block %d", len(tokens), before)
+			t.Fatalf("prompt of %d blocks, image at block %d", whole, before)
 		}
-		testwait.For(t, time.Minute, "engine 0's blocks mirrored", func() bool {
-			return f.index.Mirror(dials[0]).Stats().Blocks >= whole
-		})
 		for _, c := range []struct {
 			name, url, uuid string
 			want            int
@@ -171,21 +187,8 @@ func TestImageWithoutUUIDMatchesPastImage(t *testing.T) {
 		}
 		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(b)
 	}
-	body := imageChatBody(t, image(1), "")
-	simPost(t, ctx, engines[0].URL()+"/v1/chat/completions", body)
-	req, err := openai.ParseRequest([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := f.PolicySettings("default")
-	tokens, tr := f.tokenize(ctx, req, f.view(dials, s))
-	if tr.Err != nil {
-		t.Fatal(tr.Err)
-	}
-	whole, before := len(tokens)/16, slices.Index(tokens, simImagePad)/16
-	testwait.For(t, time.Minute, "engine 0's blocks mirrored", func() bool {
-		return f.index.Mirror(dials[0]).Stats().Blocks >= whole
-	})
+	_, whole, before := mmFixture{f, engines, dials}.serve(t, 0, imageChatBody(t, image(1), ""))
 	for _, c := range []struct {
 		name, url, uuid string
 		want            int
@@ -228,19 +231,7 @@ func TestImageHashModelIsRoot(t *testing.T) {
 	url := "data:image/png;base64," + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("pixels", 500)))
 	for i, model := range []string{"vision", "style"} {
 		body := strings.Replace(imageChatBody(t, url, ""), `"model":"sim-model"`, `"model":"`+model+`"`, 1)
-		simPost(t, ctx, engines[i].URL()+"/v1/chat/completions", body)
-		req, err := openai.ParseRequest([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens, tr := f.tokenize(ctx, req, f.view(dials, s))
-		if tr.Err != nil {
-			t.Fatal(tr.Err)
-		}
-		whole := len(tokens) / 16
-		testwait.For(t, time.Minute, model+"'s blocks mirrored", func() bool {
-			return f.index.Mirror(dials[i]).Stats().Blocks >= whole
-		})
+		req, whole, _ := mmFixture{f, engines, dials}.serve(t, i, body)
 		d := f.Route(ctx, Query{Request: req, Dials: dials, Settings: s, Explain: true})
 		if d.Tokenize.Err != nil || d.Index != i || d.Scored[i].MatchedBlocks != whole {
 			t.Errorf("%s: routed to %d, engine %d matched %d of %d blocks, %v",
