@@ -119,9 +119,9 @@ func renderCPUTier(b *strings.Builder, p FleetParams, runs []FleetTierRun) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	r0 := runs[0]
 	w("### CPU offload tier (%s)\n\n", tp.Name)
-	w("%d engines of section 2's 32B cost model, prefix-high's prompts (%d/%d/%d tokens) in %d groups at %.1f req/s (%.1f× the no-hit capacity), %d requests. KV pressure: the groups' prefixes fill %.2f× the fleet's GPU cache (%d blocks per engine); each engine has a CPU tier of %d blocks (%.0f%% of its GPU's). ",
+	w("%d engines of section 2's 32B cost model, prefix-high's prompts (%d/%d/%d tokens) in %d groups at %.1f req/s (%.1f× the no-hit capacity), %d requests. KV pressure: the groups' prefixes fill %.2f× the fleet's GPU cache (%d blocks per engine%s); each engine has a CPU tier of %d blocks (%.0f%% of its GPU's). ",
 		tp.Engines, tp.Workload.SystemTokens, tp.Workload.QuestionTokens, tp.Workload.OutputTokens, tp.Workload.Groups, r0.Rate, tp.Load, tp.Requests,
-		r0.Rho, r0.KVBlocks, int(tp.CPUShare*float64(r0.KVBlocks)), tp.CPUShare*100)
+		r0.Rho, r0.KVBlocks, floorNote(r0.Rho, tp.Rho, p.Model.MaxNumSeqs), int(tp.CPUShare*float64(r0.KVBlocks)), tp.CPUShare*100)
 	w("A block the GPU evicts moves to the CPU tier (its LRU evicting in turn), announced as vLLM's OffloadingConnector announces it before vllm#43468: a CPU `BlockStored` without tokens (`block_size` 0, the hash as raw bytes) before the GPU's `BlockRemoved`, and a CPU `BlockRemoved` when the tier evicts. A prompt's prefix continues from the GPU into the CPU tier; those blocks are loaded at %g× the prefill rate (the step lasts that much longer) instead of computed. GPU hits are vLLM's `prefix_cache_hits`, CPU hits its `external_prefix_cache_hits` (counted apart, as vLLM does). `llm` and `llm-gpu-only` run as the product does under `llm_admission` (admission's `Fleet.Place` chooses the engine); the `llm-route` variants let `Fleet.Route` choose, admission counting only room (`fleetsim.Params.Unplaced`).\n\n",
 		float64(fleetsim.DefaultCPULoadSpeedup))
 	w("| variant | | GPU hits | CPU hits | TTFT p50 | p90 | p99 | completed | 503 | blocks offloaded | CPU blocks: index / engines |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -140,7 +140,17 @@ func renderCPUTier(b *strings.Builder, p FleetParams, runs []FleetTierRun) {
 	for _, pair := range [][2]string{{"llm", "llm-gpu-only"}, {"llm-route", "llm-route-gpu-only"}} {
 		w("%s\n", tierVerdict(runs, pair[0], pair[1]))
 	}
-	w("\nWhy: the tier credits send a prompt back to the engine that offloaded its prefix, under admission (`Fleet.Place` weighs the tiers as `routing.Pick` does) as under `Fleet.Route`, which the CPU hits and TTFT p50 above show. TTFT p90 stays at a full miss's prefill wherever more than a tenth of the requests miss in both tiers, which the pressure here makes so.\n\n")
+	w("\nWhy: the tier credits send a prompt back to the engine that offloaded its prefix, under admission (`Fleet.Place` weighs the tiers as `routing.Pick` does) as under `Fleet.Route`, which the CPU hits above show. Where that engine still holds the prefix in either tier the request loads it instead of computing it, which shows in TTFT p90 as long as fewer than a tenth of the requests miss in both tiers; where more do, p90 is a full miss's prefill whatever the routing.\n\n")
+}
+
+// floorNote says, when the scenario's GPU caches are at the simulation's
+// floor (1.25 × a full batch's blocks, see KVBlocks) rather than sized by
+// the asked-for rho, what fills the rest of them.
+func floorNote(actual, asked float64, maxNumSeqs int) string {
+	if actual >= asked-0.005 {
+		return ""
+	}
+	return fmt.Sprintf(", the floor of %g × the blocks of a full batch of %d requests: an idle engine holds its prefixes, a busy one's running requests evict them", workingSetHeadroom, maxNumSeqs)
 }
 
 // tierVerdict compares a variant crediting the CPU tier with its GPU-only

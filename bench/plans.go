@@ -167,12 +167,17 @@ func gateways(g int) FleetScenario {
 		Workload: WorkloadSpec{Name: "gateways", Kind: "prefix", Groups: 64, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
 }
 
-// cpuTierPlan is the fleet section's cpu-tier scenario (issue 40): 250
-// groups of prefix-high's prompts whose prefixes fill 1.2× the fleet's GPU
-// cache, a CPU tier half each GPU's size, at about the no-hit capacity.
+// cpuTierPlan is the fleet section's cpu-tier scenario (issue 40): 125
+// groups of prefix-high's prompts, 24 requests each, on GPU caches at the
+// simulation's floor (1.25 × a full batch's blocks), so that the prefixes
+// fit an idle engine (0.62 of its cache) but a busy engine's running
+// requests evict them; a CPU tier half each GPU's size; at 0.8 × the
+// no-hit capacity. With 250 groups filling 1.2 × the GPU caches instead,
+// more than a tenth of the requests miss in both tiers and TTFT p90 is a
+// full miss's prefill whatever the routing (BENCHMARKS.md gives both).
 func cpuTierPlan() *FleetTierPlan {
-	return &FleetTierPlan{Name: "cpu-tier", Engines: 8, Rho: 1.2, CPUShare: 0.5, Load: 0.8, Requests: 3000,
-		Workload: WorkloadSpec{Name: "cpu-tier", Kind: "prefix", Groups: 250, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
+	return &FleetTierPlan{Name: "cpu-tier", Engines: 8, Rho: 0.8, CPUShare: 0.5, Load: 0.8, Requests: 3000,
+		Workload: WorkloadSpec{Name: "cpu-tier", Kind: "prefix", Groups: 125, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256}}
 }
 
 // fleetScenarios are the fleet section's scenarios where only the engines
