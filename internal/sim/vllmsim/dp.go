@@ -19,23 +19,33 @@ import (
 // request to one data-parallel rank (its global rank).
 const RankHeader = "X-Data-Parallel-Rank"
 
+// ServedRankHeader is the response header a DPServer adds to every
+// request it hands to a rank, naming that rank (its global rank): the
+// simulator's own, not vLLM's, so that a client can check the rank that
+// served it against the one a gateway says it picked.
+const ServedRankHeader = "X-Vllmsim-Data-Parallel-Rank"
+
 // DPServer is a simulated `vllm serve --data-parallel-size N`: N
 // independent engine ranks (each its own scheduler, KV cache and KV-event
 // publisher on the configured ports + rank, its batches naming its rank)
 // behind one HTTP port. A request with RankHeader goes to that rank;
 // others are spread round robin, standing in for vLLM's internal load
-// balancer. /metrics shows every rank's series, told apart by their
-// `engine` label, as vLLM's does; POST /sleep, /wake_up and
-// /reset_prefix_cache apply to every rank.
+// balancer; one naming a rank the server lacks is refused (400). Every
+// request handed to a rank is answered with ServedRankHeader. /metrics
+// shows every rank's series, told apart by their `engine` label, as
+// vLLM's does; POST /sleep, /wake_up and /reset_prefix_cache apply to
+// every rank.
 type DPServer struct {
 	ranks []*Engine
 	ln    net.Listener
 	srv   *http.Server
 	next  atomic.Uint64
-	// pinned counts, by rank, the requests that named it in RankHeader;
-	// unpinned those spread by the server.
+	// pinned counts, by rank, the rank requests (see countsRank) that
+	// named it in RankHeader; unpinned those spread by the server, refused
+	// those naming no rank of it.
 	pinned   []atomic.Uint64
 	unpinned atomic.Uint64
+	refused  atomic.Uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -94,7 +104,9 @@ func (d *DPServer) URL() string { return "http://" + d.Addr() }
 // modified.
 func (d *DPServer) Ranks() []*Engine { return d.ranks }
 
-// Pinned returns, by rank, how many requests named it in RankHeader.
+// Pinned returns, by rank, how many rank requests (those that run on a
+// rank's scheduler: POSTs other than /tokenize and /detokenize) named it
+// in RankHeader.
 func (d *DPServer) Pinned() []uint64 {
 	out := make([]uint64, len(d.pinned))
 	for i := range d.pinned {
@@ -103,9 +115,23 @@ func (d *DPServer) Pinned() []uint64 {
 	return out
 }
 
-// Unpinned returns how many requests came without RankHeader (spread
-// round robin); /metrics scrapes are not counted.
+// Unpinned returns how many rank requests came without RankHeader
+// (spread round robin, as vLLM's own load balancer would place them).
+// Scrapes, model lists, tokenization and control calls are not counted:
+// vLLM's API server answers those itself.
 func (d *DPServer) Unpinned() uint64 { return d.unpinned.Load() }
+
+// Refused returns how many rank requests named in RankHeader no rank of
+// this server (each answered 400).
+func (d *DPServer) Refused() uint64 { return d.refused.Load() }
+
+// countsRank reports whether r is a rank request, one that runs on a
+// rank's scheduler and so is counted by Pinned, Unpinned and Refused:
+// any POST but tokenization (answered by vLLM's API server itself;
+// /metrics and the control endpoints never reach rankOf).
+func countsRank(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path != "/tokenize" && r.URL.Path != "/detokenize"
+}
 
 // ServeHTTP serves /metrics from every rank and hands any other request
 // to its rank's handler.
@@ -130,6 +156,7 @@ func (d *DPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	w.Header().Set(ServedRankHeader, strconv.Itoa(d.ranks[i].cfg.DPRank))
 	d.ranks[i].srv.Handler.ServeHTTP(w, r)
 }
 
@@ -179,19 +206,28 @@ func (a *answer) Write(b []byte) (int, error) {
 }
 
 // rankOf is the index in d.ranks of the rank r goes to: the one its
-// RankHeader names (a global rank), else the next in turn.
+// RankHeader names (a global rank), else the next in turn. It counts rank
+// requests (countsRank) by how they named their rank.
 func (d *DPServer) rankOf(r *http.Request) (int, error) {
+	counted := countsRank(r)
 	v := r.Header.Get(RankHeader)
 	if v == "" {
-		d.unpinned.Add(1)
+		if counted {
+			d.unpinned.Add(1)
+		}
 		return int((d.next.Add(1) - 1) % uint64(len(d.ranks))), nil
 	}
 	g, err := strconv.Atoi(strings.TrimSpace(v))
 	first := d.ranks[0].cfg.DPRank
 	if err != nil || g < first || g >= first+len(d.ranks) {
+		if counted {
+			d.refused.Add(1)
+		}
 		return 0, fmt.Errorf("%s %q is not a data parallel rank of this server (%d..%d)", RankHeader, v, first, first+len(d.ranks)-1)
 	}
-	d.pinned[g-first].Add(1)
+	if counted {
+		d.pinned[g-first].Add(1)
+	}
 	return g - first, nil
 }
 

@@ -34,8 +34,16 @@ func startDP(t *testing.T, cfg Config) *DPServer {
 // RankHeader (none when ""), and returns the status.
 func postRank(t *testing.T, c *http.Client, d *DPServer, prompt string, rank string) int {
 	t.Helper()
+	st, _ := postPath(t, c, d, "/v1/completions", prompt, rank)
+	return st
+}
+
+// postPath posts prompt to path on d, with rank in RankHeader (none when
+// ""), and returns the status and the ServedRankHeader of the answer.
+func postPath(t *testing.T, c *http.Client, d *DPServer, path, prompt string, rank string) (int, string) {
+	t.Helper()
 	b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
-	req, err := http.NewRequest(http.MethodPost, d.URL()+"/v1/completions", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, d.URL()+path, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +57,7 @@ func postRank(t *testing.T, c *http.Client, d *DPServer, prompt string, rank str
 	}
 	defer resp.Body.Close()
 	_, _ = bytes.NewBuffer(nil).ReadFrom(resp.Body)
-	return resp.StatusCode
+	return resp.StatusCode, resp.Header.Get(ServedRankHeader)
 }
 
 func served(d *DPServer) []uint64 {
@@ -61,9 +69,10 @@ func served(d *DPServer) []uint64 {
 }
 
 // TestDataParallel: three ranks behind one port. A pinned request runs on
-// its rank, whose events name it on its own port; unpinned ones go round
-// robin; a rank the server lacks is refused; /metrics is one valid page
-// with every rank's series under its `engine` label.
+// its rank, whose events name it on its own port, and is answered with
+// the rank's ServedRankHeader; unpinned ones go round robin; a rank the
+// server lacks is refused; tokenization is no rank request; /metrics is
+// one valid page with every rank's series under its `engine` label.
 func TestDataParallel(t *testing.T) {
 	d := startDP(t, Config{TimeScale: 100, DataParallelSize: 3, KVEvents: &KVEventsConfig{Endpoint: "tcp://127.0.0.1:0"}})
 	if len(d.Ranks()) != 3 {
@@ -98,8 +107,15 @@ func TestDataParallel(t *testing.T) {
 			t.Fatalf("rank %q: status %d, want 400", bad, st)
 		}
 	}
-	if p, u := d.Pinned(), d.Unpinned(); !slices.Equal(p, []uint64{0, 0, 1}) || u != 3 {
-		t.Fatalf("pinned %v unpinned %d", p, u)
+	if st, served := postPath(t, c, d, "/v1/completions", "pinned to rank one", "1"); st != http.StatusOK || served != "1" {
+		t.Fatalf("pinned to rank 1: status %d, served by rank %q", st, served)
+	}
+	// vLLM's API server tokenizes without a rank: not a rank request.
+	if st, _ := postPath(t, c, d, "/tokenize", "count me not", ""); st != http.StatusOK {
+		t.Fatalf("/tokenize: status %d", st)
+	}
+	if p, u, r := d.Pinned(), d.Unpinned(), d.Refused(); !slices.Equal(p, []uint64{0, 1, 1}) || u != 3 || r != 3 {
+		t.Fatalf("pinned %v unpinned %d refused %d, want [0 1 1], 3 and 3", p, u, r)
 	}
 
 	resp, err := c.Get(d.URL() + "/metrics")
