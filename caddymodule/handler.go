@@ -842,13 +842,19 @@ func (h *Admission) lateNotFound(w http.ResponseWriter, r *http.Request, model s
 	flush(w)
 }
 
-// servedBy is the upstream reverse_proxy used last, whatever its policy.
+// servedBy is the engine reverse_proxy used last, whatever its policy: the
+// upstream's address, or the engine key of the data-parallel rank behind
+// it that lb_policy llm picked (noteRank).
 func servedBy(r *http.Request) string {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
 		return ""
 	}
-	return repl.ReplaceAll("{http.reverse_proxy.upstream.hostport}", "")
+	addr := repl.ReplaceAll("{http.reverse_proxy.upstream.hostport}", "")
+	if p, ok := caddyhttp.GetVar(r.Context(), varRank).(rankPick); ok && p.addr == addr {
+		return p.key
+	}
+	return addr
 }
 
 func flush(w http.ResponseWriter) { _ = http.NewResponseController(w).Flush() }

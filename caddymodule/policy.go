@@ -255,6 +255,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	decisionSeconds.WithLabelValues(pick.Tier.String()).Observe(time.Since(t0).Seconds())
 	p.commit(r, st, committed{req: g.req, pick: pick, chosen: chosen, res: res})
 	st.setRank(r, rank)
+	noteRank(r, up.Dial, chosen.Dial, rank)
 	return up
 }
 

@@ -41,7 +41,9 @@ func startDPServer(t *testing.T, n int) (*vllmsim.DPServer, int) {
 // rank's KV events (port + rank) feed its own mirror, a prompt whose
 // prefix rank 1 holds goes to rank 1 and reaches it through the
 // X-data-parallel-rank header, and fresh prompts reach rank 0 the same
-// way. /llm/explain scores the ranks apart and /llm/engines shows both.
+// way. /llm/explain scores the ranks apart and /llm/engines shows both,
+// and no engine keyed by the bare address: llm_admission in front counts
+// each request on the rank it went to.
 func TestPolicyDataParallelRanks(t *testing.T) {
 	d, port := startDPServer(t, 2)
 	addr := d.Addr()
@@ -108,6 +110,13 @@ func TestPolicyDataParallelRanks(t *testing.T) {
 	}
 	var ranks []string
 	for _, rep := range getEngineReports(t) {
+		if rep.Dial == addr {
+			// llm_admission once moved each request's reservation (and
+			// reported its outcome) to the address reverse_proxy dialled,
+			// an engine of its own beside the ranks, which then never
+			// counted the requests sent to them.
+			t.Fatalf("/llm/engines shows the bare address %s beside its ranks: %+v", addr, rep)
+		}
 		if strings.HasPrefix(rep.Dial, addr) && rep.Rank != nil {
 			ranks = append(ranks, fmt.Sprintf("%s=%s/%d", rep.Dial, rep.Address, *rep.Rank))
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -105,4 +106,25 @@ func (st *selectState) setRank(r *http.Request, rank int) {
 		r.Header.Del(rankHeader)
 		st.rankSet = false
 	}
+}
+
+// varRank holds the rankPick of a request's latest attempt when lb_policy
+// llm sent it to a data-parallel rank, and is absent otherwise.
+const varRank = "llm.rank"
+
+// rankPick is the data-parallel rank a request was sent to: the address
+// reverse_proxy dials and the rank's engine key behind it.
+type rankPick struct{ addr, key string }
+
+// noteRank records in r's vars the rank (rank < 0: none) the latest
+// attempt picked behind address addr, whose engine key is key: reverse_proxy
+// knows only the address, and servedBy must name the rank, or admission
+// would move the request's reservation, its breaker outcome and its
+// metrics from the rank to an engine keyed by the bare address.
+func noteRank(r *http.Request, addr, key string, rank int) {
+	if rank < 0 {
+		caddyhttp.SetVar(r.Context(), varRank, nil)
+		return
+	}
+	caddyhttp.SetVar(r.Context(), varRank, rankPick{addr: addr, key: key})
 }

@@ -1,9 +1,12 @@
 package caddymodule
 
 import (
+	"context"
 	"net/http"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
@@ -44,6 +47,39 @@ func TestSetRank(t *testing.T) {
 				t.Fatalf("header %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestServedByRank: the engine that served a request is the rank lb_policy
+// llm picked behind the address reverse_proxy dialled, until an attempt
+// picks no rank or reverse_proxy dials another address; without a pick it
+// is the address.
+func TestServedByRank(t *testing.T) {
+	r, err := http.NewRequest(http.MethodPost, "http://gw/v1/completions", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repl := caddy.NewReplacer()
+	ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
+	r = r.WithContext(context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}))
+	const addr, other = "10.0.0.1:8000", "10.0.0.2:8000"
+	steps := []struct {
+		name    string
+		dialled string
+		rank    int // the attempt's pick behind addr; -1 none
+		want    string
+	}{
+		{name: "no pick yet", dialled: addr, rank: -1, want: addr},
+		{name: "rank 2", dialled: addr, rank: 2, want: fleet.RankKey(addr, 2)},
+		{name: "another address dialled", dialled: other, rank: 2, want: other},
+		{name: "retry on an engine without ranks", dialled: addr, rank: -1, want: addr},
+	}
+	for _, s := range steps {
+		noteRank(r, addr, fleet.RankKey(addr, s.rank), s.rank)
+		repl.Set("http.reverse_proxy.upstream.hostport", s.dialled)
+		if got := servedBy(r); got != s.want {
+			t.Errorf("%s: served by %q, want %q", s.name, got, s.want)
+		}
 	}
 }
 
