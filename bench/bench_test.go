@@ -189,8 +189,8 @@ func checkTrace(t *testing.T, tr *TraceResult) {
 // multimodel and the images scenarios.
 func checkScenarios(t *testing.T, q *QualityResult) {
 	t.Helper()
-	if q == nil || len(q.Runs) != 7 {
-		t.Fatalf("scenario runs: %+v, want 7 (2 gateways-2, 1 burst, 2 multimodel, 2 images)", q)
+	if q == nil || len(q.Runs) != 9 {
+		t.Fatalf("scenario runs: %+v, want 9 (2 gateways-2, 1 burst, 2 multimodel, 2 images, 2 dp-ranks)", q)
 	}
 	for _, pol := range []string{"llm", "llm-approx"} {
 		r := q.at("gateways-2", pol, 1)
@@ -214,6 +214,35 @@ func checkScenarios(t *testing.T, q *QualityResult) {
 	checkLateJoin(t, q)
 	checkMultiModel(t, q)
 	checkImages(t, q)
+	checkDPRanks(t, q)
+}
+
+// checkDPRanks checks the smoke plan's dp-ranks runs: every request
+// completed on both fleets; the data-parallel server saw each of them
+// with a rank of its own in X-data-parallel-rank, the rank the gateway
+// picked, and each rank served what was pinned to it; the separate
+// engines' run has no rank figures.
+func checkDPRanks(t *testing.T, q *QualityResult) {
+	t.Helper()
+	sep, dp := q.at("dp-ranks", "llm", 1), q.at("dp-ranks", dpPolicy, 1)
+	if sep == nil || dp == nil || dp.Ranks == nil || sep.Ranks != nil {
+		t.Fatalf("dp-ranks: want llm and %s runs, rank figures for the latter only: %+v, %+v", dpPolicy, sep, dp)
+	}
+	for _, r := range []*QualityRun{sep, dp} {
+		if r.Summary.OK != 12 || len(r.PerEngine) != 2 {
+			t.Errorf("dp-ranks %s: %d of %d completed, per engine %v", r.Policy, r.Summary.OK, r.Summary.Requests, r.PerEngine)
+		}
+	}
+	st := dp.Ranks
+	if st.Requests() != 12 || st.Unranked() != 0 || st.Checked != 12 || st.Mismatched != 0 {
+		t.Errorf("dp-ranks: the server counted %+v, want 12 requests each with the gateway's pick", st)
+	}
+	for i, n := range st.Pinned {
+		if n != dp.PerEngine[i] {
+			t.Errorf("dp-ranks: ranks pinned %v, served %v: want each rank to serve what was pinned to it", st.Pinned, dp.PerEngine)
+			break
+		}
+	}
 }
 
 // checkImages checks the smoke plan's images runs: every request

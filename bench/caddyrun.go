@@ -64,7 +64,22 @@ type EngineRef struct {
 	Dial        string
 	KVEvents    string // "" = no subscription
 	KVReplay    string
-	MaxInflight int
+	MaxInflight int // per rank with DataParallelSize
+	// DataParallelSize declares Dial a data-parallel server of this many
+	// ranks (data_parallel_size), each a routing target of the gateway,
+	// rank r's KV events on KVEvents' and KVReplay's ports + r. 0 or 1:
+	// one engine.
+	DataParallelSize int
+}
+
+// routingTargets is how many routing targets the engines are: one each, or
+// each data-parallel server's ranks.
+func routingTargets(engines []EngineRef) int {
+	n := 0
+	for _, e := range engines {
+		n += max(1, e.DataParallelSize)
+	}
+	return n
 }
 
 // GatewayConfig describes one generated Caddyfile.
@@ -137,6 +152,9 @@ func (g GatewayConfig) writeApp(b *strings.Builder) {
 		if e.MaxInflight > 0 {
 			fmt.Fprintf(b, "\t\t\tmax_inflight %d\n", e.MaxInflight)
 		}
+		if e.DataParallelSize > 1 {
+			fmt.Fprintf(b, "\t\t\tdata_parallel_size %d\n", e.DataParallelSize)
+		}
 		if e.KVEvents != "" {
 			fmt.Fprintf(b, "\t\t\tkv_events %s\n", e.KVEvents)
 		}
@@ -170,8 +188,8 @@ type Gateway struct {
 }
 
 // startGateway writes the Caddyfile into dir, starts Caddy and waits until
-// it serves, every engine's gauges and models are known and, when
-// wantKV, every engine's KV subscription is connected.
+// it serves, every engine's (every rank's) gauges and models are known
+// and, when wantKV, every engine's KV subscription is connected.
 func startGateway(ctx context.Context, bin, dir string, g GatewayConfig, wantKV bool) (*Gateway, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a free port may be taken between probe and bind
@@ -230,7 +248,7 @@ func tryStartGateway(ctx context.Context, bin, dir string, g GatewayConfig, want
 		logf.Close()
 		close(gw.done)
 	}()
-	engines := len(g.Engines)
+	engines := routingTargets(g.Engines)
 	if g.PlainOnly {
 		engines = 0
 	}

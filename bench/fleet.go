@@ -16,6 +16,10 @@ import (
 type SimFleet struct {
 	Engines []*vllmsim.Engine
 	Config  vllmsim.Config
+	// DP, when set, is the one data-parallel server whose ranks are
+	// Engines (startDPFleet): the gateway knows it as one engine declared
+	// with data_parallel_size.
+	DP *vllmsim.DPServer
 }
 
 // EngineModel is the simulated engine shared by the routing-quality runs
@@ -94,22 +98,7 @@ func startSimFleet(ctx context.Context, n int, m EngineModel, kvBlocks int, time
 // startSimFleetWith is startSimFleet where configure, when set, adjusts
 // engine i's config (its models) before it starts.
 func startSimFleetWith(ctx context.Context, n int, m EngineModel, kvBlocks int, timeScale float64, tok *localtok.Model, configure func(i int, c *vllmsim.Config)) (*SimFleet, error) {
-	cfg := vllmsim.Config{
-		MaxNumSeqs:          m.MaxNumSeqs,
-		NumGPUBlocks:        kvBlocks + 1, // block 0 is vLLM's null block
-		BlockSize:           m.BlockSize,
-		MaxNumBatchedTokens: m.MaxBatchedTokens,
-		PrefillTokensPerSec: m.PrefillTokensPerSec,
-		DecodeStepTime:      time.Duration(m.DecodeStepSeconds * float64(m.tokenScale()) * float64(time.Second)),
-		TimeScale:           timeScale,
-		// The gateway in front times the engines on its wall clock and
-		// derives their prefill rates from these histograms: both must be
-		// on one clock, or at TimeScale 2 every prefill looks twice as slow
-		// as the gateway then sees it run.
-		WallClockMetrics: true,
-		KVEvents:         &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
-		Tokenizer:        tok,
-	}
+	cfg := simConfig(m, kvBlocks, timeScale, tok)
 	f := &SimFleet{Config: cfg}
 	for i := 0; i < n; i++ {
 		c := cfg
@@ -128,9 +117,73 @@ func startSimFleetWith(ctx context.Context, n int, m EngineModel, kvBlocks int, 
 	return f, nil
 }
 
+// simConfig is the config of every engine of a fleet of the model, with
+// the given KV cache size and time scale, tokenizing with tok (nil: the
+// word tokenizer), its KV events and replay on OS-assigned loopback
+// ports.
+func simConfig(m EngineModel, kvBlocks int, timeScale float64, tok *localtok.Model) vllmsim.Config {
+	return vllmsim.Config{
+		MaxNumSeqs:          m.MaxNumSeqs,
+		NumGPUBlocks:        kvBlocks + 1, // block 0 is vLLM's null block
+		BlockSize:           m.BlockSize,
+		MaxNumBatchedTokens: m.MaxBatchedTokens,
+		PrefillTokensPerSec: m.PrefillTokensPerSec,
+		DecodeStepTime:      time.Duration(m.DecodeStepSeconds * float64(m.tokenScale()) * float64(time.Second)),
+		TimeScale:           timeScale,
+		// The gateway in front times the engines on its wall clock and
+		// derives their prefill rates from these histograms: both must be
+		// on one clock, or at TimeScale 2 every prefill looks twice as slow
+		// as the gateway then sees it run.
+		WallClockMetrics: true,
+		KVEvents:         &vllmsim.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+		Tokenizer:        tok,
+	}
+}
+
+// startDPFleet starts one simulated data-parallel server of n ranks, each
+// rank configured as cfg (an engine of startSimFleet's), behind one HTTP
+// port: rank r publishes its KV events and serves replay on base ports +
+// r, as vLLM's ranks do, the bases free loopback ports (tried again, up to
+// 10 times, when a rank's port is taken). The fleet's Engines are the
+// ranks.
+func startDPFleet(ctx context.Context, n int, cfg vllmsim.Config) (*SimFleet, error) {
+	var last error
+	for range 10 {
+		events, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		replay, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		c := cfg
+		c.DataParallelSize = n
+		// A `*` binds (vLLM's rule), on the ranks' host, 127.0.0.1.
+		c.KVEvents = &vllmsim.KVEventsConfig{Endpoint: fmt.Sprintf("tcp://*:%d", events), ReplayEndpoint: fmt.Sprintf("tcp://*:%d", replay)}
+		d, err := vllmsim.StartDataParallel(ctx, c)
+		if err == nil {
+			return &SimFleet{Engines: d.Ranks(), Config: cfg, DP: d}, nil
+		}
+		if last = err; ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("starting a data-parallel server of %d ranks: %w", n, last)
+}
+
 // Refs describes the engines for a Caddyfile; kv says whether the
-// gateway subscribes to their events.
+// gateway subscribes to their events. A data-parallel fleet is one
+// engine with its ranks' count, rank 0's endpoints the bases the gateway
+// offsets by rank.
 func (f *SimFleet) Refs(kv bool) []EngineRef {
+	if f.DP != nil {
+		ref := EngineRef{Dial: f.DP.Addr(), MaxInflight: f.Config.MaxNumSeqs, DataParallelSize: len(f.Engines)}
+		if kv {
+			ref.KVEvents, ref.KVReplay = f.Engines[0].KVEndpoint(), f.Engines[0].ReplayEndpoint()
+		}
+		return []EngineRef{ref}
+	}
 	refs := make([]EngineRef, len(f.Engines))
 	for i, e := range f.Engines {
 		refs[i] = EngineRef{Dial: e.Addr(), MaxInflight: f.Config.MaxNumSeqs}
@@ -156,8 +209,13 @@ func (f *SimFleet) Totals() vllmsim.Stats {
 	return t
 }
 
-// Close stops every engine.
+// Close stops every engine (a data-parallel server with its ranks).
 func (f *SimFleet) Close() error {
+	if f.DP != nil {
+		err := f.DP.Close()
+		f.DP, f.Engines = nil, nil
+		return err
+	}
 	var errs []error
 	for _, e := range f.Engines {
 		errs = append(errs, e.Close())

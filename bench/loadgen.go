@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmgw/caddy-llmgw/internal/ctxsleep"
+	"github.com/llmgw/caddy-llmgw/internal/sim/vllmsim"
 )
 
 // Target is where the load generator sends requests.
@@ -98,6 +99,10 @@ type Record struct {
 	// response headers (lb_policy llm with debug_headers), when present.
 	Upstream string `json:"upstream,omitempty"`
 	Tier     string `json:"tier,omitempty"`
+	// ServedRank is the simulated data-parallel server's
+	// X-Vllmsim-Data-Parallel-Rank response header: the rank that served
+	// the request ("" when no such server answered).
+	ServedRank string `json:"served_rank,omitempty"`
 	// Predicted is the gateway's X-LLM-Predicted-TTFT header: the routing
 	// model's predicted time to first token from dispatch, in wall
 	// seconds; 0 when absent.
@@ -334,6 +339,7 @@ func (t Target) do(ctx context.Context, msgs []chatMsg, key string, maxTokens in
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
 	rec.Upstream, rec.Tier = resp.Header.Get("X-LLM-Upstream"), resp.Header.Get("X-LLM-Tier")
+	rec.ServedRank = resp.Header.Get(vllmsim.ServedRankHeader)
 	if v, err := strconv.ParseFloat(resp.Header.Get("X-LLM-Predicted-TTFT"), 64); err == nil && v > 0 {
 		rec.Predicted = v
 	}

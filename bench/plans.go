@@ -20,8 +20,7 @@ func qualityWorkloads(quick bool) []QualityPlan {
 	// past lb_policy llm's (about cap₁ ÷ cap₀ ≈ 1.6× on prefix-high).
 	ladder := []float64{0.5, 1.0, 1.3, 1.7}
 	plans := []QualityPlan{
-		{Workload: WorkloadSpec{Name: "prefix-high", Kind: "prefix", Groups: 40, PerGroup: 8, SystemTokens: 2048, QuestionTokens: 256, OutputTokens: 256,
-			Reference: "256×16, 2048/256/256 (high cache)", Seed: 1}, Rates: ladder},
+		{Workload: prefixHigh(), Rates: ladder},
 		{Workload: WorkloadSpec{Name: "prefix-low", Kind: "prefix", Groups: 40, PerGroup: 8, SystemTokens: 256, QuestionTokens: 2048, OutputTokens: 256,
 			Reference: "256×16, 256/2048/256 (low cache)", Seed: 2}, Rates: []float64{1.0}},
 		{Workload: WorkloadSpec{Name: "prefix-long", Kind: "prefix", Groups: 24, PerGroup: 5, SystemTokens: 6000, QuestionTokens: 1200, OutputTokens: 1000,
@@ -303,7 +302,9 @@ func scenarioParams(quick bool) QualityParams {
 	nospec.Name, nospec.AppBody, nospec.Desc = "llm-nospec", "speculative_ttl 0", "lb_policy llm, KV events, speculative_ttl 0 (no speculative entries)"
 	textKeys := pols["llm"]
 	textKeys.Name, textKeys.TextKeys, textKeys.Desc = "llm-textkeys", true, "lb_policy llm, KV events, no image token id configured (prompts with images keyed as text)"
-	p.Policies = []PolicySpec{pols["llm"], pols["llm-approx"], nospec, textKeys, pols["least_conn"], pols["round_robin"]}
+	dp := pols["llm"]
+	dp.Name, dp.DataParallel, dp.Desc = dpPolicy, true, "lb_policy llm, KV events, in front of one data-parallel server whose ranks are the fleet's engines (`data_parallel_size`, the rank in `X-data-parallel-rank`)"
+	p.Policies = []PolicySpec{pols["llm"], pols["llm-approx"], nospec, textKeys, dp, pols["least_conn"], pols["round_robin"]}
 	p.Policies = keepNamed(p.Policies, "BENCH_POLICIES", func(s PolicySpec) string { return s.Name })
 	p.Plans = scenarioPlans()
 	p.Plans = keepNamed(p.Plans, "BENCH_SCENARIOS", func(q QualityPlan) string { return q.Workload.Name }) // development aid
@@ -315,7 +316,7 @@ func scenarioParams(quick bool) QualityParams {
 				Rates: []float64{0.8}, Scenario: &ScenarioOptions{Desc: "tiny", BurstSize: 4, BurstWindow: 0.05, Policies: []string{"llm"}}},
 			lateJoinPlan(WorkloadSpec{Name: "late-join", Kind: "prefix", Groups: 2, PerGroup: 8, SystemTokens: 512, QuestionTokens: 64, OutputTokens: 4, Seed: 26},
 				LateJoinOptions{WarmPerGroup: 2, Compared: 12}, ""),
-			tinyMultiModelPlan(), tinyImagesPlan()}
+			tinyMultiModelPlan(), tinyImagesPlan(), tinyDPRanksPlan()}
 	}
 	return p
 }
@@ -367,6 +368,7 @@ func scenarioPlans() []QualityPlan {
 			Reference: "late-join without the engines' replay endpoints", Seed: 26}, LateJoinOptions{WarmPerGroup: 5, Compared: 200, NoReplay: true}, lateJoinWhy),
 		multiModelPlan(),
 		imagesPlan(),
+		dpRanksPlan(),
 	}
 }
 

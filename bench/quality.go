@@ -43,8 +43,14 @@ type PolicySpec struct {
 	// TextKeys leaves the model's image placeholder id out of the
 	// gateway's config in an images scenario, so that it keys prompts
 	// with images as text (matched up to the first image).
-	TextKeys bool   `json:"text_keys,omitempty"`
-	Desc     string `json:"desc"`
+	TextKeys bool `json:"text_keys,omitempty"`
+	// DataParallel runs the fleet as the ranks of one simulated
+	// data-parallel server (`vllm serve --data-parallel-size`, the
+	// fleet's engine count its ranks) behind one port, declared to the
+	// gateway with data_parallel_size: each rank a routing target named
+	// to the server in the X-data-parallel-rank header.
+	DataParallel bool   `json:"data_parallel,omitempty"`
+	Desc         string `json:"desc"`
 }
 
 // qualityPolicies are the five configurations compared.
@@ -150,6 +156,10 @@ type QualityRun struct {
 	// Images holds an images run's figures: the blocks past the image
 	// that hit, and how the gateway keyed the prompts.
 	Images *ImageStats `json:"images,omitempty"`
+	// Ranks holds a data-parallel run's figures: how the requests named
+	// their rank at the server, and whether the rank that served each is
+	// the gateway's pick.
+	Ranks *RankStats `json:"ranks,omitempty"`
 }
 
 // QualityWorkload is one workload's derived fleet settings.
@@ -280,7 +290,7 @@ func runQuality(ctx context.Context, env *Env, p QualityParams) (*QualityResult,
 func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWorkload, sessions []Session, pol PolicySpec, x float64) (QualityRun, error) {
 	run := QualityRun{Workload: qw.Spec.Name, Policy: pol.Name, RateX: x, Rate: x * qw.CapMiss}
 	sc := qw.Scenario
-	fleet, err := startSimFleetWith(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok, engineConfig(qw))
+	fleet, err := startRunFleet(ctx, p, qw, pol)
 	if err != nil {
 		return run, err
 	}
@@ -321,15 +331,7 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	}
 	run.Summary = Summarize(routed(recs), p.TimeScale, p.Model.tokenScale())
 	run.Bypassed = len(recs) - run.Summary.Requests
-	if sc != nil && sc.BurstSize > 1 {
-		run.Bursts = burstStats(recs, sc.BurstSize)
-	}
-	if mf := sc.models(); mf != nil {
-		run.Models = modelStats(engineModels(fleet), recs, sessions, mf.adapters(), p.TimeScale)
-	}
-	if offsets != nil {
-		run.Images = imageStats(routed(recs), sessions, offsets, p.Model.BlockSize)
-	}
+	p.scenarioFigures(&run, ranRun{fleet: fleet, sc: sc, recs: recs, sessions: sessions, offsets: offsets})
 	t := fleet.Totals()
 	if t.PromptTokens > 0 {
 		run.EngineHitRate = float64(t.CachedTokens) / float64(t.PromptTokens)
@@ -346,6 +348,49 @@ func runQualityOne(ctx context.Context, env *Env, p QualityParams, qw QualityWor
 	}
 	gatewayMetrics(ctx, gws, &run)
 	return run, nil
+}
+
+// ranRun is what a finished run's scenario figures are read from: its
+// fleet and plan, every request's record, the sessions sent and, in an
+// images run, where each prompt's image starts.
+type ranRun struct {
+	fleet    *SimFleet
+	sc       *ScenarioOptions
+	recs     []Record
+	sessions []Session
+	offsets  map[string]int
+}
+
+// scenarioFigures adds to run the figures of its scenario: how bursts
+// were placed, models served, images matched, data-parallel ranks named.
+func (p QualityParams) scenarioFigures(run *QualityRun, r ranRun) {
+	if r.sc != nil && r.sc.BurstSize > 1 {
+		run.Bursts = burstStats(r.recs, r.sc.BurstSize)
+	}
+	if mf := r.sc.models(); mf != nil {
+		run.Models = modelStats(engineModels(r.fleet), r.recs, r.sessions, mf.adapters(), p.TimeScale)
+	}
+	if r.offsets != nil {
+		run.Images = imageStats(routed(r.recs), r.sessions, r.offsets, p.Model.BlockSize)
+	}
+	if r.fleet.DP != nil {
+		run.Ranks = serverRankStats(r.fleet.DP)
+		run.Ranks.compare(routed(r.recs), r.fleet.DP.Addr())
+	}
+}
+
+// startRunFleet starts a run's fleet: p.Engines engines, or for a
+// DataParallel policy one data-parallel server of as many ranks, each
+// configured as one of those engines.
+func startRunFleet(ctx context.Context, p QualityParams, qw QualityWorkload, pol PolicySpec) (*SimFleet, error) {
+	configure := engineConfig(qw)
+	if !pol.DataParallel {
+		return startSimFleetWith(ctx, p.Engines, p.Model, qw.KVBlocks, p.TimeScale, p.tok, configure)
+	}
+	if configure != nil {
+		return nil, fmt.Errorf("policy %s: a data-parallel fleet serves one model, without images", pol.Name)
+	}
+	return startDPFleet(ctx, p.Engines, simConfig(p.Model, qw.KVBlocks, p.TimeScale, p.tok))
 }
 
 // gatewayMetrics adds the gateways' routing decisions to run, and in an

@@ -15,8 +15,9 @@ import (
 // engines where only the engines' own knowledge helps — KV pressure,
 // several gateways sharing the fleet, traffic that bypasses the gateway
 // after a cache warm-up, engine restarts, bursts of one new prefix — and
-// engines serving different models and LoRA adapters (multimodel.go), and
-// chat prompts carrying images (images.go).
+// engines serving different models and LoRA adapters (multimodel.go),
+// chat prompts carrying images (images.go), and the ranks of one
+// data-parallel server against as many separate engines (dpranks.go).
 // It runs on the routing-quality machinery (runQuality); a plan's
 // Scenario says how it departs from a plain quality run.
 
@@ -42,7 +43,9 @@ type ScenarioOptions struct {
 	// BurstSize and BurstWindow: see LoadConfig (a "burst" workload).
 	BurstSize   int     `json:"burst_size,omitempty"`
 	BurstWindow float64 `json:"burst_window_seconds,omitempty"`
-	// Rho, Model and TimeScale override the section's, when set.
+	// Engines, Rho, Model and TimeScale override the section's, when
+	// set.
+	Engines   int          `json:"engines,omitempty"`
 	Rho       float64      `json:"rho,omitempty"`
 	Model     *EngineModel `json:"model,omitempty"`
 	TimeScale float64      `json:"time_scale,omitempty"`
@@ -64,6 +67,9 @@ type ScenarioOptions struct {
 func (sc *ScenarioOptions) apply(p QualityParams) QualityParams {
 	if sc == nil {
 		return p
+	}
+	if sc.Engines > 0 {
+		p.Engines = sc.Engines
 	}
 	if sc.Rho > 0 {
 		p.Rho = sc.Rho

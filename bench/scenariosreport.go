@@ -42,7 +42,7 @@ func renderScenarios(b *strings.Builder, q *QualityResult, f SectionFile, plotsR
 	p := q.Params
 	w("## 2. Where only the engines know: real Caddy\n\n")
 	w("Command: `%s` (%s of this run).\n\n", f.rerun("scenarios"), time.Duration(f.Seconds*float64(time.Second)).Round(time.Second))
-	w("The setup of section 1 — a fresh fleet of %d `vllmsim` engines and fresh Caddy processes per run, the same load generator, hit rate from the engines' `usage` — in the conditions where a gateway's own guess of what the engines hold goes wrong: engines evicting, several gateways sharing the fleet, traffic that never passes a gateway, engines restarting, bursts of one new prefix, engines serving different models, and prompts that carry images. `llm` routes on the KV index built from the engines' events (precise); `llm-approx` is the same policy without KV events, on the prefix tree of what that gateway routed itself.\n\n", p.Engines)
+	w("The setup of section 1 — a fresh fleet of %d `vllmsim` engines and fresh Caddy processes per run, the same load generator, hit rate from the engines' `usage` — in the conditions where a gateway's own guess of what the engines hold goes wrong: engines evicting, several gateways sharing the fleet, traffic that never passes a gateway, engines restarting, bursts of one new prefix, engines serving different models, prompts that carry images, and one data-parallel server's ranks in place of separate engines. `llm` routes on the KV index built from the engines' events (precise); `llm-approx` is the same policy without KV events, on the prefix tree of what that gateway routed itself.\n\n", p.Engines)
 	w("%s\n\n", scenarioModelNote)
 	w("| scenario | shape | requests | engines × max_num_seqs | KV blocks/engine | ρ | time scale | cap₀ req/s | cap₁ req/s | rates (× cap₀) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, qw := range q.Workloads {
@@ -88,6 +88,10 @@ func renderScenario(b *strings.Builder, q *QualityResult, qw QualityWorkload) {
 	}
 	if qw.Spec.Kind == "images" {
 		renderImages(b, q, qw)
+		return
+	}
+	if qw.Scenario.dataParallel() {
+		renderDPRanks(b, q, qw)
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
@@ -187,6 +191,12 @@ func scenarioGoals(q *QualityResult) []string {
 				}
 				continue
 			}
+			if qw.Scenario.dataParallel() {
+				if g := dpGoal(q, name, x); g != "" {
+					out = append(out, g)
+				}
+				continue
+			}
 			if g := goalLine(q, name, x); g != "" {
 				out = append(out, g)
 			}
@@ -255,13 +265,17 @@ func headlineRate(q *QualityResult, name string) float64 {
 // comparedPolicy is what precise routing is set against in a scenario's
 // summary: the approximate tier, for bursts the same policy without
 // speculative entries, for images the same gateway without the image
-// token id.
+// token id, for dp-ranks the same gateway in front of one data-parallel
+// server.
 func comparedPolicy(qw QualityWorkload) string {
 	if qw.Scenario != nil && qw.Scenario.BurstSize > 1 {
 		return "llm-nospec"
 	}
 	if qw.Spec.Kind == "images" {
 		return "llm-textkeys"
+	}
+	if qw.Scenario.dataParallel() {
+		return dpPolicy
 	}
 	return "llm-approx"
 }
@@ -284,7 +298,7 @@ func renderScenarioHeadline(b *strings.Builder, q *QualityResult) {
 				return "–"
 			}
 			label := ""
-			if policy == "llm-nospec" || policy == "llm-textkeys" {
+			if policy == "llm-nospec" || policy == "llm-textkeys" || policy == dpPolicy {
 				label = "`" + policy + "`: "
 			}
 			return fmt.Sprintf("%s%.1f%%, %s", label, r.Summary.HitRate*100, secs(r.Summary.TTFT.P90))
@@ -313,5 +327,5 @@ func scenarioFinding(q *QualityResult) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return "hit rate of precise `llm` vs `llm-approx` (`llm-nospec` for burst, `llm-textkeys` for images): " + strings.Join(parts, "; ")
+	return "hit rate of precise `llm` vs `llm-approx` (`llm-nospec` for burst, `llm-textkeys` for images, `llm-dp` for dp-ranks): " + strings.Join(parts, "; ")
 }
