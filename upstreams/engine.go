@@ -59,8 +59,10 @@ type Engine struct {
 	// occupied holds, per reservation of a long prompt, when its prefill
 	// is expected to end (see [Reservation.Occupy]); nil when none.
 	occupied map[*Reservation]time.Time
-	// prefill derives PrefillRate from the scraped counters.
+	// prefill derives PrefillRate from the scraped counters; rateAt is
+	// the scrape that last set or moved it (SpeedAge).
 	prefill prefillEstimator
+	rateAt  time.Time
 	// prompts derives MeanUncached from the scraped counters.
 	prompts promptMean
 	// ownPrefill sums the uncached prompt tokens of this gateway's
@@ -179,6 +181,13 @@ type Load struct {
 	// engine goes stale); 0 = unknown (the engine exposes no such counters,
 	// or has not prefilled since it was first scraped).
 	PrefillRate float64
+	// SpeedAge is how long before the latest successful scrape
+	// PrefillRate last took in new prefill: 0 while every scrape brings
+	// some (a busy engine), growing while the engine is idle, asleep or
+	// sent nothing; 0 too while the rate is unknown. StepTime comes from
+	// the same traffic, so it says how stale both are: routing trusts an
+	// idle engine's speeds less the older they are (see package routing).
+	SpeedAge time.Duration
 	// OwnPrefill is the uncached prompt tokens this gateway's requests
 	// here still have to prefill (recorded by [Reservation.Work], done at
 	// their first token); OwnPending counts those requests and
@@ -257,6 +266,9 @@ func (e *Engine) Load() Load {
 	}
 	if !e.drainAt.IsZero() {
 		l.SinceDone = now.Sub(e.drainAt)
+	}
+	if !e.rateAt.IsZero() {
+		l.SpeedAge = e.scrapedAt.Sub(e.rateAt)
 	}
 	l.Occupied = e.occupiedLocked(now)
 	if step, ok := e.steps.estimate(); ok {

@@ -362,18 +362,23 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 	if err == nil {
 		e.g = g
 		res.ok = true
+		now := e.reg.now()
 		if g.HasPrefill {
+			before := e.prefill.updates
 			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds,
 				firsts: g.FirstTokens, finished: g.PrefillCount, ttft: g.TTFTSeconds, paired: g.HasPrefillCount && g.HasFirstTokens})
 			if g.HasPrefillCount {
 				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: promptCount(g)})
 			}
+			if e.prefill.updates != before {
+				e.rateAt = now
+			}
 		}
 		if g.HasStep {
-			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, e.reg.now())
+			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, now)
 		}
 		e.scraped = true
-		e.scrapedAt = e.reg.now()
+		e.scrapedAt = now
 		wasStale, wasDegraded := e.stale, e.degraded
 		res.recovered = wasStale
 		e.failures, e.stale, e.degraded, e.lastErr = 0, false, false, ""

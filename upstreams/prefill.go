@@ -97,6 +97,9 @@ type prefillEstimator struct {
 	paired   bool
 	logRate  float64 // smoothed log(uncached tokens per prefill second)
 	haveRate bool
+	// updates counts the windows that set or moved the estimate, so that
+	// the engine can tell when its rate last took in new prefill.
+	updates uint64
 }
 
 // observe feeds the counters of a successful scrape. It reports whether a
@@ -144,6 +147,7 @@ func (p *prefillEstimator) observe(s prefillSample) (reset bool) {
 		wt := -math.Expm1(-w.secs / prefillTau) // 1 − e^(−Δs/τ)
 		p.logRate += wt * (l - p.logRate)
 	}
+	p.updates++
 	p.base = s
 	return false
 }
@@ -168,6 +172,11 @@ func (p *prefillEstimator) pool(w window) {
 	}
 	if p.pooled.tok > 0 && r > 0 && !math.IsInf(r, 0) && !math.IsNaN(r) {
 		p.logRate, p.haveRate = math.Log(r), true
+		if w.tok > 0 || w.secs > 0 || w.ttft > 0 {
+			// Only a window with new prefill refreshes the estimate;
+			// the pooled ratio is set again from every scrape.
+			p.updates++
+		}
 	}
 }
 
