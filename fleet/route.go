@@ -493,6 +493,7 @@ func workOf(l upstreams.Load) routing.Work {
 		MeanUncached: l.MeanUncached,
 		PrefillRate:  l.PrefillRate,
 		StepSeconds:  l.StepTime.Seconds(),
+		SpeedAge:     l.SpeedAge.Seconds(),
 		DrainRate:    l.DrainRate,
 	}
 }

@@ -57,9 +57,13 @@ type prompt struct {
 	tokens    float64 // prompt length in tokens
 	blockSize float64 // 0 when unknown
 	blocks    int     // full blocks; a match is clamped to it
-	// peer holds the speeds a candidate whose engine has shown none of
-	// its own is predicted with (see peerSpeeds).
+	// peer holds the speeds a candidate's own fade into, and those a
+	// candidate whose engine has shown none of its own is predicted with
+	// (see peerSpeeds).
 	peer Work
+	// peerSpeeds are the speeds peer shows, the configured ones where it
+	// shows none.
+	peerSpeeds speeds
 }
 
 func newPrompt(r Request) prompt {
@@ -154,78 +158,166 @@ func (p *prompt) view(c *Candidate, cfg *Config) view {
 	case c.LoadKnown && cfg.KVLimit > 0 && v.kv >= cfg.KVLimit:
 		v.hard = ExcludedKVFull
 	}
-	v.pred = v.predictAhead(p.withSpeeds(c), cfg)
+	v.pred = v.predictAhead(c, p.speeds(c, cfg), cfg)
 	return v
 }
 
-// withSpeeds is c with the speeds its engine has not shown yet taken from
-// p.peer (a copy when any is; c itself otherwise).
-func (p *prompt) withSpeeds(c *Candidate) *Candidate {
-	w := &c.Work
-	borrowRate := !known(w.PrefillRate) && known(p.peer.PrefillRate)
-	borrowStep := !known(w.StepSeconds) && known(p.peer.StepSeconds)
-	if !borrowRate && !borrowStep {
-		return c
+// speedFade is how old, in seconds, an engine's own speeds may grow before
+// its peers' replace them entirely (see speeds). A few default poll
+// intervals (2 s), so that a busy engine whose scrape happened to show no
+// ended prefill barely moves; short enough that an idle engine gets a
+// request, and with it fresh speeds, within seconds at light load.
+const speedFade = 10.0
+
+// speeds are what a prediction divides by and adds: the prefill rate less
+// its step and the step taken out of it (see stepless), the whole step
+// (for the slot wait), and the mean uncached prompt that prices a waiting
+// request that is not this gateway's (0: Config.QueueWeight).
+type speeds struct{ rate, step, slotStep, mean float64 }
+
+// speedsOf are the speeds w shows, the configured ones where it shows none.
+func speedsOf(w *Work, cfg *Config) speeds {
+	step := positiveOr(w.StepSeconds, cfg.StepSeconds)
+	rate, taken := stepless(positiveOr(w.PrefillRate, cfg.PrefillRate), w, step)
+	return speeds{rate: rate, step: taken, slotStep: step, mean: gauge(w.MeanUncached)}
+}
+
+// freshness is how much an engine's own speeds count against its peers':
+// 1 while fresh, falling linearly to 0 at speedFade seconds old.
+func freshness(age float64) float64 {
+	if !(age > 0) {
+		return 1
 	}
-	cc := *c
-	if borrowRate {
+	return fmax(1-age/speedFade, 0)
+}
+
+// speeds are the speeds c is predicted with: its engine's own, where it has
+// shown them, blended with its peers' (p.peer) by their freshness f:
+// seconds per token and steps are f × own + (1 − f) × peers'. Only
+// traffic refreshes an engine's speeds, and at light load each request
+// goes to the fastest engine predicted, so an idle engine whose own
+// figures were a little worse than its peers' (measured under load,
+// before a restart or a sleep, or noise) would never get a request to
+// show it is as fast: it would starve. Fading them, it ties with its
+// peers once they are speedFade old, and the tie-break gives it requests.
+// The mean uncached prompt is the engine's own, else its peers'.
+func (p *prompt) speeds(c *Candidate, cfg *Config) speeds {
+	w := c.Work
+	if !known(w.PrefillRate) && known(p.peer.PrefillRate) {
 		// The rate was observed on its engine's mean prompt (see
-		// stepless); the engine's own mean, when known, still prices its
-		// queue.
-		cc.Work.PrefillRate = p.peer.PrefillRate
-		if !known(w.MeanUncached) {
-			cc.Work.MeanUncached = p.peer.MeanUncached
-		}
+		// stepless): the two go together.
+		w.PrefillRate, w.MeanUncached = p.peer.PrefillRate, p.peer.MeanUncached
 	}
-	if borrowStep {
-		cc.Work.StepSeconds = p.peer.StepSeconds
+	if !known(w.StepSeconds) && known(p.peer.StepSeconds) {
+		w.StepSeconds = p.peer.StepSeconds
 	}
-	return &cc
+	if !known(w.MeanUncached) {
+		// Its prompts are likely its peers': without a mean, stepless
+		// could not take the step out of its rate, and it would be
+		// predicted slower than peers of the same speed.
+		w.MeanUncached = p.peer.MeanUncached
+	}
+	own := speedsOf(&w, cfg)
+	if known(c.Work.MeanUncached) {
+		own.mean = c.Work.MeanUncached
+	}
+	f := freshness(c.Work.SpeedAge)
+	if f == 1 {
+		return own
+	}
+	peer := &p.peerSpeeds
+	return speeds{
+		rate:     1 / (f/own.rate + (1-f)/peer.rate),
+		step:     f*own.step + (1-f)*peer.step,
+		slotStep: f*own.slotStep + (1-f)*peer.slotStep,
+		mean:     own.mean,
+	}
 }
 
 // known reports a usable observed figure (a positive gauge).
 func known(v float64) bool { return v > 0 && v < maxGauge }
 
-// peerSpeeds are the speeds a candidate whose engine has not shown its own
-// yet is predicted with: the median prefill rate (with its engine's mean
-// prompt) and the median step among the candidates that have shown them.
+// peerSpeeds are the speeds a candidate's own fade into as they age (see
+// prompt.speeds), and those a candidate whose engine has not shown its own
+// yet is predicted with: the prefill rate, mean prompt and step of the
+// median engine among those that have shown a rate, ranked by how long
+// the prompt's prefill (tokens) would take there idle, each weighted by
+// its freshness (see medianOf); the median step where that engine has
+// shown none. One engine's speeds, not medians of each figure, so that
+// an engine predicted with them ties with that engine exactly.
+//
 // Engines of one pool are usually alike, and an engine predicted slower
-// than its peers by the configured cold-start figures would win no request
-// at light load, so never show its speed: a new, restarted or repaired
-// engine would stay idle (TestPolicyRetriesAndBreaker's repaired engine
-// was never probed so). Without such peers the configured figures apply.
-func peerSpeeds(cands []Candidate) Work {
-	var rates, steps []int
-	for i := range cands {
-		if known(cands[i].Work.PrefillRate) {
-			rates = append(rates, i)
-		}
-		if known(cands[i].Work.StepSeconds) {
-			steps = append(steps, i)
-		}
-	}
+// than its peers by the configured cold-start figures would win no
+// request at light load, so never show its speed: a new, restarted or
+// repaired engine would stay idle (TestPolicyRetriesAndBreaker's repaired
+// engine was never probed so). Without such peers the configured figures
+// apply.
+func peerSpeeds(cands []Candidate, tokens float64, cfg *Config) Work {
 	var w Work
-	if len(rates) > 0 {
-		slices.SortFunc(rates, func(a, b int) int { return cmp.Compare(cands[a].Work.PrefillRate, cands[b].Work.PrefillRate) })
-		m := cands[rates[len(rates)/2]].Work
-		w.PrefillRate, w.MeanUncached = m.PrefillRate, m.MeanUncached
+	idle := func(c *Candidate) float64 {
+		if !known(c.Work.PrefillRate) {
+			return -1
+		}
+		sp := speedsOf(&c.Work, cfg)
+		return tokens/sp.rate + sp.step
 	}
-	if len(steps) > 0 {
-		slices.SortFunc(steps, func(a, b int) int { return cmp.Compare(cands[a].Work.StepSeconds, cands[b].Work.StepSeconds) })
-		w.StepSeconds = cands[steps[len(steps)/2]].Work.StepSeconds
+	if i := medianOf(cands, idle); i >= 0 {
+		m := &cands[i].Work
+		w.PrefillRate, w.MeanUncached, w.StepSeconds = m.PrefillRate, m.MeanUncached, m.StepSeconds
+	}
+	if !known(w.StepSeconds) {
+		if i := medianOf(cands, func(c *Candidate) float64 { return c.Work.StepSeconds }); i >= 0 {
+			w.StepSeconds = cands[i].Work.StepSeconds
+		}
 	}
 	return w
+}
+
+// medianOf is the index of the candidate with the median figure among
+// those that show it (a figure that is not known counts as not shown),
+// each weighted by its freshness: the first, in increasing order, to
+// reach half their total weight (the lower, faster, one of an even count
+// of equal weights). Stale figures so give way to fresh ones: at light
+// load the engines that get the requests are those with fresh speeds, and
+// idle ones whose stale figures were the median would keep the others' as
+// stale as theirs. When no figure is fresh, all weigh alike. -1 when no
+// candidate shows the figure. It allocates nothing for up to stackViews
+// candidates.
+func medianOf(cands []Candidate, figure func(*Candidate) float64) int {
+	var buf [stackViews]int
+	idx := buf[:0]
+	total := 0.0
+	for i := range cands {
+		if known(figure(&cands[i])) {
+			idx = append(idx, i)
+			total += freshness(cands[i].Work.SpeedAge)
+		}
+	}
+	if len(idx) == 0 {
+		return -1
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(figure(&cands[a]), figure(&cands[b])) })
+	weight := func(i int) float64 { return freshness(cands[i].Work.SpeedAge) }
+	if total == 0 {
+		total, weight = float64(len(idx)), func(int) float64 { return 1 }
+	}
+	cum := 0.0
+	for _, i := range idx {
+		if cum += weight(i); cum >= total/2 {
+			return i
+		}
+	}
+	return idx[len(idx)-1]
 }
 
 // predictAhead is the candidate's predicted time to first token for a
 // request with nothing to prefill: the tokens ahead over the prefill rate,
 // the wait for a batch slot, one step, and the KV and adapter penalties.
 // Pick adds the request's own prefill (see Pick's cost).
-func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
+func (v *view) predictAhead(c *Candidate, sp speeds, cfg *Config) Prediction {
 	w := &c.Work
-	step := positiveOr(w.StepSeconds, cfg.StepSeconds)
 	pr := Prediction{OwnAhead: gauge(w.OwnPrefill)}
-	pr.Rate, pr.StepSeconds = stepless(positiveOr(w.PrefillRate, cfg.PrefillRate), w, step)
+	pr.Rate, pr.StepSeconds = sp.rate, sp.step
 	pending := counter(w.OwnPending)
 	decoding := counter(w.OwnDecoding)
 	if c.LoadKnown {
@@ -234,7 +326,7 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 		// dispatched since the scrape cannot).
 		mine := fmax(pending-counter(c.Dispatched), 0)
 		foreign := fmax(gauge(c.Waiting)-mine, 0)
-		pr.ForeignAhead = foreign * positiveOr(w.MeanUncached, cfg.QueueWeight)
+		pr.ForeignAhead = foreign * positiveOr(sp.mean, cfg.QueueWeight)
 		// The decoding sequences: all of them less the prefills priced
 		// above (ours pending, the others waiting).
 		pr.DecodeAhead = cfg.RunningWeight * fmax(v.running+v.queued-pending-foreign, 0)
@@ -245,7 +337,7 @@ func (v *view) predictAhead(c *Candidate, cfg *Config) Prediction {
 	if c.MaxInflight > 0 {
 		// Beyond the batch, each request ahead waits for a slot to free.
 		if over := v.load + 1 - float64(c.MaxInflight); over > 0 {
-			perSlot := cfg.SlotSteps * step
+			perSlot := cfg.SlotSteps * sp.slotStep
 			if dr := gauge(w.DrainRate); dr > 0 {
 				perSlot = 1 / dr
 			}
@@ -318,7 +410,8 @@ func Pick(req Request, cands []Candidate, cfg Config, explain bool) Decision {
 		return d
 	}
 	p := newPrompt(req)
-	p.peer = peerSpeeds(cands)
+	p.peer = peerSpeeds(cands, p.tokens, &cfg)
+	p.peerSpeeds = speedsOf(&p.peer, &cfg)
 
 	var buf [stackViews]view
 	views := buf[:0]

@@ -224,6 +224,11 @@ type Work struct {
 	// StepSeconds is the engine's observed scheduler step; 0 = unknown
 	// (Config.StepSeconds).
 	StepSeconds float64
+	// SpeedAge is how long, in seconds, the engine has gone without a
+	// fresh sample of PrefillRate and StepSeconds (upstreams.Load.SpeedAge):
+	// the older, the more they are taken from its peers' instead (see
+	// the package documentation). 0 = fresh.
+	SpeedAge float64
 	// DrainRate is the engine's observed completions per second, for the
 	// wait for a batch slot; 0 = unknown (one slot per
 	// Config.SlotSteps steps).
