@@ -71,12 +71,14 @@
 // peer's the configured figures apply. 10 s is a few default poll
 // intervals (2 s), so a busy engine whose scrape happened to show no
 // ended prefill barely moves. Measured on the fleet simulation (4 alike
-// engines, random prompts, about one request at a time, seed 7), one
-// engine got 1 of 300 requests before (its figures lacked the mean prompt
-// that corrects the rate), 71 after; on prefix-high two engines got 29 and
-// 43 of 300, 58 and 70 after (hit rate 0.75 → 0.77). Near saturation,
-// where every engine's speeds are fresh, nothing moved beyond 3% (TTFT
-// p90; hit rate within 0.002). A relative tie tolerance matched to the
+// engines, about one request at a time: fleetsim's TestLightLoadFigures),
+// on random prompts one engine got 1 of 300 requests before (its figures
+// lacked the mean prompt that corrects the rate), 71 after; on
+// prefix-high (seed 9) two engines got 29 and 43, 58 and 70 after, and
+// the hit rate over three seeds went from 0.75 to 0.77. Near saturation
+// (TestCostModelFigures), where every engine's speeds are fresh, TTFT p90
+// moved between −6% and +3% and hit rates by at most 0.002. A relative
+// tie tolerance matched to the
 // model's error was the alternative: it would not resolve figures more
 // than 15% off (an engine measured under load can read twice as slow),
 // and would blur every decision, at every load, where aging only touches
