@@ -363,20 +363,7 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		e.g = g
 		res.ok = true
 		now := e.reg.now()
-		if g.HasPrefill {
-			before := e.prefill.updates
-			res.restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds,
-				firsts: g.FirstTokens, finished: g.PrefillCount, ttft: g.TTFTSeconds, paired: g.HasPrefillCount && g.HasFirstTokens})
-			if g.HasPrefillCount {
-				e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: promptCount(g)})
-			}
-			if e.prefill.updates != before {
-				e.rateAt = now
-			}
-		}
-		if g.HasStep {
-			e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, now)
-		}
+		res.restarted = e.observeSpeeds(&g, now)
 		e.scraped = true
 		e.scrapedAt = now
 		wasStale, wasDegraded := e.stale, e.degraded
@@ -415,6 +402,28 @@ func (e *Engine) record(startEpoch uint64, g gauges, err error, o *Options) (res
 		log.Debug("engine metrics poll failed", zap.Int("failures", e.failures), zap.Error(err))
 	}
 	return res
+}
+
+// observeSpeeds feeds a successful scrape's counters to the engine's
+// prefill, prompt and step estimators, and notes when the prefill rate
+// last took in new prefill (Load.SpeedAge). It reports whether the
+// counters went down: the engine restarted. Callers hold e.mu.
+func (e *Engine) observeSpeeds(g *gauges, now time.Time) (restarted bool) {
+	if g.HasPrefill {
+		before := e.prefill.updates
+		restarted = e.prefill.observe(prefillSample{prompt: g.PromptTokens, cached: g.CachedTokens, secs: g.PrefillSeconds,
+			firsts: g.FirstTokens, finished: g.PrefillCount, ttft: g.TTFTSeconds, paired: g.HasPrefillCount && g.HasFirstTokens})
+		if g.HasPrefillCount {
+			e.prompts.observe(promptSample{prompt: g.PromptTokens, cached: g.CachedTokens, count: promptCount(*g)})
+		}
+		if e.prefill.updates != before {
+			e.rateAt = now
+		}
+	}
+	if g.HasStep {
+		e.steps.observe(stepSample{secs: g.ITLSeconds, count: g.ITLCount}, now)
+	}
+	return restarted
 }
 
 // sleepTransition records the sleep state a successful scrape found
