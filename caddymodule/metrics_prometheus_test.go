@@ -104,7 +104,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	// The queries read the state of this scrape: on a loaded machine a
 	// later scrape may time out, and its staleness markers would empty
 	// every instant selector queried after it.
-	prom.at = prom.waitScrapedAfter(t, time.Now())
+	prom.settle(t, metricsAddr)
 	prom.waitRulesEvaluatedAfter(t, time.Now())
 
 	instance, model := metricsAddr, "sim-model"
@@ -407,6 +407,22 @@ func (p *prometheusServer) waitScrapedAfter(t testing.TB, since time.Time) time.
 			last = fmt.Sprintf("%+v", tg)
 		}
 	}
+}
+
+// settle points the queries (p.at) at a scrape of the gateway whose
+// samples can be read. /api/v1/targets can report a scrape before its
+// samples are queryable at its time: in a CI run on a loaded machine
+// every instant selector of the gateway's came back empty there (the
+// range queries, reaching back to earlier scrapes, did not). So a scrape
+// counts once its llmgw_ series are seen at its time; else a later one is
+// taken.
+func (p *prometheusServer) settle(t testing.TB, instance string) {
+	t.Helper()
+	expr := fmt.Sprintf(`count({__name__=~"llmgw_.+", instance=%q})`, instance)
+	testwait.For(t, 30*time.Second, "a scrape of the gateway whose samples are queryable", func() bool {
+		p.at = p.waitScrapedAfter(t, time.Now())
+		return len(p.query(t, expr)) > 0
+	})
 }
 
 // ruleGroups is /api/v1/rules' data.
