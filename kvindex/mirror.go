@@ -618,18 +618,24 @@ func (m *Mirror) storeLocked(ev *Event) string {
 	return ""
 }
 
+// groupLocked returns the GPU group of ev's group index, made with the
+// event's block size if new (made true).
+func (m *Mirror) groupLocked(ev *Event) (g *group, made bool) {
+	for len(m.groups) <= ev.GroupIdx {
+		m.groups = append(m.groups, nil)
+	}
+	if g = m.groups[ev.GroupIdx]; g == nil {
+		g, made = newGroup(ev.GroupIdx, ev.BlockSize), true
+		m.groups[ev.GroupIdx] = g
+	}
+	return g, made
+}
+
 // groupForLocked returns the GPU group of a BlockStored of block size
 // ev.BlockSize > 0, made if new, its block size and spec kind learnt; or
 // the reason to resync when they differ from those of the blocks it holds.
 func (m *Mirror) groupForLocked(ev *Event) (*group, string) {
-	for len(m.groups) <= ev.GroupIdx {
-		m.groups = append(m.groups, nil)
-	}
-	g := m.groups[ev.GroupIdx]
-	if g == nil {
-		g = newGroup(ev.GroupIdx, ev.BlockSize)
-		m.groups[ev.GroupIdx] = g
-	}
+	g, _ := m.groupLocked(ev)
 	if g.blockSize != ev.BlockSize {
 		if len(g.entries) > 0 {
 			return nil, "block_size"

@@ -385,14 +385,8 @@ func (ix *Index) tiersLocked(k keysAt, gpu []EngineMatch) []TierMatch {
 // or the gateway started after) is still a candidate for it. A GPU group that holds blocks keeps its own: offload
 // events never resync the mirror. ix.mu held.
 func (m *Mirror) learnGroupLocked(ev *Event) int {
-	for len(m.groups) <= ev.GroupIdx {
-		m.groups = append(m.groups, nil)
-	}
-	g := m.groups[ev.GroupIdx]
-	if g == nil {
-		g = newGroup(ev.GroupIdx, ev.BlockSize)
-		m.groups[ev.GroupIdx] = g
-	} else if len(g.entries) == 0 {
+	g, made := m.groupLocked(ev)
+	if !made && len(g.entries) == 0 {
 		g.blockSize = ev.BlockSize
 	}
 	g.learnKind(ev.GroupIdx, ev.SpecKind) // refused when it holds blocks of another kind
