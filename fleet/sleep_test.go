@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/routing"
 	"github.com/llmgw/caddy-llmgw/upstreams"
@@ -28,15 +26,7 @@ func storeBlocksIn(t *testing.T, f *Fleet, dial string, toks []uint64, medium st
 	for i := range hashes {
 		hashes[i] = 0xfeed0000 + uint64(i)
 	}
-	ev := []any{"BlockStored", hashes, nil, toks[:16*n], 16, nil, medium}
-	b, err := msgpack.Marshal([]any{1.0, []any{ev}, 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	feed := kvindex.NewFeed(f.index.Mirror(dial), nil, kvindex.FeedConfig{})
-	t.Cleanup(feed.Close)
-	feed.Connected()
-	feed.Message(nil, 0, b)
+	feedEvents(t, f, dial, []any{"BlockStored", hashes, nil, toks[:16*n], 16, nil, medium})
 	st := f.index.Mirror(dial).Stats()
 	if got := st.Blocks + st.TierBlocks[kvindex.TierCPU] + st.TierBlocks[kvindex.TierStorage]; got != n {
 		t.Fatalf("mirror holds %d blocks, want %d", got, n)
