@@ -487,14 +487,15 @@ func (f *Fleet) candidate(q Query, l upstreams.Load, dial string) routing.Candid
 // predicts a time to first token from them.
 func workOf(l upstreams.Load) routing.Work {
 	return routing.Work{
-		OwnPrefill:   l.OwnPrefill,
-		OwnPending:   l.OwnPending,
-		OwnDecoding:  l.OwnDecoding,
-		MeanUncached: l.MeanUncached,
-		PrefillRate:  l.PrefillRate,
-		StepSeconds:  l.StepTime.Seconds(),
-		SpeedAge:     l.SpeedAge.Seconds(),
-		DrainRate:    l.DrainRate,
+		OwnPrefill:    l.OwnPrefill,
+		OwnPending:    l.OwnPending,
+		OwnDecoding:   l.OwnDecoding,
+		OwnDueSeconds: l.OwnDue.Seconds(),
+		MeanUncached:  l.MeanUncached,
+		PrefillRate:   l.PrefillRate,
+		StepSeconds:   l.StepTime.Seconds(),
+		SpeedAge:      l.SpeedAge.Seconds(),
+		DrainRate:     l.DrainRate,
 	}
 }
 

@@ -334,6 +334,13 @@ func (v *view) predictAhead(c *Candidate, sp speeds, cfg *Config) Prediction {
 		pr.DecodeAhead = cfg.RunningWeight * fmax(decoding, v.running-pending)
 	}
 	pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead) / pr.Rate
+	if due := gauge(w.OwnDueSeconds); due > 0 && pr.OwnAhead > 0 {
+		// The engine has been prefilling ours since they were sent: what
+		// they put ahead is the time until the last is due, not their
+		// tokens anew.
+		pr.OwnDueSeconds = due
+		pr.AheadSeconds = due + pr.ForeignAhead/pr.Rate
+	}
 	if c.MaxInflight > 0 {
 		// Beyond the batch, each request ahead waits for a slot to free.
 		if over := v.load + 1 - float64(c.MaxInflight); over > 0 {

@@ -134,3 +134,37 @@ func TestPredictBorrowsPeerSpeeds(t *testing.T) {
 		t.Fatalf("no measured peer: %+v, want the defaults", got)
 	}
 }
+
+// TestPickPrefersPrefillAboutToEnd: of two engines each prefilling one
+// prompt of this gateway's, the one whose first token is due soonest is
+// the shorter wait, although the tokens pending are the same; without a
+// due time the tokens decide.
+func TestPickPrefersPrefillAboutToEnd(t *testing.T) {
+	req := Request{PromptTokens: 2048, Key: 42}
+	work := Work{OwnPrefill: 2300, OwnPending: 1, PrefillRate: 10000, StepSeconds: 0.02, MeanUncached: 2300}
+	ending, starting := work, work
+	ending.OwnDueSeconds, starting.OwnDueSeconds = 0.02, 0.25
+	for _, order := range [][]Candidate{
+		{{Dial: "ending:1", Work: ending}, {Dial: "starting:1", Work: starting}},
+		{{Dial: "starting:1", Work: starting}, {Dial: "ending:1", Work: ending}},
+	} {
+		d := Pick(req, order, Config{}, true)
+		if d.Index < 0 || order[d.Index].Dial != "ending:1" {
+			t.Fatalf("picked %d of %v, want ending", d.Index, order)
+		}
+		for _, s := range d.Scored {
+			want := 0.25
+			if s.Dial == "ending:1" {
+				want = 0.02
+			}
+			if math.Abs(s.Prediction.AheadSeconds-want) > 1e-9 {
+				t.Errorf("%s: ahead %v s, want its due time %v", s.Dial, s.Prediction.AheadSeconds, want)
+			}
+		}
+	}
+	ending.OwnDueSeconds = 0
+	d := Pick(req, []Candidate{{Dial: "ending:1", Work: ending}}, Config{}, true)
+	if got, want := d.Scored[0].Prediction.AheadSeconds, d.Scored[0].Prediction.OwnAhead/d.Scored[0].Prediction.Rate; math.Abs(got-want) > 1e-9 {
+		t.Errorf("without a due time: ahead %v, want pending tokens over the rate %v", got, want)
+	}
+}

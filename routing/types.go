@@ -211,6 +211,12 @@ type Work struct {
 	// token); OwnPending is how many requests they are.
 	OwnPrefill float64
 	OwnPending int64
+	// OwnDueSeconds is how long until the last of the OwnPending requests
+	// is predicted to reach its first token (upstreams.Load.OwnDue): the
+	// engine is busy with this gateway's prefills until then, so that is
+	// the wait they put ahead of a new request, a prefill about to end
+	// weighing less than one just sent. 0 = unknown: OwnPrefill ÷ rate.
+	OwnDueSeconds float64
 	// OwnDecoding counts this gateway's requests there past their first
 	// token: they hold a batch slot and a decode step each until they end.
 	OwnDecoding int64
@@ -307,12 +313,16 @@ type Prediction struct {
 	Prefill float64 `json:"prefill_tokens"`
 	// Rate is the prefill speed used, tokens per second.
 	Rate float64 `json:"prefill_rate"`
-	// AheadSeconds and PrefillSeconds are the prefill tokens ahead and the
+	// OwnDueSeconds is how long until the last of this gateway's pending
+	// prefills there is predicted to end (Work.OwnDueSeconds; 0: none
+	// predicted). AheadSeconds is it plus ForeignAhead over Rate, or
+	// without it the tokens ahead over Rate; PrefillSeconds is the
 	// request's own prefill over Rate; SlotSeconds the wait for a batch
 	// slot; StepSeconds one scheduler step (less, with the engine's own
 	// rate, what of it that rate already holds: see stepless);
 	// PenaltySeconds the KV and
 	// adapter terms over Rate.
+	OwnDueSeconds  float64 `json:"own_due_seconds,omitempty"`
 	AheadSeconds   float64 `json:"ahead_seconds"`
 	PrefillSeconds float64 `json:"prefill_seconds"`
 	SlotSeconds    float64 `json:"slot_seconds"`

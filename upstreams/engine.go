@@ -71,6 +71,9 @@ type Engine struct {
 	ownPrefill  float64
 	ownPending  int64
 	ownDecoding int64
+	// ownDue is the latest predicted first token of the pending ones
+	// ([Reservation.Predict]); zero when none was predicted.
+	ownDue time.Time
 	// prefillDue holds, per reservation whose first token the gateway
 	// will not see, when its prefill counts as done (PrefillDue).
 	prefillDue map[*Reservation]time.Time
@@ -194,6 +197,12 @@ type Load struct {
 	// OwnDecoding this gateway's requests here past their first token.
 	OwnPrefill              float64
 	OwnPending, OwnDecoding int64
+	// OwnDue is how long until the last of the OwnPending requests is
+	// predicted to reach its first token (the latest dispatch time plus
+	// predicted TTFT that [Reservation.Predict] recorded for them), at
+	// least 1µs while they are pending and overdue; 0 when none is
+	// pending or none was predicted.
+	OwnDue time.Duration
 	// MeanUncached is the engine's mean uncached prompt per request, in
 	// tokens, from the deltas of vllm:prompt_tokens_total,
 	// vllm:prefix_cache_hits_total and the count of
@@ -266,6 +275,9 @@ func (e *Engine) Load() Load {
 	}
 	if !e.drainAt.IsZero() {
 		l.SinceDone = now.Sub(e.drainAt)
+	}
+	if e.ownPending > 0 && !e.ownDue.IsZero() {
+		l.OwnDue = max(e.ownDue.Sub(now), time.Microsecond)
 	}
 	if !e.rateAt.IsZero() {
 		l.SpeedAge = e.scrapedAt.Sub(e.rateAt)

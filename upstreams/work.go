@@ -121,7 +121,7 @@ func (e *Engine) settleWorkLocked() {
 	if e.ownPending <= 0 || e.ownPrefill < 0 {
 		e.ownPrefill = max(e.ownPrefill, 0)
 		if e.ownPending <= 0 {
-			e.ownPrefill = 0
+			e.ownPrefill, e.ownDue = 0, time.Time{}
 		}
 	}
 }
@@ -190,6 +190,22 @@ func (r *Reservation) Predict(ttft float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.predicted, r.predictedAt = ttft, now
+	e := r.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.working && !r.decoding && !r.done {
+		// The engine is busy with this gateway's prefills until the last
+		// of them is predicted to be done.
+		e.ownDue = later(e.ownDue, now.Add(time.Duration(ttft*float64(time.Second))))
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Predicted returns the prediction Predict recorded and when; ok false

@@ -96,3 +96,50 @@ func TestPrefillDue(t *testing.T) {
 		t.Fatalf("after Done: %+v", l)
 	}
 }
+
+// TestOwnDue: an engine is busy with this gateway's prefills until the
+// latest predicted first token among them; an overdue one still shows
+// (1µs), and the record ends with the last pending prefill.
+func TestOwnDue(t *testing.T) {
+	clk := testclock.New(time.Unix(1_700_000_000, 0))
+	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
+	t.Cleanup(r.Close)
+	e := r.Ensure("a:1")
+	first, second := e.Reserve(), e.Reserve()
+	first.Sent()
+	second.Sent()
+	first.Predict(0.5) // no work recorded: nothing pending to be due
+	if d := e.Load().OwnDue; d != 0 {
+		t.Fatalf("due without work: %v, want 0", d)
+	}
+	first.Work(2000)
+	if d := e.Load().OwnDue; d != 0 {
+		t.Fatalf("due without a prediction: %v, want 0", d)
+	}
+	first.Predict(0.3)
+	clk.Advance(100 * time.Millisecond)
+	second.Work(1000)
+	second.Predict(0.15) // due 0.1 + 0.15 = 0.25 s, before the first's 0.3
+	if d := e.Load().OwnDue; d != 200*time.Millisecond {
+		t.Fatalf("due %v, want 200ms (the later prediction)", d)
+	}
+	clk.Advance(time.Second)
+	if d := e.Load().OwnDue; d != time.Microsecond {
+		t.Fatalf("overdue: %v, want 1µs while pending", d)
+	}
+	first.Prefilled()
+	if d := e.Load().OwnDue; d != time.Microsecond {
+		t.Fatalf("one still pending: %v, want 1µs", d)
+	}
+	second.Prefilled()
+	if d := e.Load().OwnDue; d != 0 {
+		t.Fatalf("none pending: %v, want 0", d)
+	}
+	third := e.Reserve()
+	third.Sent()
+	third.Work(100)
+	third.Predict(0.05)
+	if d := e.Load().OwnDue; d != 50*time.Millisecond {
+		t.Fatalf("a new busy spell: %v, want 50ms (the old record gone)", d)
+	}
+}
