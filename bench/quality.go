@@ -446,12 +446,15 @@ func (p QualityParams) gatewayConfig(fleet *SimFleet, pol PolicySpec) GatewayCon
 		appBody += fmt.Sprintf("\ntokenizer sim-model %q\n", p.tokDir)
 	}
 	return GatewayConfig{
-		Engines:       refs,
-		Policy:        pol.Policy,
-		PolicyBody:    pol.Body,
-		AppBody:       appBody,
-		Admission:     true,
-		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096", maxPark.Round(time.Millisecond)),
+		Engines:    refs,
+		Policy:     pol.Policy,
+		PolicyBody: pol.Body,
+		AppBody:    appBody,
+		Admission:  true,
+		// engine_queue 1, as the README advises beside max_inflight =
+		// max_num_seqs: a full engine refills a freed slot from its own
+		// queue at once. It is admission's, so every policy has it.
+		AdmissionBody: fmt.Sprintf("max_park %s\nheartbeat 5s\nqueue_size 4096\nengine_queue 1", maxPark.Round(time.Millisecond)),
 		PollInterval:  p.PollInterval,
 	}
 }

@@ -278,6 +278,8 @@ func (h *Admission) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = parseFloat(d, &h.PrefillRate)
 		case "long_prefill":
 			err = parseInt(d, &h.LongPrefill)
+		case "engine_queue":
+			err = parseInt(d, &h.EngineQueue)
 		case "max_park":
 			err = parseDuration(d, &h.MaxPark)
 		case "queue_size":

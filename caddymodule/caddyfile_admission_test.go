@@ -9,7 +9,8 @@ import (
 
 // TestAdmissionCaddyfile: llm_admission's Caddyfile options reach the
 // handler's JSON — `local_accounting on|off` as disable_local_accounting,
-// prefill_rate and long_prefill as numbers — and a bad value is an error.
+// prefill_rate, long_prefill and engine_queue as numbers — and a bad
+// value is an error.
 func TestAdmissionCaddyfile(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
@@ -26,6 +27,8 @@ func TestAdmissionCaddyfile(t *testing.T) {
 		{in: "llm_admission {\n long_prefill -1\n}", want: `{"long_prefill":-1}`},
 		{in: "llm_admission {\n long_prefill 16k\n}", wantErr: true},
 		{in: "llm_admission {\n long_prefill\n}", wantErr: true},
+		{in: "llm_admission {\n max_inflight 16\n engine_queue 1\n}", want: `{"max_inflight":16,"engine_queue":1}`},
+		{in: "llm_admission {\n engine_queue one\n}", wantErr: true},
 	} {
 		var h Admission
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))

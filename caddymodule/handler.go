@@ -104,6 +104,14 @@ type Admission struct {
 	// other request meanwhile. Negative: off. Default: 16384.
 	LongPrefill int `json:"long_prefill,omitempty"`
 
+	// Requests an engine at its max_inflight may still take, to wait in
+	// its own queue: vLLM refills a freed slot from that queue at its
+	// next step, where a request parked here reaches the engine only
+	// after the finished stream's end comes back, about a step later.
+	// 1 is enough for a saturated fleet (see the README). Needs
+	// max_inflight. Default: 0, an engine at max_inflight is full.
+	EngineQueue int `json:"engine_queue,omitempty"`
+
 	// Longest a request stays parked before 503. Default: 120s.
 	MaxPark caddy.Duration `json:"max_park,omitempty"`
 
@@ -229,6 +237,8 @@ func (h *Admission) Validate() error {
 		return fmt.Errorf("kv_limit must be in (0, 1], got %v", h.KVLimit)
 	case h.MaxInflight < 0:
 		return fmt.Errorf("max_inflight must not be negative")
+	case h.EngineQueue < 0:
+		return fmt.Errorf("engine_queue must not be negative")
 	case h.MaxPark < 0 || h.Heartbeat <= 0 || h.BodyTimeout < 0:
 		return fmt.Errorf("max_park, heartbeat and body_timeout must be positive")
 	case h.QueueSize < 0:
@@ -741,7 +751,7 @@ func (h *Admission) dials() []string {
 func (h *Admission) limits() fleet.Limits {
 	_, llm := h.fleet.PolicyOf(h.Pool)
 	return fleet.Limits{KV: h.KVLimit, MaxInflight: h.MaxInflight, FailClosed: h.FailClosed, IgnoreDispatched: h.DisableLocalAccounting,
-		PrefillRate: h.PrefillRate, LongPrefill: h.LongPrefill, HonorBreaker: llm}
+		PrefillRate: h.PrefillRate, LongPrefill: h.LongPrefill, HonorBreaker: llm, EngineQueue: h.EngineQueue}
 }
 
 // parkOutcome is how parking ended.

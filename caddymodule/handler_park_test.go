@@ -253,3 +253,28 @@ func TestAdmissionReservationFollowsProxy(t *testing.T) {
 		t.Errorf("local in-flight: a %d, b %d; want the request counted on a", ra.Inflight, rb.Inflight)
 	}
 }
+
+// TestAdmissionEngineQueue: with engine_queue 1 an engine at its
+// max_inflight takes one more request, which waits in its own queue, and
+// the request after that parks; without it the first extra request parks.
+func TestAdmissionEngineQueue(t *testing.T) {
+	e := slowEngine(t)
+	parkGateway(e, "\t\tmax_park 30s\n\t\tengine_queue 1\n").load(t)
+	occupy(t, e, 1)
+	waitBusy(t, e.Addr(), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	queued := sendAsync(ctx, "", chatBody(false, "waits in the engine's queue"), nil)
+	waitBusy(t, e.Addr(), 2) // at the engine, not parked
+	parked := sendAsync(ctx, "", chatBody(false, "parks at the gateway"), nil)
+	waitQueueDepth(t, "normal", 1)
+	if st := e.Stats(); st.Running+st.Waiting != 2 {
+		t.Fatalf("engine holds %d requests, want 2 (max_inflight 1 + engine_queue 1): %+v", st.Running+st.Waiting, st)
+	}
+	for name, ch := range map[string]<-chan reply{"queued": queued, "parked": parked} {
+		if r := waitReply(t, ch, 30*time.Second); r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("%s request: %d %v %s", name, r.status, r.err, r.body)
+		}
+	}
+}

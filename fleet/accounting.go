@@ -40,7 +40,19 @@ type Limits struct {
 	// is full, not unknown: requests park until a breaker half-opens or
 	// max_park ends, since the engines are failing.
 	HonorBreaker bool
+	// EngineQueue is how many requests an engine at its max_inflight may
+	// still take, to wait in its own queue: vLLM fills a slot freed at a
+	// step's end from that queue at the next step, where a request parked
+	// here would reach the engine only after the finished stream's end
+	// came back and the request went out again, about a step later, so
+	// that a saturated fleet ran below its capacity. 0 (or negative):
+	// none, an engine at max_inflight is full. Engines without a
+	// max_inflight are full while anything waits there, whatever this is.
+	EngineQueue int
 }
+
+// engineQueue is lim's EngineQueue, none when negative.
+func (lim Limits) engineQueue() int { return max(lim.EngineQueue, 0) }
 
 // TryReserve admits a request when an engine of the pool has room, reserving
 // it on the engine with the most room (the policy moves the reservation if it
@@ -109,7 +121,8 @@ func probeFree(free int, probe bool) int {
 }
 
 // engineFree is how many more requests an engine with known gauges takes:
-// none at or over the KV limit; up to max_inflight counting running, waiting
+// none at or over the KV limit; up to max_inflight plus the engine queue
+// (Limits.EngineQueue) counting running, waiting
 // and what this gateway dispatched since the last scrape, less the scraped
 // requests of this gateway that finished since (unless
 // disable_local_accounting: the gauges alone). Without a limit it is full
@@ -153,7 +166,7 @@ func requestsFree(l upstreams.Load, lim Limits) int {
 	if !lim.IgnoreDispatched {
 		used += int(l.Dispatched)
 	}
-	return max - used
+	return max + lim.engineQueue() - used
 }
 
 // AnyKnown reports whether some engine of the pool in service (not

@@ -25,6 +25,12 @@ func TestEngineFree(t *testing.T) {
 		{"no limit: room when nothing waits", upstreams.Load{Running: 9}, lim, 1},
 		{"no limit: finished let the waiting in", upstreams.Load{Running: 9, Waiting: 1, Finished: 1}, lim, 1},
 		{"local accounting off", upstreams.Load{Running: 3, Dispatched: 4, Finished: 3, MaxInflight: 8}, Limits{KV: 0.9, IgnoreDispatched: true}, 5},
+		{"engine queue: room at max_inflight", upstreams.Load{Running: 8, MaxInflight: 8}, Limits{KV: 0.9, EngineQueue: 1}, 1},
+		{"engine queue: full once it waits", upstreams.Load{Running: 8, Waiting: 1, MaxInflight: 8}, Limits{KV: 0.9, EngineQueue: 1}, 0},
+		{"engine queue: dispatched fill it", upstreams.Load{Running: 8, Dispatched: 1, MaxInflight: 8}, Limits{KV: 0.9, EngineQueue: 1}, 0},
+		{"engine queue: not past the KV limit", upstreams.Load{Running: 8, KVUsage: 0.95, MaxInflight: 8}, Limits{KV: 0.9, EngineQueue: 1}, 0},
+		{"engine queue: none without a limit", upstreams.Load{Running: 9, Waiting: 1}, Limits{KV: 0.9, EngineQueue: 1}, 0},
+		{"engine queue: negative is none", upstreams.Load{Running: 8, MaxInflight: 8}, Limits{KV: 0.9, EngineQueue: -1}, 0},
 	}
 	for _, tc := range tests {
 		if got := engineFree(tc.l, tc.lim); got != tc.want {
