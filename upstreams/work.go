@@ -196,7 +196,8 @@ func (r *Reservation) Predict(ttft float64) {
 	if r.working && !r.decoding && !r.done {
 		// The engine is busy with this gateway's prefills until the last
 		// of them is predicted to be done.
-		e.ownDue = later(e.ownDue, now.Add(time.Duration(ttft*float64(time.Second))))
+		// (An hour bounds a wild prediction: time.Duration overflows.)
+		e.ownDue = later(e.ownDue, now.Add(time.Duration(min(ttft, 3600)*float64(time.Second))))
 	}
 }
 

@@ -1,6 +1,7 @@
 package upstreams
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -141,5 +142,9 @@ func TestOwnDue(t *testing.T) {
 	third.Predict(0.05)
 	if d := e.Load().OwnDue; d != 50*time.Millisecond {
 		t.Fatalf("a new busy spell: %v, want 50ms (the old record gone)", d)
+	}
+	third.Predict(math.Inf(1))
+	if d := e.Load().OwnDue; d != time.Hour {
+		t.Fatalf("an infinite prediction: due %v, want the 1h bound", d)
 	}
 }
