@@ -264,7 +264,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			rr = q.at("prefix-high", "round_robin", x)
 		}
 		if lo != nil && hi != nil && q2 != nil && rr != nil {
-			w("- **Under overload, cache-aware admission keeps the affinity:** with the defaults (`max_inflight` = `--max-num-seqs`) a parked request goes to the engine holding its prefix when it frees, or queues there while the wait costs less than the prefill it saves, so on prefix-high `llm`'s hit rate goes from %.0f%% at %.1f req/s to %.0f%% at %.1f req/s (TTFT p90 %s; `round_robin` %s). Letting every engine queue instead (`max_inflight` = 2 × max_num_seqs, `llm-queue2x`, the old workaround) gives %.0f%% hits and TTFT p90 %s at the same rate.%s\n",
+			w("- **Under overload, cache-aware admission keeps the affinity:** with `max_inflight` = `--max-num-seqs` and `engine_queue 1` (the README's advice) a parked request goes to the engine holding its prefix when it frees, or queues there while the wait costs less than the prefill it saves, so on prefix-high `llm`'s hit rate goes from %.0f%% at %.1f req/s to %.0f%% at %.1f req/s (TTFT p90 %s; `round_robin` %s). Letting every engine queue instead (`max_inflight` = 2 × max_num_seqs, `llm-queue2x`, the old workaround) gives %.0f%% hits and TTFT p90 %s at the same rate.%s\n",
 				lo.Summary.HitRate*100, lo.Rate, hi.Summary.HitRate*100, hi.Rate, secs(hi.Summary.TTFT.P90), secs(rr.Summary.TTFT.P90), q2.Summary.HitRate*100, secs(q2.Summary.TTFT.P90), fleetScope(l.fleet))
 		}
 		var losses []string
@@ -277,7 +277,7 @@ func renderFindings(b *strings.Builder, l *loaded) {
 			}
 		}
 		if len(losses) > 0 {
-			w("- **Where it has nothing to gain:** with little or nothing shared it can only balance load, and it does that no better than Caddy's own policies — %s (see the sections for why).\n", strings.Join(losses, "; "))
+			w("- **Where it has nothing to gain:** with little or nothing shared it can only balance load, and it does that about as well as Caddy's own policies — %s (see the sections for why).\n", strings.Join(losses, "; "))
 		}
 	}
 	if q := l.scenarios; q != nil {
