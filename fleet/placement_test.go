@@ -375,3 +375,34 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 		t.Fatalf("long_prefill -1: occupies %v", p.Occupies)
 	}
 }
+
+// TestEngineQueueKeepsAffinity: with an engine queue (Limits.EngineQueue)
+// both engines are full but may each queue one request. A request whose
+// prefix the hot engine holds queues there, not at the cold engine; with
+// the holder's queue taken too it gets no place in the cold engine's
+// queue; a request nobody holds any of takes the cold engine's.
+func TestEngineQueueKeepsAffinity(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	lim := Limits{KV: 0.9, EngineQueue: 1}
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	scrape(f, cold, upstreams.Gauges{Running: 4})
+	text := strings.Repeat("the shared system prompt ", 100)
+	f.Unrouted(chatRequest(t, nil, text), nil).Commit(hot)
+
+	p := placedOn(t, f, dials, text+" question")
+	first, _, ok := p.Reserve(dials, lim, admission.PassAny)
+	if !ok || first.Engine().Dial() != hot || p.Reason != ReasonHit {
+		t.Fatalf("a hit with the holder's queue free: ok=%v engine %v reason %q, want %s/%s", ok, first.Engine(), p.Reason, hot, ReasonHit)
+	}
+	defer first.Done()
+	if res, _, ok := placedOn(t, f, dials, text+" another question").Reserve(dials, lim, admission.PassAny); ok {
+		t.Fatalf("a hit took %s's queue with its holder's queue full", res.Engine().Dial())
+	}
+	res, _, ok := placedOn(t, f, dials, "a prompt nobody holds any of").Reserve(dials, lim, admission.PassAny)
+	if !ok || res.Engine().Dial() != cold {
+		t.Fatalf("a cold request: ok=%v engine %v, want the cold engine's queue", ok, res.Engine())
+	}
+	res.Done()
+}
