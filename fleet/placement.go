@@ -312,9 +312,9 @@ func (p *Placement) reserve(e *upstreams.Engine, reason string, d Decision) *ups
 // prefix of, or that no engine holds any of. A request whose prefix lives
 // elsewhere does not take a place in a cold engine's queue: it would wait
 // there for a slot and then prefill the prefix again, where admission
-// weighs waiting at its holder against a cold engine's free slot. (On the
-// kv-pressure scenario, long prefixes on engines short of cache, offering
-// every engine's queue to every request lost 8 points of hit rate.)
+// weighs waiting at its holder against a cold engine's free slot. (The
+// kv-pressure scenario's hit rate moves by ±5 points from run to run, too
+// much to show the difference either way; the rule is the affinity's.)
 func (p *Placement) queueLimits(held int, lim Limits) Limits {
 	if p.Holder != "" && !p.holds(held) {
 		lim.EngineQueue = 0
