@@ -90,18 +90,26 @@ func TestPrefixHitWait(t *testing.T) {
 	}
 }
 
+// holderFleet is two engines of max_inflight 4 running hot and cold
+// requests, the first of them (dials[0]) holding text's prefix.
+func holderFleet(t *testing.T, hot, cold float64) (f *Fleet, dials []string, text string) {
+	t.Helper()
+	dials = deadDials[:2]
+	f, _ = clockedFleet(t, &EngineConfig{Dial: dials[0], MaxInflight: 4}, &EngineConfig{Dial: dials[1], MaxInflight: 4})
+	scrape(f, dials[0], upstreams.Gauges{Running: hot})
+	scrape(f, dials[1], upstreams.Gauges{Running: cold})
+	text = strings.Repeat("the shared system prompt ", 100)
+	f.Unrouted(chatRequest(t, nil, text), nil).Commit(dials[0])
+	return f, dials, text
+}
+
 // TestPlacedHolderFirst: a holder with room takes its request even when
 // another engine has more room; with PassPreferred a full holder not
 // worth waiting for means no reservation at all, however free the rest.
 func TestPlacedHolderFirst(t *testing.T) {
-	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
-	dials := deadDials[:2]
+	f, dials, text := holderFleet(t, 3, 0)
+	hot := dials[0]
 	lim := Limits{KV: 0.9}
-	scrape(f, hot, upstreams.Gauges{Running: 3})
-	scrape(f, cold, upstreams.Gauges{Running: 0})
-	text := strings.Repeat("the shared system prompt ", 100)
-	f.Unrouted(chatRequest(t, nil, text), nil).Commit(hot)
 	p := placedOn(t, f, dials, text+" question")
 	res, _, ok := p.Reserve(dials, lim, admission.PassPreferred)
 	if !ok || res.Engine().Dial() != hot || p.Reason != ReasonHit {
@@ -382,15 +390,9 @@ func TestLongPrefillOccupiesEngine(t *testing.T) {
 // the holder's queue taken too it gets no place in the cold engine's
 // queue; a request nobody holds any of takes the cold engine's.
 func TestEngineQueueKeepsAffinity(t *testing.T) {
-	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
-	dials := deadDials[:2]
+	f, dials, text := holderFleet(t, 4, 4)
+	hot, cold := dials[0], dials[1]
 	lim := Limits{KV: 0.9, EngineQueue: 1}
-	scrape(f, hot, upstreams.Gauges{Running: 4})
-	scrape(f, cold, upstreams.Gauges{Running: 4})
-	text := strings.Repeat("the shared system prompt ", 100)
-	f.Unrouted(chatRequest(t, nil, text), nil).Commit(hot)
-
 	p := placedOn(t, f, dials, text+" question")
 	first, _, ok := p.Reserve(dials, lim, admission.PassAny)
 	if !ok || first.Engine().Dial() != hot || p.Reason != ReasonHit {
