@@ -54,7 +54,9 @@
 // request finds every engine prefilling; counting tokens it took any of
 // them, and its TTFT p90 was 1.17 times round_robin's, whose cycle sends
 // each request to the engine served longest ago. With due times it is
-// even with round_robin. An overdue prefill counts as about to end.
+// even with round_robin. Once overdue (the engine is slower than
+// predicted, or busy with other gateways' requests) the due time is
+// unknown and the tokens count in full again.
 //
 // # Speeds that age
 //

@@ -199,9 +199,10 @@ type Load struct {
 	OwnPending, OwnDecoding int64
 	// OwnDue is how long until the last of the OwnPending requests is
 	// predicted to reach its first token (the latest dispatch time plus
-	// predicted TTFT that [Reservation.Predict] recorded for them), at
-	// least 1µs while they are pending and overdue; 0 when none is
-	// pending or none was predicted.
+	// predicted TTFT that [Reservation.Predict] recorded for them); 0
+	// when none is pending, none was predicted, or they are overdue: the
+	// engine is slower than predicted (or busy with other gateways'
+	// requests), and how long it still needs is unknown.
 	OwnDue time.Duration
 	// MeanUncached is the engine's mean uncached prompt per request, in
 	// tokens, from the deltas of vllm:prompt_tokens_total,
@@ -276,8 +277,8 @@ func (e *Engine) Load() Load {
 	if !e.drainAt.IsZero() {
 		l.SinceDone = now.Sub(e.drainAt)
 	}
-	if e.ownPending > 0 && !e.ownDue.IsZero() {
-		l.OwnDue = max(e.ownDue.Sub(now), time.Microsecond)
+	if e.ownPending > 0 && e.ownDue.After(now) {
+		l.OwnDue = e.ownDue.Sub(now)
 	}
 	if !e.rateAt.IsZero() {
 		l.SpeedAge = e.scrapedAt.Sub(e.rateAt)

@@ -99,8 +99,8 @@ func TestPrefillDue(t *testing.T) {
 }
 
 // TestOwnDue: an engine is busy with this gateway's prefills until the
-// latest predicted first token among them; an overdue one still shows
-// (1µs), and the record ends with the last pending prefill.
+// latest predicted first token among them; overdue, the due time is
+// unknown (0), and the record ends with the last pending prefill.
 func TestOwnDue(t *testing.T) {
 	clk := testclock.New(time.Unix(1_700_000_000, 0))
 	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
@@ -125,13 +125,10 @@ func TestOwnDue(t *testing.T) {
 		t.Fatalf("due %v, want 200ms (the later prediction)", d)
 	}
 	clk.Advance(time.Second)
-	if d := e.Load().OwnDue; d != time.Microsecond {
-		t.Fatalf("overdue: %v, want 1µs while pending", d)
+	if d := e.Load().OwnDue; d != 0 {
+		t.Fatalf("overdue: %v, want 0 (unknown)", d)
 	}
 	first.Prefilled()
-	if d := e.Load().OwnDue; d != time.Microsecond {
-		t.Fatalf("one still pending: %v, want 1µs", d)
-	}
 	second.Prefilled()
 	if d := e.Load().OwnDue; d != 0 {
 		t.Fatalf("none pending: %v, want 0", d)
