@@ -28,8 +28,18 @@ func benchCands(n int) []Candidate {
 	return cands
 }
 
-func benchPick(b *testing.B, n int, explain bool) {
-	cands := benchCands(n)
+// withSpeeds gives every candidate speeds of its own, of several ages,
+// as engines that have served traffic show (the peers' median, and each
+// engine's fade into it, then have work to do).
+func withSpeeds(cands []Candidate) []Candidate {
+	for i := range cands {
+		cands[i].Work = Work{PrefillRate: 9000 + float64(i*37%1000), StepSeconds: 0.02 + float64(i%7)/1000,
+			MeanUncached: 1000, SpeedAge: float64(i % 20)}
+	}
+	return cands
+}
+
+func benchPick(b *testing.B, cands []Candidate, explain bool) {
 	var cfg Config
 	cfg.SetDefaults()
 	req := prompt1000
@@ -44,9 +54,10 @@ func benchPick(b *testing.B, n int, explain bool) {
 
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 64, 256} {
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) { benchPick(b, n, false) })
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) { benchPick(b, benchCands(n), false) })
 	}
-	b.Run("n=8/explain", func(b *testing.B) { benchPick(b, 8, true) })
+	b.Run("n=8/explain", func(b *testing.B) { benchPick(b, benchCands(8), true) })
+	b.Run("n=64/speeds", func(b *testing.B) { benchPick(b, withSpeeds(benchCands(64)), false) })
 }
 
 func BenchmarkRendezvous64(b *testing.B) {

@@ -284,30 +284,39 @@ func peerSpeeds(cands []Candidate, tokens float64, cfg *Config) Work {
 // candidate shows the figure. It allocates nothing for up to stackViews
 // candidates.
 func medianOf(cands []Candidate, figure func(*Candidate) float64) int {
-	var buf [stackViews]int
-	idx := buf[:0]
+	// Each candidate's figure and weight are taken once: the sort compares
+	// figures O(n log n) times.
+	type figured struct {
+		i          int
+		fig, fresh float64
+	}
+	var buf [stackViews]figured
+	fs := buf[:0]
 	total := 0.0
 	for i := range cands {
-		if known(figure(&cands[i])) {
-			idx = append(idx, i)
-			total += freshness(cands[i].Work.SpeedAge)
+		if fig := figure(&cands[i]); known(fig) {
+			f := figured{i: i, fig: fig, fresh: freshness(cands[i].Work.SpeedAge)}
+			fs = append(fs, f)
+			total += f.fresh
 		}
 	}
-	if len(idx) == 0 {
+	if len(fs) == 0 {
 		return -1
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(figure(&cands[a]), figure(&cands[b])) })
-	weight := func(i int) float64 { return freshness(cands[i].Work.SpeedAge) }
+	slices.SortStableFunc(fs, func(a, b figured) int { return cmp.Compare(a.fig, b.fig) })
 	if total == 0 {
-		total, weight = float64(len(idx)), func(int) float64 { return 1 }
+		for k := range fs {
+			fs[k].fresh = 1
+		}
+		total = float64(len(fs))
 	}
 	cum := 0.0
-	for _, i := range idx {
-		if cum += weight(i); cum >= total/2 {
-			return i
+	for _, f := range fs {
+		if cum += f.fresh; cum >= total/2 {
+			return f.i
 		}
 	}
-	return idx[len(idx)-1]
+	return fs[len(fs)-1].i
 }
 
 // predictAhead is the candidate's predicted time to first token for a
@@ -333,13 +342,14 @@ func (v *view) predictAhead(c *Candidate, sp speeds, cfg *Config) Prediction {
 	} else {
 		pr.DecodeAhead = cfg.RunningWeight * fmax(decoding, v.running-pending)
 	}
-	pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead) / pr.Rate
 	if due := gauge(w.OwnDueSeconds); due > 0 && pr.OwnAhead > 0 {
 		// The engine has been prefilling ours since they were sent: what
 		// they put ahead is the time until the last is due, not their
 		// tokens anew.
 		pr.OwnDueSeconds = due
 		pr.AheadSeconds = due + pr.ForeignAhead/pr.Rate
+	} else {
+		pr.AheadSeconds = (pr.OwnAhead + pr.ForeignAhead) / pr.Rate
 	}
 	if c.MaxInflight > 0 {
 		// Beyond the batch, each request ahead waits for a slot to free.
