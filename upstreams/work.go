@@ -197,16 +197,10 @@ func (r *Reservation) Predict(ttft float64) {
 		// The engine is busy with this gateway's prefills until the last
 		// of them is predicted to be done.
 		// (An hour bounds a wild prediction: time.Duration overflows.)
-		e.ownDue = later(e.ownDue, now.Add(time.Duration(min(ttft, 3600)*float64(time.Second))))
+		if due := now.Add(time.Duration(min(ttft, 3600) * float64(time.Second))); due.After(e.ownDue) {
+			e.ownDue = due
+		}
 	}
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // Predicted returns the prediction Predict recorded and when; ok false
