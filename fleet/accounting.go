@@ -146,27 +146,40 @@ func requestsFree(l upstreams.Load, lim Limits) int {
 	if l.KVUsage >= lim.KV {
 		return 0
 	}
-	running, waiting := l.Running, l.Waiting
-	if !lim.IgnoreDispatched {
-		// A parked request gets a finished request's slot at once, not
-		// at the next poll.
-		running, waiting = l.Estimated()
-	}
-	max := l.MaxInflight
+	max := batchLimit(l, lim)
 	if max == 0 {
-		max = lim.MaxInflight
-	}
-	if max == 0 {
+		waiting := l.Waiting
+		if !lim.IgnoreDispatched {
+			_, waiting = l.Estimated()
+		}
 		if waiting > 0 {
 			return 0
 		}
 		return 1
 	}
-	used := int(running + waiting)
-	if !lim.IgnoreDispatched {
-		used += int(l.Dispatched)
+	return max + lim.engineQueue() - int(inUse(l, lim))
+}
+
+// batchLimit is the most requests engine l runs at once: its own
+// max_inflight, else the limits'; 0 when neither is set.
+func batchLimit(l upstreams.Load, lim Limits) int {
+	if l.MaxInflight != 0 {
+		return l.MaxInflight
 	}
-	return max + lim.engineQueue() - used
+	return lim.MaxInflight
+}
+
+// inUse is how many requests engine l is running or has waiting, as
+// admission counts them: with the requests dispatched since the scrape,
+// less those of ours that finished since, so that a parked request gets
+// a finished request's slot at once, not at the next poll (unless
+// lim.IgnoreDispatched: the gauges alone).
+func inUse(l upstreams.Load, lim Limits) float64 {
+	if lim.IgnoreDispatched {
+		return l.Running + l.Waiting
+	}
+	running, waiting := l.Estimated()
+	return running + waiting + float64(l.Dispatched)
 }
 
 // AnyKnown reports whether some engine of the pool in service (not
