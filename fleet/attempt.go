@@ -57,7 +57,7 @@ func (p *Pick) Commit(dial string) *Attempt {
 	a := &Attempt{f: p.f, dial: dial, prefill: -1, unstreamed: p.req != nil && !p.req.Stream}
 	switch {
 	case p.Index >= 0 && p.Index < len(p.dials) && p.dials[p.Index] == dial:
-		a.prefill, a.Predicted = int(p.Decision.Prefill), p.Decision.Predicted
+		a.prefill, a.Predicted, a.slotWait = int(p.Decision.Prefill), p.Decision.Predicted, p.Decision.slotWait
 	case p.Tokens > 0:
 		// The caller chose another engine (least_conn): what it
 		// holds is not known here, so the whole prompt counts.
@@ -85,6 +85,9 @@ type Attempt struct {
 	// at the engine, in seconds; 0 when the fleet made no prediction for
 	// it (the caller chose, or another policy did).
 	Predicted float64
+	// slotWait is the part of Predicted spent waiting for a batch slot
+	// (Decision.slotWait).
+	slotWait float64
 }
 
 // Proxied is the attempt of a request the proxy sent to dial however it
@@ -115,12 +118,13 @@ func (a *Attempt) Dispatch(res *upstreams.Reservation) *upstreams.Reservation {
 	// Its uncached prompt is work the engine owes until its first token
 	// (see routing.Work), weighed by the next decisions.
 	res.Work(a.prefill)
-	res.Predict(a.Predicted)
-	if a.unstreamed && a.Predicted > 0 {
+	res.Predict(a.Predicted, a.slotWait)
+	if prefill := a.Predicted - a.slotWait; a.unstreamed && prefill > 0 {
 		// No first token will say the prefill is over: take it as
 		// over at twice the predicted time, the slack for a queue the
-		// prediction missed.
-		res.PrefillDue(time.Duration(2 * a.Predicted * float64(time.Second)))
+		// prediction missed. (A wait for a batch slot is the slot
+		// term's, as in the due time.)
+		res.PrefillDue(time.Duration(2 * prefill * float64(time.Second)))
 	}
 	return res
 }

@@ -250,6 +250,10 @@ func (p *Placement) Reserve(dials []string, lim Limits, pass admission.Pass) (re
 		return res, failOpen, ok
 	}
 	i, d := p.pick(f, loads)
+	if d.Predicted > 0 {
+		d.slotWait = slotWait(loads[i].l, lim)
+		d.Predicted += d.slotWait
+	}
 	c := p.cachedOn(loads[i].e.Dial())
 	reason := ReasonCold
 	switch {
@@ -286,6 +290,25 @@ func (p *Placement) longPrefill(l dialLoad, lim Limits) time.Duration {
 		return 0
 	}
 	return time.Duration(float64(uncached) / prefillRate(l.l, lim) * float64(time.Second))
+}
+
+// slotWait is how long, in seconds, a request placed on engine l waits
+// for a batch slot. Admission may place it beyond the engine's max_inflight, in its
+// engine queue or at a holder worth waiting for; there it waits for as
+// many requests to end as are ahead of it beyond the batch, itself
+// included, at the engine's drain rate. The prediction pick takes from
+// routing.Pick leaves this wait out, since pick tells Pick of no batch
+// limit (admission decided who has room): without it, the requests that
+// wait longest were predicted as if they had a slot. 0 within the batch,
+// or when the limit or the drain rate is unknown; at most an hour, so
+// that a rate decayed near zero makes no wild prediction.
+func slotWait(l upstreams.Load, lim Limits) float64 {
+	limit := batchLimit(l, lim)
+	over := inUse(l, lim) + 1 - float64(limit)
+	if limit <= 0 || !(over > 0) || !(l.DrainRate > 0) {
+		return 0
+	}
+	return min(over/l.DrainRate, 3600)
 }
 
 // prefillRate is the prefill speed assumed for engine l, in uncached

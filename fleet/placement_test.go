@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,65 @@ func TestPrefixHitWait(t *testing.T) {
 			t.Errorf("%s: the policy is told %v (ok %v), want %s", tc.name, d.Index, ok, tc.want)
 		}
 		res.Done() // no Sent: the hot engine's load is as before
+	}
+}
+
+// TestPlacedSlotWaitPredicted: a request admission places beyond its
+// engine's batch (here at a full holder worth waiting for) is predicted
+// the wait for a slot, (requests beyond the batch + 1) ÷ the drain rate,
+// on top of what routing predicts for it with a slot.
+func TestPlacedSlotWaitPredicted(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	drain(f, hot, 50) // 5/s on the standing clock
+	prefix := strings.Repeat("the shared system prompt ", 480)
+	f.Unrouted(chatRequest(t, nil, prefix), nil).Commit(hot)
+	predicted := func(running float64, reason string) float64 {
+		t.Helper()
+		scrape(f, hot, upstreams.Gauges{Running: running})
+		scrape(f, cold, upstreams.Gauges{Running: 0})
+		p := placedOn(t, f, dials, prefix+" and a question of its own")
+		res, _, ok := p.Reserve(dials, Limits{KV: 0.9}, admission.PassAny)
+		if !ok || res.Engine().Dial() != hot || p.Reason != reason {
+			t.Fatalf("%v running: ok=%v engine %v reason %q, want %s/%s", running, ok, res.Engine(), p.Reason, hot, reason)
+		}
+		defer res.Done() // one completion more: the rate becomes 5.1/s
+		pick, ok := p.Pick(dials)
+		if !ok || !(pick.Predicted > 0) {
+			t.Fatalf("%v running: pick ok=%v, predicted %v", running, ok, pick.Predicted)
+		}
+		return pick.Predicted
+	}
+	withSlot := predicted(3, ReasonHit)
+	beyond := predicted(4, ReasonHitWait)
+	if d := beyond - withSlot; d < 0.19 || d > 0.2 {
+		t.Errorf("a request beyond the batch is predicted %.3f s more than one with a slot, want 1 ÷ 5.1/s = 0.196 s", d)
+	}
+}
+
+// TestSlotWait: the wait for a batch slot counts the requests beyond the
+// batch as admission counts them, plus the request, at the drain rate.
+func TestSlotWait(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		l    upstreams.Load
+		lim  Limits
+		want float64
+	}{
+		{"within the batch", upstreams.Load{Running: 3, MaxInflight: 4, DrainRate: 2}, Limits{}, 0},
+		{"the last slot beyond", upstreams.Load{Running: 4, MaxInflight: 4, DrainRate: 2}, Limits{}, 0.5},
+		{"dispatched and waiting count", upstreams.Load{Running: 4, Waiting: 1, Dispatched: 1, MaxInflight: 4, DrainRate: 2}, Limits{}, 1.5},
+		{"finished since the scrape leave", upstreams.Load{Running: 4, Waiting: 1, Finished: 1, MaxInflight: 4, DrainRate: 2}, Limits{}, 0.5},
+		{"the gauges alone", upstreams.Load{Running: 4, Dispatched: 3, MaxInflight: 4, DrainRate: 2}, Limits{IgnoreDispatched: true}, 0.5},
+		{"the limits' max_inflight", upstreams.Load{Running: 4, DrainRate: 2}, Limits{MaxInflight: 2}, 1.5},
+		{"no limit", upstreams.Load{Running: 40, DrainRate: 2}, Limits{}, 0},
+		{"no drain rate", upstreams.Load{Running: 8, MaxInflight: 4}, Limits{}, 0},
+		{"a rate decayed near zero", upstreams.Load{Running: 8, MaxInflight: 4, DrainRate: 1e-300}, Limits{}, 3600},
+	} {
+		if got := slotWait(tc.l, tc.lim); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -90,6 +90,10 @@ type Decision struct {
 	// lora is the LoRA adapter the request asks for ("" for a base
 	// model), once the decision looked: routed tells its engine.
 	lora string
+	// slotWait is the part of Predicted the request is expected to wait
+	// for a batch slot where admission placed it beyond the batch (see
+	// slotWait); 0 otherwise.
+	slotWait float64
 }
 
 // TokenizeResult says how the prompt's token ids were had.

@@ -45,7 +45,9 @@
 // a response that is not streamed, to twice its predicted TTFT), so a
 // request sent behind long prompts sees them, where counting requests saw
 // a long prompt and a short one alike. Its due time is its dispatch plus
-// its predicted TTFT (upstreams.Reservation.Predict), and the engine's
+// its predicted TTFT (upstreams.Reservation.Predict) less any wait for a
+// batch slot admission placed it to wait for (the slot term counts that
+// queue for the next request), and the engine's
 // the latest of its pending requests': the engine has been working on
 // them since they were sent, so a prefill about to end is a shorter wait
 // than the same prompt just sent, which the tokens cannot tell apart.

@@ -181,11 +181,17 @@ func (p *promptMean) estimate() float64 {
 // Predict records the routing decision's predicted time to first token,
 // in seconds, at the moment the request is handed to its engine, so that
 // whoever sees the first token can compare ([Reservation.Predicted]).
-// No-op for nil or a prediction that is not positive.
-func (r *Reservation) Predict(ttft float64) {
+// slotWait is the part of it the request is expected to wait for a batch
+// slot (0 when it has one). The engine's prefills are due without it
+// (Load.OwnDue): routing predicts a new request's wait for a slot apart,
+// counting every request queued for one, and a queue's wait counted in
+// the due time as well would grow from each request to the next. No-op
+// for nil or a prediction that is not positive.
+func (r *Reservation) Predict(ttft, slotWait float64) {
 	if r == nil || !(ttft > 0) {
 		return
 	}
+	prefill := ttft - max(slotWait, 0) // NaN: no due time
 	now := r.Engine().reg.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -193,11 +199,11 @@ func (r *Reservation) Predict(ttft float64) {
 	e := r.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r.working && !r.decoding && !r.done {
+	if r.working && !r.decoding && !r.done && prefill > 0 {
 		// The engine is busy with this gateway's prefills until the last
 		// of them is predicted to be done.
 		// (An hour bounds a wild prediction: time.Duration overflows.)
-		if due := now.Add(time.Duration(min(ttft, 3600) * float64(time.Second))); due.After(e.ownDue) {
+		if due := now.Add(time.Duration(min(prefill, 3600) * float64(time.Second))); due.After(e.ownDue) {
 			e.ownDue = due
 		}
 	}

@@ -99,8 +99,9 @@ func TestPrefillDue(t *testing.T) {
 }
 
 // TestOwnDue: an engine is busy with this gateway's prefills until the
-// latest predicted first token among them; overdue, the due time is
-// unknown (0), and the record ends with the last pending prefill.
+// latest predicted first token among them, less any wait for a batch
+// slot; overdue, the due time is unknown (0), and the record ends with
+// the last pending prefill.
 func TestOwnDue(t *testing.T) {
 	clk := testclock.New(time.Unix(1_700_000_000, 0))
 	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
@@ -109,7 +110,7 @@ func TestOwnDue(t *testing.T) {
 	first, second := e.Reserve(), e.Reserve()
 	first.Sent()
 	second.Sent()
-	first.Predict(0.5) // no work recorded: nothing pending to be due
+	first.Predict(0.5, 0) // no work recorded: nothing pending to be due
 	if d := e.Load().OwnDue; d != 0 {
 		t.Fatalf("due without work: %v, want 0", d)
 	}
@@ -117,10 +118,10 @@ func TestOwnDue(t *testing.T) {
 	if d := e.Load().OwnDue; d != 0 {
 		t.Fatalf("due without a prediction: %v, want 0", d)
 	}
-	first.Predict(0.3)
+	first.Predict(0.3, 0)
 	clk.Advance(100 * time.Millisecond)
 	second.Work(1000)
-	second.Predict(0.15) // due 0.1 + 0.15 = 0.25 s, before the first's 0.3
+	second.Predict(0.15, 0) // due 0.1 + 0.15 = 0.25 s, before the first's 0.3
 	if d := e.Load().OwnDue; d != 200*time.Millisecond {
 		t.Fatalf("due %v, want 200ms (the later prediction)", d)
 	}
@@ -136,11 +137,18 @@ func TestOwnDue(t *testing.T) {
 	third := e.Reserve()
 	third.Sent()
 	third.Work(100)
-	third.Predict(0.05)
+	third.Predict(0.05, 0)
 	if d := e.Load().OwnDue; d != 50*time.Millisecond {
 		t.Fatalf("a new busy spell: %v, want 50ms (the old record gone)", d)
 	}
-	third.Predict(math.Inf(1))
+	third.Predict(2.05, 2) // two seconds of it waiting for a batch slot
+	if d := e.Load().OwnDue; d != 50*time.Millisecond {
+		t.Fatalf("due %v with a slot wait, want 50ms: the wait is no prefill of the engine's", d)
+	}
+	if p, _, _ := third.Predicted(); p != 2.05 {
+		t.Fatalf("predicted %v, want the whole 2.05 s", p)
+	}
+	third.Predict(math.Inf(1), 0)
 	if d := e.Load().OwnDue; d != time.Hour {
 		t.Fatalf("an infinite prediction: due %v, want the 1h bound", d)
 	}
