@@ -293,15 +293,18 @@ func (p *Placement) longPrefill(l dialLoad, lim Limits) time.Duration {
 }
 
 // slotWait is how long, in seconds, a request placed on engine l waits
-// for a batch slot. Admission may place it beyond the engine's max_inflight, in its
-// engine queue or at a holder worth waiting for; there it waits for as
-// many requests to end as are ahead of it beyond the batch, itself
-// included, at the engine's drain rate. The prediction pick takes from
-// routing.Pick leaves this wait out, since pick tells Pick of no batch
-// limit (admission decided who has room): without it, the requests that
-// wait longest were predicted as if they had a slot. 0 within the batch,
-// or when the limit or the drain rate is unknown; at most an hour, so
-// that a rate decayed near zero makes no wild prediction.
+// for a batch slot. Admission may place it beyond the engine's
+// max_inflight, in its engine queue or at a holder worth waiting for;
+// there it waits for as many requests to end as are ahead of it beyond
+// the batch, itself included, at the engine's drain rate. The prediction
+// pick takes from routing.Pick leaves this wait out, since pick tells
+// Pick of no batch limit (admission decided who has room): without it,
+// the requests that wait longest were predicted as if they had a slot.
+// It counts from the batch, not from admission's capacity as
+// queuedBeyond does for worthWaiting: a place in the engine queue is no
+// slot, and an engine full by its KV cache still has its batch. 0 within
+// the batch, or when the limit or the drain rate is unknown; at most an
+// hour, so that a rate decayed near zero makes no wild prediction.
 func slotWait(l upstreams.Load, lim Limits) float64 {
 	limit := batchLimit(l, lim)
 	over := inUse(l, lim) + 1 - float64(limit)
