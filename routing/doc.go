@@ -47,10 +47,14 @@
 // a long prompt and a short one alike. Its due time is its dispatch plus
 // its predicted TTFT (upstreams.Reservation.Predict) less any wait for a
 // batch slot admission placed it to wait for (the slot term counts that
-// queue for the next request), and the engine's
-// the latest of its pending requests': the engine has been working on
-// them since they were sent, so a prefill about to end is a shorter wait
-// than the same prompt just sent, which the tokens cannot tell apart.
+// queue for the next request), and the engine's is the latest of its
+// pending requests': the engine has been working on them since they were
+// sent, so a prefill about to end is a shorter wait than the same prompt
+// just sent, which the tokens cannot tell apart. A first token that comes
+// early or late moves the due time of the requests still pending by as
+// much, since each was predicted behind those before it; without that, an
+// engine with one request or another always pending looked busier with
+// each one, as every new due time was set after the last.
 // On the quality bench's prefix-low (real Caddy, 8 engines, 2,304-token
 // prompts sharing 256 tokens, at the no-hit capacity) about every fifth
 // request finds every engine prefilling; counting tokens it took any of

@@ -74,6 +74,9 @@ type Engine struct {
 	// ownDue is the latest predicted first token of the pending ones
 	// ([Reservation.Predict]); zero when none was predicted.
 	ownDue time.Time
+	// dueShift is how far first tokens have moved the pending prefills'
+	// due times since Predict recorded them (see reanchorDueLocked).
+	dueShift time.Duration
 	// prefillDue holds, per reservation whose first token the gateway
 	// will not see, when its prefill counts as done (PrefillDue).
 	prefillDue map[*Reservation]time.Time
@@ -384,6 +387,13 @@ type Reservation struct {
 	// in seconds (0 = none), recorded at predictedAt (see Predict).
 	predicted   float64
 	predictedAt time.Time
+	// due is when Predict expected the request's prefill to end, for one
+	// predicted with a batch slot (zero otherwise), and shift the
+	// engine's dueShift then: its first token re-anchors the engine's due
+	// time (see reanchorDueLocked). Guarded by its engine's mutex, as the
+	// work fields are.
+	due   time.Time
+	shift time.Duration
 }
 
 // Reserve records a request dispatched to the engine: Inflight++, and
@@ -544,6 +554,6 @@ func (r *Reservation) Done() {
 	}
 	r.done = true
 	r.e.unoccupy(r)
-	r.e.dropWork(r)
+	r.e.finishWork(r)
 	r.e.release(r.epoch, r.sent, true)
 }

@@ -31,7 +31,7 @@ func (r *Reservation) Work(uncached int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropWorkLocked(r)
-	r.work, r.working, r.decoding = float64(uncached), true, false
+	r.work, r.working, r.decoding, r.due = float64(uncached), true, false, time.Time{}
 	e.ownPrefill += r.work
 	e.ownPending++
 }
@@ -61,11 +61,55 @@ func (r *Reservation) PrefillDue(d time.Duration) {
 	e.prefillDue[r] = due
 }
 
-// prefilledWork moves r's work from prefill to decode. r.mu held.
+// prefilledWork moves r's work from prefill to decode at its first token,
+// and re-anchors the due time of the prefills still pending. r.mu held.
 func (e *Engine) prefilledWork(r *Reservation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	pending := r.working && !r.decoding
 	e.prefilledLocked(r)
+	if pending {
+		e.reanchorDueLocked(r, e.reg.now(), false)
+	}
+}
+
+// finishWork forgets r's work when the request ends. A prefill still
+// pending then (a response not streamed, or one that failed) has ended by
+// now, so an end before its due re-anchors the due time as a first token
+// would; an end after it says nothing of when the first token came.
+// r.mu held.
+func (e *Engine) finishWork(r *Reservation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pending := r.working && !r.decoding
+	e.dropWorkLocked(r)
+	if pending {
+		e.reanchorDueLocked(r, e.reg.now(), true)
+	}
+}
+
+// reanchorDueLocked moves the due times of the prefills still pending by
+// how early or late r's first token came against r's own due, itself
+// moved by the first tokens since its prediction: the requests sent while
+// r was pending were predicted behind it, so its error is theirs. Without
+// it, while one request or another is always pending the due time only
+// ratchets: each new request is predicted to end after the last one's
+// due, a due met early is never taken back, and an engine serving a
+// steady stream of short hits looks busier with every request (at two
+// concurrent clients, 15 ms more per request until a cold engine won).
+// A request predicted to wait for a slot moves nothing: its due left that
+// wait out. With byNow, the first token came at now or before: only an
+// early one moves the due time. e.mu held.
+func (e *Engine) reanchorDueLocked(r *Reservation, now time.Time, byNow bool) {
+	if r.due.IsZero() || e.ownPending <= 0 || e.ownDue.IsZero() {
+		return
+	}
+	late := now.Sub(r.due.Add(e.dueShift - r.shift))
+	if byNow && late > 0 {
+		return
+	}
+	e.ownDue = e.ownDue.Add(late)
+	e.dueShift += late
 }
 
 // prefilledLocked moves r's work from prefill to decode. e.mu held, and
@@ -121,7 +165,7 @@ func (e *Engine) settleWorkLocked() {
 	if e.ownPending <= 0 || e.ownPrefill < 0 {
 		e.ownPrefill = max(e.ownPrefill, 0)
 		if e.ownPending <= 0 {
-			e.ownPrefill, e.ownDue = 0, time.Time{}
+			e.ownPrefill, e.ownDue, e.dueShift = 0, time.Time{}, 0
 		}
 	}
 }
@@ -203,8 +247,13 @@ func (r *Reservation) Predict(ttft, slotWait float64) {
 		// The engine is busy with this gateway's prefills until the last
 		// of them is predicted to be done.
 		// (An hour bounds a wild prediction: time.Duration overflows.)
-		if due := now.Add(time.Duration(min(prefill, 3600) * float64(time.Second))); due.After(e.ownDue) {
+		due := now.Add(time.Duration(min(prefill, 3600) * float64(time.Second)))
+		if due.After(e.ownDue) {
 			e.ownDue = due
+		}
+		r.due, r.shift = due, e.dueShift
+		if slotWait > 0 {
+			r.due = time.Time{}
 		}
 	}
 }

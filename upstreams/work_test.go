@@ -153,3 +153,73 @@ func TestOwnDue(t *testing.T) {
 		t.Fatalf("an infinite prediction: due %v, want the 1h bound", d)
 	}
 }
+
+// TestOwnDueReanchored: a pending prefill's first token moves the due time
+// of those sent behind it by how early or late it came, so that a steady
+// stream of requests, one always pending, keeps the due time where the
+// engine is instead of ratcheting it on; a request predicted to wait for
+// a slot moves nothing.
+func TestOwnDueReanchored(t *testing.T) {
+	clk := testclock.New(time.Unix(1_700_000_000, 0))
+	r := NewRegistry(Options{ManualScrape: true, Now: clk.Now})
+	t.Cleanup(r.Close)
+	e := r.Ensure("a:1")
+	send := func(ttft, slotWait float64) *Reservation {
+		res := e.Reserve()
+		res.Sent()
+		res.Work(100)
+		res.Predict(ttft, slotWait)
+		return res
+	}
+	due := func(want time.Duration, what string) {
+		t.Helper()
+		if d := e.Load().OwnDue; d != want {
+			t.Fatalf("%s: due %v, want %v", what, d, want)
+		}
+	}
+	a := send(0.1, 0)
+	b := send(0.2, 0) // behind a: due 0.1 s after a's
+	clk.Advance(20 * time.Millisecond)
+	a.Prefilled() // 80 ms early: b is too
+	due(100*time.Millisecond, "a early")
+	c := send(0.125, 0) // behind b (now due in 0.1 s), 0.025 s after it
+	clk.Advance(150 * time.Millisecond)
+	b.Prefilled() // 50 ms late: c is too, due 25 ms from now
+	due(25*time.Millisecond, "b late")
+
+	// A steady stream, one request always pending: each is predicted
+	// behind the last and its first token comes as soon as the one ahead
+	// of it is done. The due time stays one prefill ahead.
+	prev := c
+	for i := range 50 {
+		next := send(e.Load().OwnDue.Seconds()+0.025, 0)
+		clk.Advance(10 * time.Millisecond)
+		prev.Prefilled()
+		if d := e.Load().OwnDue; d > 40*time.Millisecond {
+			t.Fatalf("request %d: due %v, ratcheting on", i, d)
+		}
+		prev = next
+	}
+	prev.Prefilled()
+	due(0, "none pending")
+
+	// Responses not streamed show no first token, but one that ends
+	// before its due bounds it; one that ends after says nothing.
+	p := send(0.3, 0)
+	q := send(0.4, 0)
+	s := send(0.6, 0)
+	clk.Advance(100 * time.Millisecond)
+	p.Done() // 200 ms early at least: s is due at 0.4 s
+	due(300*time.Millisecond, "p ended early")
+	clk.Advance(250 * time.Millisecond)
+	q.Done() // 150 ms after its due, now 0.2 s
+	due(50*time.Millisecond, "q ended late: s not moved")
+	s.Done()
+
+	w := send(0.5, 0.4) // waits for a slot: its due leaves the wait out
+	x := send(0.2, 0)
+	clk.Advance(300 * time.Millisecond)
+	w.Prefilled()
+	due(0, "x overdue, not moved by w")
+	x.Done()
+}
