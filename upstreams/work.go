@@ -63,28 +63,29 @@ func (r *Reservation) PrefillDue(d time.Duration) {
 
 // prefilledWork moves r's work from prefill to decode at its first token,
 // and re-anchors the due time of the prefills still pending. r.mu held.
-func (e *Engine) prefilledWork(r *Reservation) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	pending := r.working && !r.decoding
-	e.prefilledLocked(r)
-	if pending {
-		e.reanchorDueLocked(r, e.reg.now(), false)
-	}
-}
+func (e *Engine) prefilledWork(r *Reservation) { e.endPrefill(r, false) }
 
 // finishWork forgets r's work when the request ends. A prefill still
 // pending then (a response not streamed, or one that failed) has ended by
 // now, so an end before its due re-anchors the due time as a first token
 // would; an end after it says nothing of when the first token came.
 // r.mu held.
-func (e *Engine) finishWork(r *Reservation) {
+func (e *Engine) finishWork(r *Reservation) { e.endPrefill(r, true) }
+
+// endPrefill ends r's prefill, at its first token or (finished) with the
+// request, and re-anchors the due time of those still pending if r's was.
+// r.mu held.
+func (e *Engine) endPrefill(r *Reservation, finished bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pending := r.working && !r.decoding
-	e.dropWorkLocked(r)
+	if finished {
+		e.dropWorkLocked(r)
+	} else {
+		e.prefilledLocked(r)
+	}
 	if pending {
-		e.reanchorDueLocked(r, e.reg.now(), true)
+		e.reanchorDueLocked(r, e.reg.now(), finished)
 	}
 }
 
