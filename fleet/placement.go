@@ -464,7 +464,7 @@ func queuedBeyond(l upstreams.Load, lim Limits) int {
 	if free := engineFree(l, lim); free < 0 {
 		return -free
 	}
-	if l.MaxInflight == 0 && lim.MaxInflight == 0 {
+	if batchLimit(l, lim) == 0 {
 		// No limit: full while anything waits, and everything waiting
 		// (and dispatched since the scrape) is queued.
 		_, waiting := l.Estimated()

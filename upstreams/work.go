@@ -252,9 +252,9 @@ func (r *Reservation) Predict(ttft, slotWait float64) {
 		if due.After(e.ownDue) {
 			e.ownDue = due
 		}
-		r.due, r.shift = due, e.dueShift
-		if slotWait > 0 {
-			r.due = time.Time{}
+		r.due, r.shift = time.Time{}, e.dueShift
+		if !(slotWait > 0) { // a slot wait leaves the due time to others
+			r.due = due
 		}
 	}
 }
