@@ -67,6 +67,10 @@ type Placement struct {
 	Engine          string
 	Reason          string
 	Wait, WaitBound time.Duration
+	// Evicts is how many cached tokens a cold copy of the prefix would
+	// evict on the cold alternative when the holder was weighed: they
+	// count in WaitBound as much as the prefix does.
+	Evicts int
 	// Occupies is how long the request holds Engine as a long prefill
 	// (its uncached tokens over the prefill rate; 0 when it is not long).
 	Occupies time.Duration
@@ -203,10 +207,12 @@ func (p *Placement) Pick(dials []string) (*Pick, bool) {
 // the engine's drain rate (at least the time since its last completion),
 // against the prefix's tokens over the prefill rate, counted for every
 // sequence a cold prefill would stall (the batch of the roomiest other
-// engine, plus one; the holder's own when the fleet is full). Such a request is reserved over the holder's
-// capacity and queues in the engine (ReasonHitWait): the bound follows
-// the engine's own figures — the slower it drains, the fewer wait; the
-// longer the prefix and the fuller the alternative, the more.
+// engine, plus one; the holder's own when the fleet is full), and doubled
+// at most when that engine's cache is full by its events: the copy evicts
+// as many cached tokens there (see coldCopy). Such a request is reserved
+// over the holder's capacity and queues in the engine (ReasonHitWait): the
+// bound follows the engine's own figures — the slower it drains, the fewer
+// wait; the longer the prefix and the fuller the alternative, the more.
 //
 // Among the engines that may take it, routing.Pick chooses on the prompt's
 // prefix and the loads of now, as the policy would, and the reservation
@@ -223,7 +229,7 @@ func (p *Placement) Pick(dials []string) (*Pick, bool) {
 // false that no engine may take it now.
 func (p *Placement) Reserve(dials []string, lim Limits, pass admission.Pass) (res *upstreams.Reservation, failOpen, ok bool) {
 	f := p.f
-	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Occupies = "", "", 0, 0, 0
+	p.Engine, p.Reason, p.Wait, p.WaitBound, p.Evicts, p.Occupies = "", "", 0, 0, 0, 0
 	// Capacity counts only on engines that may serve the model, learned
 	// anew at each try: a parked request sees an engine's models change.
 	dials, notFound := f.Serving(p.request.Model, dials)
@@ -388,14 +394,15 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case p.adapterHome(loads, i, alt, lim):
 			l.ok = true
 		case p.holds(l.held) && !l.probe: // a probe is one request, never a queue
-			b := batch(l.l)
+			cold := coldCopy{prefix: l.held, batch: batch(l.l)}
 			if alt >= 0 {
-				b = batch(loads[alt].l)
+				cold.batch = batch(loads[alt].l)
+				cold.evicted = p.evictedOn(loads[alt], l.held)
 			}
 			var wait, bound time.Duration
-			l.ok, wait, bound = worthWaiting(l.l, lim, l.held, b)
+			l.ok, wait, bound = worthWaiting(l.l, lim, cold)
 			if l.e.Dial() == p.Holder {
-				p.Wait, p.WaitBound = wait, bound
+				p.Wait, p.WaitBound, p.Evicts = wait, bound, cold.evicted
 			}
 		}
 		any = any || l.ok
@@ -436,14 +443,16 @@ func (p *Placement) adapterHome(loads []dialLoad, i, alt int, lim Limits) bool {
 }
 
 // worthWaiting weighs a wait at a full holder (load l, cached tokens of
-// the prompt) against a cold prefill stalling a batch of b: ok when the
-// expected wait — the queue ahead over the drain rate, and at least the
-// time since the holder's last completion — is below the bound.
-func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, bound time.Duration) {
-	if lim.PrefillRate < 0 || l.KVUsage >= lim.KV || cached <= 0 {
+// the prompt) against a cold copy of the prefix: ok when the expected
+// wait — the queue ahead over the drain rate, and at least the time since
+// the holder's last completion — is below the bound, the copy's prefill
+// and what it evicts, for every sequence of the cold batch it stalls and
+// the request itself.
+func worthWaiting(l upstreams.Load, lim Limits, cold coldCopy) (ok bool, wait, bound time.Duration) {
+	if lim.PrefillRate < 0 || l.KVUsage >= lim.KV || cold.prefix <= 0 {
 		return false, 0, 0
 	}
-	bs := float64(b+1) * float64(cached) / prefillRate(l, lim)
+	bs := float64(cold.batch+1) * float64(cold.prefix+cold.evicted) / prefillRate(l, lim)
 	bound = time.Duration(bs * float64(time.Second))
 	if !(l.DrainRate > 0) {
 		return false, 0, bound // no completion seen yet: the wait is unknown
@@ -456,6 +465,43 @@ func worthWaiting(l upstreams.Load, lim Limits, cached, b int) (ok bool, wait, b
 	// Nor can it serve the hit before a long prefill it is running ends.
 	ws = max(ws, l.Occupied.Seconds())
 	return ws < bs, time.Duration(ws * float64(time.Second)), bound
+}
+
+// coldCopy is what sending a request away from its prefix's full holder
+// costs: the cold engine prefills the prefix again, stalling every
+// sequence of its batch meanwhile, and when its cache is full the copy
+// evicts as many cached tokens, which a later request there may have to
+// prefill again.
+type coldCopy struct {
+	prefix  int // tokens of the prompt the holder has
+	batch   int // sequences the cold engine runs or is about to
+	evicted int // cached tokens the copy evicts on the cold engine, at most prefix
+}
+
+// evictedOn is how many cached tokens a cold copy of the prompt on l
+// evicts, counting at most the prefix's: the blocks it stores beyond the
+// room the engine's cache has left, by the engine's own events. 0 without
+// live events or a known cache size (num_gpu_blocks): the mirror's own
+// bound is no engine's.
+func (p *Placement) evictedOn(l dialLoad, prefix int) int {
+	m := p.f.index.Mirror(l.e.Dial())
+	if m == nil || l.l.NumGPUBlocks <= 0 {
+		return 0
+	}
+	if connected, trusted := m.State(); !connected || !trusted {
+		return 0
+	}
+	bs := m.BlockSize()
+	if bs <= 0 {
+		return 0
+	}
+	blocks, capacity := m.Fill()
+	stored := (p.req.PromptTokens - l.cached) / bs
+	over := blocks + stored - min(capacity, l.l.NumGPUBlocks)
+	if over <= 0 {
+		return 0
+	}
+	return min(over*bs, prefix)
 }
 
 // queuedBeyond is how many requests an engine with no room holds beyond

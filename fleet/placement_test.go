@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgw/caddy-llmgw/admission"
 	"github.com/llmgw/caddy-llmgw/internal/testutil/testclock"
+	"github.com/llmgw/caddy-llmgw/kvindex"
 	"github.com/llmgw/caddy-llmgw/upstreams"
 )
 
@@ -467,4 +468,66 @@ func TestEngineQueueKeepsAffinity(t *testing.T) {
 		t.Fatalf("a cold request: ok=%v engine %v, want the cold engine's queue", ok, res.Engine())
 	}
 	res.Done()
+}
+
+// TestWaitCountsEviction: a cold copy of a prefix into a full cache evicts
+// as many cached tokens, which a later request may prefill again, so the
+// wait a full holder is worth grows by them (at most the prefix again).
+// The holder frees a slot in 1/6 s; the cold engine, idle, would prefill
+// the 1,024-token prefix in 0.1 s (the default 10,000 tokens/s): with
+// room in its cache the request goes there; with its cache full by its
+// events (and its num_gpu_blocks known) the 0.2 s bound makes the wait
+// worth it.
+func TestWaitCountsEviction(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	for _, d := range dials {
+		if _, err := f.index.AddEngine(d, kvindex.MirrorConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		f.index.Mirror(d).SetCapacity(200)
+	}
+	prompt := tokens(3, 1024, 1) // 1,024 shared and 64 of its own
+	feedEvents(t, f, hot, groupStored(prompt[:1024], 0, ""))
+	drain(f, hot, 60) // 6/s on the standing clock
+	scrape(f, hot, upstreams.Gauges{Running: 4})
+	s := DefaultSettings()
+	s.Tokenize = false
+	for _, tc := range []struct {
+		name       string
+		coldBlocks int // blocks cold's cache holds, of 200
+		sizeKnown  bool
+		want       string
+		reason     string
+		evicts     int
+	}{
+		{"room in the cold cache", 100, true, cold, ReasonMoved, 0},
+		// 68 blocks stored where none are free: 1,088 tokens evicted,
+		// counted up to the 1,024 of the prefix.
+		{"the cold cache full", 200, true, hot, ReasonHitWait, 1024},
+		// 150 + 68 - 200: 18 blocks evicted, 288 tokens: 0.13 s.
+		{"the cold cache nearly full", 150, true, cold, ReasonMoved, 288},
+		// The mirror at its bound says nothing of an engine whose
+		// num_gpu_blocks its gauges do not show.
+		{"the cache's size unknown", 200, false, cold, ReasonMoved, 0},
+	} {
+		g := upstreams.Gauges{}
+		if tc.sizeKnown {
+			g.BlockSize, g.NumGPUBlocks = 16, 200
+		}
+		scrape(f, cold, g)
+		f.index.Mirror(cold).Reset("test") // (the earlier case's blocks)
+		feedEvents(t, f, cold, groupStored(tokens(9, 16*tc.coldBlocks, 0)[:16*tc.coldBlocks], 0, ""))
+		p := f.Place(context.Background(), Query{Request: chatRequest(t, nil, "unused"), Dials: dials, Settings: s, Tokens: prompt})
+		if p == nil || p.Holder != hot {
+			t.Fatalf("%s: placement %+v, want the holder %s", tc.name, p, hot)
+		}
+		res, _, ok := p.Reserve(dials, Limits{KV: 0.9}, admission.PassAny)
+		if !ok || res.Engine().Dial() != tc.want || p.Reason != tc.reason || p.Evicts != tc.evicts {
+			t.Fatalf("%s: ok=%v engine %v reason %q (wait %v, bound %v, %d evicted), want %s/%s, %d evicted",
+				tc.name, ok, res.Engine().Dial(), p.Reason, p.Wait, p.WaitBound, p.Evicts, tc.want, tc.reason, tc.evicts)
+		}
+		res.Done()
+	}
 }

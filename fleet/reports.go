@@ -460,6 +460,10 @@ type PlacementReport struct {
 	ExpectedWait float64      `json:"expected_wait_seconds"`
 	WaitBound    float64      `json:"wait_bound_seconds"`
 	WouldWait    bool         `json:"would_wait"`
+	// ColdEvictedTokens is how many cached tokens a cold copy of the
+	// prefix would evict on the roomiest other engine, its cache full by
+	// its events; the bound counts them as it counts the prefix.
+	ColdEvictedTokens int `json:"cold_evicted_tokens"`
 	// LongPrefill is how long the request would occupy its engine as a
 	// long prefill at the holder (any engine without one); 0 when its
 	// uncached prompt is under the long_prefill threshold.
@@ -477,7 +481,7 @@ func (f *Fleet) explainPlacement(ctx context.Context, req *openai.Request, dials
 	loads := f.loads(dials, lim)
 	p.weigh(loads, lim)
 	out := &PlacementReport{Holder: p.Holder, CachedTokens: p.Cached, Tier: p.Tier,
-		ExpectedWait: p.Wait.Seconds(), WaitBound: p.WaitBound.Seconds()}
+		ExpectedWait: p.Wait.Seconds(), WaitBound: p.WaitBound.Seconds(), ColdEvictedTokens: p.Evicts}
 	at := dialLoad{cached: p.Cached}
 	for _, l := range loads {
 		if l.e.Dial() == p.Holder {

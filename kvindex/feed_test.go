@@ -475,6 +475,9 @@ func TestMirrorCapacityEviction(t *testing.T) {
 	if st := m.Stats(); st.Capacity != 6 {
 		t.Fatalf("capacity %d, want 6", st.Capacity)
 	}
+	if blocks, capacity := m.Fill(); blocks != 3 || capacity != 6 {
+		t.Fatalf("Fill() = %d, %d; want 3 blocks of 6", blocks, capacity)
+	}
 }
 
 func TestVerifySeedAndBlockSize(t *testing.T) {

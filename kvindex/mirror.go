@@ -318,6 +318,15 @@ func (m *Mirror) BlockSize() int {
 	return m.blockSizeLocked()
 }
 
+// Fill reports how many blocks the mirror holds and the most it may hold
+// (the engine's num_gpu_blocks once known, else the index's bound): a
+// full engine evicts a cached block for every new one it stores.
+func (m *Mirror) Fill() (blocks, capacity int) {
+	m.ix.mu.RLock()
+	defer m.ix.mu.RUnlock()
+	return m.blocks, m.capacityLocked()
+}
+
 func (m *Mirror) blockSizeLocked() int {
 	if bs := m.groupBlockSize(0); bs != 0 {
 		return bs
