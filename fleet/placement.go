@@ -385,6 +385,7 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		}
 	}
 	any := false
+	evicted := -1 // what a cold copy evicts on alt: read once, at the first full holder
 	for i := range loads {
 		l := &loads[i]
 		switch {
@@ -396,8 +397,10 @@ func (p *Placement) weigh(loads []dialLoad, lim Limits) bool {
 		case p.holds(l.held) && !l.probe: // a probe is one request, never a queue
 			cold := coldCopy{prefix: l.held, batch: batch(l.l)}
 			if alt >= 0 {
-				cold.batch = batch(loads[alt].l)
-				cold.evicted = p.evictedOn(loads[alt], l.held)
+				if evicted < 0 {
+					evicted = p.evictedOn(loads[alt])
+				}
+				cold.batch, cold.evicted = batch(loads[alt].l), min(evicted, l.held)
 			}
 			var wait, bound time.Duration
 			l.ok, wait, bound = worthWaiting(l.l, lim, cold)
@@ -479,11 +482,11 @@ type coldCopy struct {
 }
 
 // evictedOn is how many cached tokens a cold copy of the prompt on l
-// evicts, counting at most the prefix's: the blocks it stores beyond the
-// room the engine's cache has left, by the engine's own events. 0 without
-// live events or a known cache size (num_gpu_blocks): the mirror's own
-// bound is no engine's.
-func (p *Placement) evictedOn(l dialLoad, prefix int) int {
+// evicts: the blocks it stores beyond the room the engine's cache has
+// left, by the engine's own events (coldCopy counts at most the prefix's).
+// 0 without live events or a known cache size (num_gpu_blocks): the
+// mirror's own bound is no engine's.
+func (p *Placement) evictedOn(l dialLoad) int {
 	m := p.f.index.Mirror(l.e.Dial())
 	if m == nil || l.l.NumGPUBlocks <= 0 {
 		return 0
@@ -498,10 +501,7 @@ func (p *Placement) evictedOn(l dialLoad, prefix int) int {
 	blocks, capacity := m.Fill()
 	stored := (p.req.PromptTokens - l.cached) / bs
 	over := blocks + stored - min(capacity, l.l.NumGPUBlocks)
-	if over <= 0 {
-		return 0
-	}
-	return min(over*bs, prefix)
+	return max(over, 0) * bs
 }
 
 // queuedBeyond is how many requests an engine with no room holds beyond
