@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
+	"github.com/llmgw/caddy-llmgw/routing"
 )
 
 // TestCommittedTrace reads the trace committed in bench/traces and checks
@@ -96,5 +98,45 @@ func TestTraceFlags(t *testing.T) {
 		if err != nil || strings.Join(only, ",") != c.only || o.Trace != "f.jsonl" {
 			t.Errorf("%v: only %v trace %q err %v, want %s", c.args, only, o.Trace, err, c.only)
 		}
+	}
+}
+
+// TestScaledGateway: the scaled replay's gateway counts tokens at the
+// prompts' scale — long_prefill for every policy, lb_policy llm's token
+// weights and reference rate for llm — and every weight still converts
+// to the seconds it does at full size.
+func TestScaledGateway(t *testing.T) {
+	base := GatewayConfig{Policy: "llm", PolicyBody: "debug_headers", AdmissionBody: "engine_queue 1"}
+	if got := scaledGateway(base, 1); got.PolicyBody != base.PolicyBody || got.AdmissionBody != base.AdmissionBody {
+		t.Errorf("scale 1 changed the config: %+v", got)
+	}
+	g := scaledGateway(base, 16)
+	if !strings.Contains(g.AdmissionBody, "engine_queue 1\nlong_prefill 1024") {
+		t.Errorf("admission body %q lacks long_prefill 1024 after its own lines", g.AdmissionBody)
+	}
+	got := map[string]float64{}
+	for _, l := range strings.Split(g.PolicyBody, "\n")[1:] {
+		var name string
+		var v float64
+		if _, err := fmt.Sscanf(l, "%s %g", &name, &v); err != nil {
+			t.Fatalf("policy line %q: %v", l, err)
+		}
+		got[name] = v
+	}
+	cfg := routing.Config{PrefillRate: got["prefill_rate"], QueueWeight: got["queue_weight"], RunningWeight: got["running_weight"],
+		KVWeight: got["kv_weight"], TieTokens: got["tie_tokens"], AdapterWeight: got["adapter_weight"]}
+	if len(got) != 6 || cfg.PrefillRate != routing.DefaultPrefillRate/16 {
+		t.Fatalf("policy settings %v; want six, prefill_rate %g", got, routing.DefaultPrefillRate/16)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("scaled settings invalid: %v", err)
+	}
+	if a, b := cfg.RunningWeight/cfg.PrefillRate, routing.DefaultRunningWeight/routing.DefaultPrefillRate; math.Abs(a-b) > 1e-12 {
+		t.Errorf("a running sequence costs %g s scaled, %g s at full size", a, b)
+	}
+	lc := scaledGateway(GatewayConfig{Policy: "least_conn", AdmissionBody: "engine_queue 1"}, 16)
+	if lc.PolicyBody != "" || !strings.Contains(lc.AdmissionBody, "long_prefill 1024") {
+		t.Errorf("least_conn: policy body %q, admission %q", lc.PolicyBody, lc.AdmissionBody)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	gwfleet "github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 	"github.com/llmgw/caddy-llmgw/internal/sim/simwords"
+	"github.com/llmgw/caddy-llmgw/routing"
 )
 
 // The real-Caddy replay of a trace: a Caddy process built from this
@@ -27,7 +29,9 @@ import (
 // same share of the trace. Outputs keep their full length (streamed in
 // chunks of the model's TokenScale tokens, as section 2 does), so decoding
 // takes as long as at full scale. An engine block of 16 words then stands
-// for 16 × Scale trace tokens.
+// for 16 × Scale trace tokens. The gateway's settings counted in tokens
+// shrink by the same factor (scaledGateway), so that it decides as it
+// would at full scale.
 
 // TraceCaddyPlan is the real-Caddy replay.
 type TraceCaddyPlan struct {
@@ -113,6 +117,38 @@ func (res *TraceResult) runCaddy(ctx context.Context, env *Env, reqs []fleetsim.
 	return nil
 }
 
+// scaledGateway is g with the gateway's settings that count tokens at
+// their defaults divided by scale, as the prompts are: llm_admission's
+// long_prefill, and lb_policy llm's token weights with the reference
+// prefill rate that turns them into seconds. At full size a prompt over
+// long_prefill (16,384 tokens) occupies its engine for its prefill; left
+// unscaled, no scaled prompt (at most a few thousand words) would reach
+// it, and a few long prompts queued on one engine made every request sent
+// there wait for all of them (lb_policy llm's TTFT p99 69 to 105 s in
+// three runs at 1.5×, least_conn's 43 and 44 s). The weights and the rate shrink together, so
+// every cost in seconds stays what it is at full size.
+func scaledGateway(g GatewayConfig, scale int) GatewayConfig {
+	if scale <= 1 {
+		return g
+	}
+	f := float64(scale)
+	g.AdmissionBody += fmt.Sprintf("\nlong_prefill %d", max(1, gwfleet.DefaultLongPrefill/scale))
+	if g.Policy != "llm" {
+		return g
+	}
+	for _, kv := range []struct {
+		name string
+		v    float64
+	}{
+		{"prefill_rate", routing.DefaultPrefillRate}, {"queue_weight", routing.DefaultQueueWeight},
+		{"running_weight", routing.DefaultRunningWeight}, {"kv_weight", routing.DefaultKVWeight},
+		{"tie_tokens", routing.DefaultTieTokens}, {"adapter_weight", routing.DefaultAdapterWeight},
+	} {
+		g.PolicyBody += fmt.Sprintf("\n%s %g", kv.name, kv.v/f)
+	}
+	return g
+}
+
 // replayRun is one real-Caddy replay: the scaled engines' model and KV
 // cache, the sessions, their arrivals in simulated seconds, the policy.
 type replayRun struct {
@@ -135,7 +171,7 @@ func replayCaddy(ctx context.Context, env *Env, p TraceParams, rr replayRun) (Tr
 	defer fleet.Close()
 	qp := QualityParams{MaxPark: p.MaxPark, TimeScale: c.TimeScale, PollInterval: 250 * time.Millisecond}
 	dir := filepath.Join(env.Out, "runs", fmt.Sprintf("trace-%s-%.2f", rr.pol.Name, rr.at[len(rr.at)-1]))
-	gws, err := startGateways(ctx, env.Caddy, dir, qp.gatewayConfig(fleet, rr.pol), 1, rr.pol.KV)
+	gws, err := startGateways(ctx, env.Caddy, dir, scaledGateway(qp.gatewayConfig(fleet, rr.pol), c.Scale), 1, rr.pol.KV)
 	if err != nil {
 		return run, err
 	}
