@@ -125,14 +125,15 @@ func (res *TraceResult) runCaddy(ctx context.Context, env *Env, reqs []fleetsim.
 // unscaled, no scaled prompt (at most a few thousand words) would reach
 // it, and a few long prompts queued on one engine made every request sent
 // there wait for all of them (lb_policy llm's TTFT p99 69 to 105 s in
-// three runs at 1.5×, least_conn's 43 and 44 s). The weights and the rate shrink together, so
-// every cost in seconds stays what it is at full size.
+// three runs at 1.5×, least_conn's 43 and 44 s). The weights and the rate
+// shrink together, so every cost in seconds stays what it is at full
+// size.
 func scaledGateway(g GatewayConfig, scale int) GatewayConfig {
 	if scale <= 1 {
 		return g
 	}
 	f := float64(scale)
-	g.AdmissionBody += fmt.Sprintf("\nlong_prefill %d", max(1, gwfleet.DefaultLongPrefill/scale))
+	g.AdmissionBody += fmt.Sprintf("\nlong_prefill %d", scaledLongPrefill(scale))
 	if g.Policy != "llm" {
 		return g
 	}
@@ -148,6 +149,10 @@ func scaledGateway(g GatewayConfig, scale int) GatewayConfig {
 	}
 	return g
 }
+
+// scaledLongPrefill is llm_admission's default long_prefill at the
+// prompts' scale: what scaledGateway sets and the report states.
+func scaledLongPrefill(scale int) int { return max(1, gwfleet.DefaultLongPrefill/max(1, scale)) }
 
 // replayRun is one real-Caddy replay: the scaled engines' model and KV
 // cache, the sessions, their arrivals in simulated seconds, the policy.

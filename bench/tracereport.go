@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	gwfleet "github.com/llmgw/caddy-llmgw/fleet"
 	"github.com/llmgw/caddy-llmgw/internal/sim/fleetsim"
 	"github.com/llmgw/caddy-llmgw/routing"
 )
@@ -48,7 +47,7 @@ func renderTrace(b *strings.Builder, t *TraceResult, sf SectionFile) {
 		w("**Real Caddy, scaled** (`tracecaddy.go`): the trace's first %d requests (%.0f s; ceiling %.1f%% of blocks, %.1f%% of tokens) through a Caddy process built from this checkout in front of %d `vllmsim` engines, engine clocks %.0f× wall time. Prompts are scaled down %d×: each 512-token block becomes %d words (one simulator token each), and the engines' prefill rate (%.0f tokens/s), step budget (%d tokens) and KV cache (%d blocks of %d) shrink by the same factor, so a prompt takes as long to prefill as at full size and the cache holds the same share of the trace; so do the gateway's settings counted in tokens (`long_prefill` %d; `lb_policy llm`'s `prefill_rate` %g with its token weights), so that it decides as at full size; outputs keep their length, streamed in chunks of %d tokens as in section 2. Hit rates are the engines' cached ÷ prompt tokens as reported in usage (the chat template adds a few tokens per prompt).\n\n",
 			cp.Requests, cc.Seconds, cc.BlockRate*100, cc.TokenRate*100, cp.Engines, cp.TimeScale, cp.Scale, fleetsim.TraceBlockTokens/cp.Scale,
 			sm.PrefillTokensPerSec, sm.MaxBatchedTokens, t.CaddyKVBlocks, sm.BlockSize,
-			max(1, gwfleet.DefaultLongPrefill/cp.Scale), routing.DefaultPrefillRate/float64(cp.Scale), sm.tokenScale())
+			scaledLongPrefill(cp.Scale), routing.DefaultPrefillRate/float64(cp.Scale), sm.tokenScale())
 		t.renderLadder(b, "caddy", cp.Engines, cc.TokenRate)
 	}
 }
