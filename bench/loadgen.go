@@ -107,6 +107,9 @@ type Record struct {
 	// model's predicted time to first token from dispatch, in wall
 	// seconds; 0 when absent.
 	Predicted float64 `json:"predicted_ttft,omitempty"`
+	// QueueWait is the gateway's X-LLM-Queue-Wait header: how long
+	// llm_admission parked the request, in wall seconds.
+	QueueWait float64 `json:"queue_wait,omitempty"`
 	// Direct: the request went straight to an engine, not through a
 	// gateway.
 	Direct bool `json:"direct,omitempty"`
@@ -338,11 +341,8 @@ func (t Target) do(ctx context.Context, msgs []chatMsg, key string, maxTokens in
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
-	rec.Upstream, rec.Tier = resp.Header.Get("X-LLM-Upstream"), resp.Header.Get("X-LLM-Tier")
 	rec.ServedRank = resp.Header.Get(vllmsim.ServedRankHeader)
-	if v, err := strconv.ParseFloat(resp.Header.Get("X-LLM-Predicted-TTFT"), 64); err == nil && v > 0 {
-		rec.Predicted = v
-	}
+	debugHeaders(&rec, resp.Header)
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
 		rec.Err = fmt.Sprintf("status %d", resp.StatusCode)
@@ -358,8 +358,27 @@ func (t Target) do(ctx context.Context, msgs []chatMsg, key string, maxTokens in
 	rec.E2E = time.Since(t0)
 	if err != nil {
 		rec.Err = classify(ctx, err)
+	} else if cfg.Stream {
+		// A stream opened while the request was parked carries the
+		// debug headers as trailers, read at the body's end.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxLine))
+		debugHeaders(&rec, resp.Trailer)
 	}
 	return rec, answer
+}
+
+// debugHeaders records the gateway's debug headers (lb_policy llm's
+// debug_headers) found in h, a response's headers or trailers.
+func debugHeaders(rec *Record, h http.Header) {
+	if v := h.Get("X-LLM-Upstream"); v != "" {
+		rec.Upstream, rec.Tier = v, h.Get("X-LLM-Tier")
+	}
+	if v, err := strconv.ParseFloat(h.Get("X-LLM-Predicted-TTFT"), 64); err == nil && v > 0 {
+		rec.Predicted = v
+	}
+	if v, err := strconv.ParseFloat(h.Get("X-LLM-Queue-Wait"), 64); err == nil && v > 0 {
+		rec.QueueWait = v
+	}
 }
 
 func classify(ctx context.Context, err error) string {

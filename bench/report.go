@@ -689,7 +689,7 @@ func (q *QualityResult) calibrationLine(name string) string {
 	if len(meds) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("**TTFT prediction (lb_policy llm):** median |predicted − observed| ÷ observed %.0f%% over %d runs (per-run medians %s; target ≤ 25%%). Observed from the client's send, predicted from dispatch: time parked in admission counts as error.",
+	return fmt.Sprintf("**TTFT prediction (lb_policy llm):** median |predicted − observed| ÷ observed %.0f%% over %d runs (per-run medians %s; target ≤ 25%%). Observed from the client's send less the time admission parked the request (its X-LLM-Queue-Wait), predicted from dispatch.",
 		percentiles(slices.Clone(meds)).P50*100, len(meds), pctList(meds))
 }
 

@@ -34,9 +34,10 @@ type Summary struct {
 
 // Calibration is how far the routing model's TTFT predictions were from
 // the TTFT the harness observed, relative to the observed: |predicted −
-// observed| ÷ observed per request. The observed TTFT runs from the
-// client's send, the prediction from the gateway's dispatch, so time
-// spent parked in admission or routing counts as the model's error.
+// observed| ÷ observed per request. The prediction runs from the
+// gateway's dispatch, so the observed TTFT is the client's from its send
+// less the time admission parked the request (X-LLM-Queue-Wait); the
+// gateway's own time before dispatch still counts as the model's error.
 type Calibration struct {
 	N int `json:"n"`
 	// AbsP50 and AbsP90 are percentiles of the relative absolute error.
@@ -56,7 +57,10 @@ func calibration(recs []Record) *Calibration {
 		if !r.OK() || r.Predicted <= 0 || r.TTFT <= 0 {
 			continue
 		}
-		obs := r.TTFT.Seconds()
+		obs := r.TTFT.Seconds() - r.QueueWait
+		if obs <= 0 {
+			continue // a clock step or a bad header, not a measurement
+		}
 		e := (r.Predicted - obs) / obs
 		signed = append(signed, e)
 		abs = append(abs, math.Abs(e))

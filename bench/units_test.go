@@ -552,7 +552,8 @@ func TestKeepNamed(t *testing.T) {
 }
 
 // TestCalibration: the relative error is taken per request against its
-// observed TTFT; requests without a prediction or that failed are left out.
+// observed TTFT less the time it was parked; requests without a
+// prediction or that failed are left out.
 func TestCalibration(t *testing.T) {
 	rec := func(pred float64, ttft time.Duration, status int) Record {
 		return Record{Predicted: pred, TTFT: ttft, Status: status}
@@ -565,6 +566,8 @@ func TestCalibration(t *testing.T) {
 	}{
 		{"none predicted", []Record{rec(0, time.Second, 200)}, 0, 0, 0},
 		{"exact", []Record{rec(0.5, 500*time.Millisecond, 200)}, 1, 0, 0},
+		{"parked: observed from dispatch", []Record{{Predicted: 0.5, TTFT: 2 * time.Second, QueueWait: 1.5, Status: 200}}, 1, 0, 0},
+		{"queue wait past the TTFT: left out", []Record{{Predicted: 0.5, TTFT: time.Second, QueueWait: 1, Status: 200}}, 0, 0, 0},
 		{"slower and faster", []Record{
 			rec(1, 2*time.Second, 200),          // −50%
 			rec(0.3, 200*time.Millisecond, 200), // +50%

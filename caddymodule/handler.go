@@ -33,10 +33,11 @@ func init() {
 // reverse proxy's cloned request shares the vars map, see
 // caddyhttp.GetVar).
 const (
-	varRequest     = "llm.request"     // *openai.Request
-	varReservation = "llm.reservation" // *upstreams.Reservation
-	varPool        = "llm.pool"        // string
-	varPlacement   = "llm.placement"   // *fleet.Placement: where admission counted the request
+	varRequest     = "llm.request"      // *openai.Request
+	varReservation = "llm.reservation"  // *upstreams.Reservation
+	varPool        = "llm.pool"         // string
+	varPlacement   = "llm.placement"    // *fleet.Placement: where admission counted the request
+	varQueueWait   = "llm.queue_waited" // time.Duration the request was parked (debug_headers)
 )
 
 // DefaultMaxBody is max_body's default: room for a chat with a base64
@@ -306,6 +307,7 @@ func (h *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 		failOpenTotal.Inc()
 	}
 	caddyhttp.SetVar(r.Context(), "llm.queue_wait", a.waited.String())
+	caddyhttp.SetVar(r.Context(), varQueueWait, a.waited)
 	// The metrics' model label is bounded: a name the fleet does not know
 	// (admitted fail-open on engines whose models are unknown) is "other".
 	model := h.fleet.ModelLabel(req.Model)
@@ -435,6 +437,9 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 	ow.onResponse, ow.onFirst, ow.record = p.body.onSend, firstToken(p.res), p.record
 	var err error
 	ow.aborted, err = serveNext(next, ow, r)
+	if p.sseSent {
+		trailDebugHeaders(w.Header(), ow.hdr)
+	}
 	ow.finish()
 	if ow.obs != nil {
 		// The stream's token gaps are the engine's step time as this
@@ -471,6 +476,20 @@ func (h *Admission) proxy(w http.ResponseWriter, r *http.Request, next caddyhttp
 		return writeJSONError(w, r, st, "no engine could serve the request: "+strings.ToLower(http.StatusText(st)))
 	}
 	return err
+}
+
+// trailDebugHeaders sends the policy's debug headers (X-LLM-*) of a
+// request that was parked with its stream open as trailers: its headers
+// went out with the first keep-alive, before the policy chose an engine,
+// and the upstream's headers are kept off the wire (observingWriter).
+// net/http sends keys with http.TrailerPrefix after the body, over
+// HTTP/1.1's chunked encoding and HTTP/2 alike.
+func trailDebugHeaders(out, upstream http.Header) {
+	for k, v := range upstream {
+		if strings.HasPrefix(k, "X-Llm-") {
+			out[http.TrailerPrefix+k] = v
+		}
+	}
 }
 
 // streamError ends an open SSE stream with an `event: error` telling why

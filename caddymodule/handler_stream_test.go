@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,52 @@ func TestAdmissionParkedStreamUpstreamError(t *testing.T) {
 	}
 	if v.Error.Code != 500 || v.Error.Type != "server_error" || !strings.Contains(v.Error.Message, "EngineCore") {
 		t.Errorf("error event %+v", v.Error)
+	}
+}
+
+// TestAdmissionParkedStreamDebugTrailers: debug_headers reach a client
+// whose stream was opened while it was parked as trailers (its headers went
+// out with the first keep-alive, before an engine was chosen), with the
+// time it was parked; a request that did not park gets them as headers,
+// its queue wait 0.
+func TestAdmissionParkedStreamDebugTrailers(t *testing.T) {
+	e := slowEngine(t)
+	g := parkGateway(e, "\t\tmax_park 30s\n\t\theartbeat 50ms\n")
+	g.policy = "\t\t\tdebug_headers\n"
+	g.load(t)
+	occ := occupy(t, e, 1)
+	waitBusy(t, e.Addr(), 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := openStream(t, ctx, chat{user: "parked, with debug headers", maxTokens: 6, stream: true, usage: true}.body(), nil)
+	for keepAlives := 0; keepAlives < 2; {
+		l, ok := s.next(t, 10*time.Second)
+		if !ok {
+			t.Fatal("stream ended while parked")
+		}
+		if l == ": keep-alive" {
+			keepAlives++
+		}
+	}
+	if v := s.res.Header.Get("X-LLM-Upstream"); v != "" {
+		t.Fatalf("X-LLM-Upstream %q in the headers of a stream opened before routing", v)
+	}
+	occ[0].release()
+	if rest := s.rest(t, 30*time.Second); len(rest) == 0 || rest[len(rest)-2] != "data: [DONE]" {
+		t.Fatalf("stream after admission: %q", rest)
+	}
+	tr := s.res.Trailer
+	if tr.Get("X-LLM-Upstream") != e.Addr() || tr.Get("X-LLM-Tier") == "" {
+		t.Fatalf("trailers %v: want X-LLM-Upstream %s and X-LLM-Tier", tr, e.Addr())
+	}
+	if w, err := strconv.ParseFloat(tr.Get("X-LLM-Queue-Wait"), 64); err != nil || w < 0.05 {
+		t.Errorf("X-LLM-Queue-Wait trailer %q: want the ≥ 2 heartbeats it was parked", tr.Get("X-LLM-Queue-Wait"))
+	}
+
+	r := mustSend(t, "", chatBody(true, "not parked, with debug headers"), nil)
+	if r.upstream != e.Addr() || r.header.Get("X-LLM-Queue-Wait") != "0.0000" {
+		t.Errorf("unparked stream's headers %v: want X-LLM-Upstream %s and X-LLM-Queue-Wait 0.0000", r.header, e.Addr())
 	}
 }
 

@@ -97,10 +97,12 @@ type Policy struct {
 	BreakerCooldown caddy.Duration `json:"breaker_cooldown,omitempty"`
 
 	// Add X-LLM-Upstream and X-LLM-Tier response headers naming the chosen
-	// replica and tier, and X-LLM-Predicted-TTFT with the routing model's
+	// replica and tier, X-LLM-Predicted-TTFT with the routing model's
 	// predicted time to first token in seconds from dispatch (absent when
-	// the pick made none), so a client can measure the model's calibration
-	// request by request. Default: false.
+	// the pick made none) and X-LLM-Queue-Wait with the seconds
+	// llm_admission parked the request, so a client can measure the
+	// model's calibration request by request. A streaming request parked
+	// with its stream open gets them as trailers. Default: false.
 	DebugHeaders bool `json:"debug_headers,omitempty"`
 
 	fleet    *fleet.Fleet
@@ -325,11 +327,23 @@ func (p *Policy) commit(r *http.Request, st *selectState, c committed) {
 	caddyhttp.SetVar(ctx, "llm.tier", pick.Tier.String())
 	p.dispatch(ctx, a, c.res)
 	if p.DebugHeaders && st.w != nil {
-		st.w.Header().Set("X-LLM-Upstream", dial)
-		st.w.Header().Set("X-LLM-Tier", pick.Tier.String())
-		if t := pick.Decision.Predicted; t > 0 {
-			st.w.Header().Set("X-LLM-Predicted-TTFT", strconv.FormatFloat(t, 'f', 4, 64))
-		}
+		setDebugHeaders(ctx, st.w.Header(), dial, pick)
+	}
+}
+
+// setDebugHeaders sets the debug_headers on h. X-LLM-Queue-Wait is the
+// time llm_admission parked the request (absent without llm_admission):
+// the predicted TTFT counts from dispatch, so a client timing from its
+// send subtracts it to compare the two. For a request parked with a
+// stream open these go out as trailers (see trailDebugHeaders).
+func setDebugHeaders(ctx context.Context, h http.Header, dial string, pick *fleet.Pick) {
+	h.Set("X-LLM-Upstream", dial)
+	h.Set("X-LLM-Tier", pick.Tier.String())
+	if t := pick.Decision.Predicted; t > 0 {
+		h.Set("X-LLM-Predicted-TTFT", strconv.FormatFloat(t, 'f', 4, 64))
+	}
+	if w, ok := caddyhttp.GetVar(ctx, varQueueWait).(time.Duration); ok {
+		h.Set("X-LLM-Queue-Wait", strconv.FormatFloat(w.Seconds(), 'f', 4, 64))
 	}
 }
 
