@@ -25,13 +25,18 @@ func clockedFleet(t *testing.T, engines ...*EngineConfig) (*Fleet, *testclock.Cl
 	return f, clk
 }
 
-// drain records n completions on dial now: its drain rate becomes
-// n / 10 s (the estimator's time constant) on a clock that stands still.
-func drain(f *Fleet, dial string, n int) {
+// drain records n completions on dial now, its first request sent 100 s
+// before: its drain rate becomes n / 10 s (the estimator's time constant,
+// over a watch long enough that its span does not count) on a clock that
+// then stands still.
+func drain(f *Fleet, clk *testclock.Clock, dial string, n int) {
 	e := f.Registry().Ensure(dial)
-	for range n {
+	first := e.Reserve()
+	clk.Advance(100 * time.Second)
+	for range n - 1 {
 		e.Reserve().Done()
 	}
+	first.Done()
 }
 
 // placedOn places a request for text among dials, routing nothing: the
@@ -54,10 +59,10 @@ func placedOn(t *testing.T, f *Fleet, dials []string, text string) *Placement {
 // prefill takes the free engine.
 func TestPrefixHitWait(t *testing.T) {
 	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
 	dials := deadDials[:2]
 	lim := Limits{KV: 0.9}
-	drain(f, hot, 50)
+	drain(f, clk, hot, 50)
 	scrape(f, hot, upstreams.Gauges{Running: 4})
 	scrape(f, cold, upstreams.Gauges{Running: 0})
 	for _, tc := range []struct {
@@ -98,9 +103,9 @@ func TestPrefixHitWait(t *testing.T) {
 // on top of what routing predicts for it with a slot.
 func TestPlacedSlotWaitPredicted(t *testing.T) {
 	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
 	dials := deadDials[:2]
-	drain(f, hot, 50) // 5/s on the standing clock
+	drain(f, clk, hot, 50) // 5/s on the standing clock
 	prefix := strings.Repeat("the shared system prompt ", 480)
 	f.Unrouted(chatRequest(t, nil, prefix), nil).Commit(hot)
 	predicted := func(running float64, reason string) float64 {
@@ -339,12 +344,12 @@ func TestColdRequestNotStarved(t *testing.T) {
 // long a long prompt would occupy its engine.
 func TestExplainShowsWaitBound(t *testing.T) {
 	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
 	s := DefaultSettings()
 	s.Tokenize = false
 	f.SetPolicy(upstreams.DefaultPool, s)
 	f.LearnPool(f.running, upstreams.DefaultPool, deadDials[:2])
-	drain(f, hot, 50)
+	drain(f, clk, hot, 50)
 	scrape(f, hot, upstreams.Gauges{Running: 4})
 	scrape(f, cold, upstreams.Gauges{})
 	text := strings.Repeat("the shared system prompt ", 480)
@@ -480,7 +485,7 @@ func TestEngineQueueKeepsAffinity(t *testing.T) {
 // worth it.
 func TestWaitCountsEviction(t *testing.T) {
 	hot, cold := deadDials[0], deadDials[1]
-	f, _ := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
 	dials := deadDials[:2]
 	for _, d := range dials {
 		if _, err := f.index.AddEngine(d, kvindex.MirrorConfig{}); err != nil {
@@ -490,7 +495,7 @@ func TestWaitCountsEviction(t *testing.T) {
 	}
 	prompt := tokens(3, 1024, 1) // 1,024 shared and 64 of its own
 	feedEvents(t, f, hot, groupStored(prompt[:1024], 0, ""))
-	drain(f, hot, 60) // 6/s on the standing clock
+	drain(f, clk, hot, 60) // 6/s on the standing clock
 	scrape(f, hot, upstreams.Gauges{Running: 4})
 	s := DefaultSettings()
 	s.Tokenize = false

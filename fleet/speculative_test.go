@@ -193,15 +193,15 @@ func TestSpeculativeTTLConfig(t *testing.T) {
 // (TTL, a failure) while it waits. The prediction still counts among
 // engines with room.
 func TestPlacedNotWaitingForPrediction(t *testing.T) {
-	f, _, dials := specFleet(t, 2)
+	f, clk, dials := specFleet(t, 2)
 	hot, cold := dials[0], dials[1]
 	s := DefaultSettings()
 	toks := tokens(4, 8192, 0)
 	req := chatRequest(t, nil, "first")
 	query := Query{Request: req, Dials: dials, Settings: s, Tokens: toks}
+	drain(f, clk, hot, 50) // 5/s: the wait is ~0.2 s against ~0.8 s of prefill saved
 	f.Route(context.Background(), query).Commit(hot)
 	lim := Limits{KV: 0.9, MaxInflight: 4}
-	drain(f, hot, 50) // 5/s: the wait is ~0.2 s against ~0.8 s of prefill saved
 	scrape(f, hot, upstreams.Gauges{Running: 4})
 	scrape(f, cold, upstreams.Gauges{Running: 0})
 	p := f.Place(context.Background(), query)

@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// drainTau is the time constant of the drain-rate estimator: completions
-// older than a few tau no longer count.
-const drainTau = 10 * time.Second
-
 // Unlimited is the free capacity [Engine.Free] reports when no request-count
 // limit applies (MaxInflight == 0).
 const Unlimited = math.MaxInt32
@@ -53,9 +49,8 @@ type Engine struct {
 	// successful scrape (epoch < dropBelow: its gauges show them) that
 	// ended after that scrape was recorded; reset by the next successful
 	// scrape. See [Reservation.Done] for what counts.
-	finished  int64
-	drainRate float64
-	drainAt   time.Time
+	finished int64
+	drain    drainEstimator
 	// occupied holds, per reservation of a long prompt, when its prefill
 	// is expected to end (see [Reservation.Occupy]); nil when none.
 	occupied map[*Reservation]time.Time
@@ -166,8 +161,10 @@ type Load struct {
 	MaxInflight int
 	// DrainRate is the observed completion rate in requests/s: an
 	// exponentially-decaying average (time constant 10s) over completions
-	// through this gateway ([Reservation.Done]). Other clients' traffic is
-	// not included.
+	// through this gateway ([Reservation.Done]), over the time it has
+	// watched them when that is shorter (see drainEstimator); 0 before the
+	// first, or the first after a long idle spell. Other clients' traffic
+	// is not included.
 	DrainRate float64
 	// SinceDone is how long ago the last of those completions was (0 when
 	// none was seen): an engine silent for long drains slower than its
@@ -260,7 +257,7 @@ func (e *Engine) Load() Load {
 		Dispatched:   e.dispatched(),
 		Finished:     e.finished,
 		MaxInflight:  e.cfg.MaxInflight,
-		DrainRate:    e.decayedDrain(now),
+		DrainRate:    e.drain.rate(now),
 		PrefillRate:  e.prefill.rate(),
 		OwnPrefill:   e.ownPrefill,
 		OwnPending:   e.ownPending,
@@ -277,9 +274,7 @@ func (e *Engine) Load() Load {
 	if !e.scrapedAt.IsZero() {
 		l.Age = now.Sub(e.scrapedAt)
 	}
-	if !e.drainAt.IsZero() {
-		l.SinceDone = now.Sub(e.drainAt)
-	}
+	l.SinceDone = e.drain.sinceDone(now)
 	if e.ownPending > 0 && e.ownDue.After(now) {
 		l.OwnDue = e.ownDue.Sub(now)
 	}
@@ -358,18 +353,6 @@ func clampFree(f float64) int {
 	return int(f)
 }
 
-// decayedDrain returns the drain rate decayed to now. e.mu held.
-func (e *Engine) decayedDrain(now time.Time) float64 {
-	if e.drainAt.IsZero() {
-		return 0
-	}
-	dt := now.Sub(e.drainAt)
-	if dt <= 0 {
-		return e.drainRate
-	}
-	return e.drainRate * math.Exp(-float64(dt)/float64(drainTau))
-}
-
 // Reservation is one request's claim on an engine's local accounting.
 // Methods are safe for concurrent use; Done is idempotent.
 type Reservation struct {
@@ -408,8 +391,10 @@ func (e *Engine) Reserve() *Reservation {
 
 // acquire counts a new reservation, not yet sent.
 func (e *Engine) acquire() {
+	now := e.reg.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.drain.begin(now, e.inflight == 0)
 	e.inflight++
 	e.unsent++
 }
@@ -448,9 +433,7 @@ func (e *Engine) release(epoch uint64, sent, completed bool) {
 		e.unstamp(epoch)
 	}
 	if completed {
-		// Event-driven exponential rate estimator: decay, then add 1/tau.
-		e.drainRate = e.decayedDrain(now) + 1/drainTau.Seconds()
-		e.drainAt = now
+		e.drain.done(now)
 	}
 	e.mu.Unlock()
 	e.touch()
