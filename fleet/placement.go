@@ -257,7 +257,9 @@ func (p *Placement) Reserve(dials []string, lim Limits, pass admission.Pass) (re
 	}
 	i, d := p.pick(f, loads)
 	if d.Predicted > 0 {
-		d.slotWait = slotWait(loads[i].l, lim)
+		// The prefills ahead of it go on while it waits for a slot: it
+		// waits for the longer of the two, not both.
+		d.slotWait = max(slotWait(loads[i].l, lim)-d.Ahead, 0)
 		d.Predicted += d.slotWait
 	}
 	c := p.cachedOn(loads[i].e.Dial())

@@ -131,6 +131,44 @@ func TestPlacedSlotWaitPredicted(t *testing.T) {
 	}
 }
 
+// TestPlacedSlotWaitBehindWorkAhead: the prefills ahead of a request go
+// on while it waits for a batch slot, so it is predicted the longer of
+// the two, not both: with 0.3 s of prefill pending at the holder (3,000
+// tokens at the default rate) a wait of 0.2 s for a slot adds nothing.
+func TestPlacedSlotWaitBehindWorkAhead(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 4})
+	dials := deadDials[:2]
+	drain(f, clk, hot, 50) // 5/s
+	prefix := strings.Repeat("the shared system prompt ", 960)
+	f.Unrouted(chatRequest(t, nil, prefix), nil).Commit(hot)
+	pending := f.Registry().Ensure(hot).Reserve()
+	pending.Sent()
+	pending.Work(3000)
+	defer pending.Done()
+	predicted := func(running float64, reason string) (ttft, slot float64) {
+		t.Helper()
+		scrape(f, hot, upstreams.Gauges{Running: running}) // the pending request is one of them
+		scrape(f, cold, upstreams.Gauges{Running: 0})
+		p := placedOn(t, f, dials, prefix+" and a question of its own")
+		res, _, ok := p.Reserve(dials, Limits{KV: 0.9}, admission.PassAny)
+		if !ok || res.Engine().Dial() != hot || p.Reason != reason {
+			t.Fatalf("%v running: ok=%v engine %v reason %q, want %s/%s", running, ok, res.Engine(), p.Reason, hot, reason)
+		}
+		defer res.Done()
+		pick, ok := p.Pick(dials)
+		if !ok || !(pick.Predicted > 0) || !(pick.Ahead >= 0.25) {
+			t.Fatalf("%v running: pick ok=%v, predicted %v, ahead %v (want ≥ 0.25 s)", running, ok, pick.Predicted, pick.Ahead)
+		}
+		return pick.Predicted, pick.slotWait
+	}
+	withSlot, _ := predicted(3, ReasonHit)
+	beyond, slot := predicted(4, ReasonHitWait)
+	if slot != 0 || math.Abs(beyond-withSlot) > 0.02 {
+		t.Errorf("beyond the batch: predicted %.3f s (slot wait %.3f), with a slot %.3f s: want the same, the 0.2 s wait hidden by 0.3 s of work ahead", beyond, slot, withSlot)
+	}
+}
+
 // TestSlotWait: the wait for a batch slot counts the requests beyond the
 // batch as admission counts them, plus the request, at the drain rate.
 func TestSlotWait(t *testing.T) {

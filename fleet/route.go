@@ -92,7 +92,7 @@ type Decision struct {
 	lora string
 	// slotWait is the part of Predicted the request is expected to wait
 	// for a batch slot where admission placed it beyond the batch (see
-	// slotWait); 0 otherwise.
+	// slotWait), beyond the work ahead of it (Ahead); 0 otherwise.
 	slotWait float64
 }
 

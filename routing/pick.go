@@ -573,7 +573,8 @@ func (s *scorer) conclude(d *Decision, req Request, cands []Candidate, views []v
 	v := &views[d.Index]
 	d.Share = v.share
 	d.Prefill = fmax(s.p.tokens-v.cached, 0)
-	d.Predicted = v.pred.withPrefill(d.Prefill, s.cfg).TTFT
+	pr := v.pred.withPrefill(d.Prefill, s.cfg)
+	d.Predicted, d.Ahead = pr.TTFT, pr.AheadSeconds
 	switch {
 	case v.cached < s.bestCached:
 		d.Outcome = OverriddenByLoad

@@ -351,6 +351,9 @@ type Decision struct {
 	// predicted time to first token in seconds; both 0 when Index is -1.
 	Prefill   float64 `json:"prefill_tokens"`
 	Predicted float64 `json:"predicted_ttft_seconds"`
+	// Ahead is the part of Predicted spent behind the work ahead of the
+	// request there (its Prediction.AheadSeconds).
+	Ahead float64 `json:"ahead_seconds"`
 	// Scored holds one entry per candidate, in input order, when Pick was
 	// asked to explain; nil otherwise.
 	Scored []Scored `json:"scored,omitempty"`
