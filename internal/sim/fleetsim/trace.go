@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,4 +227,91 @@ func PooledCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 	}
 	c.DistinctBlocks = len(seen)
 	return c
+}
+
+// OptimalCeiling bounds what any cache of capacity blocks of 512 tokens
+// finds on the trace, whatever decides what it keeps: it runs Belady's
+// MIN over every request's blocks in order (a block is kept only while
+// its next use comes sooner than some kept block's; the one used
+// furthest ahead leaves, or is never stored), which finds the most
+// blocks any eviction order finds, and counts every block found, leading
+// or not, so the prefix rule only lowers it. Set beside PooledCeiling it
+// shows what LRU, vLLM's eviction order, costs at that size. Its tokens
+// count each found block's own tokens: a bound in blocks, a close figure
+// in tokens. DistinctBlocks and Seconds are left to Ceiling.
+func OptimalCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
+	c := TraceCeiling{Requests: len(reqs)}
+	var seq []uint64
+	var size []int64
+	for _, r := range reqs {
+		for i, h := range r.HashIDs {
+			seq = append(seq, h)
+			size = append(size, int64(min(TraceBlockTokens, r.InputLength-i*TraceBlockTokens)))
+		}
+	}
+	next := nextUses(seq)
+	kept := make(map[uint64]int) // block → the index of its next use
+	var furthest useHeap
+	for i, h := range seq {
+		c.Blocks++
+		c.Tokens += size[i]
+		if _, ok := kept[h]; ok {
+			c.HitBlocks++
+			c.HitTokens += size[i]
+		}
+		if next[i] == noNextUse {
+			delete(kept, h)
+			continue
+		}
+		kept[h] = next[i]
+		heap.Push(&furthest, blockUse{at: next[i], h: h})
+		for len(kept) > max(capacity, 0) {
+			u := heap.Pop(&furthest).(blockUse)
+			if at, ok := kept[u.h]; ok && at == u.at { // else a stale entry
+				delete(kept, u.h)
+			}
+		}
+	}
+	if c.Blocks > 0 {
+		c.BlockRate = float64(c.HitBlocks) / float64(c.Blocks)
+		c.TokenRate = float64(c.HitTokens) / float64(c.Tokens)
+	}
+	return c
+}
+
+// noNextUse marks a block that is not used again.
+const noNextUse = math.MaxInt
+
+// nextUses is, for each position of seq, where its block is used next.
+func nextUses(seq []uint64) []int {
+	next := make([]int, len(seq))
+	last := make(map[uint64]int)
+	for i := len(seq) - 1; i >= 0; i-- {
+		next[i] = noNextUse
+		if j, ok := last[seq[i]]; ok {
+			next[i] = j
+		}
+		last[seq[i]] = i
+	}
+	return next
+}
+
+// blockUse is a kept block and the position of its next use.
+type blockUse struct {
+	at int
+	h  uint64
+}
+
+// useHeap orders kept blocks by next use, the furthest first.
+type useHeap []blockUse
+
+func (u useHeap) Len() int           { return len(u) }
+func (u useHeap) Less(i, j int) bool { return u[i].at > u[j].at }
+func (u useHeap) Swap(i, j int)      { u[i], u[j] = u[j], u[i] }
+func (u *useHeap) Push(x any)        { *u = append(*u, x.(blockUse)) }
+func (u *useHeap) Pop() any {
+	old := *u
+	x := old[len(old)-1]
+	*u = old[:len(old)-1]
+	return x
 }

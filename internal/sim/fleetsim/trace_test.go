@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -88,5 +89,61 @@ func TestPooledCeiling(t *testing.T) {
 	// Blocks: 2 + 2 + 3 = 7; request 2 hits 1; request 3 hits 1 only.
 	if got := PooledCeiling(reqs, 2); got.HitBlocks != 2 || got.Blocks != 7 || got.BlockRate != 2.0/7 {
 		t.Errorf("two-block pool: %+v, want 2 of 7 blocks", got)
+	}
+}
+
+// TestOptimalCeiling: on TestPooledCeiling's trace with two blocks, MIN
+// keeps 1 and 2 and never stores 3 (not used again), so request 2 hits
+// 1 and request 3 hits 1 and 2: 3 of 7 blocks where LRU found 2. With
+// room for every block it is the infinite ceiling; with none, nothing.
+func TestOptimalCeiling(t *testing.T) {
+	reqs := []TraceRequest{
+		{Timestamp: 0, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 2}},
+		{Timestamp: 1, InputLength: 1024, OutputLength: 1, HashIDs: []uint64{1, 3}},
+		{Timestamp: 2, InputLength: 1300, OutputLength: 1, HashIDs: []uint64{1, 2, 4}},
+	}
+	if got := OptimalCeiling(reqs, 2); got.HitBlocks != 3 || got.Blocks != 7 || got.HitTokens != 3*512 || got.Tokens != 3348 {
+		t.Errorf("two blocks: %+v, want 3 of 7 blocks, 1536 of 3348 tokens", got)
+	}
+	inf := Ceiling(reqs)
+	if got := OptimalCeiling(reqs, 100); got.HitBlocks != inf.HitBlocks || got.HitTokens != inf.HitTokens {
+		t.Errorf("ample: %+v, want the infinite ceiling %+v", got, inf)
+	}
+	if got := OptimalCeiling(reqs, 0); got.HitBlocks != 0 || got.Blocks != 7 {
+		t.Errorf("no room: %+v, want 0 of 7 blocks", got)
+	}
+}
+
+// TestOptimalCeilingBounds: on a random trace of shared prefixes MIN
+// finds at least what LRU does and at most every block seen before (the
+// ceiling without the prefix rule), more as the capacity grows, and all
+// of those with room for every block.
+func TestOptimalCeilingBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var reqs []TraceRequest
+	for i := 0; i < 400; i++ {
+		n := 1 + rng.IntN(6)
+		ids := make([]uint64, n)
+		root := uint64(rng.IntN(30))
+		for j := range ids {
+			ids[j] = root*100 + uint64(j)
+			if j > 1 && rng.IntN(2) == 0 {
+				ids[j] = uint64(1000 + i*10 + j) // a block of its own
+			}
+		}
+		reqs = append(reqs, TraceRequest{Timestamp: int64(i), InputLength: n * TraceBlockTokens, OutputLength: 1, HashIDs: ids})
+	}
+	inf := Ceiling(reqs)
+	seen := inf.Blocks - int64(inf.DistinctBlocks)
+	prev := int64(-1)
+	for _, c := range []int{0, 5, 20, 60, 200, 1000} {
+		opt, lru := OptimalCeiling(reqs, c), PooledCeiling(reqs, c)
+		if opt.HitBlocks < lru.HitBlocks || opt.HitBlocks > seen || opt.HitBlocks < prev {
+			t.Errorf("capacity %d: MIN %d blocks, LRU %d, seen before %d, smaller capacity %d", c, opt.HitBlocks, lru.HitBlocks, seen, prev)
+		}
+		prev = opt.HitBlocks
+	}
+	if prev != seen || seen <= inf.HitBlocks {
+		t.Errorf("ample capacity: MIN %d blocks, want every block seen before, %d (more than the %d leading ones)", prev, seen, inf.HitBlocks)
 	}
 }
