@@ -50,6 +50,10 @@ type TracePooled struct {
 	Blocks    int     `json:"blocks"` // of 512 tokens
 	BlockRate float64 `json:"block_rate"`
 	TokenRate float64 `json:"token_rate"`
+	// OptimalBlockRate is the share of blocks the same room finds under
+	// Belady's MIN (fleetsim.OptimalCeiling): a bound on any eviction
+	// order's.
+	OptimalBlockRate float64 `json:"optimal_block_rate,omitempty"`
 }
 
 // TraceRun is one (replay, engines, speedup, policy) outcome. Times are
@@ -135,9 +139,9 @@ func runTrace(ctx context.Context, env *Env, p TraceParams) (*TraceResult, error
 		p.File, c.Requests, c.Seconds, c.DistinctBlocks, c.BlockRate*100, c.TokenRate*100, res.KVBlocks)
 	for _, l := range p.Ladders {
 		blocks := l.Engines * res.KVBlocks * p.Model.BlockSize / fleetsim.TraceBlockTokens
-		pc := fleetsim.PooledCeiling(reqs, blocks)
-		res.Pooled = append(res.Pooled, TracePooled{Engines: l.Engines, Blocks: blocks, BlockRate: pc.BlockRate, TokenRate: pc.TokenRate})
-		log.Printf("trace: %d engines' KV cache pooled in one LRU (%d blocks of 512) would hit %.1f%% of tokens", l.Engines, blocks, pc.TokenRate*100)
+		pc, opt := fleetsim.PooledCeiling(reqs, blocks), fleetsim.OptimalCeiling(reqs, blocks)
+		res.Pooled = append(res.Pooled, TracePooled{Engines: l.Engines, Blocks: blocks, BlockRate: pc.BlockRate, TokenRate: pc.TokenRate, OptimalBlockRate: opt.BlockRate})
+		log.Printf("trace: %d engines' KV cache pooled in one LRU (%d blocks of 512) would hit %.1f%% of tokens; Belady's MIN would find %.1f%% of blocks", l.Engines, blocks, pc.TokenRate*100, opt.BlockRate*100)
 		for _, x := range l.Speedups {
 			for _, pol := range p.Policies {
 				if ctx.Err() != nil {

@@ -29,13 +29,19 @@ func TestCommittedTrace(t *testing.T) {
 	if kv*16 < 126195 {
 		t.Fatalf("kv blocks %d cannot hold the largest prompt", kv)
 	}
-	// A finite pooled cache finds less than the infinite ceiling.
+	// A finite pooled cache finds less than the infinite ceiling, and
+	// LRU less than Belady's MIN in the same room.
 	for _, engines := range []int{16, 64} {
 		pc := fleetsim.PooledCeiling(reqs, engines*kv*16/512)
 		if pc.TokenRate >= c.TokenRate || pc.TokenRate <= 0 {
 			t.Fatalf("%d engines' pooled ceiling %.3f, infinite %.3f", engines, pc.TokenRate, c.TokenRate)
 		}
-		t.Logf("%d engines: pooled-cache ceiling %.1f%% of tokens (infinite %.1f%%)", engines, pc.TokenRate*100, c.TokenRate*100)
+		opt := fleetsim.OptimalCeiling(reqs, engines*kv*16/512)
+		if opt.BlockRate <= pc.BlockRate {
+			t.Fatalf("%d engines: MIN finds %.3f of blocks, LRU %.3f", engines, opt.BlockRate, pc.BlockRate)
+		}
+		t.Logf("%d engines: pooled-cache ceiling %.1f%% of tokens (infinite %.1f%%); MIN %.1f%% of blocks (infinite %.1f%%)",
+			engines, pc.TokenRate*100, c.TokenRate*100, opt.BlockRate*100, c.BlockRate*100)
 	}
 }
 

@@ -36,8 +36,7 @@ func renderTrace(b *strings.Builder, t *TraceResult, sf SectionFile) {
 	w("**Fleet simulation** ([`internal/sim/fleetsim`](internal/sim/fleetsim), the gateway's own core, as in section 3) at full token counts on section 2's 32B cost model (prefill %.0f tokens/s, decode step %.0f ms, %d-token steps, max_num_seqs %d, block size %d); KV cache %d blocks (%.0fk tokens) per engine — 1.25 × max_num_seqs requests of the trace's mean size, the working-set rule of section 3 (≈ 65 GB of Qwen3-32B KV at 256 KiB per token: more than one H100 holds beside the weights, as on a tensor-parallel pair). Admission: max_inflight = max_num_seqs, kv_limit %.2f, max_park %.0f s. The speedup divides the trace's timestamps.\n\n",
 		m.PrefillTokensPerSec, m.DecodeStepSeconds*1000, m.MaxBatchedTokens, m.MaxNumSeqs, m.BlockSize, t.KVBlocks, float64(t.KVBlocks*m.BlockSize)/1000, p.KVLimit, p.MaxPark)
 	for _, pc := range t.Pooled {
-		w("The %d engines' KV cache pooled into one LRU cache (%d blocks of 512 tokens, every engine holding every prefix any engine holds, the running requests' own blocks left out) would hit **%.1f%% of tokens** on this trace: the most any routing finds at this cache size, short of an eviction order that knows the future.\n\n",
-			pc.Engines, pc.Blocks, pc.TokenRate*100)
+		renderPooled(w, pc, c)
 	}
 	for _, l := range p.Ladders {
 		t.renderLadder(b, "fleetsim", l.Engines, c.TokenRate)
@@ -117,4 +116,18 @@ func (t *TraceResult) renderAtSaturation(b *strings.Builder, l traceLadder, sat,
 		fmt.Fprintf(b, " and %.2f× `least_conn`'s", llm.TTFT.P90/lc.TTFT.P90)
 	}
 	b.WriteString(".\n\n")
+}
+
+// renderPooled says what one fleet size's KV cache would hit pooled into
+// one cache: evicting by LRU, as each vLLM engine does, and (when the
+// result has it) by Belady's MIN, which no eviction order beats.
+func renderPooled(w func(string, ...any), pc TracePooled, c fleetsim.TraceCeiling) {
+	w("The %d engines' KV cache pooled into one LRU cache (%d blocks of 512 tokens, every engine holding every prefix any engine holds, the running requests' own blocks left out) would hit **%.1f%% of tokens** on this trace. "+
+		"LRU is the order vLLM evicts in, and a router only chooses which engine's LRU a prompt goes through, so this is about what routing can approach at this cache size, not a strict bound",
+		pc.Engines, pc.Blocks, pc.TokenRate*100)
+	if pc.OptimalBlockRate > 0 {
+		w(". An eviction order that knew the future (Belady's MIN: a block stays only while its next use comes sooner than another's) would find %.1f%% of the prompt blocks in the same room, where an infinite cache finds %.1f%%: "+
+			"at this size the eviction order limits the hit rate, not the room", pc.OptimalBlockRate*100, c.BlockRate*100)
+	}
+	w(".\n\n")
 }
