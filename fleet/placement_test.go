@@ -574,3 +574,50 @@ func TestWaitCountsEviction(t *testing.T) {
 		res.Done()
 	}
 }
+
+// TestWaitCountsFewStalled: the wait a full holder is worth counts a cold
+// copy's stall for at most maxStalled sequences of the cold batch. The
+// holder of a 1,024-token prefix (0.1 s of prefill at the default rate)
+// frees a slot every 1/drain s; the cold engine has room beside b running
+// sequences. With 16 running, counting them all made a 0.5 s wait worth
+// it (bound 1.7 s), where it now loses to the cold copy (bound 0.3 s).
+func TestWaitCountsFewStalled(t *testing.T) {
+	hot, cold := deadDials[0], deadDials[1]
+	dials := deadDials[:2]
+	prompt := tokens(3, 1024, 1) // 1,024 shared and 64 of its own
+	s := DefaultSettings()
+	s.Tokenize = false
+	for _, tc := range []struct {
+		name        string
+		completions int // in the drain's 10 s
+		coldRunning int
+		want        string
+		bound       time.Duration
+	}{
+		{"idle cold engine, 0.25 s wait", 40, 0, cold, 102 * time.Millisecond},
+		{"two running, 0.25 s wait", 40, 2, hot, 307 * time.Millisecond},
+		{"sixteen running, 0.25 s wait", 40, 16, hot, 307 * time.Millisecond},
+		{"sixteen running, 0.5 s wait", 20, 16, cold, 307 * time.Millisecond},
+	} {
+		f, clk := clockedFleet(t, &EngineConfig{Dial: hot, MaxInflight: 4}, &EngineConfig{Dial: cold, MaxInflight: 32})
+		if _, err := f.index.AddEngine(hot, kvindex.MirrorConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		feedEvents(t, f, hot, groupStored(prompt[:1024], 0, ""))
+		drain(f, clk, hot, tc.completions)
+		scrape(f, hot, upstreams.Gauges{Running: 4})
+		scrape(f, cold, upstreams.Gauges{Running: float64(tc.coldRunning)})
+		p := f.Place(context.Background(), Query{Request: chatRequest(t, nil, "unused"), Dials: dials, Settings: s, Tokens: prompt})
+		if p == nil || p.Holder != hot {
+			t.Fatalf("%s: placement %+v, want the holder %s", tc.name, p, hot)
+		}
+		res, _, ok := p.Reserve(dials, Limits{KV: 0.9}, admission.PassAny)
+		if !ok || res.Engine().Dial() != tc.want {
+			t.Fatalf("%s: ok=%v engine %v (wait %v, bound %v), want %s", tc.name, ok, res.Engine().Dial(), p.Wait, p.WaitBound, tc.want)
+		}
+		if d := p.WaitBound - tc.bound; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("%s: bound %v, want %v", tc.name, p.WaitBound, tc.bound)
+		}
+		res.Done()
+	}
+}
