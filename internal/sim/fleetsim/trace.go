@@ -302,7 +302,8 @@ type blockUse struct {
 	h  uint64
 }
 
-// useHeap orders kept blocks by next use, the furthest first.
+// useHeap orders kept blocks by next use, the furthest first; Len,
+// Less, Swap, Push and Pop implement heap.Interface.
 type useHeap []blockUse
 
 func (u useHeap) Len() int           { return len(u) }
