@@ -194,11 +194,14 @@ func Ceiling(reqs []TraceRequest) TraceCeiling {
 // of 512 tokens — a whole fleet's KV cache pooled, as if every engine
 // held every prefix any engine held — on the trace: a request hits its
 // leading blocks the cache holds, then all its blocks become the most
-// recently used (the least recently used leave). No router on engines of
-// that total size finds more, short of an eviction order that knows the
-// future; the working set of running requests, which takes room from the
-// cache on real engines, is left out, so it is an upper bound. With an
-// unbounded capacity it is the infinite-cache ceiling (Ceiling).
+// recently used (the least recently used leave). LRU is vLLM's eviction
+// order and a router only chooses which engine's LRU a prompt goes
+// through, so this is about what routing can approach at that total
+// size; not a strict bound, since engines' separate LRU caches are not
+// one (OptimalCeiling is a bound on any eviction order). The working set
+// of running requests, which takes room from the cache on real engines,
+// is left out. With an unbounded capacity it is the infinite-cache
+// ceiling (Ceiling).
 func PooledCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 	c := TraceCeiling{Requests: len(reqs)}
 	lru := newBlockLRU(capacity)
@@ -206,27 +209,41 @@ func PooledCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 	for _, r := range reqs {
 		leading := true
 		for i, h := range r.HashIDs {
-			n := int64(min(TraceBlockTokens, r.InputLength-i*TraceBlockTokens))
-			c.Blocks++
-			c.Tokens += n
-			if leading && lru.has(h) {
-				c.HitBlocks++
-				c.HitTokens += n
-			} else {
-				leading = false
-			}
+			leading = leading && lru.has(h)
+			c.add(r.blockTokens(i), leading)
 		}
 		for _, h := range r.HashIDs {
 			lru.use(h)
 			seen[h] = struct{}{}
 		}
 	}
+	c.setRates()
+	c.DistinctBlocks = len(seen)
+	return c
+}
+
+// blockTokens is how many of r's prompt tokens its i-th block holds: a
+// whole block's but for a partial last one.
+func (r TraceRequest) blockTokens(i int) int64 {
+	return int64(min(TraceBlockTokens, r.InputLength-i*TraceBlockTokens))
+}
+
+// add counts one block of n tokens, found in the cache or not.
+func (c *TraceCeiling) add(n int64, hit bool) {
+	c.Blocks++
+	c.Tokens += n
+	if hit {
+		c.HitBlocks++
+		c.HitTokens += n
+	}
+}
+
+// setRates sets BlockRate and TokenRate from the counts.
+func (c *TraceCeiling) setRates() {
 	if c.Blocks > 0 {
 		c.BlockRate = float64(c.HitBlocks) / float64(c.Blocks)
 		c.TokenRate = float64(c.HitTokens) / float64(c.Tokens)
 	}
-	c.DistinctBlocks = len(seen)
-	return c
 }
 
 // OptimalCeiling bounds what any cache of capacity blocks of 512 tokens
@@ -246,19 +263,15 @@ func OptimalCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 	for _, r := range reqs {
 		for i, h := range r.HashIDs {
 			seq = append(seq, h)
-			size = append(size, int64(min(TraceBlockTokens, r.InputLength-i*TraceBlockTokens)))
+			size = append(size, r.blockTokens(i))
 		}
 	}
 	next := nextUses(seq)
 	kept := make(map[uint64]int) // block → the index of its next use
 	var furthest useHeap
 	for i, h := range seq {
-		c.Blocks++
-		c.Tokens += size[i]
-		if _, ok := kept[h]; ok {
-			c.HitBlocks++
-			c.HitTokens += size[i]
-		}
+		_, found := kept[h]
+		c.add(size[i], found)
 		if next[i] == noNextUse {
 			delete(kept, h)
 			continue
@@ -272,10 +285,7 @@ func OptimalCeiling(reqs []TraceRequest, capacity int) TraceCeiling {
 			}
 		}
 	}
-	if c.Blocks > 0 {
-		c.BlockRate = float64(c.HitBlocks) / float64(c.Blocks)
-		c.TokenRate = float64(c.HitTokens) / float64(c.Tokens)
-	}
+	c.setRates()
 	return c
 }
 
